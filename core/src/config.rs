@@ -1,0 +1,166 @@
+//! The filter's plugin configuration: the JSON Envoy hands the filter at start-up.
+//!
+//! It carries static rules in the same shape the admin API accepts, so the filter works
+//! with no control plane, plus the proxy-wide settings below. `sluice envoy-config`
+//! writes it; users may also write it by hand.
+
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limiter::SlotTable;
+use crate::rule::ValidationErrors;
+use crate::ruleset::Ruleset;
+use crate::spec::{FailureMode, RuleSpec};
+
+/// Default size of the bucket slot table: about 65k concurrently active clients, roughly
+/// 10 MiB of Envoy memory (Envoy keeps about 94 bytes per key, plus the value).
+pub const DEFAULT_SLOTS: u32 = 65_536;
+/// Bounds on the slot table size.
+pub const MIN_SLOTS: u32 = 16;
+pub const MAX_SLOTS: u32 = 4_194_304;
+/// The header set on requests forwarded upstream when a shadow rule would have denied.
+pub const DEFAULT_SHADOW_HEADER: &str = "x-sluice-shadow-denied";
+
+/// The configuration as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfigSpec {
+    /// Rules enforced from start-up.
+    #[serde(default)]
+    pub rules: Vec<RuleSpec>,
+    /// What rules without their own `failure_mode` do when they cannot be evaluated.
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+    /// Number of bucket slots: the bound on Envoy memory used for buckets.
+    #[serde(default = "default_slots")]
+    pub slots: u32,
+    /// Master switch for `RateLimit*` / `X-RateLimit-*` headers (rules can also opt out).
+    #[serde(default = "yes")]
+    pub rate_limit_headers: bool,
+    /// Request header added upstream when a shadow rule would have denied; `null` to
+    /// disable.
+    #[serde(default = "default_shadow_header")]
+    pub shadow_header: Option<String>,
+}
+
+fn default_slots() -> u32 {
+    DEFAULT_SLOTS
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_shadow_header() -> Option<String> {
+    Some(DEFAULT_SHADOW_HEADER.to_string())
+}
+
+impl Default for FilterConfigSpec {
+    fn default() -> Self {
+        Self {
+            rules: Vec::new(),
+            failure_mode: FailureMode::Open,
+            slots: DEFAULT_SLOTS,
+            rate_limit_headers: true,
+            shadow_header: default_shadow_header(),
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct FilterConfig {
+    pub ruleset: Ruleset,
+    pub failure_mode: FailureMode,
+    pub table: SlotTable,
+    pub rate_limit_headers: bool,
+    pub shadow_header: Option<String>,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration is not valid JSON of the expected shape at `{path}`: {message}")]
+    Shape { path: String, message: String },
+    #[error("configuration is invalid: {0}")]
+    Invalid(ValidationErrors),
+}
+
+impl FilterConfig {
+    /// Parses and validates the plugin configuration bytes. Empty bytes mean defaults.
+    pub fn from_json(bytes: &[u8]) -> Result<FilterConfig, ConfigError> {
+        let spec = if bytes.iter().all(u8::is_ascii_whitespace) {
+            FilterConfigSpec::default()
+        } else {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            serde_path_to_error::deserialize(&mut de).map_err(|e| ConfigError::Shape {
+                path: e.path().to_string(),
+                message: e.inner().to_string(),
+            })?
+        };
+        FilterConfig::try_from(spec)
+    }
+}
+
+impl TryFrom<FilterConfigSpec> for FilterConfig {
+    type Error = ConfigError;
+
+    fn try_from(spec: FilterConfigSpec) -> Result<Self, Self::Error> {
+        let mut problems = crate::rule::Problems::default();
+        let slots = NonZeroU32::new(spec.slots).filter(|s| (MIN_SLOTS..=MAX_SLOTS).contains(&s.get()));
+        if slots.is_none() {
+            problems.add("slots", format!("must be between {MIN_SLOTS} and {MAX_SLOTS}"));
+        }
+        if let Some(h) = &spec.shadow_header {
+            if h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+                problems.add("shadow_header", "must be a header name of letters, digits and '-'");
+            }
+        }
+        let ruleset = Ruleset::from_specs(spec.rules).map_err(|e| problems.nest_top(e));
+        match (ruleset, slots) {
+            (Ok(ruleset), Some(slots)) if problems.is_empty() => Ok(FilterConfig {
+                ruleset,
+                failure_mode: spec.failure_mode,
+                table: SlotTable::new(slots),
+                rate_limit_headers: spec.rate_limit_headers,
+                shadow_header: spec.shadow_header.map(|h| h.to_ascii_lowercase()),
+            }),
+            _ => Err(ConfigError::Invalid(problems.into_errors())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_configuration_means_defaults() {
+        let config = FilterConfig::from_json(b"").unwrap();
+        assert!(config.ruleset.is_empty());
+        assert_eq!(config.table.slots(), DEFAULT_SLOTS);
+        assert_eq!(config.shadow_header.as_deref(), Some(DEFAULT_SHADOW_HEADER));
+    }
+
+    #[test]
+    fn shape_errors_name_the_path() {
+        let err = FilterConfig::from_json(br#"{"rules":[{"name":"a","key":"global","limits":[{"requests":"x","period":1}]}]}"#)
+            .unwrap_err();
+        let ConfigError::Shape { path, .. } = err else { panic!("{err:?}") };
+        assert_eq!(path, "rules[0].limits[0].requests");
+    }
+
+    #[test]
+    fn invalid_rules_and_settings_are_all_reported() {
+        let err = FilterConfig::from_json(
+            br#"{"slots":3,"rules":[{"name":"a","key":"global","limits":[{"requests":1,"period":1}]},
+                                    {"name":"a","key":"global","limits":[{"requests":0,"period":1}]}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "configuration is invalid: slots: must be between 16 and 4194304; rules[1].limits[0].requests: must be between 1 and 1000000000"
+        );
+    }
+}

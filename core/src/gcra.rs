@@ -1,0 +1,228 @@
+//! Token buckets in GCRA form.
+//!
+//! A bucket's whole state is one `u64`: its *theoretical arrival time* (TAT) in
+//! nanoseconds on the host clock. The bucket is full when `tat <= now`; every token
+//! taken pushes the TAT one emission interval into the future, and a request fits when
+//! the resulting backlog (`tat - now`) is at most the bucket's capacity in time.
+//!
+//! This is the same admission rule as a token bucket that refills one token every
+//! `interval_ns` up to `burst` tokens (the property tests check that against a naive
+//! bucket), but it needs no separate "last refill" timestamp, so one compare-and-swap
+//! of eight bytes updates it.
+
+use std::num::NonZeroU64;
+
+/// Nanoseconds in one second.
+pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// The largest time a bucket may need to refill completely. Keeping `burst × interval`
+/// below 2^62 ns (about 146 years) means TAT arithmetic on host timestamps (about 2^60
+/// today) can never overflow.
+pub const MAX_CAPACITY_NS: u64 = 1 << 62;
+
+/// A validated token-bucket rate: `burst` tokens of capacity, refilled at one token per
+/// `interval_ns`. Only [`Gcra::new`] builds one, so its invariants hold everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gcra {
+    interval_ns: u64,
+    burst: u64,
+    capacity_ns: u64,
+}
+
+/// Why a rate cannot be represented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GcraError {
+    #[error("more than one request per nanosecond cannot be represented")]
+    TooFast,
+    #[error("burst × refill interval exceeds 146 years")]
+    CapacityTooLarge,
+}
+
+impl Gcra {
+    /// `requests` tokens per `period_ns`, holding at most `burst` tokens.
+    ///
+    /// The emission interval is rounded *up* to whole nanoseconds: rounding down would
+    /// admit a hair more than the configured rate, and Sluice promises never to exceed
+    /// `burst + rate × elapsed`.
+    pub fn new(requests: NonZeroU64, period_ns: NonZeroU64, burst: NonZeroU64) -> Result<Self, GcraError> {
+        let interval_ns = period_ns.get().div_ceil(requests.get());
+        if requests.get() > period_ns.get() {
+            return Err(GcraError::TooFast);
+        }
+        let capacity_ns = burst
+            .get()
+            .checked_mul(interval_ns)
+            .filter(|c| *c <= MAX_CAPACITY_NS)
+            .ok_or(GcraError::CapacityTooLarge)?;
+        Ok(Self { interval_ns, burst: burst.get(), capacity_ns })
+    }
+
+    /// Nanoseconds between two tokens.
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+
+    /// The bucket's capacity in tokens.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Time for an empty bucket to refill completely.
+    pub fn capacity_ns(&self) -> u64 {
+        self.capacity_ns
+    }
+
+    /// Decides whether `cost` tokens can be taken at `now` from a bucket whose TAT is
+    /// `tat`. Pure: the caller stores [`Verdict::new_tat`] only if it commits.
+    pub fn check(&self, tat: u64, now: u64, cost: u64) -> Verdict {
+        let start = tat.max(now);
+        let backlog_before = start - now;
+        // `cost × interval` may exceed the capacity (a cost larger than the burst); the
+        // saturating forms keep that case a plain "never fits" denial.
+        let increment = cost.saturating_mul(self.interval_ns);
+        let backlog_after = backlog_before.saturating_add(increment);
+        if backlog_after <= self.capacity_ns {
+            Verdict {
+                allowed: true,
+                new_tat: now + backlog_after,
+                remaining: (self.capacity_ns - backlog_after) / self.interval_ns,
+                reset_ns: backlog_after,
+                retry_after_ns: 0,
+            }
+        } else {
+            let retry_after_ns = if increment > self.capacity_ns {
+                // It will never fit; tell the client to come back when the bucket is
+                // full, which is the most it could ever get.
+                backlog_before.max(1)
+            } else {
+                backlog_after - self.capacity_ns
+            };
+            Verdict {
+                allowed: false,
+                new_tat: tat,
+                remaining: (self.capacity_ns - backlog_before.min(self.capacity_ns)) / self.interval_ns,
+                reset_ns: backlog_before,
+                retry_after_ns,
+            }
+        }
+    }
+
+    /// The TAT after giving back `cost` tokens that were taken (used to undo a charge
+    /// when another bucket of the same request denies it). Never moves the TAT below
+    /// `now`, which would credit the bucket beyond full.
+    pub fn refund(&self, tat: u64, now: u64, cost: u64) -> u64 {
+        tat.saturating_sub(cost.saturating_mul(self.interval_ns)).max(now.min(tat))
+    }
+}
+
+/// The outcome of one [`Gcra::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the tokens fit.
+    pub allowed: bool,
+    /// The TAT to store if the caller commits an allowed request (the old TAT when denied).
+    pub new_tat: u64,
+    /// Whole tokens left after this request (before it, when denied).
+    pub remaining: u64,
+    /// Time until the bucket is full again.
+    pub reset_ns: u64,
+    /// When denied: time until this request would fit. Zero when allowed.
+    pub retry_after_ns: u64,
+}
+
+/// Whole seconds, rounded up, as `Retry-After` and the RateLimit fields want them.
+pub fn ceil_seconds(ns: u64) -> u64 {
+    ns.div_ceil(NANOS_PER_SECOND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gcra(requests: u64, period_s: u64, burst: u64) -> Gcra {
+        Gcra::new(
+            NonZeroU64::new(requests).unwrap(),
+            NonZeroU64::new(period_s * NANOS_PER_SECOND).unwrap(),
+            NonZeroU64::new(burst).unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_full_bucket_admits_exactly_burst_then_denies() {
+        let g = gcra(5, 1, 10);
+        let now = 1_000 * NANOS_PER_SECOND;
+        let mut tat = 0;
+        for i in 0..10 {
+            let v = g.check(tat, now, 1);
+            assert!(v.allowed, "request {i}");
+            assert_eq!(v.remaining, 9 - i);
+            tat = v.new_tat;
+        }
+        let v = g.check(tat, now, 1);
+        assert!(!v.allowed);
+        assert_eq!(v.remaining, 0);
+        assert_eq!(v.retry_after_ns, 200_000_000);
+        assert_eq!(v.reset_ns, 2 * NANOS_PER_SECOND);
+        assert_eq!(ceil_seconds(v.retry_after_ns), 1);
+    }
+
+    #[test]
+    fn tokens_refill_at_the_configured_rate() {
+        let g = gcra(5, 1, 10);
+        let now = 50 * NANOS_PER_SECOND;
+        let drained = now + g.capacity_ns();
+        assert!(!g.check(drained, now, 1).allowed);
+        assert!(!g.check(drained, now + 199_999_999, 1).allowed);
+        let v = g.check(drained, now + 200_000_000, 1);
+        assert!(v.allowed);
+        assert_eq!(v.remaining, 0);
+    }
+
+    #[test]
+    fn weighted_cost_takes_several_tokens_or_none() {
+        let g = gcra(10, 1, 10);
+        let now = NANOS_PER_SECOND;
+        let v = g.check(0, now, 7);
+        assert!(v.allowed);
+        assert_eq!(v.remaining, 3);
+        let denied = g.check(v.new_tat, now, 4);
+        assert!(!denied.allowed);
+        assert_eq!(denied.new_tat, v.new_tat, "a denial leaves the bucket untouched");
+        assert_eq!(denied.remaining, 3);
+        assert_eq!(denied.retry_after_ns, 100_000_000);
+    }
+
+    #[test]
+    fn a_cost_above_the_burst_never_fits() {
+        let g = gcra(10, 1, 10);
+        let v = g.check(0, NANOS_PER_SECOND, 11);
+        assert!(!v.allowed);
+        assert!(v.retry_after_ns > 0);
+    }
+
+    #[test]
+    fn uneven_rates_round_the_interval_up() {
+        let g = gcra(3, 1, 3);
+        assert_eq!(g.interval_ns(), 333_333_334);
+    }
+
+    #[test]
+    fn unrepresentable_rates_are_refused() {
+        let one = NonZeroU64::new(1).unwrap();
+        let err = Gcra::new(NonZeroU64::new(2).unwrap(), one, one).unwrap_err();
+        assert_eq!(err, GcraError::TooFast);
+        let huge = NonZeroU64::new(u64::MAX / 2).unwrap();
+        let err = Gcra::new(one, NonZeroU64::new(NANOS_PER_SECOND).unwrap(), huge).unwrap_err();
+        assert_eq!(err, GcraError::CapacityTooLarge);
+    }
+
+    #[test]
+    fn refund_undoes_a_charge_but_never_overfills() {
+        let g = gcra(10, 1, 10);
+        let now = NANOS_PER_SECOND;
+        let charged = g.check(0, now, 3).new_tat;
+        assert_eq!(g.refund(charged, now, 3), now);
+        assert_eq!(g.refund(charged, now, 100), now);
+    }
+}

@@ -1,0 +1,26 @@
+//! Sluice's pure core: everything about rate limiting that does not touch a host.
+//!
+//! * [`spec`]: the rule model as users write it (JSON/YAML), shared with the admin API.
+//! * [`rule`] and [`ruleset`]: validation at the edge, compiled matchers, client keys,
+//!   and the per-request [`ruleset::Ruleset::decide`].
+//! * [`gcra`]: token buckets as one theoretical-arrival-time per bucket.
+//! * [`slot`], [`store`] and [`limiter`]: the fixed-size bucket table in shared data,
+//!   compare-and-swap updates and all-or-nothing charging.
+//! * [`response`]: the headers and body clients see.
+//! * [`config`]: the filter's plugin configuration.
+//!
+//! Architecture invariant: nothing here performs I/O or reads a clock. Every `now` is an
+//! argument in nanoseconds, and storage is the [`store::SharedStore`] trait, so the same
+//! code runs in Envoy (wasm32) and in native tests.
+
+pub mod config;
+pub mod gcra;
+pub mod hash;
+pub mod limiter;
+pub mod request;
+pub mod response;
+pub mod rule;
+pub mod ruleset;
+pub mod slot;
+pub mod spec;
+pub mod store;

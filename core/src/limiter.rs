@@ -1,0 +1,355 @@
+//! Charging buckets in the shared slot table: placement, compare-and-swap, all-or-nothing.
+//!
+//! Shared-data keys can never be deleted, so buckets live in a fixed table of `slots`
+//! numbered keys. A client's bucket goes in the first usable slot of a short probe
+//! sequence starting at `fingerprint mod slots`:
+//!
+//! * a slot the client already **owns** is used as is;
+//! * otherwise the first slot that is **vacant** (never used) or **idle** (all its
+//!   buckets full at `now`, so it carries no information) is claimed;
+//! * a vacant slot ends the search, since nothing was ever placed past it;
+//! * when every probed slot is busy with other clients, the client **shares** the most
+//!   drained one, keeping the owner's buckets beside its own. Sharing errs toward
+//!   limiting (two clients of one rule then draw from one bucket) and is counted.
+//!
+//! A request's buckets are charged all-or-nothing: every bucket is read and checked
+//! first, so a denial writes nothing; then each is written with compare-and-swap. If a
+//! race makes a later bucket deny after earlier ones were charged, those charges are
+//! refunded. Retries are bounded; running out is a typed failure that the rule's
+//! failure mode turns into an allow or a deny.
+
+use std::num::NonZeroU32;
+
+use crate::gcra::Verdict;
+use crate::rule::Limit;
+use crate::slot::{MAX_ENCODED_LEN, SlotValue};
+use crate::spec::FailureMode;
+use crate::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutcome};
+
+/// Slots probed for one client before it shares a busy one.
+pub const MAX_PROBES: u32 = 4;
+/// Compare-and-swap attempts per bucket before giving up as contention.
+pub const MAX_WRITE_ATTEMPTS: u32 = 8;
+
+/// The fixed-size table of bucket slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotTable {
+    slots: u32,
+    probes: u32,
+}
+
+/// One bucket set to charge: the limits of one rule for one client.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketRequest<'a> {
+    pub fingerprint: u64,
+    pub limits: &'a [Limit],
+    pub cost: u64,
+    pub on_failure: FailureMode,
+}
+
+/// A verdict together with the limit (tier) it is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierVerdict {
+    pub tier: usize,
+    pub verdict: Verdict,
+}
+
+/// Why a bucket could not be evaluated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimiterFailure {
+    /// Other workers kept winning the compare-and-swap.
+    Contention,
+    /// The host refused a shared-data call.
+    Store(StoreError),
+}
+
+/// What happened to one bucket set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketResult {
+    /// Charged; `tightest` is the limit with the fewest tokens left.
+    Allowed { tightest: TierVerdict },
+    /// Over the limit; `binding` is the limit that must refill longest.
+    Denied { binding: TierVerdict },
+    /// Could not be evaluated and the failure mode let the request through.
+    FailedOpen(LimiterFailure),
+    /// Could not be evaluated and the failure mode denies the request.
+    FailedClosed(LimiterFailure),
+    /// Not looked at because an earlier bucket already decided the request.
+    Skipped,
+}
+
+/// Events worth a metric, counted while charging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimiterCounters {
+    pub cas_conflicts: u32,
+    pub shared_slots: u32,
+    pub evictions: u32,
+    pub corrupt_slots: u32,
+    pub refund_failures: u32,
+}
+
+/// The result of [`SlotTable::acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquisition {
+    /// Whether every bucket set allowed the request (or failed open).
+    pub allowed: bool,
+    /// One result per request, in order.
+    pub buckets: Vec<BucketResult>,
+    pub counters: LimiterCounters,
+}
+
+/// Where a client's bucket goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    Owned,
+    Claimed,
+    Shared,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Located {
+    slot: u32,
+    cas: Option<Cas>,
+    value: SlotValue,
+    placement: Placement,
+}
+
+/// A bucket set read and checked, ready to be written.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    slot: u32,
+    condition: WriteCondition,
+    next: SlotValue,
+    result: PlanResult,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PlanResult {
+    Allowed(TierVerdict),
+    Denied(TierVerdict),
+}
+
+impl SlotTable {
+    pub fn new(slots: NonZeroU32) -> Self {
+        Self { slots: slots.get(), probes: MAX_PROBES.min(slots.get()) }
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Charges `cost` to every bucket set of `requests`, or to none of them.
+    pub fn acquire(&self, store: &impl SharedStore, now: u64, requests: &[BucketRequest<'_>]) -> Acquisition {
+        let mut counters = LimiterCounters::default();
+        let mut buckets = vec![BucketResult::Skipped; requests.len()];
+        let mut plans: Vec<Option<Plan>> = Vec::with_capacity(requests.len());
+
+        // Phase 1: read and check everything. The common denial ends here, unwritten.
+        for (i, request) in requests.iter().enumerate() {
+            match self.plan(store, now, request, &mut counters) {
+                Ok(plan) => {
+                    if let PlanResult::Denied(binding) = plan.result {
+                        buckets[i] = BucketResult::Denied { binding };
+                        return Acquisition { allowed: false, buckets, counters };
+                    }
+                    plans.push(Some(plan));
+                }
+                Err(failure) => {
+                    let closed = request.on_failure == FailureMode::Closed;
+                    buckets[i] = fail(request.on_failure, failure);
+                    if closed {
+                        return Acquisition { allowed: false, buckets, counters };
+                    }
+                    plans.push(None);
+                }
+            }
+        }
+
+        // Phase 2: write each plan with compare-and-swap, re-planning on conflicts.
+        let mut committed: Vec<(usize, u32)> = Vec::with_capacity(requests.len());
+        for (i, request) in requests.iter().enumerate() {
+            let Some(mut plan) = plans[i] else { continue };
+            let mut attempts = 0;
+            let outcome = loop {
+                attempts += 1;
+                let mut bytes = Vec::with_capacity(MAX_ENCODED_LEN);
+                plan.next.encode(&mut bytes);
+                match store.write(plan.slot, &bytes, plan.condition) {
+                    Ok(WriteOutcome::Written) => break Ok(plan.result),
+                    Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
+                    Err(e) => break Err(LimiterFailure::Store(e)),
+                }
+                if attempts >= MAX_WRITE_ATTEMPTS {
+                    break Err(LimiterFailure::Contention);
+                }
+                match self.plan(store, now, request, &mut counters) {
+                    Ok(p) if matches!(p.result, PlanResult::Denied(_)) => break Ok(p.result),
+                    Ok(p) => plan = p,
+                    Err(e) => break Err(e),
+                }
+            };
+            let deny = match outcome {
+                Ok(PlanResult::Allowed(tightest)) => {
+                    buckets[i] = BucketResult::Allowed { tightest };
+                    committed.push((i, plan.slot));
+                    false
+                }
+                Ok(PlanResult::Denied(binding)) => {
+                    buckets[i] = BucketResult::Denied { binding };
+                    true
+                }
+                Err(failure) => {
+                    buckets[i] = fail(request.on_failure, failure);
+                    request.on_failure == FailureMode::Closed
+                }
+            };
+            if deny {
+                for &(j, slot) in &committed {
+                    self.refund(store, now, slot, &requests[j], &mut counters);
+                }
+                return Acquisition { allowed: false, buckets, counters };
+            }
+        }
+        Acquisition { allowed: true, buckets, counters }
+    }
+
+    /// Reads the client's slot and checks every limit against it.
+    fn plan(
+        &self,
+        store: &impl SharedStore,
+        now: u64,
+        request: &BucketRequest<'_>,
+        counters: &mut LimiterCounters,
+    ) -> Result<Plan, LimiterFailure> {
+        let located = self.locate(store, now, request.fingerprint, counters).map_err(LimiterFailure::Store)?;
+        let mut next = match located.placement {
+            Placement::Owned | Placement::Shared => located.value,
+            Placement::Claimed => SlotValue::owned_by(request.fingerprint),
+        };
+        if located.placement == Placement::Shared {
+            counters.shared_slots += 1;
+        }
+        let mut tightest: Option<TierVerdict> = None;
+        let mut binding: Option<TierVerdict> = None;
+        let mut verdicts = [None; crate::rule::MAX_LIMITS_PER_RULE];
+        for (tier, limit) in request.limits.iter().enumerate() {
+            let tat = next.tat_of(limit.identity).unwrap_or(0);
+            let verdict = limit.gcra.check(tat, now, request.cost);
+            let tv = TierVerdict { tier, verdict };
+            if verdict.allowed {
+                if tightest.is_none_or(|t| tighter(&tv, &t)) {
+                    tightest = Some(tv);
+                }
+            } else if binding.is_none_or(|b| verdict.retry_after_ns > b.verdict.retry_after_ns) {
+                binding = Some(tv);
+            }
+            if let Some(v) = verdicts.get_mut(tier) {
+                *v = Some(verdict);
+            }
+        }
+        let condition = located.cas.map_or(WriteCondition::Absent, WriteCondition::Unchanged);
+        let result = match (binding, tightest) {
+            (Some(b), _) => PlanResult::Denied(b),
+            (None, Some(t)) => {
+                next.drop_full(now);
+                for (limit, verdict) in request.limits.iter().zip(verdicts.iter().flatten()) {
+                    if next.set(limit.identity, verdict.new_tat, now) {
+                        counters.evictions += 1;
+                    }
+                }
+                PlanResult::Allowed(t)
+            }
+            // Validation guarantees at least one limit, but an empty set must not
+            // panic: it admits everything.
+            (None, None) => PlanResult::Allowed(TierVerdict {
+                tier: 0,
+                verdict: Verdict { allowed: true, new_tat: now, remaining: u64::MAX, reset_ns: 0, retry_after_ns: 0 },
+            }),
+        };
+        Ok(Plan { slot: located.slot, condition, next, result })
+    }
+
+    /// Finds the slot for `fingerprint`: owned, else first vacant or idle, else shared.
+    fn locate(
+        &self,
+        store: &impl SharedStore,
+        now: u64,
+        fingerprint: u64,
+        counters: &mut LimiterCounters,
+    ) -> Result<Located, StoreError> {
+        let start = (fingerprint % u64::from(self.slots)) as u32;
+        let mut free: Option<Located> = None;
+        let mut most_drained: Option<(u64, Located)> = None;
+        for probe in 0..self.probes {
+            let slot = ((u64::from(start) + u64::from(probe)) % u64::from(self.slots)) as u32;
+            let Some((bytes, cas)) = store.read(slot)? else {
+                let vacant = Located { slot, cas: None, value: SlotValue::default(), placement: Placement::Claimed };
+                return Ok(free.unwrap_or(vacant));
+            };
+            let value = match SlotValue::decode(&bytes) {
+                Ok(v) => v,
+                Err(_) => {
+                    // Not ours to trust: reuse it like an idle slot.
+                    counters.corrupt_slots += 1;
+                    free.get_or_insert(Located { slot, cas: Some(cas), value: SlotValue::default(), placement: Placement::Claimed });
+                    continue;
+                }
+            };
+            let located = Located { slot, cas: Some(cas), value, placement: Placement::Owned };
+            if value.owner == fingerprint {
+                return Ok(located);
+            }
+            if value.owner == 0 {
+                return Ok(free.unwrap_or(Located { placement: Placement::Claimed, ..located }));
+            }
+            if value.is_idle(now) {
+                free.get_or_insert(Located { placement: Placement::Claimed, ..located });
+            } else {
+                let backlog = value.backlog(now);
+                if most_drained.is_none_or(|(b, _)| backlog > b) {
+                    most_drained = Some((backlog, Located { placement: Placement::Shared, ..located }));
+                }
+            }
+        }
+        match (free, most_drained) {
+            (Some(f), _) => Ok(f),
+            (None, Some((_, shared))) => Ok(shared),
+            // Unreachable with at least one probe, but never panic.
+            (None, None) => Ok(Located { slot: start, cas: None, value: SlotValue::default(), placement: Placement::Claimed }),
+        }
+    }
+
+    /// Gives back what `request` took from `slot`, with bounded retries. A failed refund
+    /// errs toward limiting and is counted.
+    fn refund(&self, store: &impl SharedStore, now: u64, slot: u32, request: &BucketRequest<'_>, counters: &mut LimiterCounters) {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let Ok(Some((bytes, cas))) = store.read(slot) else { break };
+            let Ok(mut value) = SlotValue::decode(&bytes) else { break };
+            for limit in request.limits {
+                if let Some(tat) = value.tat_of(limit.identity) {
+                    value.set(limit.identity, limit.gcra.refund(tat, now, request.cost), now);
+                }
+            }
+            let mut out = Vec::with_capacity(MAX_ENCODED_LEN);
+            value.encode(&mut out);
+            match store.write(slot, &out, WriteCondition::Unchanged(cas)) {
+                Ok(WriteOutcome::Written) => return,
+                Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
+                Err(_) => break,
+            }
+        }
+        counters.refund_failures += 1;
+    }
+}
+
+fn fail(mode: FailureMode, failure: LimiterFailure) -> BucketResult {
+    match mode {
+        FailureMode::Open => BucketResult::FailedOpen(failure),
+        FailureMode::Closed => BucketResult::FailedClosed(failure),
+    }
+}
+
+/// Fewer tokens left is tighter; on a tie, the one that takes longer to refill.
+fn tighter(a: &TierVerdict, b: &TierVerdict) -> bool {
+    (a.verdict.remaining, std::cmp::Reverse(a.verdict.reset_ns)) < (b.verdict.remaining, std::cmp::Reverse(b.verdict.reset_ns))
+}

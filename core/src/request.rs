@@ -1,0 +1,154 @@
+//! What the core needs to know about a request, and a plain owned implementation.
+//!
+//! The filter fills an [`HttpRequest`] from Envoy's headers once per request; tests build
+//! them directly. Header names are lowercase, as HTTP/2 and Envoy present them.
+
+use std::net::IpAddr;
+
+/// The parts of a request that rules can look at.
+pub trait RequestAttributes {
+    fn method(&self) -> &str;
+    /// The `:authority` (Host) as sent, possibly with a port.
+    fn authority(&self) -> &str;
+    /// The `:path`, including any query string.
+    fn path(&self) -> &str;
+    /// The first value of a header, by lowercase name.
+    fn header(&self, name: &str) -> Option<&str>;
+    /// The address of the TCP peer.
+    fn peer_ip(&self) -> Option<IpAddr>;
+
+    /// The path without its query string.
+    fn path_only(&self) -> &str {
+        let path = self.path();
+        path.split_once('?').map_or(path, |(p, _)| p)
+    }
+
+    /// The query string, without the `?`.
+    fn query(&self) -> &str {
+        self.path().split_once('?').map_or("", |(_, q)| q)
+    }
+
+    /// The host without a port, e.g. `api.example.com` for `api.example.com:8443`.
+    fn host(&self) -> &str {
+        strip_port(self.authority())
+    }
+}
+
+fn strip_port(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        // An IPv6 literal: `[::1]:8080`.
+        return rest.split_once(']').map_or(authority, |(ip, _)| ip);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+/// A request held by value: pseudo-headers split out, other headers in arrival order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub authority: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub peer_ip: Option<IpAddr>,
+}
+
+impl HttpRequest {
+    /// A `GET` for `path` on `localhost`, for tests and examples.
+    pub fn get(path: &str) -> Self {
+        Self {
+            method: "GET".into(),
+            authority: "localhost".into(),
+            path: path.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Adds a header (builder style).
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_ascii_lowercase(), value.into()));
+        self
+    }
+
+    /// Builds a request from the header list Envoy hands a filter, where the
+    /// pseudo-headers `:method`, `:authority` and `:path` come first.
+    pub fn from_header_pairs(pairs: Vec<(String, String)>, peer_ip: Option<IpAddr>) -> Self {
+        let mut request = HttpRequest { peer_ip, ..Self::default() };
+        for (name, value) in pairs {
+            match name.as_str() {
+                ":method" => request.method = value,
+                ":authority" => request.authority = value,
+                ":path" => request.path = value,
+                _ => request.headers.push((name, value)),
+            }
+        }
+        request
+    }
+}
+
+impl RequestAttributes for HttpRequest {
+    fn method(&self) -> &str {
+        &self.method
+    }
+
+    fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer_ip
+    }
+}
+
+/// Parses Envoy's `source.address` property (`1.2.3.4:5678` or `[::1]:5678`).
+pub fn parse_socket_ip(address: &str) -> Option<IpAddr> {
+    if let Ok(ip) = address.parse() {
+        return Some(ip);
+    }
+    address.parse::<std::net::SocketAddr>().ok().map(|s| s.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_drops_the_port_including_for_ipv6_literals() {
+        let mut r = HttpRequest::get("/");
+        for (authority, host) in [
+            ("api.example.com:8443", "api.example.com"),
+            ("api.example.com", "api.example.com"),
+            ("[::1]:8080", "::1"),
+            ("[::1]", "::1"),
+        ] {
+            r.authority = authority.into();
+            assert_eq!(r.host(), host);
+        }
+    }
+
+    #[test]
+    fn path_and_query_are_split_at_the_first_question_mark() {
+        let r = HttpRequest::get("/a/b?x=1&y=?");
+        assert_eq!(r.path_only(), "/a/b");
+        assert_eq!(r.query(), "x=1&y=?");
+        assert_eq!(HttpRequest::get("/plain").query(), "");
+    }
+
+    #[test]
+    fn socket_addresses_parse_with_or_without_ports() {
+        assert_eq!(parse_socket_ip("10.0.0.1:443"), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(parse_socket_ip("[::1]:80"), Some("::1".parse().unwrap()));
+        assert_eq!(parse_socket_ip("::1"), Some("::1".parse().unwrap()));
+        assert_eq!(parse_socket_ip("garbage"), None);
+    }
+}

@@ -1,0 +1,217 @@
+//! A validated set of rules and the per-request decision over it.
+
+use std::collections::HashSet;
+
+use crate::gcra::Verdict;
+use crate::hash::client_fingerprint;
+use crate::limiter::{Acquisition, BucketRequest, BucketResult, LimiterCounters, SlotTable, TierVerdict};
+use crate::request::RequestAttributes;
+use crate::rule::{FieldError, Limit, Problems, Rule, ValidationErrors};
+use crate::spec::{FailureMode, Mode, RuleSpec};
+use crate::store::SharedStore;
+
+/// Most rules in one ruleset.
+pub const MAX_RULES: usize = 1_000;
+
+/// A share of a limit used, in percent, from which an allowed request counts as
+/// "near the limit".
+pub const NEAR_LIMIT_PERCENT: u64 = 80;
+
+/// Validated rules in evaluation order: higher `priority` first, then by name.
+#[derive(Debug, Clone, Default)]
+pub struct Ruleset {
+    rules: Vec<Rule>,
+}
+
+impl Ruleset {
+    /// Validates every rule and the set as a whole (unique names and ids), reporting all
+    /// problems with `rules[i].` field paths.
+    pub fn from_specs(specs: Vec<RuleSpec>) -> Result<Ruleset, ValidationErrors> {
+        let mut problems = Problems::default();
+        if specs.len() > MAX_RULES {
+            problems.add("rules", format!("at most {MAX_RULES} rules are allowed"));
+        }
+        let mut rules = Vec::with_capacity(specs.len());
+        let mut names = HashSet::new();
+        let mut ids = HashSet::new();
+        for (i, spec) in specs.into_iter().enumerate() {
+            let prefix = format!("rules[{i}]");
+            match Rule::try_from(spec) {
+                Ok(rule) => {
+                    if !names.insert(rule.name.clone()) {
+                        problems.add(format!("{prefix}.name"), format!("`{}` is used by another rule", rule.name));
+                    }
+                    if !ids.insert(rule.id.clone()) {
+                        problems.add(format!("{prefix}.id"), format!("`{}` is used by another rule", rule.id));
+                    }
+                    rules.push(rule);
+                }
+                Err(errors) => problems.nest(&prefix, errors),
+            }
+        }
+        rules.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+        problems.finish(|| Ruleset { rules })
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Decides one request: charges the buckets of every matching enabled rule and says
+    /// whether it may pass. Enforce-mode rules are charged all-or-nothing together;
+    /// each shadow-mode rule is charged on its own and never denies.
+    pub fn decide<'r>(
+        &'r self,
+        request: &impl RequestAttributes,
+        store: &impl SharedStore,
+        table: &SlotTable,
+        now: u64,
+        default_failure: FailureMode,
+    ) -> Decision<'r> {
+        let mut decision = Decision::default();
+        let mut enforced: Vec<(&'r Rule, BucketRequest<'r>)> = Vec::new();
+        for rule in self.rules.iter().filter(|r| r.enabled && r.matcher.matches(request)) {
+            decision.matched_rules += 1;
+            let Some(client) = rule.key.extract(request) else {
+                decision.keys_missing += 1;
+                continue;
+            };
+            let bucket = BucketRequest {
+                fingerprint: client_fingerprint(&rule.id, &client),
+                limits: rule.limits_for(&client),
+                cost: rule.cost.of(request),
+                on_failure: rule.failure_mode_or(default_failure),
+            };
+            match rule.mode {
+                Mode::Enforce => enforced.push((rule, bucket)),
+                Mode::Shadow => {
+                    let acquisition = table.acquire(store, now, &[bucket]);
+                    decision.absorb_counters(&acquisition);
+                    match acquisition.buckets.first() {
+                        Some(BucketResult::Denied { .. } | BucketResult::FailedClosed(_)) => {
+                            decision.shadow_denied.push(rule);
+                        }
+                        Some(BucketResult::FailedOpen(_)) => decision.failed_open += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if enforced.is_empty() {
+            return decision;
+        }
+        let buckets: Vec<BucketRequest<'r>> = enforced.iter().map(|(_, b)| *b).collect();
+        let acquisition = table.acquire(store, now, &buckets);
+        decision.absorb_counters(&acquisition);
+        for ((rule, bucket), result) in enforced.iter().zip(&acquisition.buckets) {
+            match result {
+                BucketResult::Allowed { tightest } => {
+                    decision.note_allowed(rule, bucket.limits, *tightest);
+                }
+                BucketResult::Denied { binding } => {
+                    decision.outcome = Outcome::Denied(Limited { rule, limits: bucket.limits, tier: *binding });
+                }
+                BucketResult::FailedOpen(_) => decision.failed_open += 1,
+                BucketResult::FailedClosed(_) => decision.outcome = Outcome::FailedClosed(rule),
+                BucketResult::Skipped => {}
+            }
+        }
+        if !acquisition.allowed {
+            // Nothing was charged, so nothing is "near the limit" either.
+            decision.tightest = None;
+            decision.near_limit = false;
+        }
+        decision
+    }
+}
+
+/// A limit of a rule and its verdict: what the rate-limit headers describe.
+#[derive(Debug, Clone, Copy)]
+pub struct Limited<'r> {
+    pub rule: &'r Rule,
+    pub limits: &'r [Limit],
+    pub tier: TierVerdict,
+}
+
+impl Limited<'_> {
+    pub fn limit(&self) -> Option<&Limit> {
+        self.limits.get(self.tier.tier)
+    }
+
+    pub fn verdict(&self) -> &Verdict {
+        &self.tier.verdict
+    }
+}
+
+/// Whether the request may pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Outcome<'r> {
+    #[default]
+    Allowed,
+    /// An enforce-mode limit is exhausted.
+    Denied(Limited<'r>),
+    /// A fail-closed rule could not be evaluated.
+    FailedClosed(&'r Rule),
+}
+
+/// Everything the filter needs to answer a request and count it.
+#[derive(Debug, Clone, Default)]
+pub struct Decision<'r> {
+    pub outcome: Outcome<'r>,
+    /// For an allowed request: the enforce-mode limit with the fewest tokens left among
+    /// rules that send rate-limit headers.
+    pub tightest: Option<Limited<'r>>,
+    /// Shadow-mode rules that would have denied the request.
+    pub shadow_denied: Vec<&'r Rule>,
+    /// Enabled rules whose match held.
+    pub matched_rules: u32,
+    /// Matching rules skipped because the request carried no client key.
+    pub keys_missing: u32,
+    /// Buckets that could not be evaluated and let the request through.
+    pub failed_open: u32,
+    /// Whether an allowed request left some limit at least [`NEAR_LIMIT_PERCENT`] used.
+    pub near_limit: bool,
+    pub counters: LimiterCounters,
+}
+
+impl<'r> Decision<'r> {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self.outcome, Outcome::Allowed)
+    }
+
+    fn absorb_counters(&mut self, acquisition: &Acquisition) {
+        let c = &acquisition.counters;
+        self.counters.cas_conflicts += c.cas_conflicts;
+        self.counters.shared_slots += c.shared_slots;
+        self.counters.evictions += c.evictions;
+        self.counters.corrupt_slots += c.corrupt_slots;
+        self.counters.refund_failures += c.refund_failures;
+    }
+
+    fn note_allowed(&mut self, rule: &'r Rule, limits: &'r [Limit], tightest: TierVerdict) {
+        if let Some(limit) = limits.get(tightest.tier) {
+            let used = limit.burst.saturating_sub(tightest.verdict.remaining);
+            if used.saturating_mul(100) >= limit.burst.saturating_mul(NEAR_LIMIT_PERCENT) {
+                self.near_limit = true;
+            }
+        }
+        if !rule.rate_limit_headers {
+            return;
+        }
+        let candidate = Limited { rule, limits, tier: tightest };
+        let replace = self.tightest.is_none_or(|t| tightest.verdict.remaining < t.tier.verdict.remaining);
+        if replace {
+            self.tightest = Some(candidate);
+        }
+    }
+}
+
+impl From<FieldError> for ValidationErrors {
+    fn from(e: FieldError) -> Self {
+        ValidationErrors(vec![e])
+    }
+}

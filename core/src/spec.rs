@@ -1,0 +1,230 @@
+//! The rule model as users write it: JSON or YAML, in the filter's static configuration,
+//! in `sluice rules apply` files and in the admin API's request bodies alike.
+//!
+//! These types only describe shape. Whether a rule makes sense is decided once, at the
+//! edge, by [`crate::rule::Rule::try_from`]; everything after that works with values that
+//! are already valid.
+
+use serde::{Deserialize, Serialize};
+
+/// One rate-limiting rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// Stable identity of the rule's buckets. Defaults to `name`; keep it when renaming a
+    /// rule so its clients keep their buckets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Higher runs first; the first denying rule in this order is the one reported.
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default, rename = "match")]
+    pub matcher: MatchSpec,
+    pub key: KeySpec,
+    pub limits: Vec<LimitSpec>,
+    #[serde(default)]
+    pub cost: CostSpec,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<OverrideSpec>,
+    /// Defaults to the proxy's `failure_mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_mode: Option<FailureMode>,
+    #[serde(default)]
+    pub response: ResponseSpec,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `enforce` denies over-limit requests; `shadow` only counts what it would deny.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Shadow,
+}
+
+/// What to do when the rule cannot be evaluated (shared-data errors, contention).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Let the request through and count it.
+    #[default]
+    Open,
+    /// Deny the request with the rule's response.
+    Closed,
+}
+
+/// Which requests a rule applies to. Every given condition must hold; an empty match
+/// applies to every request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSpec {
+    /// `api.example.com`, or `*.example.com` for any subdomain. Compared without the port,
+    /// case-insensitively.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_exact: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
+    /// A regular expression that must match the whole path (query string excluded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_regex: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderMatchSpec>,
+}
+
+/// A condition on one request header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatchSpec {
+    pub name: String,
+    /// `true`: the header must be present; `false`: it must be absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+    /// The header's value must equal this exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<String>,
+}
+
+/// Whose bucket a request draws from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum KeySpec {
+    /// The value of a request header, e.g. `x-api-key`.
+    Header(String),
+    /// The client's IP address.
+    ClientIp(ClientIpSpec),
+    /// The value of a query parameter.
+    Query(String),
+    /// The request path (query string excluded).
+    Path,
+    /// One bucket for everyone.
+    Global,
+    /// Several keys joined with `|`; missing when any part is missing.
+    Composite(Vec<KeySpec>),
+}
+
+/// How to find the client's IP address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientIpSpec {
+    /// How many proxies in front of Envoy append to `X-Forwarded-For`. 0 uses the TCP
+    /// peer; N uses the Nth address from the right of `X-Forwarded-For`.
+    #[serde(default)]
+    pub trusted_hops: u32,
+}
+
+/// One token bucket: `requests` per `period`, holding at most `burst` tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSpec {
+    pub requests: u64,
+    pub period: PeriodSpec,
+    /// The bucket's capacity; defaults to `requests`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+}
+
+/// A period: `second`, `minute`, `hour`, `day`, or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PeriodSpec {
+    Named(NamedPeriod),
+    Seconds(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamedPeriod {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+impl PeriodSpec {
+    /// The period in seconds (zero for an invalid `0`, which validation rejects).
+    pub fn seconds(self) -> u64 {
+        match self {
+            PeriodSpec::Named(NamedPeriod::Second) => 1,
+            PeriodSpec::Named(NamedPeriod::Minute) => 60,
+            PeriodSpec::Named(NamedPeriod::Hour) => 3_600,
+            PeriodSpec::Named(NamedPeriod::Day) => 86_400,
+            PeriodSpec::Seconds(s) => s,
+        }
+    }
+}
+
+/// How many tokens one request takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum CostSpec {
+    /// The same cost for every request.
+    Fixed(u64),
+    /// The cost read from a request header, capped at `max`.
+    Header(HeaderCostSpec),
+}
+
+impl Default for CostSpec {
+    fn default() -> Self {
+        CostSpec::Fixed(1)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderCostSpec {
+    pub name: String,
+    /// The highest cost a client can claim.
+    pub max: u64,
+    /// The cost when the header is missing or not a whole number.
+    #[serde(default = "one")]
+    pub default: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Different limits for one client key, e.g. `acme` gets 500/s.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideSpec {
+    /// The client key exactly as the rule's `key` extracts it.
+    pub client: String,
+    pub limits: Vec<LimitSpec>,
+}
+
+/// What a denied client receives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseSpec {
+    #[serde(default = "too_many_requests")]
+    pub status: u16,
+    /// Whether to send `RateLimit-Policy`, `RateLimit` and `X-RateLimit-*` headers.
+    #[serde(default = "yes")]
+    pub rate_limit_headers: bool,
+}
+
+fn too_many_requests() -> u16 {
+    429
+}
+
+impl Default for ResponseSpec {
+    fn default() -> Self {
+        Self { status: too_many_requests(), rate_limit_headers: true }
+    }
+}

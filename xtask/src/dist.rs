@@ -1,0 +1,59 @@
+//! `cargo xtask build`: the deliverables, gathered in `target/dist/`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::cmd::{self, step};
+use crate::toolchain::WasmRoute;
+
+const FILTER_PACKAGE: &str = "sluice-filter";
+const FILTER_ARTEFACT: &str = "sluice_filter.wasm";
+const ADMIN_PACKAGE: &str = "sluice-admin";
+const ADMIN_BINARY: &str = "sluice";
+
+/// Absolute paths of the built deliverables.
+#[derive(Debug, Clone)]
+pub struct Dist {
+    pub filter_wasm: PathBuf,
+    pub sluice_bin: PathBuf,
+}
+
+pub fn dist_dir() -> PathBuf {
+    cmd::project_root().join("target").join("dist")
+}
+
+/// Builds the filter (wasm32, release) and the `sluice` binary (host, release) into
+/// `target/dist/`. Cargo itself makes this incremental.
+pub fn build() -> Result<Dist> {
+    let route = WasmRoute::select()?;
+
+    step(format!(
+        "building {FILTER_PACKAGE} (release, {route} route)"
+    ));
+    let wasm = route
+        .build_release(FILTER_PACKAGE, FILTER_ARTEFACT)
+        .with_context(|| format!("building {FILTER_PACKAGE} for wasm32"))?;
+    let filter_wasm = dist_dir().join(FILTER_ARTEFACT);
+    cmd::copy_file(&wasm, &filter_wasm)?;
+
+    step(format!("building {ADMIN_PACKAGE} (release)"));
+    let mut build = cmd::cargo();
+    build.args([
+        "build",
+        "--release",
+        "--package",
+        ADMIN_PACKAGE,
+        "--bin",
+        ADMIN_BINARY,
+    ]);
+    let binary = cmd::cargo_build_artefact(&mut build, ADMIN_BINARY)
+        .with_context(|| format!("building {ADMIN_PACKAGE}"))?;
+    let sluice_bin = dist_dir().join(ADMIN_BINARY);
+    cmd::copy_file(&binary, &sluice_bin)?;
+
+    Ok(Dist {
+        filter_wasm,
+        sluice_bin,
+    })
+}

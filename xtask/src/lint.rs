@@ -1,0 +1,62 @@
+//! `cargo xtask lint`: formatting and clippy, on the host and (where possible) for wasm32.
+
+use anyhow::{Result, bail};
+
+use crate::cmd::{self, note, step};
+use crate::toolchain::WasmRoute;
+
+const FILTER_PACKAGE: &str = "sluice-filter";
+
+/// Runs every check, even after a failure, so one run shows all problems.
+pub fn lint() -> Result<()> {
+    let mut failed = Vec::new();
+    let mut record = |check: &'static str, result: Result<()>| {
+        if let Err(err) = result {
+            note(format!("{err:#}"));
+            failed.push(check);
+        }
+    };
+
+    step("checking formatting (cargo fmt --check)");
+    record(
+        "cargo fmt",
+        cmd::run(cmd::cargo().args(["fmt", "--all", "--check"])),
+    );
+
+    // Every crate except the wasm-only filter: the default members plus the integration tests.
+    step("clippy on the host crates");
+    record(
+        "clippy (host)",
+        cmd::run(
+            cmd::cargo()
+                .args([
+                    "clippy",
+                    "--workspace",
+                    "--exclude",
+                    FILTER_PACKAGE,
+                    "--all-targets",
+                ])
+                .args(["--", "-D", "warnings"]),
+        ),
+    );
+
+    step(format!("clippy on {FILTER_PACKAGE} for wasm32"));
+    match WasmRoute::select() {
+        Ok(WasmRoute::Rustup) => {
+            let mut clippy = WasmRoute::Rustup.cargo("clippy");
+            clippy.args(["--package", FILTER_PACKAGE, "--", "-D", "warnings"]);
+            record("clippy (wasm32)", cmd::run(&mut clippy));
+        }
+        Ok(WasmRoute::Debian) => {
+            note("skipped: Debian ships no clippy for its rustc-web compiler");
+        }
+        Err(err) => record("clippy (wasm32): no toolchain", Err(err)),
+    }
+
+    if failed.is_empty() {
+        step("lint passed");
+        Ok(())
+    } else {
+        bail!("lint failed: {}", failed.join(", "))
+    }
+}

@@ -1,0 +1,99 @@
+//! `cargo xtask`: Sluice's build, test and demo automation, in Rust so it runs wherever cargo
+//! does. Each step says what it does and skips what is already done.
+
+mod apt;
+mod cmd;
+mod demo;
+mod dist;
+mod envoy;
+mod lint;
+mod suite;
+mod toolchain;
+mod upstream;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Build, test and demo Sluice",
+    after_help = "Environment:\n  \
+        SLUICE_WASM_ROUTE=rustup|debian  force how the wasm32 filter is compiled\n  \
+        SLUICE_ENVOY=PATH                use this Envoy binary"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Build the filter (wasm32) and the `sluice` binary into target/dist/.
+    Build,
+    /// Run the whole suite: build, unit and property tests, integration tests against Envoy.
+    Test(suite::TestArgs),
+    /// cargo fmt --check and clippy (host crates, and the filter for wasm32 where possible).
+    Lint,
+    /// Run Envoy with the filter in front of an echo server until Ctrl-C.
+    Demo(demo::DemoArgs),
+    /// Find or install Envoy and print its path.
+    Envoy,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli.task) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` prints the whole chain on one line: which step, then why.
+            eprintln!("\nxtask: FAILED: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(task: &Task) -> Result<()> {
+    match task {
+        Task::Build => {
+            let dist = dist::build()?;
+            cmd::step("built");
+            cmd::note(dist.filter_wasm.display());
+            cmd::note(dist.sluice_bin.display());
+            Ok(())
+        }
+        Task::Test(args) => suite::test(args),
+        Task::Lint => lint::lint(),
+        Task::Demo(args) => demo::demo(args),
+        Task::Envoy => {
+            let envoy = envoy::ensure_envoy()?;
+            println!("{}", envoy.display());
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn test_passes_trailing_args_through() {
+        let cli = Cli::try_parse_from(["xtask", "test", "--skip-unit", "accuracy", "--nocapture"])
+            .expect("valid command line");
+        let Task::Test(args) = cli.task else {
+            panic!("expected the test task");
+        };
+        assert!(args.skip_unit);
+        assert_eq!(args.test_args, ["accuracy", "--nocapture"]);
+    }
+}

@@ -1,0 +1,60 @@
+//! `cargo xtask test`: the whole suite, as CI runs it.
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::cmd::{self, step};
+use crate::{dist, envoy};
+
+const INTEGRATION_PACKAGE: &str = "sluice-tests";
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Skip the unit and property tests of the host crates.
+    #[arg(long)]
+    pub skip_unit: bool,
+
+    /// Passed to the integration test binary after `--`: a test-name filter such as
+    /// `accuracy`, or libtest flags such as `--nocapture`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "TEST_ARGS"
+    )]
+    pub test_args: Vec<String>,
+}
+
+pub fn test(args: &TestArgs) -> Result<()> {
+    let dist = dist::build().context("step `build` failed")?;
+    let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
+
+    if args.skip_unit {
+        step("unit and property tests: skipped (--skip-unit)");
+    } else {
+        // Plain `cargo test` runs the workspace's default members: every host crate, but neither
+        // the wasm-only filter nor the Envoy-driven integration tests.
+        step("unit and property tests (cargo test, default members)");
+        cmd::run(cmd::cargo().arg("test")).context("step `unit and property tests` failed")?;
+    }
+
+    step(format!(
+        "integration tests against Envoy ({INTEGRATION_PACKAGE})"
+    ));
+    let mut integration = cmd::cargo();
+    integration
+        .args([
+            "test",
+            "--package",
+            INTEGRATION_PACKAGE,
+            "--",
+            "--test-threads=1",
+        ])
+        .args(&args.test_args)
+        .env("SLUICE_FILTER_WASM", &dist.filter_wasm)
+        .env("SLUICE_BIN", &dist.sluice_bin)
+        .env(envoy::ENVOY_ENV, &envoy);
+    cmd::run(&mut integration).context("step `integration tests` failed")?;
+
+    step("all tests passed");
+    Ok(())
+}

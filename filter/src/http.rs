@@ -1,0 +1,168 @@
+//! The request context: reads the request, asks the core, answers or forwards.
+//!
+//! Nothing here blocks or performs network I/O: a decision is a handful of shared-data
+//! reads and compare-and-swap writes on this worker's thread.
+
+use std::rc::Rc;
+use std::time::UNIX_EPOCH;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, MapType};
+use sluice_core::request::{HttpRequest, parse_socket_ip};
+use sluice_core::response::{self, HeaderList};
+use sluice_core::ruleset::{Decision, Outcome};
+
+use crate::metrics::Metrics;
+use crate::root::Shared;
+
+#[derive(Debug)]
+pub struct SluiceHttp {
+    shared: Rc<Shared>,
+    /// Rate-limit headers to add to the upstream's response.
+    response_headers: Option<HeaderList>,
+}
+
+impl SluiceHttp {
+    pub fn new(shared: Rc<Shared>) -> Self {
+        Self { shared, response_headers: None }
+    }
+
+    fn decide_request(&mut self, metrics: &Metrics) -> Action {
+        let Some(config) = self.shared.config() else {
+            // No valid configuration (yet): fail open, visibly.
+            metrics.fail_open.inc();
+            metrics.allowed.inc();
+            return Action::Continue;
+        };
+        if config.ruleset.is_empty() {
+            metrics.allowed.inc();
+            return Action::Continue;
+        }
+        let Some((request, now)) = read_request(metrics) else {
+            metrics.fail_open.inc();
+            metrics.allowed.inc();
+            return Action::Continue;
+        };
+        let decision = config.ruleset.decide(&request, &self.shared.store, &config.table, now, config.failure_mode);
+        record(metrics, &decision);
+        if let Some(header) = &config.shadow_header {
+            mark_shadow_denials(header, &request, &decision);
+        }
+        match decision.outcome {
+            Outcome::Allowed => {
+                metrics.allowed.inc();
+                if config.rate_limit_headers {
+                    self.response_headers = decision.tightest.map(|t| response::rate_limit_headers(&t, false));
+                }
+                Action::Continue
+            }
+            Outcome::Denied(limited) => {
+                metrics.denied.inc();
+                let status = limited.rule.status;
+                let mut headers: HeaderList = vec![
+                    ("retry-after", response::retry_after_seconds(&limited).to_string()),
+                    ("content-type", "application/problem+json".to_string()),
+                ];
+                if config.rate_limit_headers && limited.rule.rate_limit_headers {
+                    headers.extend(response::rate_limit_headers(&limited, true));
+                }
+                send_local_response(metrics, status, &headers, &response::problem_body(&limited, status))
+            }
+            Outcome::FailedClosed(rule) => {
+                metrics.fail_closed.inc();
+                let headers: HeaderList = vec![("content-type", "application/problem+json".to_string())];
+                send_local_response(metrics, rule.status, &headers, &response::failed_closed_body(&rule.name, rule.status))
+            }
+        }
+    }
+}
+
+impl Context for SluiceHttp {}
+
+impl HttpContext for SluiceHttp {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let metrics = self.shared.metrics();
+        metrics.requests.inc();
+        self.decide_request(&metrics)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let Some(headers) = self.response_headers.take() {
+            for (name, value) in &headers {
+                if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value).is_err() {
+                    self.shared.metrics().errors.inc();
+                }
+            }
+        }
+        Action::Continue
+    }
+}
+
+/// Reads the request headers, the peer address and the clock from the host. `None` if
+/// the host refuses, which the caller treats as a fail-open event.
+fn read_request(metrics: &Metrics) -> Option<(HttpRequest, u64)> {
+    let pairs = match hostcalls::get_map_bytes(MapType::HttpRequestHeaders) {
+        Ok(pairs) => pairs,
+        Err(status) => {
+            log::warn!("cannot read request headers ({status:?})");
+            metrics.errors.inc();
+            return None;
+        }
+    };
+    // Header values may carry arbitrary bytes (obs-text); keys and matching work on
+    // text, so invalid UTF-8 is replaced rather than trusted or panicked on.
+    let pairs = pairs
+        .into_iter()
+        .map(|(name, value)| {
+            let value = String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            (name, value)
+        })
+        .collect();
+    let peer = hostcalls::get_property(vec!["source", "address"])
+        .ok()
+        .flatten()
+        .and_then(|bytes| std::str::from_utf8(&bytes).ok().and_then(parse_socket_ip));
+    let now = hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .and_then(|d| u64::try_from(d.as_nanos()).ok());
+    let Some(now) = now else {
+        log::warn!("the host clock is unavailable");
+        metrics.errors.inc();
+        return None;
+    };
+    Some((HttpRequest::from_header_pairs(pairs, peer), now))
+}
+
+fn record(metrics: &Metrics, decision: &Decision<'_>) {
+    metrics.record_limiter(&decision.counters);
+    metrics.fail_open.add(u64::from(decision.failed_open));
+    metrics.key_missing.add(u64::from(decision.keys_missing));
+    metrics.shadow_denied.add(u64::from(!decision.shadow_denied.is_empty()));
+    metrics.near_limit.add(u64::from(decision.near_limit));
+}
+
+/// Tells the upstream which shadow rules would have denied this request, and strips a
+/// client-supplied header of that name so the upstream can trust it.
+fn mark_shadow_denials(header: &str, request: &HttpRequest, decision: &Decision<'_>) {
+    if !decision.shadow_denied.is_empty() {
+        let names: Vec<&str> = decision.shadow_denied.iter().map(|r| r.name.as_str()).collect();
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(&names.join(",")));
+    } else if request.headers.iter().any(|(n, _)| n == header) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, None);
+    }
+}
+
+fn send_local_response(metrics: &Metrics, status: u16, headers: &HeaderList, body: &str) -> Action {
+    let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    match hostcalls::send_http_response(u32::from(status), pairs, Some(body.as_bytes())) {
+        Ok(()) => Action::Pause,
+        Err(status) => {
+            log::error!("cannot send the local response ({status:?}); letting the request through");
+            metrics.errors.inc();
+            metrics.fail_open.inc();
+            Action::Continue
+        }
+    }
+}

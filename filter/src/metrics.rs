@@ -1,0 +1,101 @@
+//! Envoy counters for everything the filter decides or survives.
+//!
+//! Counters of the same name from every worker VM add up in Envoy. They appear in
+//! `/stats` as `wasmcustom.<name>` and in `/stats/prometheus` as `<name>`.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MetricType;
+use sluice_core::limiter::LimiterCounters;
+
+/// One Envoy counter. Defining can fail on a misbehaving host; such a counter is simply
+/// not recorded rather than taking the filter down.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counter(Option<u32>);
+
+impl Counter {
+    fn define(name: &str) -> Counter {
+        match hostcalls::define_metric(MetricType::Counter, name) {
+            Ok(id) => Counter(Some(id)),
+            Err(status) => {
+                log::error!("cannot define metric {name}: {status:?}");
+                Counter(None)
+            }
+        }
+    }
+
+    pub fn add(self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if let Some(id) = self.0 {
+            // Nothing useful can be done if the host refuses an increment.
+            let _ = hostcalls::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub fn inc(self) {
+        self.add(1);
+    }
+}
+
+/// Every counter the filter keeps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Metrics {
+    /// Requests the filter saw.
+    pub requests: Counter,
+    /// Requests let through (including fail-open).
+    pub allowed: Counter,
+    /// Requests answered with the rule's denial.
+    pub denied: Counter,
+    /// Requests a shadow-mode rule would have denied.
+    pub shadow_denied: Counter,
+    /// Allowed requests that left a limit at least 80% used.
+    pub near_limit: Counter,
+    /// Requests or buckets let through because something failed (fail-open events).
+    pub fail_open: Counter,
+    /// Requests denied because a fail-closed rule could not be evaluated.
+    pub fail_closed: Counter,
+    /// Host or configuration errors.
+    pub errors: Counter,
+    /// Compare-and-swap conflicts with other workers (retried).
+    pub cas_contention: Counter,
+    /// Clients that shared a busy slot because every probed slot was in use.
+    pub slot_shared: Counter,
+    /// Buckets evicted from a full slot while still holding state.
+    pub slot_evictions: Counter,
+    /// Slot values that did not decode and were reused.
+    pub slot_corrupt: Counter,
+    /// Matching rules skipped because the request carried no client key.
+    pub key_missing: Counter,
+    /// Configurations refused (the filter then passes all traffic).
+    pub config_errors: Counter,
+}
+
+impl Metrics {
+    pub fn define() -> Metrics {
+        Metrics {
+            requests: Counter::define("sluice_requests_total"),
+            allowed: Counter::define("sluice_allowed_total"),
+            denied: Counter::define("sluice_denied_total"),
+            shadow_denied: Counter::define("sluice_shadow_denied_total"),
+            near_limit: Counter::define("sluice_near_limit_total"),
+            fail_open: Counter::define("sluice_fail_open_total"),
+            fail_closed: Counter::define("sluice_fail_closed_total"),
+            errors: Counter::define("sluice_errors_total"),
+            cas_contention: Counter::define("sluice_cas_contention_total"),
+            slot_shared: Counter::define("sluice_slot_shared_total"),
+            slot_evictions: Counter::define("sluice_slot_evictions_total"),
+            slot_corrupt: Counter::define("sluice_slot_corrupt_total"),
+            key_missing: Counter::define("sluice_key_missing_total"),
+            config_errors: Counter::define("sluice_config_errors_total"),
+        }
+    }
+
+    pub fn record_limiter(&self, c: &LimiterCounters) {
+        self.cas_contention.add(u64::from(c.cas_conflicts));
+        self.slot_shared.add(u64::from(c.shared_slots));
+        self.slot_evictions.add(u64::from(c.evictions));
+        self.slot_corrupt.add(u64::from(c.corrupt_slots));
+        self.errors.add(u64::from(c.refund_failures));
+    }
+}

@@ -108,13 +108,20 @@ impl TryFrom<FilterConfigSpec> for FilterConfig {
 
     fn try_from(spec: FilterConfigSpec) -> Result<Self, Self::Error> {
         let mut problems = crate::rule::Problems::default();
-        let slots = NonZeroU32::new(spec.slots).filter(|s| (MIN_SLOTS..=MAX_SLOTS).contains(&s.get()));
+        let slots =
+            NonZeroU32::new(spec.slots).filter(|s| (MIN_SLOTS..=MAX_SLOTS).contains(&s.get()));
         if slots.is_none() {
-            problems.add("slots", format!("must be between {MIN_SLOTS} and {MAX_SLOTS}"));
+            problems.add(
+                "slots",
+                format!("must be between {MIN_SLOTS} and {MAX_SLOTS}"),
+            );
         }
         if let Some(h) = &spec.shadow_header {
             if h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-                problems.add("shadow_header", "must be a header name of letters, digits and '-'");
+                problems.add(
+                    "shadow_header",
+                    "must be a header name of letters, digits and '-'",
+                );
             }
         }
         let ruleset = Ruleset::from_specs(spec.rules).map_err(|e| problems.nest_top(e));
@@ -145,9 +152,13 @@ mod tests {
 
     #[test]
     fn shape_errors_name_the_path() {
-        let err = FilterConfig::from_json(br#"{"rules":[{"name":"a","key":"global","limits":[{"requests":"x","period":1}]}]}"#)
-            .unwrap_err();
-        let ConfigError::Shape { path, .. } = err else { panic!("{err:?}") };
+        let err = FilterConfig::from_json(
+            br#"{"rules":[{"name":"a","key":"global","limits":[{"requests":"x","period":1}]}]}"#,
+        )
+        .unwrap_err();
+        let ConfigError::Shape { path, .. } = err else {
+            panic!("{err:?}")
+        };
         assert_eq!(path, "rules[0].limits[0].requests");
     }
 

@@ -44,7 +44,11 @@ impl Gcra {
     /// The emission interval is rounded *up* to whole nanoseconds: rounding down would
     /// admit a hair more than the configured rate, and Sluice promises never to exceed
     /// `burst + rate × elapsed`.
-    pub fn new(requests: NonZeroU64, period_ns: NonZeroU64, burst: NonZeroU64) -> Result<Self, GcraError> {
+    pub fn new(
+        requests: NonZeroU64,
+        period_ns: NonZeroU64,
+        burst: NonZeroU64,
+    ) -> Result<Self, GcraError> {
         let interval_ns = period_ns.get().div_ceil(requests.get());
         if requests.get() > period_ns.get() {
             return Err(GcraError::TooFast);
@@ -54,7 +58,11 @@ impl Gcra {
             .checked_mul(interval_ns)
             .filter(|c| *c <= MAX_CAPACITY_NS)
             .ok_or(GcraError::CapacityTooLarge)?;
-        Ok(Self { interval_ns, burst: burst.get(), capacity_ns })
+        Ok(Self {
+            interval_ns,
+            burst: burst.get(),
+            capacity_ns,
+        })
     }
 
     /// Nanoseconds between two tokens.
@@ -100,7 +108,8 @@ impl Gcra {
             Verdict {
                 allowed: false,
                 new_tat: tat,
-                remaining: (self.capacity_ns - backlog_before.min(self.capacity_ns)) / self.interval_ns,
+                remaining: (self.capacity_ns - backlog_before.min(self.capacity_ns))
+                    / self.interval_ns,
                 reset_ns: backlog_before,
                 retry_after_ns,
             }
@@ -111,7 +120,8 @@ impl Gcra {
     /// when another bucket of the same request denies it). Never moves the TAT below
     /// `now`, which would credit the bucket beyond full.
     pub fn refund(&self, tat: u64, now: u64, cost: u64) -> u64 {
-        tat.saturating_sub(cost.saturating_mul(self.interval_ns)).max(now.min(tat))
+        tat.saturating_sub(cost.saturating_mul(self.interval_ns))
+            .max(now.min(tat))
     }
 }
 
@@ -188,7 +198,10 @@ mod tests {
         assert_eq!(v.remaining, 3);
         let denied = g.check(v.new_tat, now, 4);
         assert!(!denied.allowed);
-        assert_eq!(denied.new_tat, v.new_tat, "a denial leaves the bucket untouched");
+        assert_eq!(
+            denied.new_tat, v.new_tat,
+            "a denial leaves the bucket untouched"
+        );
         assert_eq!(denied.remaining, 3);
         assert_eq!(denied.retry_after_ns, 100_000_000);
     }

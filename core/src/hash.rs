@@ -39,7 +39,13 @@ mod tests {
         // change them only on purpose, together with the slot format version.
         assert_eq!(client_fingerprint("api", "alice"), 0xd364_dcae_9220_f5a5);
         assert_eq!(limit_identity("r", 5, 1, 10), 0xb33d_cddc_79d2_02bf);
-        assert_ne!(client_fingerprint("api", "alice"), client_fingerprint("api", "bob"));
-        assert_ne!(client_fingerprint("ap", "ialice"), client_fingerprint("api", "alice"));
+        assert_ne!(
+            client_fingerprint("api", "alice"),
+            client_fingerprint("api", "bob")
+        );
+        assert_ne!(
+            client_fingerprint("ap", "ialice"),
+            client_fingerprint("api", "alice")
+        );
     }
 }

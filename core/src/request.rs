@@ -75,7 +75,10 @@ impl HttpRequest {
     /// Builds a request from the header list Envoy hands a filter, where the
     /// pseudo-headers `:method`, `:authority` and `:path` come first.
     pub fn from_header_pairs(pairs: Vec<(String, String)>, peer_ip: Option<IpAddr>) -> Self {
-        let mut request = HttpRequest { peer_ip, ..Self::default() };
+        let mut request = HttpRequest {
+            peer_ip,
+            ..Self::default()
+        };
         for (name, value) in pairs {
             match name.as_str() {
                 ":method" => request.method = value,
@@ -102,7 +105,10 @@ impl RequestAttributes for HttpRequest {
     }
 
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     fn peer_ip(&self) -> Option<IpAddr> {
@@ -146,7 +152,10 @@ mod tests {
 
     #[test]
     fn socket_addresses_parse_with_or_without_ports() {
-        assert_eq!(parse_socket_ip("10.0.0.1:443"), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            parse_socket_ip("10.0.0.1:443"),
+            Some("10.0.0.1".parse().unwrap())
+        );
         assert_eq!(parse_socket_ip("[::1]:80"), Some("::1".parse().unwrap()));
         assert_eq!(parse_socket_ip("::1"), Some("::1".parse().unwrap()));
         assert_eq!(parse_socket_ip("garbage"), None);

@@ -31,7 +31,11 @@ pub fn rate_limit_headers(limited: &Limited<'_>, denied: bool) -> HeaderList {
     headers.push(("ratelimit-policy", policy));
 
     let verdict = limited.verdict();
-    let reset = if denied { retry_after_seconds(limited) } else { ceil_seconds(verdict.reset_ns) };
+    let reset = if denied {
+        retry_after_seconds(limited)
+    } else {
+        ceil_seconds(verdict.reset_ns)
+    };
     let mut current = String::new();
     write_policy_name(&mut current, name, limited.tier.tier, limited.limits.len());
     let _ = write!(current, ";r={};t={}", verdict.remaining, reset);

@@ -66,7 +66,10 @@ pub(crate) struct Problems {
 
 impl Problems {
     pub(crate) fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(FieldError { field: field.into(), message: message.into() });
+        self.errors.push(FieldError {
+            field: field.into(),
+            message: message.into(),
+        });
     }
 
     /// Adds another set of errors with their fields prefixed by `prefix`.
@@ -92,7 +95,11 @@ impl Problems {
     }
 
     pub(crate) fn finish<T>(self, value: impl FnOnce() -> T) -> Result<T, ValidationErrors> {
-        if self.errors.is_empty() { Ok(value()) } else { Err(ValidationErrors(self.errors)) }
+        if self.errors.is_empty() {
+            Ok(value())
+        } else {
+            Err(ValidationErrors(self.errors))
+        }
     }
 }
 
@@ -109,13 +116,21 @@ pub struct Limit {
 }
 
 impl Limit {
-    fn build(rule_id: &str, spec: &LimitSpec, field: &str, problems: &mut Problems) -> Option<Limit> {
+    fn build(
+        rule_id: &str,
+        spec: &LimitSpec,
+        field: &str,
+        problems: &mut Problems,
+    ) -> Option<Limit> {
         let requests = spec.requests;
         let period_seconds = spec.period.seconds();
         let burst = spec.burst.unwrap_or(requests);
         let mut ok = true;
         if requests == 0 || requests > MAX_REQUESTS {
-            problems.add(format!("{field}.requests"), format!("must be between 1 and {MAX_REQUESTS}"));
+            problems.add(
+                format!("{field}.requests"),
+                format!("must be between 1 and {MAX_REQUESTS}"),
+            );
             ok = false;
         }
         if period_seconds == 0 || period_seconds > MAX_PERIOD_SECONDS {
@@ -128,7 +143,10 @@ impl Limit {
             ok = false;
         }
         if spec.burst.is_some() && (burst == 0 || burst > MAX_REQUESTS) {
-            problems.add(format!("{field}.burst"), format!("must be between 1 and {MAX_REQUESTS}"));
+            problems.add(
+                format!("{field}.burst"),
+                format!("must be between 1 and {MAX_REQUESTS}"),
+            );
             ok = false;
         }
         if !ok {
@@ -146,15 +164,29 @@ impl Limit {
             }
         };
         let identity = crate::hash::limit_identity(rule_id, requests, period_seconds, burst);
-        Some(Limit { requests, period_seconds, burst, gcra, identity })
+        Some(Limit {
+            requests,
+            period_seconds,
+            burst,
+            gcra,
+            identity,
+        })
     }
 
-    fn build_all(rule_id: &str, specs: &[LimitSpec], field: &str, problems: &mut Problems) -> Vec<Limit> {
+    fn build_all(
+        rule_id: &str,
+        specs: &[LimitSpec],
+        field: &str,
+        problems: &mut Problems,
+    ) -> Vec<Limit> {
         if specs.is_empty() {
             problems.add(field, "at least one limit is required");
         }
         if specs.len() > MAX_LIMITS_PER_RULE {
-            problems.add(field, format!("at most {MAX_LIMITS_PER_RULE} limits are allowed"));
+            problems.add(
+                field,
+                format!("at most {MAX_LIMITS_PER_RULE} limits are allowed"),
+            );
         }
         let limits: Vec<Limit> = specs
             .iter()
@@ -201,7 +233,10 @@ impl RequestMatcher {
             let h = h.to_ascii_lowercase();
             let bare = h.strip_prefix("*.").unwrap_or(&h);
             if bare.is_empty() || bare.contains('*') || bare.contains('/') || bare.contains(' ') {
-                problems.add("match.host", "must be a host name like api.example.com or *.example.com");
+                problems.add(
+                    "match.host",
+                    "must be a host name like api.example.com or *.example.com",
+                );
                 return None;
             }
             Some(match h.strip_prefix('*') {
@@ -209,27 +244,41 @@ impl RequestMatcher {
                 None => HostPattern::Exact(h),
             })
         });
-        for (field, value) in [("match.path_exact", &spec.path_exact), ("match.path_prefix", &spec.path_prefix)] {
+        for (field, value) in [
+            ("match.path_exact", &spec.path_exact),
+            ("match.path_prefix", &spec.path_prefix),
+        ] {
             if value.as_ref().is_some_and(|p| !p.starts_with('/')) {
                 problems.add(field, "must start with /");
             }
         }
         let path_regex = spec.path_regex.as_ref().and_then(|source| {
             if source.len() > MAX_REGEX_LEN {
-                problems.add("match.path_regex", format!("is longer than {MAX_REGEX_LEN} characters"));
+                problems.add(
+                    "match.path_regex",
+                    format!("is longer than {MAX_REGEX_LEN} characters"),
+                );
                 return None;
             }
             // Anchored: the expression must match the whole path, as Envoy's safe_regex does.
             regex::RegexBuilder::new(&format!("^(?:{source})$"))
                 .size_limit(REGEX_SIZE_LIMIT)
                 .build()
-                .map_err(|e| problems.add("match.path_regex", format!("is not a valid regular expression: {e}")))
+                .map_err(|e| {
+                    problems.add(
+                        "match.path_regex",
+                        format!("is not a valid regular expression: {e}"),
+                    )
+                })
                 .ok()
         });
         let mut methods = Vec::new();
         for (i, m) in spec.methods.iter().enumerate() {
             if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
-                problems.add(format!("match.methods[{i}]"), "must be an HTTP method such as GET");
+                problems.add(
+                    format!("match.methods[{i}]"),
+                    "must be an HTTP method such as GET",
+                );
             } else {
                 methods.push(m.to_ascii_uppercase());
             }
@@ -258,7 +307,8 @@ impl RequestMatcher {
             let ok = match host {
                 HostPattern::Exact(h) => actual.eq_ignore_ascii_case(h),
                 HostPattern::Suffix(s) => {
-                    actual.len() > s.len() && actual[actual.len() - s.len()..].eq_ignore_ascii_case(s)
+                    actual.len() > s.len()
+                        && actual[actual.len() - s.len()..].eq_ignore_ascii_case(s)
                 }
             };
             if !ok {
@@ -267,7 +317,10 @@ impl RequestMatcher {
         }
         let path = request.path_only();
         if self.path_exact.as_deref().is_some_and(|p| p != path)
-            || self.path_prefix.as_deref().is_some_and(|p| !path.starts_with(p))
+            || self
+                .path_prefix
+                .as_deref()
+                .is_some_and(|p| !path.starts_with(p))
             || self.path_regex.as_ref().is_some_and(|r| !r.is_match(path))
         {
             return false;
@@ -284,14 +337,20 @@ impl RequestMatcher {
 }
 
 impl HeaderCondition {
-    fn build(spec: &HeaderMatchSpec, field: &str, problems: &mut Problems) -> Option<HeaderCondition> {
+    fn build(
+        spec: &HeaderMatchSpec,
+        field: &str,
+        problems: &mut Problems,
+    ) -> Option<HeaderCondition> {
         let name = spec.name.to_ascii_lowercase();
         if !is_header_name(&name) {
             problems.add(format!("{field}.name"), "must be a header name");
             return None;
         }
         match (spec.present, &spec.equals) {
-            (None, Some(v)) | (Some(true), Some(v)) => Some(HeaderCondition::Equals(name, v.clone())),
+            (None, Some(v)) | (Some(true), Some(v)) => {
+                Some(HeaderCondition::Equals(name, v.clone()))
+            }
             (Some(true), None) => Some(HeaderCondition::Present(name)),
             (Some(false), None) => Some(HeaderCondition::Absent(name)),
             (None, None) => {
@@ -309,7 +368,9 @@ impl HeaderCondition {
 fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 256
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b))
 }
 
 /// How a rule finds whose bucket a request draws from.
@@ -327,7 +388,12 @@ pub enum ClientKey {
 pub const COMPOSITE_SEPARATOR: char = '|';
 
 impl ClientKey {
-    fn build(spec: &KeySpec, field: &str, nested: bool, problems: &mut Problems) -> Option<ClientKey> {
+    fn build(
+        spec: &KeySpec,
+        field: &str,
+        nested: bool,
+        problems: &mut Problems,
+    ) -> Option<ClientKey> {
         match spec {
             KeySpec::Header(name) => {
                 let name = name.to_ascii_lowercase();
@@ -340,10 +406,15 @@ impl ClientKey {
             }
             KeySpec::ClientIp(ip) => {
                 if ip.trusted_hops > 16 {
-                    problems.add(format!("{field}.client_ip.trusted_hops"), "must be at most 16");
+                    problems.add(
+                        format!("{field}.client_ip.trusted_hops"),
+                        "must be at most 16",
+                    );
                     return None;
                 }
-                Some(ClientKey::ClientIp { trusted_hops: ip.trusted_hops })
+                Some(ClientKey::ClientIp {
+                    trusted_hops: ip.trusted_hops,
+                })
             }
             KeySpec::Query(name) => {
                 if name.is_empty() || name.len() > 256 {
@@ -372,7 +443,9 @@ impl ClientKey {
                 let built: Vec<ClientKey> = parts
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, p)| ClientKey::build(p, &format!("{field}.composite[{i}]"), true, problems))
+                    .filter_map(|(i, p)| {
+                        ClientKey::build(p, &format!("{field}.composite[{i}]"), true, problems)
+                    })
                     .collect();
                 (built.len() == parts.len()).then_some(ClientKey::Composite(built))
             }
@@ -411,7 +484,12 @@ fn client_ip<'r>(request: &'r impl RequestAttributes, trusted_hops: u32) -> Opti
     if trusted_hops > 0 {
         if let Some(xff) = request.header("x-forwarded-for") {
             let hops = trusted_hops as usize;
-            let entry = xff.rsplit(',').map(str::trim).filter(|e| !e.is_empty()).take(hops).last();
+            let entry = xff
+                .rsplit(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .take(hops)
+                .last();
             if let Some(entry) = entry {
                 return Some(Cow::Borrowed(entry));
             }
@@ -424,7 +502,11 @@ fn client_ip<'r>(request: &'r impl RequestAttributes, trusted_hops: u32) -> Opti
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cost {
     Fixed(u64),
-    Header { name: String, max: u64, default: u64 },
+    Header {
+        name: String,
+        max: u64,
+        default: u64,
+    },
 }
 
 impl Cost {
@@ -443,14 +525,21 @@ impl Cost {
                     ok = false;
                 }
                 if !(1..=MAX_COST).contains(&h.max) {
-                    problems.add("cost.header.max", format!("must be between 1 and {MAX_COST}"));
+                    problems.add(
+                        "cost.header.max",
+                        format!("must be between 1 and {MAX_COST}"),
+                    );
                     ok = false;
                 }
                 if h.default > h.max {
                     problems.add("cost.header.default", "must not exceed max");
                     ok = false;
                 }
-                ok.then(|| Cost::Header { name, max: h.max, default: h.default })
+                ok.then_some(Cost::Header {
+                    name,
+                    max: h.max,
+                    default: h.default,
+                })
             }
         }
     }
@@ -503,7 +592,10 @@ impl TryFrom<RuleSpec> for Rule {
             problems.add("description", "must be at most 1024 characters");
         }
         if !(400..=599).contains(&spec.response.status) {
-            problems.add("response.status", "must be an HTTP error status from 400 to 599");
+            problems.add(
+                "response.status",
+                "must be an HTTP error status from 400 to 599",
+            );
         }
         let matcher = RequestMatcher::build(&spec.matcher, &mut problems);
         let key = ClientKey::build(&spec.key, "key", false, &mut problems);
@@ -539,7 +631,10 @@ fn build_overrides(
     problems: &mut Problems,
 ) -> HashMap<String, Vec<Limit>> {
     if specs.len() > MAX_OVERRIDES {
-        problems.add("overrides", format!("at most {MAX_OVERRIDES} overrides are allowed"));
+        problems.add(
+            "overrides",
+            format!("at most {MAX_OVERRIDES} overrides are allowed"),
+        );
     }
     let mut overrides = HashMap::with_capacity(specs.len());
     for (i, o) in specs.iter().enumerate() {
@@ -549,7 +644,10 @@ fn build_overrides(
         }
         let limits = Limit::build_all(rule_id, &o.limits, &format!("{field}.limits"), problems);
         if overrides.insert(o.client.clone(), limits).is_some() {
-            problems.add(format!("{field}.client"), format!("`{}` already has an override", o.client));
+            problems.add(
+                format!("{field}.client"),
+                format!("`{}` already has an override", o.client),
+            );
         }
     }
     overrides
@@ -558,8 +656,13 @@ fn build_overrides(
 /// Names and ids appear in response headers as structured-field strings and in URLs, so
 /// they are restricted to a safe alphabet.
 fn check_identifier(value: &str, field: &str, max_len: usize, problems: &mut Problems) {
-    let valid_start = value.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
-    let valid_chars = value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    let valid_start = value
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric());
+    let valid_chars = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
     if !valid_start || !valid_chars || value.len() > max_len {
         problems.add(
             field,
@@ -573,7 +676,9 @@ fn check_identifier(value: &str, field: &str, max_len: usize, problems: &mut Pro
 impl Rule {
     /// The limits that apply to `client`: its override, or the rule's own.
     pub fn limits_for(&self, client: &str) -> &[Limit] {
-        self.overrides.get(client).map_or(&self.limits, Vec::as_slice)
+        self.overrides
+            .get(client)
+            .map_or(&self.limits, Vec::as_slice)
     }
 
     /// The failure mode in force, given the proxy's default.
@@ -594,7 +699,12 @@ mod tests {
 
     fn errors(json: &str) -> Vec<String> {
         let spec: RuleSpec = serde_json::from_str(json).unwrap();
-        Rule::try_from(spec).unwrap_err().0.into_iter().map(|e| format!("{}: {}", e.field, e.message)).collect()
+        Rule::try_from(spec)
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
     }
 
     const EXAMPLE: &str = r#"{"name":"api-per-key","match":{"path_prefix":"/api/"},"key":{"header":"x-api-key"},"limits":[{"requests":5,"period":"second","burst":10},{"requests":100,"period":"minute"}],"mode":"enforce"}"#;
@@ -604,8 +714,22 @@ mod tests {
         let r = rule(EXAMPLE);
         assert_eq!(r.id, "api-per-key");
         assert_eq!(r.limits.len(), 2);
-        assert_eq!((r.limits[0].requests, r.limits[0].period_seconds, r.limits[0].burst), (5, 1, 10));
-        assert_eq!((r.limits[1].requests, r.limits[1].period_seconds, r.limits[1].burst), (100, 60, 100));
+        assert_eq!(
+            (
+                r.limits[0].requests,
+                r.limits[0].period_seconds,
+                r.limits[0].burst
+            ),
+            (5, 1, 10)
+        );
+        assert_eq!(
+            (
+                r.limits[1].requests,
+                r.limits[1].period_seconds,
+                r.limits[1].burst
+            ),
+            (100, 60, 100)
+        );
         assert_eq!(r.key, ClientKey::Header("x-api-key".into()));
         assert!(r.matcher.matches(&HttpRequest::get("/api/x")));
         assert!(!r.matcher.matches(&HttpRequest::get("/other")));
@@ -636,18 +760,30 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_periods_are_rejected_by_the_shape() {
-        assert!(serde_json::from_str::<RuleSpec>(r#"{"name":"a","key":"global","limits":[],"colour":1}"#).is_err());
         assert!(
-            serde_json::from_str::<RuleSpec>(r#"{"name":"a","key":"global","limits":[{"requests":1,"period":"fortnight"}]}"#)
-                .is_err()
+            serde_json::from_str::<RuleSpec>(
+                r#"{"name":"a","key":"global","limits":[],"colour":1}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<RuleSpec>(
+                r#"{"name":"a","key":"global","limits":[{"requests":1,"period":"fortnight"}]}"#
+            )
+            .is_err()
         );
     }
 
     #[test]
     fn empty_and_duplicate_limits_are_rejected() {
-        assert_eq!(errors(r#"{"name":"a","key":"global","limits":[]}"#), ["limits: at least one limit is required"]);
         assert_eq!(
-            errors(r#"{"name":"a","key":"global","limits":[{"requests":1,"period":60},{"requests":1,"period":"minute"}]}"#),
+            errors(r#"{"name":"a","key":"global","limits":[]}"#),
+            ["limits: at least one limit is required"]
+        );
+        assert_eq!(
+            errors(
+                r#"{"name":"a","key":"global","limits":[{"requests":1,"period":60},{"requests":1,"period":"minute"}]}"#
+            ),
             ["limits[1]: duplicates an earlier limit"]
         );
     }
@@ -669,14 +805,23 @@ mod tests {
         assert!(r.matcher.matches(&base));
         let mut other_host = base.clone();
         other_host.authority = "example.com".into();
-        assert!(!r.matcher.matches(&other_host), "the bare domain is not a subdomain");
+        assert!(
+            !r.matcher.matches(&other_host),
+            "the bare domain is not a subdomain"
+        );
         let mut longer_path = base.clone();
         longer_path.path = "/v2/items/7".into();
-        assert!(!r.matcher.matches(&longer_path), "regexes match the whole path");
+        assert!(
+            !r.matcher.matches(&longer_path),
+            "regexes match the whole path"
+        );
         let mut get = base.clone();
         get.method = "GET".into();
         assert!(!r.matcher.matches(&get));
-        assert!(!r.matcher.matches(&base.clone().with_header("x-internal", "1")));
+        assert!(
+            !r.matcher
+                .matches(&base.clone().with_header("x-internal", "1"))
+        );
         let mut paid = base.clone();
         paid.headers[0].1 = "paid".into();
         assert!(!r.matcher.matches(&paid));
@@ -688,34 +833,72 @@ mod tests {
             path: "/p/q?api_key=k%201&x=2".into(),
             headers: vec![
                 ("x-api-key".into(), "alice".into()),
-                ("x-forwarded-for".into(), "203.0.113.9, 10.0.0.2 , 10.0.0.1".into()),
+                (
+                    "x-forwarded-for".into(),
+                    "203.0.113.9, 10.0.0.2 , 10.0.0.1".into(),
+                ),
             ],
             peer_ip: Some("192.0.2.1".parse().unwrap()),
             ..HttpRequest::get("/")
         };
         let key = |k: ClientKey| k.extract(&request).map(Cow::into_owned);
-        assert_eq!(key(ClientKey::Header("x-api-key".into())).as_deref(), Some("alice"));
+        assert_eq!(
+            key(ClientKey::Header("x-api-key".into())).as_deref(),
+            Some("alice")
+        );
         assert_eq!(key(ClientKey::Header("x-missing".into())), None);
-        assert_eq!(key(ClientKey::ClientIp { trusted_hops: 0 }).as_deref(), Some("192.0.2.1"));
-        assert_eq!(key(ClientKey::ClientIp { trusted_hops: 1 }).as_deref(), Some("10.0.0.1"));
-        assert_eq!(key(ClientKey::ClientIp { trusted_hops: 3 }).as_deref(), Some("203.0.113.9"));
-        assert_eq!(key(ClientKey::ClientIp { trusted_hops: 9 }).as_deref(), Some("203.0.113.9"));
-        assert_eq!(key(ClientKey::Query("api_key".into())).as_deref(), Some("k 1"));
+        assert_eq!(
+            key(ClientKey::ClientIp { trusted_hops: 0 }).as_deref(),
+            Some("192.0.2.1")
+        );
+        assert_eq!(
+            key(ClientKey::ClientIp { trusted_hops: 1 }).as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(
+            key(ClientKey::ClientIp { trusted_hops: 3 }).as_deref(),
+            Some("203.0.113.9")
+        );
+        assert_eq!(
+            key(ClientKey::ClientIp { trusted_hops: 9 }).as_deref(),
+            Some("203.0.113.9")
+        );
+        assert_eq!(
+            key(ClientKey::Query("api_key".into())).as_deref(),
+            Some("k 1")
+        );
         assert_eq!(key(ClientKey::Path).as_deref(), Some("/p/q"));
         assert_eq!(key(ClientKey::Global).as_deref(), Some(""));
-        let composite = ClientKey::Composite(vec![ClientKey::Header("x-api-key".into()), ClientKey::Path]);
+        let composite =
+            ClientKey::Composite(vec![ClientKey::Header("x-api-key".into()), ClientKey::Path]);
         assert_eq!(key(composite).as_deref(), Some("alice|/p/q"));
-        let broken = ClientKey::Composite(vec![ClientKey::Header("x-api-key".into()), ClientKey::Query("nope".into())]);
+        let broken = ClientKey::Composite(vec![
+            ClientKey::Header("x-api-key".into()),
+            ClientKey::Query("nope".into()),
+        ]);
         assert_eq!(key(broken), None);
     }
 
     #[test]
     fn header_costs_are_capped_and_default_when_unreadable() {
-        let r = rule(r#"{"name":"c","key":"global","limits":[{"requests":10,"period":1}],"cost":{"header":{"name":"x-cost","max":5}}}"#);
+        let r = rule(
+            r#"{"name":"c","key":"global","limits":[{"requests":10,"period":1}],"cost":{"header":{"name":"x-cost","max":5}}}"#,
+        );
         assert_eq!(r.cost.of(&HttpRequest::get("/")), 1);
-        assert_eq!(r.cost.of(&HttpRequest::get("/").with_header("x-cost", "3")), 3);
-        assert_eq!(r.cost.of(&HttpRequest::get("/").with_header("x-cost", "300")), 5);
-        assert_eq!(r.cost.of(&HttpRequest::get("/").with_header("x-cost", "-2")), 1);
+        assert_eq!(
+            r.cost.of(&HttpRequest::get("/").with_header("x-cost", "3")),
+            3
+        );
+        assert_eq!(
+            r.cost
+                .of(&HttpRequest::get("/").with_header("x-cost", "300")),
+            5
+        );
+        assert_eq!(
+            r.cost
+                .of(&HttpRequest::get("/").with_header("x-cost", "-2")),
+            1
+        );
     }
 
     #[test]
@@ -730,8 +913,12 @@ mod tests {
 
     #[test]
     fn editing_one_limit_changes_only_that_limits_identity() {
-        let a = rule(r#"{"name":"r","key":"global","limits":[{"requests":10,"period":1},{"requests":100,"period":60}]}"#);
-        let b = rule(r#"{"name":"r","key":"global","limits":[{"requests":10,"period":1},{"requests":200,"period":60}]}"#);
+        let a = rule(
+            r#"{"name":"r","key":"global","limits":[{"requests":10,"period":1},{"requests":100,"period":60}]}"#,
+        );
+        let b = rule(
+            r#"{"name":"r","key":"global","limits":[{"requests":10,"period":1},{"requests":200,"period":60}]}"#,
+        );
         assert_eq!(a.limits[0].identity, b.limits[0].identity);
         assert_ne!(a.limits[1].identity, b.limits[1].identity);
     }

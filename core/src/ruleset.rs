@@ -4,7 +4,9 @@ use std::collections::HashSet;
 
 use crate::gcra::Verdict;
 use crate::hash::client_fingerprint;
-use crate::limiter::{Acquisition, BucketRequest, BucketResult, LimiterCounters, SlotTable, TierVerdict};
+use crate::limiter::{
+    Acquisition, BucketRequest, BucketResult, LimiterCounters, SlotTable, TierVerdict,
+};
 use crate::request::RequestAttributes;
 use crate::rule::{FieldError, Limit, Problems, Rule, ValidationErrors};
 use crate::spec::{FailureMode, Mode, RuleSpec};
@@ -39,17 +41,27 @@ impl Ruleset {
             match Rule::try_from(spec) {
                 Ok(rule) => {
                     if !names.insert(rule.name.clone()) {
-                        problems.add(format!("{prefix}.name"), format!("`{}` is used by another rule", rule.name));
+                        problems.add(
+                            format!("{prefix}.name"),
+                            format!("`{}` is used by another rule", rule.name),
+                        );
                     }
                     if !ids.insert(rule.id.clone()) {
-                        problems.add(format!("{prefix}.id"), format!("`{}` is used by another rule", rule.id));
+                        problems.add(
+                            format!("{prefix}.id"),
+                            format!("`{}` is used by another rule", rule.id),
+                        );
                     }
                     rules.push(rule);
                 }
                 Err(errors) => problems.nest(&prefix, errors),
             }
         }
-        rules.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+        rules.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
         problems.finish(|| Ruleset { rules })
     }
 
@@ -74,7 +86,11 @@ impl Ruleset {
     ) -> Decision<'r> {
         let mut decision = Decision::default();
         let mut enforced: Vec<(&'r Rule, BucketRequest<'r>)> = Vec::new();
-        for rule in self.rules.iter().filter(|r| r.enabled && r.matcher.matches(request)) {
+        for rule in self
+            .rules
+            .iter()
+            .filter(|r| r.enabled && r.matcher.matches(request))
+        {
             decision.matched_rules += 1;
             let Some(client) = rule.key.extract(request) else {
                 decision.keys_missing += 1;
@@ -113,7 +129,11 @@ impl Ruleset {
                     decision.note_allowed(rule, bucket.limits, *tightest);
                 }
                 BucketResult::Denied { binding } => {
-                    decision.outcome = Outcome::Denied(Limited { rule, limits: bucket.limits, tier: *binding });
+                    decision.outcome = Outcome::Denied(Limited {
+                        rule,
+                        limits: bucket.limits,
+                        tier: *binding,
+                    });
                 }
                 BucketResult::FailedOpen(_) => decision.failed_open += 1,
                 BucketResult::FailedClosed(_) => decision.outcome = Outcome::FailedClosed(rule),
@@ -202,8 +222,14 @@ impl<'r> Decision<'r> {
         if !rule.rate_limit_headers {
             return;
         }
-        let candidate = Limited { rule, limits, tier: tightest };
-        let replace = self.tightest.is_none_or(|t| tightest.verdict.remaining < t.tier.verdict.remaining);
+        let candidate = Limited {
+            rule,
+            limits,
+            tier: tightest,
+        };
+        let replace = self
+            .tightest
+            .is_none_or(|t| tightest.verdict.remaining < t.tier.verdict.remaining);
         if replace {
             self.tightest = Some(candidate);
         }

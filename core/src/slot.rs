@@ -51,7 +51,10 @@ pub enum DecodeError {
 impl SlotValue {
     /// An empty slot held by `owner`.
     pub fn owned_by(owner: u64) -> Self {
-        Self { owner, ..Self::default() }
+        Self {
+            owner,
+            ..Self::default()
+        }
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -60,7 +63,10 @@ impl SlotValue {
 
     /// The stored TAT of the bucket `identity`, if this slot holds it.
     pub fn tat_of(&self, identity: u64) -> Option<u64> {
-        self.entries().iter().find(|e| e.identity == identity).map(|e| e.tat)
+        self.entries()
+            .iter()
+            .find(|e| e.identity == identity)
+            .map(|e| e.tat)
     }
 
     /// Whether every bucket here is full at `now`: such a slot carries no information
@@ -71,7 +77,11 @@ impl SlotValue {
 
     /// The longest backlog of any bucket here: how drained the slot is.
     pub fn backlog(&self, now: u64) -> u64 {
-        self.entries().iter().map(|e| e.tat.saturating_sub(now)).max().unwrap_or(0)
+        self.entries()
+            .iter()
+            .map(|e| e.tat.saturating_sub(now))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Stores `tat` for `identity`. Full buckets (`tat <= now`) are dropped first to make
@@ -79,7 +89,10 @@ impl SlotValue {
     /// whether an entry that still held state had to be evicted.
     pub fn set(&mut self, identity: u64, tat: u64, now: u64) -> bool {
         let len = self.len as usize;
-        if let Some(e) = self.entries[..len].iter_mut().find(|e| e.identity == identity) {
+        if let Some(e) = self.entries[..len]
+            .iter_mut()
+            .find(|e| e.identity == identity)
+        {
             e.tat = tat;
             return false;
         }
@@ -94,7 +107,12 @@ impl SlotValue {
         }
         // Every entry still holds state: evict the one closest to full, which loses the
         // least (its client may get up to that much extra, and the event is counted).
-        let victim = self.entries.iter().enumerate().min_by_key(|(_, e)| e.tat).map_or(0, |(i, _)| i);
+        let victim = self
+            .entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| e.tat)
+            .map_or(0, |(i, _)| i);
         self.entries[victim] = Entry { identity, tat };
         true
     }
@@ -139,7 +157,10 @@ impl SlotValue {
         }
         let mut value = SlotValue::owned_by(owner);
         for (i, chunk) in body.chunks_exact(ENTRY_LEN).enumerate() {
-            value.entries[i] = Entry { identity: read_u64(&chunk[..8]), tat: read_u64(&chunk[8..]) };
+            value.entries[i] = Entry {
+                identity: read_u64(&chunk[..8]),
+                tat: read_u64(&chunk[8..]),
+            };
         }
         value.len = len as u8;
         Ok(value)
@@ -185,9 +206,18 @@ mod tests {
     #[test]
     fn foreign_or_truncated_bytes_are_rejected() {
         assert_eq!(SlotValue::decode(&[]), Err(DecodeError::BadLength));
-        assert_eq!(SlotValue::decode(&[2, 0, 0]), Err(DecodeError::UnknownVersion(2)));
-        assert_eq!(SlotValue::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]), Err(DecodeError::BadLength));
-        assert_eq!(SlotValue::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 9]), Err(DecodeError::BadLength));
+        assert_eq!(
+            SlotValue::decode(&[2, 0, 0]),
+            Err(DecodeError::UnknownVersion(2))
+        );
+        assert_eq!(
+            SlotValue::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            Err(DecodeError::BadLength)
+        );
+        assert_eq!(
+            SlotValue::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 9]),
+            Err(DecodeError::BadLength)
+        );
     }
 
     #[test]

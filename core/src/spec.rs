@@ -225,6 +225,9 @@ fn too_many_requests() -> u16 {
 
 impl Default for ResponseSpec {
     fn default() -> Self {
-        Self { status: too_many_requests(), rate_limit_headers: true }
+        Self {
+            status: too_many_requests(),
+            rate_limit_headers: true,
+        }
     }
 }

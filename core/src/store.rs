@@ -42,7 +42,12 @@ pub trait SharedStore {
     /// The slot's bytes and CAS, or `None` when it was never written.
     fn read(&self, slot: u32) -> Result<Option<(Vec<u8>, Cas)>, StoreError>;
     /// Writes `value` if `condition` holds.
-    fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> Result<WriteOutcome, StoreError>;
+    fn write(
+        &self,
+        slot: u32,
+        value: &[u8],
+        condition: WriteCondition,
+    ) -> Result<WriteOutcome, StoreError>;
 }
 
 /// An in-memory [`SharedStore`] with the host's semantics. Thread-safe, so tests can run
@@ -59,7 +64,10 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn new() -> Self {
-        Self { next_cas: AtomicU32::new(1), ..Self::default() }
+        Self {
+            next_cas: AtomicU32::new(1),
+            ..Self::default()
+        }
     }
 
     /// Makes the next `n` writes report a conflict (and bump the slot's CAS, as a
@@ -81,23 +89,35 @@ impl MemoryStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (Vec<u8>, Cas)>> {
         // A test thread that panicked while holding the lock has already failed its
         // test; the map itself is still consistent.
-        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn take_one(counter: &AtomicU32) -> bool {
-        counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 }
 
 impl SharedStore for MemoryStore {
     fn read(&self, slot: u32) -> Result<Option<(Vec<u8>, Cas)>, StoreError> {
         if Self::take_one(&self.injected_failures) {
-            return Err(StoreError { operation: "get", detail: "injected failure".into() });
+            return Err(StoreError {
+                operation: "get",
+                detail: "injected failure".into(),
+            });
         }
         Ok(self.lock().get(&slot).cloned())
     }
 
-    fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> Result<WriteOutcome, StoreError> {
+    fn write(
+        &self,
+        slot: u32,
+        value: &[u8],
+        condition: WriteCondition,
+    ) -> Result<WriteOutcome, StoreError> {
         let mut slots = self.lock();
         let cas = self.next_cas.fetch_add(1, Ordering::SeqCst);
         if Self::take_one(&self.injected_conflicts) {

@@ -43,19 +43,32 @@ impl SharedStore for HostStore {
         match self.with_key(slot, hostcalls::get_shared_data) {
             Ok((_, None)) => Ok(None),
             Ok((bytes, Some(cas))) => Ok(Some((bytes.unwrap_or_default(), cas))),
-            Err(status) => Err(StoreError { operation: "get", detail: format!("{status:?}") }),
+            Err(status) => Err(StoreError {
+                operation: "get",
+                detail: format!("{status:?}"),
+            }),
         }
     }
 
-    fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> Result<WriteOutcome, StoreError> {
+    fn write(
+        &self,
+        slot: u32,
+        value: &[u8],
+        condition: WriteCondition,
+    ) -> Result<WriteOutcome, StoreError> {
         let cas = match condition {
             WriteCondition::Unchanged(cas) => cas,
             WriteCondition::Absent => CREATE_CAS,
         };
-        match self.with_key(slot, |key| hostcalls::set_shared_data(key, Some(value), Some(cas))) {
+        match self.with_key(slot, |key| {
+            hostcalls::set_shared_data(key, Some(value), Some(cas))
+        }) {
             Ok(()) => Ok(WriteOutcome::Written),
             Err(Status::CasMismatch) => Ok(WriteOutcome::Conflict),
-            Err(status) => Err(StoreError { operation: "set", detail: format!("{status:?}") }),
+            Err(status) => Err(StoreError {
+                operation: "set",
+                detail: format!("{status:?}"),
+            }),
         }
     }
 }

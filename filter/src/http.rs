@@ -25,7 +25,10 @@ pub struct SluiceHttp {
 
 impl SluiceHttp {
     pub fn new(shared: Rc<Shared>) -> Self {
-        Self { shared, response_headers: None }
+        Self {
+            shared,
+            response_headers: None,
+        }
     }
 
     fn decide_request(&mut self, metrics: &Metrics) -> Action {
@@ -44,7 +47,13 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         };
-        let decision = config.ruleset.decide(&request, &self.shared.store, &config.table, now, config.failure_mode);
+        let decision = config.ruleset.decide(
+            &request,
+            &self.shared.store,
+            &config.table,
+            now,
+            config.failure_mode,
+        );
         record(metrics, &decision);
         if let Some(header) = &config.shadow_header {
             mark_shadow_denials(header, &request, &decision);
@@ -53,7 +62,9 @@ impl SluiceHttp {
             Outcome::Allowed => {
                 metrics.allowed.inc();
                 if config.rate_limit_headers {
-                    self.response_headers = decision.tightest.map(|t| response::rate_limit_headers(&t, false));
+                    self.response_headers = decision
+                        .tightest
+                        .map(|t| response::rate_limit_headers(&t, false));
                 }
                 Action::Continue
             }
@@ -61,18 +72,32 @@ impl SluiceHttp {
                 metrics.denied.inc();
                 let status = limited.rule.status;
                 let mut headers: HeaderList = vec![
-                    ("retry-after", response::retry_after_seconds(&limited).to_string()),
+                    (
+                        "retry-after",
+                        response::retry_after_seconds(&limited).to_string(),
+                    ),
                     ("content-type", "application/problem+json".to_string()),
                 ];
                 if config.rate_limit_headers && limited.rule.rate_limit_headers {
                     headers.extend(response::rate_limit_headers(&limited, true));
                 }
-                send_local_response(metrics, status, &headers, &response::problem_body(&limited, status))
+                send_local_response(
+                    metrics,
+                    status,
+                    &headers,
+                    &response::problem_body(&limited, status),
+                )
             }
             Outcome::FailedClosed(rule) => {
                 metrics.fail_closed.inc();
-                let headers: HeaderList = vec![("content-type", "application/problem+json".to_string())];
-                send_local_response(metrics, rule.status, &headers, &response::failed_closed_body(&rule.name, rule.status))
+                let headers: HeaderList =
+                    vec![("content-type", "application/problem+json".to_string())];
+                send_local_response(
+                    metrics,
+                    rule.status,
+                    &headers,
+                    &response::failed_closed_body(&rule.name, rule.status),
+                )
             }
         }
     }
@@ -115,7 +140,8 @@ fn read_request(metrics: &Metrics) -> Option<(HttpRequest, u64)> {
     let pairs = pairs
         .into_iter()
         .map(|(name, value)| {
-            let value = String::from_utf8(value).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            let value = String::from_utf8(value)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             (name, value)
         })
         .collect();
@@ -139,7 +165,9 @@ fn record(metrics: &Metrics, decision: &Decision<'_>) {
     metrics.record_limiter(&decision.counters);
     metrics.fail_open.add(u64::from(decision.failed_open));
     metrics.key_missing.add(u64::from(decision.keys_missing));
-    metrics.shadow_denied.add(u64::from(!decision.shadow_denied.is_empty()));
+    metrics
+        .shadow_denied
+        .add(u64::from(!decision.shadow_denied.is_empty()));
     metrics.near_limit.add(u64::from(decision.near_limit));
 }
 
@@ -147,8 +175,13 @@ fn record(metrics: &Metrics, decision: &Decision<'_>) {
 /// client-supplied header of that name so the upstream can trust it.
 fn mark_shadow_denials(header: &str, request: &HttpRequest, decision: &Decision<'_>) {
     if !decision.shadow_denied.is_empty() {
-        let names: Vec<&str> = decision.shadow_denied.iter().map(|r| r.name.as_str()).collect();
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(&names.join(",")));
+        let names: Vec<&str> = decision
+            .shadow_denied
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        let _ =
+            hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(&names.join(",")));
     } else if request.headers.iter().any(|(n, _)| n == header) {
         let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, None);
     }

@@ -11,7 +11,10 @@
 //! host results are matched, not unwrapped, and the SDK's `String` accessors (which
 //! panic on non-UTF-8 bytes) are avoided in favour of their byte forms.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 #![deny(clippy::indexing_slicing)]
 
 pub mod host_store;

@@ -47,10 +47,16 @@ impl RootContext for SluiceRoot {
             *self.shared.metrics.borrow_mut() = Metrics::define();
             self.metrics_defined = true;
         }
-        let bytes = match hostcalls::get_buffer(BufferType::PluginConfiguration, 0, plugin_configuration_size) {
+        let bytes = match hostcalls::get_buffer(
+            BufferType::PluginConfiguration,
+            0,
+            plugin_configuration_size,
+        ) {
             Ok(bytes) => bytes.unwrap_or_default(),
             Err(status) => {
-                log::error!("cannot read the plugin configuration ({status:?}); passing all traffic");
+                log::error!(
+                    "cannot read the plugin configuration ({status:?}); passing all traffic"
+                );
                 self.shared.metrics().config_errors.inc();
                 return true;
             }
@@ -67,7 +73,11 @@ impl RootContext for SluiceRoot {
             Err(error) => {
                 // A bad configuration must never take traffic down: keep the last good
                 // one if there is one, otherwise pass everything, and say so loudly.
-                let kept = if self.shared.config().is_some() { "keeping the previous configuration" } else { "passing all traffic" };
+                let kept = if self.shared.config().is_some() {
+                    "keeping the previous configuration"
+                } else {
+                    "passing all traffic"
+                };
                 log::error!("{error}; {kept}");
                 self.shared.metrics().config_errors.inc();
             }

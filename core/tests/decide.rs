@@ -1,0 +1,197 @@
+//! Whole-request decisions over a ruleset, with the in-memory store and a fake clock.
+
+use sluice_core::config::FilterConfig;
+use sluice_core::gcra::NANOS_PER_SECOND;
+use sluice_core::request::HttpRequest;
+use sluice_core::response::{problem_body, rate_limit_headers, retry_after_seconds};
+use sluice_core::ruleset::{Decision, Outcome};
+use sluice_core::store::MemoryStore;
+
+const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
+
+struct Harness {
+    config: FilterConfig,
+    store: MemoryStore,
+}
+
+impl Harness {
+    fn new(rules: &str) -> Self {
+        let config = FilterConfig::from_json(format!(r#"{{"rules":{rules}}}"#).as_bytes()).unwrap();
+        Self {
+            config,
+            store: MemoryStore::new(),
+        }
+    }
+
+    fn decide(&self, request: &HttpRequest, now: u64) -> Decision<'_> {
+        self.config.ruleset.decide(
+            request,
+            &self.store,
+            &self.config.table,
+            now,
+            self.config.failure_mode,
+        )
+    }
+
+    fn count_allowed(&self, request: &HttpRequest, now: u64, n: usize) -> usize {
+        (0..n)
+            .filter(|_| self.decide(request, now).is_allowed())
+            .count()
+    }
+}
+
+const EXAMPLE: &str = r#"[{"name":"api-per-key","match":{"path_prefix":"/api/"},"key":{"header":"x-api-key"},
+    "limits":[{"requests":5,"period":"second","burst":10},{"requests":100,"period":"minute"}],"mode":"enforce"}]"#;
+
+fn api(key: &str) -> HttpRequest {
+    HttpRequest::get("/api/items").with_header("x-api-key", key)
+}
+
+#[test]
+fn the_example_rule_admits_the_burst_then_the_rate() {
+    let h = Harness::new(EXAMPLE);
+    assert_eq!(h.count_allowed(&api("alice"), T0, 20), 10);
+    assert_eq!(h.count_allowed(&api("alice"), T0 + NANOS_PER_SECOND, 20), 5);
+    assert_eq!(
+        h.count_allowed(&api("bob"), T0, 20),
+        10,
+        "separate keys, separate buckets"
+    );
+    assert_eq!(
+        h.count_allowed(
+            &HttpRequest::get("/other").with_header("x-api-key", "alice"),
+            T0,
+            3
+        ),
+        3
+    );
+}
+
+#[test]
+fn requests_without_a_key_skip_the_rule_and_are_counted() {
+    let h = Harness::new(EXAMPLE);
+    let d = h.decide(&HttpRequest::get("/api/items"), T0);
+    assert!(d.is_allowed());
+    assert_eq!((d.matched_rules, d.keys_missing), (1, 1));
+}
+
+#[test]
+fn denial_headers_and_body_carry_exact_numbers() {
+    let h = Harness::new(EXAMPLE);
+    h.count_allowed(&api("carol"), T0, 10);
+    let d = h.decide(&api("carol"), T0 + 50_000_000);
+    let Outcome::Denied(limited) = d.outcome else {
+        panic!("{:?}", d.outcome)
+    };
+    assert_eq!(retry_after_seconds(&limited), 1);
+    assert_eq!(limited.verdict().retry_after_ns, 150_000_000);
+    let headers = rate_limit_headers(&limited, true);
+    let get = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.as_str())
+            .unwrap()
+    };
+    assert_eq!(
+        get("ratelimit-policy"),
+        r#""api-per-key/1";q=5;w=1, "api-per-key/2";q=100;w=60"#
+    );
+    assert_eq!(get("ratelimit"), r#""api-per-key/1";r=0;t=1"#);
+    assert_eq!(get("x-ratelimit-limit"), "5");
+    assert_eq!(get("x-ratelimit-remaining"), "0");
+    assert_eq!(get("x-ratelimit-reset"), "1");
+    let body: serde_json::Value = serde_json::from_str(&problem_body(&limited, 429)).unwrap();
+    assert_eq!(body["rule"], "api-per-key");
+    assert_eq!(body["retry_after"], 1);
+    assert_eq!(body["status"], 429);
+}
+
+#[test]
+fn allowed_headers_describe_the_tightest_limit() {
+    let h = Harness::new(EXAMPLE);
+    let d = h.decide(&api("dave"), T0);
+    let tightest = d.tightest.expect("headers for allowed requests");
+    let headers = rate_limit_headers(&tightest, false);
+    assert_eq!(
+        headers[1],
+        ("ratelimit", r#""api-per-key/1";r=9;t=1"#.to_string())
+    );
+    assert!(!d.near_limit);
+    h.count_allowed(&api("dave"), T0, 7);
+    assert!(h.decide(&api("dave"), T0).near_limit, "9 of 10 used");
+}
+
+#[test]
+fn shadow_rules_never_deny_but_report_would_be_denials() {
+    let h = Harness::new(
+        r#"[{"name":"shadow","mode":"shadow","key":"global","limits":[{"requests":2,"period":"minute"}]}]"#,
+    );
+    let decisions: Vec<bool> = (0..5)
+        .map(|_| {
+            h.decide(&HttpRequest::get("/"), T0)
+                .shadow_denied
+                .is_empty()
+        })
+        .collect();
+    assert_eq!(decisions, [true, true, false, false, false]);
+    assert!((0..5).all(|_| h.decide(&HttpRequest::get("/"), T0).is_allowed()));
+    assert!(
+        h.decide(&HttpRequest::get("/"), T0).tightest.is_none(),
+        "shadow rules stay invisible to clients"
+    );
+}
+
+#[test]
+fn overrides_weighted_costs_and_disabled_rules() {
+    let h = Harness::new(
+        r#"[{"name":"keyed","key":{"header":"x-api-key"},"limits":[{"requests":2,"period":"minute"}],
+             "overrides":[{"client":"acme","limits":[{"requests":500,"period":"second"}]}]},
+            {"name":"costly","match":{"path_prefix":"/bulk"},"key":"global","limits":[{"requests":10,"period":"minute"}],
+             "cost":{"header":{"name":"x-cost","max":8}}},
+            {"name":"off","enabled":false,"key":"global","limits":[{"requests":1,"period":"day"}]}]"#,
+    );
+    assert_eq!(
+        h.count_allowed(
+            &HttpRequest::get("/").with_header("x-api-key", "acme"),
+            T0,
+            600
+        ),
+        500
+    );
+    assert_eq!(
+        h.count_allowed(
+            &HttpRequest::get("/").with_header("x-api-key", "zed"),
+            T0,
+            10
+        ),
+        2
+    );
+    let bulk = |cost: &str| {
+        HttpRequest::get("/bulk")
+            .with_header("x-api-key", "bulk")
+            .with_header("x-cost", cost)
+    };
+    assert!(h.decide(&bulk("6"), T0).is_allowed());
+    assert!(!h.decide(&bulk("6"), T0).is_allowed(), "6 + 6 > 10");
+    assert!(
+        h.decide(&bulk("4"), T0).is_allowed(),
+        "a denied request consumed nothing"
+    );
+}
+
+#[test]
+fn a_denying_rule_charges_no_other_matching_rule() {
+    let h = Harness::new(
+        r#"[{"name":"wide","key":"global","limits":[{"requests":100,"period":"minute"}]},
+            {"name":"narrow","key":{"header":"x-user"},"limits":[{"requests":1,"period":"minute"}]}]"#,
+    );
+    let user = HttpRequest::get("/").with_header("x-user", "u");
+    assert_eq!(h.count_allowed(&user, T0, 10), 1);
+    let d = h.decide(&HttpRequest::get("/"), T0);
+    assert_eq!(
+        d.tightest.unwrap().verdict().remaining,
+        98,
+        "only one request charged the wide rule"
+    );
+}

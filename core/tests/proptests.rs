@@ -1,0 +1,155 @@
+//! Property tests: the GCRA limiter against a naive token bucket, and the accuracy
+//! promise `admitted ≤ burst + rate × elapsed` over every window.
+
+use std::num::{NonZeroU32, NonZeroU64};
+
+use proptest::prelude::*;
+use sluice_core::gcra::{Gcra, NANOS_PER_SECOND};
+use sluice_core::limiter::{BucketRequest, BucketResult, SlotTable};
+use sluice_core::rule::Limit;
+use sluice_core::spec::FailureMode;
+use sluice_core::store::MemoryStore;
+
+const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
+
+/// A token bucket written the obvious way, in "nanoseconds of credit": it holds up to
+/// `burst × interval` credit, gains one per nanosecond, and a token costs `interval`.
+struct NaiveBucket {
+    credit: u64,
+    capacity: u64,
+    interval: u64,
+    last: u64,
+}
+
+impl NaiveBucket {
+    fn new(g: &Gcra, now: u64) -> Self {
+        Self {
+            credit: g.capacity_ns(),
+            capacity: g.capacity_ns(),
+            interval: g.interval_ns(),
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: u64) {
+        self.credit = (self.credit + (now - self.last)).min(self.capacity);
+        self.last = now;
+    }
+
+    fn fits(&self, cost: u64) -> bool {
+        self.credit >= cost * self.interval
+    }
+
+    fn take(&mut self, cost: u64) {
+        self.credit -= cost * self.interval;
+    }
+}
+
+fn gcra_strategy() -> impl Strategy<Value = Gcra> {
+    (
+        1u64..=50,
+        prop_oneof![Just(1u64), Just(60), 1u64..=10],
+        1u64..=60,
+    )
+        .prop_map(|(requests, period, burst)| {
+            Gcra::new(
+                NonZeroU64::new(requests).unwrap(),
+                NonZeroU64::new(period * NANOS_PER_SECOND).unwrap(),
+                NonZeroU64::new(burst).unwrap(),
+            )
+            .unwrap()
+        })
+}
+
+/// Gaps between requests (ns) and their costs.
+fn arrivals() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0u64..300_000_000, 1u64..=4), 1..200)
+}
+
+fn limit_of(g: Gcra, identity: u64) -> Limit {
+    Limit {
+        requests: 1,
+        period_seconds: 1,
+        burst: g.burst(),
+        gcra: g,
+        identity,
+    }
+}
+
+proptest! {
+    #[test]
+    fn gcra_decides_exactly_like_a_naive_token_bucket(g in gcra_strategy(), arrivals in arrivals()) {
+        let mut tat = 0;
+        let mut now = T0;
+        let mut naive = NaiveBucket::new(&g, now);
+        for (gap, cost) in arrivals {
+            now += gap;
+            naive.refill(now);
+            let verdict = g.check(tat, now, cost);
+            prop_assert_eq!(verdict.allowed, naive.fits(cost));
+            if verdict.allowed {
+                naive.take(cost);
+                tat = verdict.new_tat;
+                prop_assert_eq!(verdict.remaining, naive.credit / naive.interval);
+            } else {
+                // The reported wait is exact: one nanosecond earlier would not fit.
+                let at = now + verdict.retry_after_ns;
+                if cost <= g.burst() {
+                    prop_assert!(g.check(tat, at, cost).allowed);
+                    prop_assert!(!g.check(tat, at - 1, cost).allowed);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_window_admits_more_than_burst_plus_rate_times_elapsed(g in gcra_strategy(), arrivals in arrivals()) {
+        let table = SlotTable::new(NonZeroU32::new(64).unwrap());
+        let store = MemoryStore::new();
+        let limits = [limit_of(g, 1)];
+        let mut now = T0;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for (gap, cost) in arrivals {
+            now += gap;
+            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open };
+            if table.acquire(&store, now, &[request]).allowed {
+                admitted.push((now, cost));
+            }
+        }
+        for (i, &(start, _)) in admitted.iter().enumerate() {
+            let mut tokens = 0;
+            for &(at, cost) in &admitted[i..] {
+                tokens += cost;
+                // Everything admitted within [start, at] must fit in burst + elapsed/interval.
+                let allowance = g.burst() as u128 + (at - start) as u128 / g.interval_ns() as u128;
+                let elapsed = at - start;
+                prop_assert!(u128::from(tokens) <= allowance, "{} tokens in {} ns", tokens, elapsed);
+            }
+        }
+    }
+
+    #[test]
+    fn multi_tier_charging_is_all_or_nothing(
+        a in gcra_strategy(), b in gcra_strategy(), arrivals in arrivals()
+    ) {
+        prop_assume!(a.interval_ns() != b.interval_ns() || a.burst() != b.burst());
+        let table = SlotTable::new(NonZeroU32::new(64).unwrap());
+        let store = MemoryStore::new();
+        let limits = [limit_of(a, 1), limit_of(b, 2)];
+        let mut now = T0;
+        let mut naive = [NaiveBucket::new(&a, now), NaiveBucket::new(&b, now)];
+        for (gap, cost) in arrivals {
+            now += gap;
+            naive.iter_mut().for_each(|n| n.refill(now));
+            let expected = naive.iter().all(|n| n.fits(cost));
+            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open };
+            let outcome = table.acquire(&store, now, &[request]);
+            prop_assert_eq!(outcome.allowed, expected);
+            let evaluated = matches!(outcome.buckets[0], BucketResult::Allowed { .. } | BucketResult::Denied { .. });
+            prop_assert!(evaluated, "{:?}", outcome);
+            if expected {
+                naive.iter_mut().for_each(|n| n.take(cost));
+            }
+        }
+    }
+}

@@ -13,6 +13,18 @@
 //! argument in nanoseconds, and storage is the [`store::SharedStore`] trait, so the same
 //! code runs in Envoy (wasm32) and in native tests.
 
+// Requests, configurations and shared-data bytes are untrusted: library code indexes
+// only through checked accessors, so no input can make it panic.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic
+    )
+)]
+
 pub mod config;
 pub mod gcra;
 pub mod hash;

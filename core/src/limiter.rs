@@ -100,6 +100,18 @@ pub struct Acquisition {
     pub counters: LimiterCounters,
 }
 
+impl Acquisition {
+    /// A denial decided before anything was written; buckets not looked at are `Skipped`.
+    fn denied(mut buckets: Vec<BucketResult>, len: usize, counters: LimiterCounters) -> Self {
+        buckets.resize(len, BucketResult::Skipped);
+        Acquisition {
+            allowed: false,
+            buckets,
+            counters,
+        }
+    }
+}
+
 /// Where a client's bucket goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
@@ -151,32 +163,28 @@ impl SlotTable {
         requests: &[BucketRequest<'_>],
     ) -> Acquisition {
         let mut counters = LimiterCounters::default();
-        let mut buckets = vec![BucketResult::Skipped; requests.len()];
+        let mut buckets: Vec<BucketResult> = Vec::with_capacity(requests.len());
         let mut plans: Vec<Option<Plan>> = Vec::with_capacity(requests.len());
 
         // Phase 1: read and check everything. The common denial ends here, unwritten.
-        for (i, request) in requests.iter().enumerate() {
+        for request in requests {
             match self.plan(store, now, request, &mut counters) {
+                Ok(Plan {
+                    result: PlanResult::Denied(binding),
+                    ..
+                }) => {
+                    buckets.push(BucketResult::Denied { binding });
+                    return Acquisition::denied(buckets, requests.len(), counters);
+                }
                 Ok(plan) => {
-                    if let PlanResult::Denied(binding) = plan.result {
-                        buckets[i] = BucketResult::Denied { binding };
-                        return Acquisition {
-                            allowed: false,
-                            buckets,
-                            counters,
-                        };
-                    }
+                    // Stays `Skipped` until phase 2 writes it.
+                    buckets.push(BucketResult::Skipped);
                     plans.push(Some(plan));
                 }
                 Err(failure) => {
-                    let closed = request.on_failure == FailureMode::Closed;
-                    buckets[i] = fail(request.on_failure, failure);
-                    if closed {
-                        return Acquisition {
-                            allowed: false,
-                            buckets,
-                            counters,
-                        };
+                    buckets.push(fail(request.on_failure, failure));
+                    if request.on_failure == FailureMode::Closed {
+                        return Acquisition::denied(buckets, requests.len(), counters);
                     }
                     plans.push(None);
                 }
@@ -184,59 +192,68 @@ impl SlotTable {
         }
 
         // Phase 2: write each plan with compare-and-swap, re-planning on conflicts.
-        let mut committed: Vec<(usize, u32)> = Vec::with_capacity(requests.len());
-        for (i, request) in requests.iter().enumerate() {
-            let Some(mut plan) = plans[i] else { continue };
-            let mut attempts = 0;
-            let outcome = loop {
-                attempts += 1;
-                let mut bytes = Vec::with_capacity(MAX_ENCODED_LEN);
-                plan.next.encode(&mut bytes);
-                match store.write(plan.slot, &bytes, plan.condition) {
-                    Ok(WriteOutcome::Written) => break Ok(plan.result),
-                    Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
-                    Err(e) => break Err(LimiterFailure::Store(e)),
-                }
-                if attempts >= MAX_WRITE_ATTEMPTS {
-                    break Err(LimiterFailure::Contention);
-                }
-                match self.plan(store, now, request, &mut counters) {
-                    Ok(p) if matches!(p.result, PlanResult::Denied(_)) => break Ok(p.result),
-                    Ok(p) => plan = p,
-                    Err(e) => break Err(e),
-                }
-            };
-            let deny = match outcome {
+        let mut committed: Vec<(&BucketRequest<'_>, u32)> = Vec::with_capacity(requests.len());
+        let mut allowed = true;
+        for ((request, plan), result) in requests.iter().zip(plans).zip(buckets.iter_mut()) {
+            let Some(plan) = plan else { continue };
+            let (outcome, slot) = self.commit(store, now, request, plan, &mut counters);
+            *result = match outcome {
                 Ok(PlanResult::Allowed(tightest)) => {
-                    buckets[i] = BucketResult::Allowed { tightest };
-                    committed.push((i, plan.slot));
-                    false
+                    committed.push((request, slot));
+                    BucketResult::Allowed { tightest }
                 }
                 Ok(PlanResult::Denied(binding)) => {
-                    buckets[i] = BucketResult::Denied { binding };
-                    true
+                    allowed = false;
+                    BucketResult::Denied { binding }
                 }
                 Err(failure) => {
-                    buckets[i] = fail(request.on_failure, failure);
-                    request.on_failure == FailureMode::Closed
+                    allowed &= request.on_failure == FailureMode::Open;
+                    fail(request.on_failure, failure)
                 }
             };
-            if deny {
-                for &(j, slot) in &committed {
-                    self.refund(store, now, slot, &requests[j], &mut counters);
-                }
-                return Acquisition {
-                    allowed: false,
-                    buckets,
-                    counters,
-                };
+            if !allowed {
+                break;
+            }
+        }
+        if !allowed {
+            for (request, slot) in committed {
+                self.refund(store, now, slot, request, &mut counters);
             }
         }
         Acquisition {
-            allowed: true,
+            allowed,
             buckets,
             counters,
         }
+    }
+
+    /// Writes `plan`, re-reading and re-checking after each lost race. Returns the final
+    /// result and the slot it was written to.
+    fn commit(
+        &self,
+        store: &impl SharedStore,
+        now: u64,
+        request: &BucketRequest<'_>,
+        mut plan: Plan,
+        counters: &mut LimiterCounters,
+    ) -> (Result<PlanResult, LimiterFailure>, u32) {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let mut bytes = Vec::with_capacity(MAX_ENCODED_LEN);
+            plan.next.encode(&mut bytes);
+            match store.write(plan.slot, &bytes, plan.condition) {
+                Ok(WriteOutcome::Written) => return (Ok(plan.result), plan.slot),
+                Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
+                Err(e) => return (Err(LimiterFailure::Store(e)), plan.slot),
+            }
+            match self.plan(store, now, request, counters) {
+                Ok(p) if matches!(p.result, PlanResult::Denied(_)) => {
+                    return (Ok(p.result), p.slot);
+                }
+                Ok(p) => plan = p,
+                Err(e) => return (Err(e), plan.slot),
+            }
+        }
+        (Err(LimiterFailure::Contention), plan.slot)
     }
 
     /// Reads the client's slot and checks every limit against it.
@@ -506,11 +523,7 @@ mod tests {
         let before = store.read(7).unwrap();
         let outcome = t.acquire(&store, T0, &[bucket(7, &limits)]);
         assert!(!outcome.allowed);
-        assert_eq!(
-            store.read(7).unwrap(),
-            before,
-            "a denial must not write"
-        );
+        assert_eq!(store.read(7).unwrap(), before, "a denial must not write");
         let BucketResult::Denied { binding } = outcome.buckets[0] else {
             panic!()
         };

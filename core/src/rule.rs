@@ -194,7 +194,7 @@ impl Limit {
             .filter_map(|(i, s)| Limit::build(rule_id, s, &format!("{field}[{i}]"), problems))
             .collect();
         for (i, a) in limits.iter().enumerate() {
-            if limits[..i].iter().any(|b| b.identity == a.identity) {
+            if limits.iter().take(i).any(|b| b.identity == a.identity) {
                 problems.add(format!("{field}[{i}]"), "duplicates an earlier limit");
             }
         }
@@ -307,8 +307,11 @@ impl RequestMatcher {
             let ok = match host {
                 HostPattern::Exact(h) => actual.eq_ignore_ascii_case(h),
                 HostPattern::Suffix(s) => {
-                    actual.len() > s.len()
-                        && actual[actual.len() - s.len()..].eq_ignore_ascii_case(s)
+                    // Compared as bytes: a client-sent host may hold multi-byte
+                    // characters, and slicing a str inside one would panic.
+                    let tail = actual.len().checked_sub(s.len()).filter(|&start| start > 0);
+                    tail.and_then(|start| actual.as_bytes().get(start..))
+                        .is_some_and(|t| t.eq_ignore_ascii_case(s.as_bytes()))
                 }
             };
             if !ok {

@@ -58,7 +58,11 @@ impl SlotValue {
     }
 
     pub fn entries(&self) -> &[Entry] {
-        &self.entries[..self.len as usize]
+        self.entries.get(..self.len as usize).unwrap_or(&[])
+    }
+
+    fn entries_mut(&mut self) -> &mut [Entry] {
+        self.entries.get_mut(..self.len as usize).unwrap_or(&mut [])
     }
 
     /// The stored TAT of the bucket `identity`, if this slot holds it.
@@ -88,45 +92,43 @@ impl SlotValue {
     /// room; if the slot is still full, the entry nearest to full is evicted. Returns
     /// whether an entry that still held state had to be evicted.
     pub fn set(&mut self, identity: u64, tat: u64, now: u64) -> bool {
-        let len = self.len as usize;
-        if let Some(e) = self.entries[..len]
+        if let Some(e) = self
+            .entries_mut()
             .iter_mut()
             .find(|e| e.identity == identity)
         {
             e.tat = tat;
             return false;
         }
-        if len == MAX_ENTRIES {
+        if self.len as usize == MAX_ENTRIES {
             self.drop_full(now);
         }
-        let len = self.len as usize;
-        if len < MAX_ENTRIES {
-            self.entries[len] = Entry { identity, tat };
+        if let Some(free) = self.entries.get_mut(self.len as usize) {
+            *free = Entry { identity, tat };
             self.len += 1;
             return false;
         }
         // Every entry still holds state: evict the one closest to full, which loses the
         // least (its client may get up to that much extra, and the event is counted).
-        let victim = self
-            .entries
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, e)| e.tat)
-            .map_or(0, |(i, _)| i);
-        self.entries[victim] = Entry { identity, tat };
+        if let Some(victim) = self.entries.iter_mut().min_by_key(|e| e.tat) {
+            *victim = Entry { identity, tat };
+        }
         true
     }
 
     /// Removes buckets that are full at `now`.
     pub fn drop_full(&mut self, now: u64) {
-        let mut kept = 0;
-        for i in 0..self.len as usize {
-            if self.entries[i].tat > now {
-                self.entries[kept] = self.entries[i];
-                kept += 1;
-            }
+        let mut kept = [Entry::default(); MAX_ENTRIES];
+        let mut len = 0;
+        for (slot, entry) in kept
+            .iter_mut()
+            .zip(self.entries().iter().filter(|e| e.tat > now))
+        {
+            *slot = *entry;
+            len += 1;
         }
-        self.len = kept as u8;
+        self.entries = kept;
+        self.len = len;
     }
 
     /// Appends the encoding to `out`.
@@ -146,20 +148,20 @@ impl SlotValue {
         if version != SLOT_FORMAT_VERSION {
             return Err(DecodeError::UnknownVersion(version));
         }
-        if rest.len() < HEADER_LEN - 1 {
-            return Err(DecodeError::BadLength);
-        }
-        let owner = read_u64(&rest[..8]);
-        let len = rest[8] as usize;
-        let body = &rest[9..];
+        let (owner, rest) = rest
+            .split_first_chunk::<8>()
+            .ok_or(DecodeError::BadLength)?;
+        let (&len, body) = rest.split_first().ok_or(DecodeError::BadLength)?;
+        let len = len as usize;
         if len > MAX_ENTRIES || body.len() != len * ENTRY_LEN {
             return Err(DecodeError::BadLength);
         }
-        let mut value = SlotValue::owned_by(owner);
-        for (i, chunk) in body.chunks_exact(ENTRY_LEN).enumerate() {
-            value.entries[i] = Entry {
-                identity: read_u64(&chunk[..8]),
-                tat: read_u64(&chunk[8..]),
+        let mut value = SlotValue::owned_by(u64::from_le_bytes(*owner));
+        for (entry, chunk) in value.entries.iter_mut().zip(body.chunks_exact(ENTRY_LEN)) {
+            let (identity, tat) = chunk.split_at(8);
+            *entry = Entry {
+                identity: read_u64(identity),
+                tat: read_u64(tat),
             };
         }
         value.len = len as u8;
@@ -168,9 +170,7 @@ impl SlotValue {
 }
 
 fn read_u64(bytes: &[u8]) -> u64 {
-    let mut buf = [0u8; 8];
-    buf.copy_from_slice(bytes);
-    u64::from_le_bytes(buf)
+    <[u8; 8]>::try_from(bytes).map_or(0, u64::from_le_bytes)
 }
 
 #[cfg(test)]

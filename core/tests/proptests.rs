@@ -153,3 +153,44 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Shared data can hold anything (another module version, a corrupted write): the
+    /// decoder must refuse it, never panic.
+    #[test]
+    fn arbitrary_slot_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = sluice_core::slot::SlotValue::decode(&bytes);
+    }
+
+    /// The plugin configuration comes from an operator's file: any bytes get an error,
+    /// never a panic.
+    #[test]
+    fn arbitrary_configuration_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        let _ = sluice_core::config::FilterConfig::from_json(&bytes);
+    }
+
+    /// Requests are attacker-controlled: any method, authority, path and header values
+    /// are matched and keyed without panicking.
+    #[test]
+    fn arbitrary_requests_never_panic(
+        method in ".{0,8}", authority in ".{0,40}", path in ".{0,60}",
+        values in prop::collection::vec(".{0,40}", 4),
+    ) {
+        let config = sluice_core::config::FilterConfig::from_json(br#"{"rules":[
+            {"name":"a","match":{"host":"*.example.com","path_regex":"/v[0-9]+/.*"},"key":{"composite":[{"header":"x-api-key"},{"client_ip":{"trusted_hops":2}}]},"limits":[{"requests":5,"period":1}],"cost":{"header":{"name":"x-cost","max":3}}},
+            {"name":"b","key":{"query":"k"},"limits":[{"requests":5,"period":1}]},
+            {"name":"c","key":"path","limits":[{"requests":5,"period":1}]}]}"#).unwrap();
+        let request = sluice_core::request::HttpRequest {
+            method, authority, path,
+            headers: vec![
+                ("x-api-key".into(), values[0].clone()),
+                ("x-forwarded-for".into(), values[1].clone()),
+                ("x-cost".into(), values[2].clone()),
+                ("host".into(), values[3].clone()),
+            ],
+            peer_ip: None,
+        };
+        let store = MemoryStore::new();
+        let _ = config.ruleset.decide(&request, &store, &config.table, T0, config.failure_mode);
+    }
+}

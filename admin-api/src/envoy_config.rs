@@ -1,0 +1,663 @@
+//! `sluice envoy-config`: a complete Envoy (v3 API) bootstrap that runs the Sluice filter.
+//!
+//! [`build`] is pure: it validates the filter configuration and assembles the bootstrap as
+//! a JSON value (so tests and tools can inspect or adjust it), and [`Bootstrap::to_yaml`]
+//! writes it out. Nothing here touches the file system; the CLI resolves paths and reads
+//! rules files before calling in.
+
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Value, json};
+use sluice_core::config::{ConfigError, FilterConfig, FilterConfigSpec};
+use sluice_core::rule::{FieldError, ValidationErrors};
+
+/// The listener that carries client traffic; also its stats prefix
+/// (`listener.sluice_ingress.worker_N.downstream_cx_total`), which would otherwise be the
+/// bound address and change with every port.
+pub const LISTENER_NAME: &str = "sluice_ingress";
+/// The HTTP connection manager's stats prefix (`http.ingress_http.*`).
+pub const HTTP_STAT_PREFIX: &str = "ingress_http";
+/// The cluster that receives allowed requests.
+pub const UPSTREAM_CLUSTER: &str = "sluice_upstream";
+/// Envoy's name for the wasm HTTP filter in `http_filters`.
+pub const WASM_FILTER: &str = "envoy.filters.http.wasm";
+/// Plugin name, root id and VM id. The later singleton service must use the same `vm_id`
+/// to share the filter's shared data.
+pub const PLUGIN_NAME: &str = "sluice";
+/// Envoy's usual admin address.
+pub const DEFAULT_ENVOY_ADMIN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9901));
+/// The body of the `direct` upstream's answer.
+pub const DIRECT_RESPONSE_BODY: &str = "ok\n";
+
+/// Where allowed requests go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    /// A static cluster with this one endpoint.
+    Cluster(SocketAddr),
+    /// Envoy answers 200 `ok` itself: benchmarks and memory tests then measure Envoy and the
+    /// filter alone, with no upstream process competing for CPU.
+    Direct,
+}
+
+impl FromStr for Upstream {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "direct" {
+            return Ok(Upstream::Direct);
+        }
+        s.parse()
+            .map(Upstream::Cluster)
+            .map_err(|_| format!("`{s}` is neither IP:PORT (e.g. 127.0.0.1:8081) nor `direct`"))
+    }
+}
+
+/// The filter's plugin configuration as handed to Envoy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginConfig {
+    /// Validated before anything is emitted, so a bad rule is caught here and not at
+    /// Envoy start-up.
+    Spec(FilterConfigSpec),
+    /// Embedded verbatim and unchecked: lets tests feed the filter a malformed
+    /// configuration.
+    Raw(String),
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        PluginConfig::Spec(FilterConfigSpec::default())
+    }
+}
+
+/// Everything the bootstrap depends on.
+///
+/// Built with [`EnvoyConfigOptions::new`] and then adjusted field by field: the struct is
+/// `non_exhaustive` so that later options (such as the admin API connection, which adds a
+/// singleton service and a cluster) can be added without breaking callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EnvoyConfigOptions {
+    /// Where the listener binds; port 0 lets the kernel choose.
+    pub listen: SocketAddr,
+    pub upstream: Upstream,
+    /// Absolute path of the filter's `.wasm` file. Envoy resolves relative paths against its
+    /// own working directory, which is rarely the one the config was generated in.
+    pub filter_wasm: PathBuf,
+    pub plugin: PluginConfig,
+    /// Worker threads, for the run command written at the top of the file.
+    pub concurrency: Option<NonZeroU32>,
+    /// Envoy's admin interface.
+    pub envoy_admin: SocketAddr,
+    /// Where the bootstrap will be saved, for the run command; `None` when printed.
+    pub config_path: Option<PathBuf>,
+}
+
+impl EnvoyConfigOptions {
+    pub fn new(listen: SocketAddr, upstream: Upstream, filter_wasm: impl Into<PathBuf>) -> Self {
+        Self {
+            listen,
+            upstream,
+            filter_wasm: filter_wasm.into(),
+            plugin: PluginConfig::default(),
+            concurrency: None,
+            envoy_admin: DEFAULT_ENVOY_ADMIN,
+            config_path: None,
+        }
+    }
+}
+
+/// Why no bootstrap was produced.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvoyConfigError {
+    #[error("the filter path {} is not absolute", .0.display())]
+    RelativeFilterPath(PathBuf),
+    #[error("the filter configuration is invalid: {0}")]
+    InvalidFilterConfig(ValidationErrors),
+    #[error("cannot serialise the bootstrap: {0}")]
+    Serialise(String),
+}
+
+/// A generated bootstrap: leading comment lines and the configuration itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootstrap {
+    /// Comment lines without the `# ` marker.
+    pub header: Vec<String>,
+    /// The Envoy v3 bootstrap.
+    pub config: Value,
+}
+
+/// Validates the options and renders the bootstrap YAML in one step.
+pub fn render(options: &EnvoyConfigOptions) -> Result<String, EnvoyConfigError> {
+    build(options)?.to_yaml()
+}
+
+/// Validates the options and assembles the bootstrap.
+pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError> {
+    if !options.filter_wasm.is_absolute() {
+        return Err(EnvoyConfigError::RelativeFilterPath(
+            options.filter_wasm.clone(),
+        ));
+    }
+    let plugin_json = plugin_json(&options.plugin)?;
+
+    let wasm_filter = json!({
+        "name": WASM_FILTER,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": PLUGIN_NAME,
+                "root_id": PLUGIN_NAME,
+                "vm_config": {
+                    "vm_id": PLUGIN_NAME,
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": { "local": { "filename": options.filter_wasm.to_string_lossy() } },
+                },
+                "configuration": {
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": plugin_json,
+                },
+                "failure_policy": "FAIL_OPEN",
+            },
+        },
+    });
+    let router = json!({
+        "name": "envoy.filters.http.router",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+        },
+    });
+
+    let mut clusters = Vec::new();
+    let route = match options.upstream {
+        Upstream::Cluster(addr) => {
+            clusters.push(json!({
+                "name": UPSTREAM_CLUSTER,
+                "type": "STATIC",
+                "connect_timeout": "1s",
+                "load_assignment": {
+                    "cluster_name": UPSTREAM_CLUSTER,
+                    "endpoints": [{
+                        "lb_endpoints": [{ "endpoint": { "address": socket_address(addr) } }],
+                    }],
+                },
+            }));
+            json!({ "match": { "prefix": "/" }, "route": { "cluster": UPSTREAM_CLUSTER } })
+        }
+        Upstream::Direct => json!({
+            "match": { "prefix": "/" },
+            "direct_response": { "status": 200, "body": { "inline_string": DIRECT_RESPONSE_BODY } },
+        }),
+    };
+
+    let listener = json!({
+        "name": LISTENER_NAME,
+        "stat_prefix": LISTENER_NAME,
+        "address": socket_address(options.listen),
+        "filter_chains": [{
+            "filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": HTTP_STAT_PREFIX,
+                    "codec_type": "AUTO",
+                    "route_config": {
+                        "name": "sluice_routes",
+                        "virtual_hosts": [{
+                            "name": "all",
+                            "domains": ["*"],
+                            "routes": [route],
+                        }],
+                    },
+                    "http_filters": [wasm_filter, router],
+                },
+            }],
+        }],
+    });
+
+    let mut static_resources = json!({ "listeners": [listener] });
+    if !clusters.is_empty() {
+        static_resources["clusters"] = Value::Array(clusters);
+    }
+    let config = json!({
+        "admin": { "address": socket_address(options.envoy_admin) },
+        "static_resources": static_resources,
+    });
+
+    Ok(Bootstrap {
+        header: header(options),
+        config,
+    })
+}
+
+fn plugin_json(plugin: &PluginConfig) -> Result<String, EnvoyConfigError> {
+    match plugin {
+        PluginConfig::Raw(raw) => Ok(raw.clone()),
+        PluginConfig::Spec(spec) => {
+            FilterConfig::try_from(spec.clone()).map_err(|e| {
+                EnvoyConfigError::InvalidFilterConfig(match e {
+                    ConfigError::Invalid(errors) => errors,
+                    // Only parsing produces shape errors; kept as a field error all the same.
+                    ConfigError::Shape { path, message } => ValidationErrors(vec![FieldError {
+                        field: path,
+                        message,
+                    }]),
+                })
+            })?;
+            // Pretty-printed, it becomes a readable block in the YAML; the filter does not mind.
+            serde_json::to_string_pretty(spec)
+                .map_err(|e| EnvoyConfigError::Serialise(e.to_string()))
+        }
+    }
+}
+
+fn socket_address(addr: SocketAddr) -> Value {
+    json!({ "socket_address": { "address": addr.ip().to_string(), "port_value": addr.port() } })
+}
+
+fn header(options: &EnvoyConfigOptions) -> Vec<String> {
+    let mut lines = vec![
+        "Envoy bootstrap for Sluice rate limiting, generated by `sluice envoy-config`.".to_string(),
+    ];
+    let (file, saved) = match &options.config_path {
+        Some(path) => (shell_quote(&path.to_string_lossy()), true),
+        None => ("envoy.yaml".to_string(), false),
+    };
+    lines.push(if saved {
+        "Run it with:".to_string()
+    } else {
+        "Save it as envoy.yaml and run it with:".to_string()
+    });
+    let mut command = format!("  envoy -c {file}");
+    match options.concurrency {
+        Some(n) => {
+            let _ = write!(command, " --concurrency {n}");
+            lines.push(command);
+            lines.push(
+                "(Envoy has no bootstrap field for its number of worker threads: it is the \
+                 --concurrency flag.)"
+                    .to_string(),
+            );
+        }
+        None => {
+            lines.push(command);
+            lines.push(
+                "(Envoy starts one worker thread per CPU; add --concurrency N to choose.)"
+                    .to_string(),
+            );
+        }
+    }
+    lines.push(format!("Filter: {}", options.filter_wasm.display()));
+    lines
+}
+
+/// Quotes a path for a POSIX shell when it needs it.
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Explains the failure policy next to it in the output: it looks like it weakens rate
+/// limiting, and someone "fixing" it would turn a filter crash into an outage.
+const FAIL_OPEN_COMMENT: [&str; 3] = [
+    "FAIL_OPEN: if the filter's VM ever fails, Envoy skips the filter and traffic keeps",
+    "flowing unlimited. The alternatives answer every request with 503 from then on:",
+    "a rate limiter must never turn its own failure into an outage.",
+];
+
+impl Bootstrap {
+    /// The bootstrap as YAML: the header as comments, then the configuration with `name` and
+    /// `@type` first in every object, as Envoy's own examples read.
+    pub fn to_yaml(&self) -> Result<String, EnvoyConfigError> {
+        let body = serde_norway::to_string(&Ordered(&self.config))
+            .map_err(|e| EnvoyConfigError::Serialise(e.to_string()))?;
+        let mut out = String::with_capacity(body.len() + 1024);
+        for line in &self.header {
+            out.push_str(if line.is_empty() { "#" } else { "# " });
+            out.push_str(line);
+            out.push('\n');
+        }
+        for line in body.lines() {
+            let content = line.trim_start_matches([' ', '-']);
+            if content.starts_with("failure_policy: FAIL_OPEN") {
+                let indent = line.len() - line.trim_start().len();
+                for comment in FAIL_OPEN_COMMENT {
+                    let _ = writeln!(out, "{:indent$}# {comment}", "");
+                }
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    /// The HTTP filter chain of the ingress listener, e.g. to drop or add filters when
+    /// comparing Envoy with and without Sluice.
+    pub fn http_filters_mut(&mut self) -> Option<&mut Vec<Value>> {
+        self.config
+            .pointer_mut(
+                "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",
+            )?
+            .as_array_mut()
+    }
+}
+
+/// Serialises a JSON value with `name` and `@type` leading each object.
+struct Ordered<'a>(&'a Value);
+
+const LEADING_KEYS: [&str; 2] = ["name", "@type"];
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for key in LEADING_KEYS {
+                    if let Some(value) = map.get(key) {
+                        out.serialize_entry(key, &Ordered(value))?;
+                    }
+                }
+                for (key, value) in map {
+                    if !LEADING_KEYS.contains(&key.as_str()) {
+                        out.serialize_entry(key, &Ordered(value))?;
+                    }
+                }
+                out.end()
+            }
+            Value::Array(items) => serializer.collect_seq(items.iter().map(Ordered)),
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::spec::FailureMode;
+
+    use std::path::Path;
+
+    use super::*;
+    use crate::rules_file::{RulesFormat, parse_rules};
+
+    const WASM: &str = "/opt/sluice/sluice_filter.wasm";
+
+    fn options(upstream: Upstream) -> EnvoyConfigOptions {
+        EnvoyConfigOptions::new("127.0.0.1:10000".parse().unwrap(), upstream, WASM)
+    }
+
+    fn example_rules() -> FilterConfigSpec {
+        let rules = parse_rules(
+            r#"[{"name":"api-per-key","match":{"path_prefix":"/api/"},"key":{"header":"x-api-key"},
+                 "limits":[{"requests":5,"period":"second","burst":10},{"requests":100,"period":"minute"}],
+                 "mode":"enforce"}]"#,
+            RulesFormat::Json,
+            Path::new("rules.json"),
+        )
+        .unwrap();
+        FilterConfigSpec {
+            rules,
+            ..FilterConfigSpec::default()
+        }
+    }
+
+    /// Parses the YAML back the way Envoy will see it.
+    fn parse(yaml: &str) -> Value {
+        serde_norway::from_str(yaml).unwrap()
+    }
+
+    fn wasm_config(config: &Value) -> &Value {
+        let filters = config
+            .pointer(
+                "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",
+            )
+            .unwrap();
+        assert_eq!(filters[0]["name"], WASM_FILTER);
+        assert_eq!(filters[1]["name"], "envoy.filters.http.router");
+        &filters[0]["typed_config"]["config"]
+    }
+
+    #[test]
+    fn rendered_yaml_parses_back_to_the_built_config() {
+        let mut opts = options(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()));
+        opts.plugin = PluginConfig::Spec(example_rules());
+        let bootstrap = build(&opts).unwrap();
+        let yaml = bootstrap.to_yaml().unwrap();
+        assert_eq!(parse(&yaml), bootstrap.config);
+    }
+
+    #[test]
+    fn the_plugin_configuration_is_embedded_as_a_json_string() {
+        let mut opts = options(Upstream::Direct);
+        let spec = FilterConfigSpec {
+            slots: 1024,
+            failure_mode: FailureMode::Closed,
+            ..example_rules()
+        };
+        opts.plugin = PluginConfig::Spec(spec.clone());
+        let config = parse(&render(&opts).unwrap());
+        let wasm = wasm_config(&config);
+        assert_eq!(
+            wasm["configuration"]["@type"],
+            "type.googleapis.com/google.protobuf.StringValue"
+        );
+        let embedded = wasm["configuration"]["value"].as_str().unwrap();
+        let round_trip: FilterConfigSpec = serde_json::from_str(embedded).unwrap();
+        assert_eq!(round_trip, spec);
+        // The filter parses exactly these bytes at start-up.
+        let parsed = FilterConfig::from_json(embedded.as_bytes()).unwrap();
+        assert_eq!(parsed.table.slots(), 1024);
+        assert_eq!(wasm["failure_policy"], "FAIL_OPEN");
+        assert_eq!(wasm["root_id"], PLUGIN_NAME);
+        assert_eq!(wasm["vm_config"]["vm_id"], PLUGIN_NAME);
+        assert_eq!(wasm["vm_config"]["runtime"], "envoy.wasm.runtime.v8");
+    }
+
+    #[test]
+    fn the_filter_is_loaded_from_the_absolute_path() {
+        let config = parse(&render(&options(Upstream::Direct)).unwrap());
+        assert_eq!(
+            wasm_config(&config)["vm_config"]["code"]["local"]["filename"],
+            WASM
+        );
+    }
+
+    #[test]
+    fn a_relative_filter_path_is_refused() {
+        let opts = EnvoyConfigOptions::new(
+            "127.0.0.1:0".parse().unwrap(),
+            Upstream::Direct,
+            "target/dist/sluice_filter.wasm",
+        );
+        assert!(matches!(
+            render(&opts),
+            Err(EnvoyConfigError::RelativeFilterPath(_))
+        ));
+    }
+
+    #[test]
+    fn a_cluster_upstream_routes_to_a_static_loopback_cluster() {
+        let config = parse(
+            &render(&options(Upstream::Cluster(
+                "127.0.0.1:8081".parse().unwrap(),
+            )))
+            .unwrap(),
+        );
+        let cluster = &config["static_resources"]["clusters"][0];
+        assert_eq!(cluster["name"], UPSTREAM_CLUSTER);
+        assert_eq!(cluster["type"], "STATIC");
+        assert_eq!(cluster["connect_timeout"], "1s");
+        let endpoint = cluster
+            .pointer("/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address")
+            .unwrap();
+        assert_eq!(endpoint["address"], "127.0.0.1");
+        assert_eq!(endpoint["port_value"], 8081);
+        let route = config
+            .pointer("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0/routes/0")
+            .unwrap();
+        assert_eq!(route["route"]["cluster"], UPSTREAM_CLUSTER);
+        assert!(route.get("direct_response").is_none());
+    }
+
+    #[test]
+    fn a_direct_upstream_answers_from_envoy_without_a_cluster() {
+        let config = parse(&render(&options(Upstream::Direct)).unwrap());
+        assert!(config["static_resources"].get("clusters").is_none());
+        let route = config
+            .pointer("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0/routes/0")
+            .unwrap();
+        assert_eq!(route["direct_response"]["status"], 200);
+        assert_eq!(route["direct_response"]["body"]["inline_string"], "ok\n");
+        assert!(route.get("route").is_none());
+    }
+
+    #[test]
+    fn listener_and_admin_addresses_are_used_verbatim() {
+        let mut opts = EnvoyConfigOptions::new("[::1]:0".parse().unwrap(), Upstream::Direct, WASM);
+        opts.envoy_admin = "127.0.0.1:19901".parse().unwrap();
+        let config = parse(&render(&opts).unwrap());
+        let listener = &config["static_resources"]["listeners"][0];
+        assert_eq!(listener["name"], LISTENER_NAME);
+        assert_eq!(listener["address"]["socket_address"]["address"], "::1");
+        assert_eq!(listener["address"]["socket_address"]["port_value"], 0);
+        assert_eq!(
+            config["admin"]["address"]["socket_address"]["port_value"],
+            19901
+        );
+        let hcm = listener
+            .pointer("/filter_chains/0/filters/0/typed_config")
+            .unwrap();
+        assert_eq!(hcm["stat_prefix"], HTTP_STAT_PREFIX);
+        assert_eq!(hcm["codec_type"], "AUTO");
+    }
+
+    #[test]
+    fn the_header_gives_the_run_command() {
+        let mut opts = options(Upstream::Direct);
+        opts.concurrency = NonZeroU32::new(4);
+        opts.config_path = Some(PathBuf::from("/tmp/my envoy.yaml"));
+        let yaml = render(&opts).unwrap();
+        assert!(yaml.starts_with("# Envoy bootstrap for Sluice"), "{yaml}");
+        assert!(
+            yaml.contains("\n#   envoy -c '/tmp/my envoy.yaml' --concurrency 4\n"),
+            "{yaml}"
+        );
+
+        let yaml = render(&options(Upstream::Direct)).unwrap();
+        assert!(yaml.contains("\n#   envoy -c envoy.yaml\n"), "{yaml}");
+    }
+
+    #[test]
+    fn fail_open_is_explained_where_it_is_set() {
+        let yaml = render(&options(Upstream::Direct)).unwrap();
+        let lines: Vec<&str> = yaml.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.trim() == "failure_policy: FAIL_OPEN")
+            .unwrap();
+        assert!(lines[at - 1].trim_start().starts_with('#'), "{yaml}");
+        assert!(
+            lines[at - FAIL_OPEN_COMMENT.len()].contains("FAIL_OPEN"),
+            "{yaml}"
+        );
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        assert_eq!(indent(lines[at - 1]), indent(lines[at]));
+    }
+
+    #[test]
+    fn names_lead_each_object() {
+        let yaml = render(&options(Upstream::Cluster(
+            "127.0.0.1:8081".parse().unwrap(),
+        )))
+        .unwrap();
+        assert!(yaml.contains("\n  - name: sluice_ingress\n"), "{yaml}");
+        assert!(yaml.contains("\n  - name: sluice_upstream\n"), "{yaml}");
+    }
+
+    #[test]
+    fn invalid_rules_are_refused_with_every_field_named() {
+        let rules = parse_rules(
+            "
+- name: a
+  key: global
+  limits: [{requests: 0, period: second}]
+- name: b
+  key: global
+  limits: [{requests: 1, period: 0}]
+- name: c
+  key: global
+  limits: [{requests: 1, period: minute}]
+- name: c
+  key: {header: x-api-key}
+  limits: [{requests: 1, period: minute}]
+",
+            RulesFormat::Yaml,
+            Path::new("bad.yaml"),
+        )
+        .unwrap();
+        let mut opts = options(Upstream::Direct);
+        opts.plugin = PluginConfig::Spec(FilterConfigSpec {
+            rules,
+            slots: 3,
+            ..FilterConfigSpec::default()
+        });
+        let Err(EnvoyConfigError::InvalidFilterConfig(errors)) = render(&opts) else {
+            panic!("invalid rules were accepted");
+        };
+        let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "slots",
+                "rules[0].limits[0].requests",
+                "rules[1].limits[0].period",
+                "rules[3].name",
+                "rules[3].id"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_raw_plugin_configuration_is_embedded_unchecked() {
+        let mut opts = options(Upstream::Direct);
+        opts.plugin = PluginConfig::Raw("{not json".to_string());
+        let config = parse(&render(&opts).unwrap());
+        assert_eq!(wasm_config(&config)["configuration"]["value"], "{not json");
+    }
+
+    #[test]
+    fn the_filter_chain_can_be_edited() {
+        let mut bootstrap = build(&options(Upstream::Direct)).unwrap();
+        bootstrap
+            .http_filters_mut()
+            .unwrap()
+            .retain(|f| f["name"] != WASM_FILTER);
+        let config = parse(&bootstrap.to_yaml().unwrap());
+        let filters = config
+            .pointer(
+                "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",
+            )
+            .unwrap();
+        assert_eq!(filters.as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn upstream_flag_values() {
+        assert_eq!("direct".parse::<Upstream>(), Ok(Upstream::Direct));
+        assert_eq!(
+            "127.0.0.1:8081".parse::<Upstream>(),
+            Ok(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()))
+        );
+        assert!("localhost:8081".parse::<Upstream>().is_err());
+    }
+}

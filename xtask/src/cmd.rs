@@ -150,7 +150,7 @@ pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Result<Outcome> {
     }
 }
 
-fn check(status: ExitStatus, shown: &str) -> Result<()> {
+pub fn check(status: ExitStatus, shown: &str) -> Result<()> {
     if status.success() {
         Ok(())
     } else {

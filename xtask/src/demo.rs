@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cmd::{self, note, step};
 use crate::dist::Dist;
@@ -144,12 +144,16 @@ async fn run(
         .context("handing the upstream listener to tokio")?;
     let mut upstream = tokio::spawn(upstream::serve(listener));
 
+    let mut signals = StopSignals::new()?;
     step("starting Envoy");
     let mut command = Command::new(envoy);
     command
         .arg("-c")
         .arg(config)
         .args(["--log-level", "warn"])
+        // Hot restart would claim base id 0; a second Envoy (e.g. the integration tests')
+        // could not start while the demo runs.
+        .arg("--disable-hot-restart")
         .stdin(Stdio::null());
     note(format!("$ {}", cmd::display(&command)));
     let mut envoy_process = tokio::process::Command::from(command)
@@ -161,32 +165,60 @@ async fn run(
     tokio::select! {
         ready = wait_ready(args.envoy_admin) => ready?,
         status = envoy_process.wait() => bail!("Envoy exited during start-up ({})", describe(status)),
+        signal = signals.recv() => {
+            note(format!("{signal} during start-up"));
+            return stop_envoy(args.envoy_admin, &mut envoy_process).await;
+        }
     }
     print_examples(args);
 
-    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("listening for Ctrl-C")?,
-        _ = terminate.recv() => {}
+        signal = signals.recv() => note(format!("{signal}: shutting down")),
         status = envoy_process.wait() => bail!("Envoy exited unexpectedly ({})", describe(status)),
         result = &mut upstream => bail!("the echo upstream stopped: {:?}", result),
     }
+    let stopped = stop_envoy(args.envoy_admin, &mut envoy_process).await;
+    upstream.abort();
+    stopped
+}
 
+/// Ctrl-C and SIGTERM, caught from before Envoy starts so that neither leaves it running.
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl StopSignals {
+    fn new() -> Result<StopSignals> {
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt()).context("listening for Ctrl-C")?,
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+        })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "Ctrl-C",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
+}
+
+async fn stop_envoy(admin: SocketAddr, envoy: &mut tokio::process::Child) -> Result<()> {
     step("stopping Envoy");
     // Ctrl-C in a terminal also reaches Envoy (same process group), which then exits by itself;
     // otherwise ask it through the admin interface, and kill it only as a last resort.
-    let _ = admin_request(args.envoy_admin, "POST", "/quitquitquit").await;
-    match tokio::time::timeout(STOP_LIMIT, envoy_process.wait()).await {
+    let _ = admin_request(admin, "POST", "/quitquitquit").await;
+    match tokio::time::timeout(STOP_LIMIT, envoy.wait()).await {
         Ok(status) => note(format!("Envoy stopped ({})", describe(status))),
         Err(_elapsed) => {
             note(format!(
                 "Envoy still running after {} s: killing it",
                 STOP_LIMIT.as_secs()
             ));
-            envoy_process.kill().await.context("killing Envoy")?;
+            envoy.kill().await.context("killing Envoy")?;
         }
     }
-    upstream.abort();
     Ok(())
 }
 
@@ -202,7 +234,7 @@ async fn wait_ready(admin: SocketAddr) -> Result<()> {
     let deadline = tokio::time::Instant::now() + READY_LIMIT;
     loop {
         if let Ok(response) = admin_request(admin, "GET", "/ready").await {
-            if response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200") {
+            if response.starts_with("HTTP/1.1 200") {
                 note("Envoy is ready");
                 return Ok(());
             }
@@ -217,12 +249,15 @@ async fn wait_ready(admin: SocketAddr) -> Result<()> {
     }
 }
 
-/// A minimal HTTP/1.0 exchange with Envoy's admin interface (loopback, tiny responses).
+/// A minimal HTTP/1.1 exchange with Envoy's admin interface (loopback, tiny responses; Envoy
+/// answers HTTP/1.0 with 426, so `Connection: close` marks the end instead).
 async fn admin_request(admin: SocketAddr, method: &str, path: &str) -> Result<String> {
     let exchange = async {
         let mut stream = TcpStream::connect(admin).await?;
-        let request =
-            format!("{method} {path} HTTP/1.0\r\nHost: {admin}\r\nContent-Length: 0\r\n\r\n");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await?;

@@ -6,6 +6,7 @@ mod cmd;
 mod demo;
 mod dist;
 mod envoy;
+mod libtest;
 mod lint;
 mod suite;
 mod toolchain;

@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::cmd::{self, step};
+use crate::libtest::{self, TestCounts};
 use crate::{dist, envoy};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
@@ -25,6 +26,22 @@ pub struct TestArgs {
 }
 
 pub fn test(args: &TestArgs) -> Result<()> {
+    let mut counts = TestCounts::default();
+    let result = run_suite(args, &mut counts);
+    // One plain closing line for the whole run: cargo's last `test result:` line only covers the
+    // last test binary (often an empty doc-test run).
+    let TestCounts {
+        passed,
+        failed,
+        ignored,
+    } = counts;
+    println!("\nsummary: {passed} passed, {failed} failed, {ignored} skipped");
+    result?;
+    step("all tests passed");
+    Ok(())
+}
+
+fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
     let dist = dist::build().context("step `build` failed")?;
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
 
@@ -34,7 +51,8 @@ pub fn test(args: &TestArgs) -> Result<()> {
         // Plain `cargo test` runs the workspace's default members: every host crate, but neither
         // the wasm-only filter nor the Envoy-driven integration tests.
         step("unit and property tests (cargo test, default members)");
-        cmd::run(cmd::cargo().arg("test")).context("step `unit and property tests` failed")?;
+        libtest::run_tests(cmd::cargo().arg("test"), counts)
+            .context("step `unit and property tests` failed")?;
     }
 
     step(format!(
@@ -53,8 +71,5 @@ pub fn test(args: &TestArgs) -> Result<()> {
         .env("SLUICE_FILTER_WASM", &dist.filter_wasm)
         .env("SLUICE_BIN", &dist.sluice_bin)
         .env(envoy::ENVOY_ENV, &envoy);
-    cmd::run(&mut integration).context("step `integration tests` failed")?;
-
-    step("all tests passed");
-    Ok(())
+    libtest::run_tests(&mut integration, counts).context("step `integration tests` failed")
 }

@@ -61,9 +61,10 @@ fn echo_response<B>(request: &Request<B>) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
 
-    #[test]
-    fn echoes_method_path_and_api_key() {
+    #[tokio::test]
+    async fn echoes_method_path_and_api_key() {
         let request = Request::post("/api/hello?x=1")
             .header("x-api-key", "alice")
             .body(())
@@ -71,5 +72,23 @@ mod tests {
         let response = echo_response(&request);
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["method"], "POST");
+        assert_eq!(json["path"], "/api/hello");
+        assert_eq!(json["x-api-key"], "alice");
+    }
+
+    #[tokio::test]
+    async fn a_missing_api_key_is_null() {
+        let request = Request::get("/").body(()).unwrap();
+        let body = echo_response(&request)
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(json["x-api-key"].is_null());
     }
 }

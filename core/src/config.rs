@@ -175,3 +175,28 @@ mod tests {
         );
     }
 }
+
+/// The control service's configuration: the singleton inside Envoy (bootstrap extension,
+/// same `vm_id` and module as the filter) that long-polls the admin API and publishes
+/// rulesets to shared data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfigSpec {
+    /// The Envoy cluster that reaches the admin API.
+    pub admin_cluster: String,
+    /// The `:authority` to send, e.g. `127.0.0.1:8080`.
+    pub admin_authority: String,
+    /// A token with the `proxy` role.
+    pub token: String,
+    /// How this proxy names itself to the admin API; defaults to Envoy's node id, or a
+    /// generated id when the node has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_id: Option<String>,
+    /// How long the admin API may hold a poll open when nothing changed.
+    #[serde(default = "default_poll_seconds")]
+    pub poll_timeout_seconds: u32,
+}
+
+fn default_poll_seconds() -> u32 {
+    30
+}

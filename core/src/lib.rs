@@ -36,3 +36,4 @@ pub mod ruleset;
 pub mod slot;
 pub mod spec;
 pub mod store;
+pub mod wire;

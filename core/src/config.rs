@@ -200,3 +200,33 @@ pub struct ControlConfigSpec {
 fn default_poll_seconds() -> u32 {
     30
 }
+
+impl ControlConfigSpec {
+    /// Parses and checks the control service's configuration.
+    pub fn from_json(bytes: &[u8]) -> Result<ControlConfigSpec, ConfigError> {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let spec: ControlConfigSpec =
+            serde_path_to_error::deserialize(&mut de).map_err(|e| ConfigError::Shape {
+                path: e.path().to_string(),
+                message: e.inner().to_string(),
+            })?;
+        let mut problems = crate::rule::Problems::default();
+        for (field, value) in [
+            ("admin_cluster", &spec.admin_cluster),
+            ("admin_authority", &spec.admin_authority),
+            ("token", &spec.token),
+        ] {
+            if value.is_empty() {
+                problems.add(field, "must not be empty");
+            }
+        }
+        if !(1..=60).contains(&spec.poll_timeout_seconds) {
+            problems.add("poll_timeout_seconds", "must be between 1 and 60");
+        }
+        if problems.is_empty() {
+            Ok(spec)
+        } else {
+            Err(ConfigError::Invalid(problems.into_errors()))
+        }
+    }
+}

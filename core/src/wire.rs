@@ -50,6 +50,11 @@ impl RulesetDocument {
         Ruleset::from_specs(self.rules.clone())
     }
 
+    /// Parses the admin API's JSON answer.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, WireError> {
+        Ok(serde_json::from_slice(bytes)?)
+    }
+
     /// The shared-data encoding: a format byte, then JSON.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![RULESET_FORMAT_VERSION];
@@ -73,11 +78,23 @@ mod tests {
 
     #[test]
     fn the_shared_data_encoding_is_a_format_byte_then_json() {
-        let doc = RulesetDocument { version: 7, rules: vec![] };
+        let doc = RulesetDocument {
+            version: 7,
+            rules: vec![],
+        };
         assert_eq!(doc.encode(), b"\x01{\"version\":7,\"rules\":[]}");
         assert_eq!(RulesetDocument::decode(&doc.encode()).unwrap(), doc);
-        assert!(matches!(RulesetDocument::decode(b"\x02{}"), Err(WireError::UnknownFormat(2))));
-        assert!(matches!(RulesetDocument::decode(b""), Err(WireError::Empty)));
-        assert!(matches!(RulesetDocument::decode(b"\x01{"), Err(WireError::Json(_))));
+        assert!(matches!(
+            RulesetDocument::decode(b"\x02{}"),
+            Err(WireError::UnknownFormat(2))
+        ));
+        assert!(matches!(
+            RulesetDocument::decode(b""),
+            Err(WireError::Empty)
+        ));
+        assert!(matches!(
+            RulesetDocument::decode(b"\x01{"),
+            Err(WireError::Json(_))
+        ));
     }
 }

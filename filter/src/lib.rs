@@ -1,7 +1,9 @@
 //! Sluice's proxy-wasm HTTP filter: thin host glue over `sluice-core`.
 //!
-//! * [`root`]: one per worker VM; reads the plugin configuration and owns the compiled
-//!   ruleset.
+//! * [`root`]: root contexts: one per worker VM (configuration, compiled ruleset), or
+//!   the control service's singleton on the main thread.
+//! * [`control`]: the control service: long-polls the admin API, validates rulesets and
+//!   publishes them through [`ruleset_channel`] (shared data) to every worker.
 //! * [`http`]: one per request; asks the core for a decision and answers or forwards.
 //! * [`host_store`]: the core's `SharedStore` over proxy-wasm shared data.
 //! * [`metrics`]: Envoy counters.
@@ -17,10 +19,12 @@
 )]
 #![deny(clippy::indexing_slicing)]
 
+pub mod control;
 pub mod host_store;
 pub mod http;
 pub mod metrics;
 pub mod root;
+pub mod ruleset_channel;
 
 use proxy_wasm::types::LogLevel;
 

@@ -38,6 +38,55 @@ impl Counter {
     }
 }
 
+/// One Envoy gauge.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauge(Option<u32>);
+
+impl Gauge {
+    fn define(name: &str) -> Gauge {
+        match hostcalls::define_metric(MetricType::Gauge, name) {
+            Ok(id) => Gauge(Some(id)),
+            Err(status) => {
+                log::error!("cannot define metric {name}: {status:?}");
+                Gauge(None)
+            }
+        }
+    }
+
+    pub fn set(self, value: u64) {
+        if let Some(id) = self.0 {
+            let _ = hostcalls::record_metric(id, value);
+        }
+    }
+}
+
+/// The control service's metrics (one instance, on the main thread).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ControlMetrics {
+    /// Polls sent to the admin API.
+    pub polls: Counter,
+    /// Failed polls (unreachable, refused token, bad answers).
+    pub errors: Counter,
+    /// Rulesets published to the workers.
+    pub updates: Counter,
+    /// Rulesets refused because they did not validate.
+    pub refused: Counter,
+    /// The version published to the workers.
+    pub version: Gauge,
+}
+
+impl ControlMetrics {
+    pub fn define() -> ControlMetrics {
+        ControlMetrics {
+            polls: Counter::define("sluice_control_polls_total"),
+            errors: Counter::define("sluice_control_errors_total"),
+            updates: Counter::define("sluice_control_ruleset_updates_total"),
+            refused: Counter::define("sluice_control_ruleset_refused_total"),
+            version: Gauge::define("sluice_control_ruleset_version"),
+        }
+    }
+}
+
 /// Every counter the filter keeps.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Metrics {
@@ -69,6 +118,8 @@ pub struct Metrics {
     pub key_missing: Counter,
     /// Configurations refused (the filter then passes all traffic).
     pub config_errors: Counter,
+    /// Pushed rulesets a worker swapped in (summed over workers).
+    pub rulesets_applied: Counter,
 }
 
 impl Metrics {
@@ -88,6 +139,7 @@ impl Metrics {
             slot_corrupt: Counter::define("sluice_slot_corrupt_total"),
             key_missing: Counter::define("sluice_key_missing_total"),
             config_errors: Counter::define("sluice_config_errors_total"),
+            rulesets_applied: Counter::define("sluice_rulesets_applied_total"),
         }
     }
 

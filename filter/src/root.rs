@@ -1,19 +1,34 @@
-//! The root context: one per worker VM. It owns what every request of that worker
-//! shares: the validated configuration, the metrics and the shared-data store.
+//! Root contexts. The one module plays two parts, told apart by the root id Envoy
+//! configured:
+//!
+//! * `sluice_control`: the control service, a singleton on the main thread
+//!   ([`crate::control`]);
+//! * anything else: the HTTP filter, one root per worker VM, owning what every request
+//!   of that worker shares: the configuration in force, the metrics and the store.
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
-use sluice_core::config::FilterConfig;
+use sluice_core::config::{ControlConfigSpec, FilterConfig, FilterConfigSpec};
 
+use crate::control::{self, ControlService};
 use crate::host_store::HostStore;
 use crate::http::SluiceHttp;
 use crate::metrics::Metrics;
+use crate::ruleset_channel;
 
-/// State shared by the root context and its request contexts (one VM, one thread).
+/// The root id of the control service in the generated Envoy configuration.
+pub const CONTROL_ROOT_ID: &str = "sluice_control";
+/// How often a worker checks for a newly pushed ruleset: one 8-byte shared-data read.
+/// Short enough that a saved rule is enforced everywhere well within a second.
+const WORKER_TICK: Duration = Duration::from_millis(100);
+
+/// State shared by a worker's root context and its request contexts (one VM, one
+/// thread).
 #[derive(Debug, Default)]
 pub struct Shared {
     /// The configuration in force; `None` until a valid one arrives. Replaced whole, so
@@ -35,40 +50,130 @@ impl Shared {
 
 #[derive(Debug, Default)]
 pub struct SluiceRoot {
-    shared: Rc<Shared>,
-    metrics_defined: bool,
+    part: Part,
 }
 
-impl Context for SluiceRoot {}
+#[derive(Debug, Default)]
+enum Part {
+    #[default]
+    Unconfigured,
+    Filter(FilterRoot),
+    Control(Option<ControlService>),
+}
+
+impl Context for SluiceRoot {
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        if let Part::Control(Some(control)) = &mut self.part {
+            control.on_response(body_size);
+        }
+    }
+}
 
 impl RootContext for SluiceRoot {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
+        let bytes = hostcalls::get_buffer(
+            BufferType::PluginConfiguration,
+            0,
+            plugin_configuration_size,
+        );
+        let root_id = hostcalls::get_property(vec!["plugin_root_id"])
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if root_id == CONTROL_ROOT_ID.as_bytes() {
+            self.part = Part::Control(configure_control(bytes.ok().flatten().unwrap_or_default()));
+            let _ = hostcalls::set_tick_period(control::TICK);
+            return true;
+        }
+        if !matches!(self.part, Part::Filter(_)) {
+            self.part = Part::Filter(FilterRoot::default());
+            let _ = hostcalls::set_tick_period(WORKER_TICK);
+        }
+        if let Part::Filter(filter) = &mut self.part {
+            filter.configure(bytes);
+        }
+        // Returning false would make Envoy reject the configuration or fail the VM; Sluice
+        // reports problems in the log and metrics and keeps traffic flowing instead.
+        true
+    }
+
+    fn on_tick(&mut self) {
+        match &mut self.part {
+            Part::Filter(filter) => filter.follow_pushed_ruleset(),
+            Part::Control(Some(control)) => control.on_tick(),
+            Part::Control(None) | Part::Unconfigured => {}
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        match &self.part {
+            Part::Filter(filter) => Some(Box::new(SluiceHttp::new(Rc::clone(&filter.shared)))),
+            // Only reachable if Envoy were misconfigured to run the control root as an
+            // HTTP filter: pass traffic rather than fail.
+            _ => None,
+        }
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+fn configure_control(bytes: Vec<u8>) -> Option<ControlService> {
+    match ControlConfigSpec::from_json(&bytes) {
+        Ok(config) => Some(ControlService::new(config)),
+        Err(e) => {
+            log::error!(
+                "the control service configuration is invalid ({e}); not following the admin API"
+            );
+            None
+        }
+    }
+}
+
+/// A worker's root: its static configuration, and the pushed ruleset it follows.
+#[derive(Debug, Default)]
+struct FilterRoot {
+    shared: Rc<Shared>,
+    metrics_defined: bool,
+    /// The settings from the plugin configuration; pushed rulesets replace only its rules.
+    base: Option<FilterConfig>,
+    /// The pushed ruleset version in force (or refused), to notice new ones cheaply.
+    pushed_version: Option<u64>,
+}
+
+impl FilterRoot {
+    fn configure(&mut self, bytes: Result<Option<Vec<u8>>, proxy_wasm::types::Status>) {
         if !self.metrics_defined {
             *self.shared.metrics.borrow_mut() = Metrics::define();
             self.metrics_defined = true;
         }
-        let bytes = match hostcalls::get_buffer(
-            BufferType::PluginConfiguration,
-            0,
-            plugin_configuration_size,
-        ) {
+        let metrics = self.shared.metrics();
+        let bytes = match bytes {
             Ok(bytes) => bytes.unwrap_or_default(),
             Err(status) => {
                 log::error!(
                     "cannot read the plugin configuration ({status:?}); passing all traffic"
                 );
-                self.shared.metrics().config_errors.inc();
-                return true;
+                metrics.config_errors.inc();
+                return;
             }
         };
         match FilterConfig::from_json(&bytes) {
             Ok(config) => {
                 log::info!(
-                    "configured with {} rule(s), {} bucket slots",
+                    "configured with {} static rule(s), {} bucket slots",
                     config.ruleset.rules().len(),
                     config.table.slots()
                 );
-                *self.shared.config.borrow_mut() = Some(Rc::new(config));
+                *self.shared.config.borrow_mut() = Some(Rc::new(config.clone()));
+                self.base = Some(config);
             }
             Err(error) => {
                 // A bad configuration must never take traffic down: keep the last good
@@ -79,19 +184,59 @@ impl RootContext for SluiceRoot {
                     "passing all traffic"
                 };
                 log::error!("{error}; {kept}");
-                self.shared.metrics().config_errors.inc();
+                metrics.config_errors.inc();
             }
         }
-        // Returning false would make Envoy reject the listener or fail the VM; Sluice
-        // reports the problem in the log and metrics and keeps traffic flowing instead.
-        true
+        // A worker (re)starting after the control service published must not wait for a
+        // tick, nor fall back to static rules in between.
+        self.pushed_version = None;
+        self.follow_pushed_ruleset();
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(SluiceHttp::new(Rc::clone(&self.shared))))
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
+    /// Swaps in the ruleset the control service published, if it is new.
+    fn follow_pushed_ruleset(&mut self) {
+        let version = match ruleset_channel::published_version() {
+            Ok(Some(version)) if Some(version) != self.pushed_version => version,
+            Ok(_) => return,
+            Err(e) => {
+                log::warn!("cannot read the pushed ruleset version: {e}");
+                self.shared.metrics().errors.inc();
+                return;
+            }
+        };
+        self.pushed_version = Some(version);
+        let metrics = self.shared.metrics();
+        let doc = match ruleset_channel::published_document() {
+            Ok(Some(doc)) => doc,
+            Ok(None) => return,
+            Err(e) => {
+                log::error!(
+                    "cannot read pushed ruleset version {version}: {e}; keeping the current rules"
+                );
+                metrics.errors.inc();
+                return;
+            }
+        };
+        let ruleset = match doc.compile() {
+            Ok(ruleset) => ruleset,
+            Err(errors) => {
+                // The control service validated it, so this means a module mismatch.
+                log::error!(
+                    "pushed ruleset version {} is invalid here: {errors}; keeping the current rules",
+                    doc.version
+                );
+                metrics.errors.inc();
+                return;
+            }
+        };
+        let base = self
+            .base
+            .clone()
+            .or_else(|| FilterConfig::try_from(FilterConfigSpec::default()).ok());
+        if let Some(base) = base {
+            *self.shared.config.borrow_mut() = Some(Rc::new(FilterConfig { ruleset, ..base }));
+            metrics.rulesets_applied.inc();
+            log::info!("now enforcing pushed ruleset version {}", doc.version);
+        }
     }
 }

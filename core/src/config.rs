@@ -195,6 +195,13 @@ pub struct ControlConfigSpec {
     /// How long the admin API may hold a poll open when nothing changed.
     #[serde(default = "default_poll_seconds")]
     pub poll_timeout_seconds: u32,
+    /// How often decision statistics are sent to the admin API.
+    #[serde(default = "default_report_seconds")]
+    pub report_interval_seconds: u32,
+}
+
+fn default_report_seconds() -> u32 {
+    2
 }
 
 fn default_poll_seconds() -> u32 {
@@ -222,6 +229,9 @@ impl ControlConfigSpec {
         }
         if !(1..=60).contains(&spec.poll_timeout_seconds) {
             problems.add("poll_timeout_seconds", "must be between 1 and 60");
+        }
+        if !(1..=300).contains(&spec.report_interval_seconds) {
+            problems.add("report_interval_seconds", "must be between 1 and 300");
         }
         if problems.is_empty() {
             Ok(spec)

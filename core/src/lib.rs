@@ -29,6 +29,7 @@ pub mod config;
 pub mod gcra;
 pub mod hash;
 pub mod limiter;
+pub mod report;
 pub mod request;
 pub mod response;
 pub mod rule;

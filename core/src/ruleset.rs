@@ -84,8 +84,23 @@ impl Ruleset {
         now: u64,
         default_failure: FailureMode,
     ) -> Decision<'r> {
+        self.decide_observed(request, store, table, now, default_failure, &mut ())
+    }
+
+    /// [`Ruleset::decide`], also telling `sink` what happened for each matching rule (for
+    /// per-rule and per-client statistics).
+    pub fn decide_observed<'r>(
+        &'r self,
+        request: &impl RequestAttributes,
+        store: &impl SharedStore,
+        table: &SlotTable,
+        now: u64,
+        default_failure: FailureMode,
+        sink: &mut impl DecisionSink,
+    ) -> Decision<'r> {
         let mut decision = Decision::default();
-        let mut enforced: Vec<(&'r Rule, BucketRequest<'r>)> = Vec::new();
+        let mut enforced: Vec<(&'r Rule, BucketRequest<'r>, std::borrow::Cow<'_, str>)> =
+            Vec::new();
         for rule in self
             .rules
             .iter()
@@ -94,6 +109,7 @@ impl Ruleset {
             decision.matched_rules += 1;
             let Some(client) = rule.key.extract(request) else {
                 decision.keys_missing += 1;
+                sink.record(rule, RuleOutcome::KeyMissing, "");
                 continue;
             };
             let bucket = BucketRequest {
@@ -103,42 +119,62 @@ impl Ruleset {
                 on_failure: rule.failure_mode_or(default_failure),
             };
             match rule.mode {
-                Mode::Enforce => enforced.push((rule, bucket)),
+                Mode::Enforce => enforced.push((rule, bucket, client)),
                 Mode::Shadow => {
                     let acquisition = table.acquire(store, now, &[bucket]);
                     decision.absorb_counters(&acquisition);
-                    match acquisition.buckets.first() {
+                    let outcome = match acquisition.buckets.first() {
                         Some(BucketResult::Denied { .. } | BucketResult::FailedClosed(_)) => {
                             decision.shadow_denied.push(rule);
+                            RuleOutcome::ShadowDenied
                         }
-                        Some(BucketResult::FailedOpen(_)) => decision.failed_open += 1,
-                        _ => {}
-                    }
+                        Some(BucketResult::FailedOpen(_)) => {
+                            decision.failed_open += 1;
+                            RuleOutcome::FailedOpen
+                        }
+                        Some(BucketResult::Allowed { tightest }) => RuleOutcome::Allowed {
+                            near_limit: is_near_limit(bucket.limits, tightest),
+                        },
+                        Some(BucketResult::Skipped) | None => RuleOutcome::NotCharged,
+                    };
+                    sink.record(rule, outcome, &client);
                 }
             }
         }
         if enforced.is_empty() {
             return decision;
         }
-        let buckets: Vec<BucketRequest<'r>> = enforced.iter().map(|(_, b)| *b).collect();
+        let buckets: Vec<BucketRequest<'r>> = enforced.iter().map(|(_, b, _)| *b).collect();
         let acquisition = table.acquire(store, now, &buckets);
         decision.absorb_counters(&acquisition);
-        for ((rule, bucket), result) in enforced.iter().zip(&acquisition.buckets) {
-            match result {
-                BucketResult::Allowed { tightest } => {
+        for ((rule, bucket, client), result) in enforced.iter().zip(&acquisition.buckets) {
+            let outcome = match result {
+                BucketResult::Allowed { tightest } if acquisition.allowed => {
                     decision.note_allowed(rule, bucket.limits, *tightest);
+                    RuleOutcome::Allowed {
+                        near_limit: is_near_limit(bucket.limits, tightest),
+                    }
                 }
+                // Charged, then refunded because another rule denied the request.
+                BucketResult::Allowed { .. } | BucketResult::Skipped => RuleOutcome::NotCharged,
                 BucketResult::Denied { binding } => {
                     decision.outcome = Outcome::Denied(Limited {
                         rule,
                         limits: bucket.limits,
                         tier: *binding,
                     });
+                    RuleOutcome::Denied
                 }
-                BucketResult::FailedOpen(_) => decision.failed_open += 1,
-                BucketResult::FailedClosed(_) => decision.outcome = Outcome::FailedClosed(rule),
-                BucketResult::Skipped => {}
-            }
+                BucketResult::FailedOpen(_) => {
+                    decision.failed_open += 1;
+                    RuleOutcome::FailedOpen
+                }
+                BucketResult::FailedClosed(_) => {
+                    decision.outcome = Outcome::FailedClosed(rule);
+                    RuleOutcome::FailedClosed
+                }
+            };
+            sink.record(rule, outcome, client);
         }
         if !acquisition.allowed {
             // Nothing was charged, so nothing is "near the limit" either.
@@ -213,12 +249,7 @@ impl<'r> Decision<'r> {
     }
 
     fn note_allowed(&mut self, rule: &'r Rule, limits: &'r [Limit], tightest: TierVerdict) {
-        if let Some(limit) = limits.get(tightest.tier) {
-            let used = limit.burst.saturating_sub(tightest.verdict.remaining);
-            if used.saturating_mul(100) >= limit.burst.saturating_mul(NEAR_LIMIT_PERCENT) {
-                self.near_limit = true;
-            }
-        }
+        self.near_limit |= is_near_limit(limits, &tightest);
         if !rule.rate_limit_headers {
             return;
         }
@@ -234,6 +265,45 @@ impl<'r> Decision<'r> {
             self.tightest = Some(candidate);
         }
     }
+}
+
+/// Whether an allowed request left its tightest limit at least [`NEAR_LIMIT_PERCENT`] used.
+fn is_near_limit(limits: &[Limit], tightest: &TierVerdict) -> bool {
+    limits.get(tightest.tier).is_some_and(|limit| {
+        let used = limit.burst.saturating_sub(tightest.verdict.remaining);
+        used.saturating_mul(100) >= limit.burst.saturating_mul(NEAR_LIMIT_PERCENT)
+    })
+}
+
+/// What happened to one matching rule in one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleOutcome {
+    /// Charged; the request may pass as far as this rule is concerned.
+    Allowed { near_limit: bool },
+    /// This rule denied the request.
+    Denied,
+    /// A shadow-mode rule would have denied the request.
+    ShadowDenied,
+    /// Not charged: another rule denied the request first (or raced it into a denial).
+    NotCharged,
+    /// Could not be evaluated; the request was let through.
+    FailedOpen,
+    /// Could not be evaluated; the request was denied (fail-closed rule).
+    FailedClosed,
+    /// The request carried no client key for this rule.
+    KeyMissing,
+}
+
+/// Receives per-rule outcomes during [`Ruleset::decide_observed`]. Called on the request
+/// path: implementations must be cheap and must not block.
+pub trait DecisionSink {
+    /// `client` is the rule's client key for this request ("" when missing).
+    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str);
+}
+
+/// Ignores everything.
+impl DecisionSink for () {
+    fn record(&mut self, _: &Rule, _: RuleOutcome, _: &str) {}
 }
 
 impl From<FieldError> for ValidationErrors {

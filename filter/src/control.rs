@@ -7,19 +7,25 @@
 //! refused (the last good one stays) and reported on the next poll. When the admin API
 //! is unreachable or answers garbage, the service retries with exponential backoff and
 //! the workers keep enforcing what they have.
+//!
+//! It also drains the workers' decision statistics from the `sluice.reports` shared
+//! queue, merges them, and POSTs a [`Report`] every `report_interval_seconds`. Reports
+//! the admin API cannot take are kept in a bounded buffer, then dropped and counted.
 
+use std::collections::VecDeque;
 use std::time::{Duration, UNIX_EPOCH};
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
 use sluice_core::config::ControlConfigSpec;
+use sluice_core::report::{Aggregate, REPORTS_PATH, Report, RuleBatch};
 use sluice_core::wire::{
     PROXY_ERROR_HEADER, PROXY_ID_HEADER, PROXY_RULESET_VERSION_HEADER, RULESET_PATH,
     RulesetDocument,
 };
 
 use crate::metrics::ControlMetrics;
-use crate::ruleset_channel;
+use crate::{report_channel, ruleset_channel};
 
 /// How often the service checks whether a retry is due.
 pub const TICK: Duration = Duration::from_millis(250);
@@ -30,6 +36,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const CALL_SLACK: Duration = Duration::from_secs(5);
 /// Longest error text sent back to the admin API.
 const MAX_ERROR_LEN: usize = 300;
+/// Reports kept while the admin API cannot take them (a minute at the default interval).
+const MAX_UNSENT_REPORTS: usize = 30;
+const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The control service's state between callbacks.
 #[derive(Debug)]
@@ -42,10 +51,26 @@ pub struct ControlService {
     /// fetched again in a loop: the next poll waits for a newer one.
     seen_version: u64,
     last_error: Option<String>,
-    in_flight: bool,
+    /// The outstanding poll, if any.
+    poll_call: Option<u32>,
     retry_at: Duration,
     backoff: Duration,
+    reports: Reports,
     metrics: ControlMetrics,
+}
+
+/// Statistics on their way to the admin API.
+#[derive(Debug, Default)]
+struct Reports {
+    queue: Option<u32>,
+    /// Merged from the workers since `interval_start`.
+    current: Aggregate,
+    interval_start: Duration,
+    /// Finished reports not yet accepted by the admin API, oldest first.
+    unsent: VecDeque<Report>,
+    dropped: u64,
+    /// The outstanding POST, if any.
+    call: Option<u32>,
 }
 
 impl ControlService {
@@ -67,17 +92,118 @@ impl ControlService {
             running_version,
             seen_version: running_version,
             last_error: None,
-            in_flight: false,
+            poll_call: None,
             retry_at: Duration::ZERO,
             backoff: FIRST_BACKOFF,
+            reports: Reports {
+                queue: register_queue(),
+                interval_start: now(),
+                ..Reports::default()
+            },
             metrics: ControlMetrics::define(),
         }
     }
 
-    /// Called on every tick: starts a poll when none is running and no backoff is due.
+    /// Called on every tick: starts a poll when none is running and no backoff is due,
+    /// and sends a report when one is due.
     pub fn on_tick(&mut self) {
-        if !self.in_flight && now() >= self.retry_at {
+        let now = now();
+        if self.reports.queue.is_some() {
+            report_channel::beat(millis(now));
+        }
+        if self.poll_call.is_none() && now >= self.retry_at {
             self.poll();
+        }
+        let interval = Duration::from_secs(u64::from(self.config.report_interval_seconds));
+        if now >= self.reports.interval_start + interval {
+            self.finish_report(now);
+            self.send_report();
+        }
+    }
+
+    /// Called when workers put batches on the report queue.
+    pub fn on_queue_ready(&mut self, queue: u32) {
+        if self.reports.queue != Some(queue) {
+            return;
+        }
+        while let Ok(Some(bytes)) = hostcalls::dequeue_shared_queue(queue) {
+            match RuleBatch::decode(&bytes) {
+                Some(batch) => self.reports.current.merge(&batch),
+                None => self.metrics.errors.inc(),
+            }
+        }
+    }
+
+    /// Closes the current interval into a report, if anything happened in it.
+    fn finish_report(&mut self, now: Duration) {
+        let start = std::mem::replace(&mut self.reports.interval_start, now);
+        if self.reports.current.is_empty() {
+            return;
+        }
+        if self.reports.unsent.len() >= MAX_UNSENT_REPORTS {
+            self.reports.unsent.pop_front();
+            self.reports.dropped += 1;
+            self.metrics.reports_dropped.inc();
+        }
+        self.reports.unsent.push_back(Report {
+            proxy_id: self.proxy_id.clone(),
+            start_ms: millis(start),
+            end_ms: millis(now),
+            ruleset_version: self.running_version,
+            batch: self.reports.current.take(),
+            dropped_reports: self.reports.dropped,
+        });
+    }
+
+    /// Sends the oldest unsent report, one at a time.
+    fn send_report(&mut self) {
+        if self.reports.call.is_some() {
+            return;
+        }
+        let Some(report) = self.reports.unsent.front() else {
+            return;
+        };
+        let body = report.to_json();
+        let authorization = format!("Bearer {}", self.config.token);
+        let headers = vec![
+            (":method", "POST"),
+            (":path", REPORTS_PATH),
+            (":authority", self.config.admin_authority.as_str()),
+            ("authorization", authorization.as_str()),
+            ("content-type", "application/json"),
+            (PROXY_ID_HEADER, self.proxy_id.as_str()),
+        ];
+        match hostcalls::dispatch_http_call(
+            &self.config.admin_cluster,
+            headers,
+            Some(&body),
+            vec![],
+            REPORT_TIMEOUT,
+        ) {
+            Ok(token) => self.reports.call = Some(token),
+            Err(status) => log::warn!("cannot send a report: {status:?}"),
+        }
+    }
+
+    fn on_report_response(&mut self) {
+        self.reports.call = None;
+        match response_status() {
+            Some(200..=299) => {
+                self.reports.unsent.pop_front();
+                self.metrics.reports_sent.inc();
+                // Catch up on a backlog left by an outage, one report per answer.
+                self.send_report();
+            }
+            // The admin API will never take this report (a revoked token, a format it
+            // refuses): drop it rather than retry forever.
+            Some(status @ 400..=499) => {
+                log::warn!("the admin API refused a report (HTTP {status}); dropping it");
+                self.reports.unsent.pop_front();
+                self.reports.dropped += 1;
+                self.metrics.reports_dropped.inc();
+            }
+            // Unreachable or failing: keep it for the next interval.
+            _ => self.metrics.errors.inc(),
         }
     }
 
@@ -108,7 +234,7 @@ impl ControlService {
             vec![],
             timeout,
         ) {
-            Ok(_) => self.in_flight = true,
+            Ok(token) => self.poll_call = Some(token),
             Err(status) => self.fail(format!(
                 "cannot call cluster {}: {status:?}",
                 self.config.admin_cluster
@@ -116,17 +242,16 @@ impl ControlService {
         }
     }
 
-    /// Called with the answer to a poll (or its failure: no headers at all).
-    pub fn on_response(&mut self, body_size: usize) {
-        self.in_flight = false;
-        let status = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders)
-            .ok()
-            .and_then(|headers| headers.into_iter().find(|(name, _)| name == ":status"))
-            .and_then(|(_, value)| {
-                std::str::from_utf8(&value)
-                    .ok()
-                    .and_then(|s| s.parse::<u16>().ok())
-            });
+    /// Called with the answer to an HTTP call (or its failure: no headers at all).
+    pub fn on_response(&mut self, token: u32, body_size: usize) {
+        if self.reports.call == Some(token) {
+            return self.on_report_response();
+        }
+        if self.poll_call != Some(token) {
+            return;
+        }
+        self.poll_call = None;
+        let status = response_status();
         match status {
             Some(200) => {
                 let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
@@ -144,7 +269,7 @@ impl ControlService {
             None => self
                 .fail("the admin API did not answer (connection failed or timed out)".to_string()),
         }
-        if !self.in_flight && now() >= self.retry_at {
+        if self.poll_call.is_none() && now() >= self.retry_at {
             self.poll();
         }
     }
@@ -201,6 +326,32 @@ impl ControlService {
         self.retry_at = now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The `:status` of the HTTP call being answered; `None` when the call failed.
+fn response_status() -> Option<u16> {
+    hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders)
+        .ok()
+        .and_then(|headers| headers.into_iter().find(|(name, _)| name == ":status"))
+        .and_then(|(_, value)| {
+            std::str::from_utf8(&value)
+                .ok()
+                .and_then(|s| s.parse::<u16>().ok())
+        })
+}
+
+fn register_queue() -> Option<u32> {
+    hostcalls::register_shared_queue(report_channel::QUEUE)
+        .map_err(|status| {
+            log::error!(
+                "cannot create the report queue ({status:?}); no statistics will be reported"
+            )
+        })
+        .ok()
+}
+
+fn millis(t: Duration) -> u64 {
+    u64::try_from(t.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Envoy's node id when it has one, else an id made from the start time.

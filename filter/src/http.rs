@@ -47,13 +47,14 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         };
-        let decision = config.ruleset.decide(
-            &request,
-            &self.shared.store,
-            &config.table,
-            now,
-            config.failure_mode,
-        );
+        let (store, table, failure) = (&self.shared.store, &config.table, config.failure_mode);
+        // Statistics are gathered only while a control service collects them.
+        let decision = match self.shared.statistics.borrow_mut().as_mut() {
+            Some(statistics) => config
+                .ruleset
+                .decide_observed(&request, store, table, now, failure, statistics),
+            None => config.ruleset.decide(&request, store, table, now, failure),
+        };
         record(metrics, &decision);
         if let Some(header) = &config.shadow_header {
             mark_shadow_denials(header, &request, &decision);

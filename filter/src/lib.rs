@@ -23,6 +23,7 @@ pub mod control;
 pub mod host_store;
 pub mod http;
 pub mod metrics;
+pub mod report_channel;
 pub mod root;
 pub mod ruleset_channel;
 

@@ -73,6 +73,10 @@ pub struct ControlMetrics {
     pub refused: Counter,
     /// The version published to the workers.
     pub version: Gauge,
+    /// Reports accepted by the admin API.
+    pub reports_sent: Counter,
+    /// Reports dropped: the unsent buffer was full, or the admin API refused them.
+    pub reports_dropped: Counter,
 }
 
 impl ControlMetrics {
@@ -83,6 +87,8 @@ impl ControlMetrics {
             updates: Counter::define("sluice_control_ruleset_updates_total"),
             refused: Counter::define("sluice_control_ruleset_refused_total"),
             version: Gauge::define("sluice_control_ruleset_version"),
+            reports_sent: Counter::define("sluice_control_reports_sent_total"),
+            reports_dropped: Counter::define("sluice_control_reports_dropped_total"),
         }
     }
 }
@@ -120,6 +126,8 @@ pub struct Metrics {
     pub config_errors: Counter,
     /// Pushed rulesets a worker swapped in (summed over workers).
     pub rulesets_applied: Counter,
+    /// Statistics batches a worker could not hand to the control service.
+    pub batches_dropped: Counter,
 }
 
 impl Metrics {
@@ -140,6 +148,7 @@ impl Metrics {
             key_missing: Counter::define("sluice_key_missing_total"),
             config_errors: Counter::define("sluice_config_errors_total"),
             rulesets_applied: Counter::define("sluice_rulesets_applied_total"),
+            batches_dropped: Counter::define("sluice_report_batches_dropped_total"),
         }
     }
 

@@ -14,18 +14,21 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::config::{ControlConfigSpec, FilterConfig, FilterConfigSpec};
+use sluice_core::report::Aggregate;
 
 use crate::control::{self, ControlService};
 use crate::host_store::HostStore;
 use crate::http::SluiceHttp;
 use crate::metrics::Metrics;
-use crate::ruleset_channel;
+use crate::{report_channel, ruleset_channel};
 
 /// The root id of the control service in the generated Envoy configuration.
 pub const CONTROL_ROOT_ID: &str = "sluice_control";
 /// How often a worker checks for a newly pushed ruleset: one 8-byte shared-data read.
 /// Short enough that a saved rule is enforced everywhere well within a second.
 const WORKER_TICK: Duration = Duration::from_millis(100);
+/// Ticks between two statistics flushes (one second).
+const TICKS_PER_FLUSH: u32 = 10;
 
 /// State shared by a worker's root context and its request contexts (one VM, one
 /// thread).
@@ -36,6 +39,8 @@ pub struct Shared {
     config: RefCell<Option<Rc<FilterConfig>>>,
     pub metrics: RefCell<Metrics>,
     pub store: HostStore,
+    /// Decision statistics since the last flush, while a control service collects them.
+    pub statistics: RefCell<Option<Aggregate>>,
 }
 
 impl Shared {
@@ -58,19 +63,19 @@ enum Part {
     #[default]
     Unconfigured,
     Filter(FilterRoot),
-    Control(Option<ControlService>),
+    Control(Option<Box<ControlService>>),
 }
 
 impl Context for SluiceRoot {
     fn on_http_call_response(
         &mut self,
-        _token: u32,
+        token: u32,
         _headers: usize,
         body_size: usize,
         _trailers: usize,
     ) {
         if let Part::Control(Some(control)) = &mut self.part {
-            control.on_response(body_size);
+            control.on_response(token, body_size);
         }
     }
 }
@@ -103,9 +108,18 @@ impl RootContext for SluiceRoot {
         true
     }
 
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        if let Part::Control(Some(control)) = &mut self.part {
+            control.on_queue_ready(queue_id);
+        }
+    }
+
     fn on_tick(&mut self) {
         match &mut self.part {
-            Part::Filter(filter) => filter.follow_pushed_ruleset(),
+            Part::Filter(filter) => {
+                filter.follow_pushed_ruleset();
+                filter.flush_statistics();
+            }
             Part::Control(Some(control)) => control.on_tick(),
             Part::Control(None) | Part::Unconfigured => {}
         }
@@ -125,9 +139,9 @@ impl RootContext for SluiceRoot {
     }
 }
 
-fn configure_control(bytes: Vec<u8>) -> Option<ControlService> {
+fn configure_control(bytes: Vec<u8>) -> Option<Box<ControlService>> {
     match ControlConfigSpec::from_json(&bytes) {
-        Ok(config) => Some(ControlService::new(config)),
+        Ok(config) => Some(Box::new(ControlService::new(config))),
         Err(e) => {
             log::error!(
                 "the control service configuration is invalid ({e}); not following the admin API"
@@ -146,6 +160,7 @@ struct FilterRoot {
     base: Option<FilterConfig>,
     /// The pushed ruleset version in force (or refused), to notice new ones cheaply.
     pushed_version: Option<u64>,
+    ticks: u32,
 }
 
 impl FilterRoot {
@@ -191,6 +206,34 @@ impl FilterRoot {
         // tick, nor fall back to static rules in between.
         self.pushed_version = None;
         self.follow_pushed_ruleset();
+    }
+
+    /// Once a second: hands the statistics gathered since the last flush to the control
+    /// service, and starts or stops gathering as the control service comes and goes.
+    fn flush_statistics(&mut self) {
+        self.ticks += 1;
+        if self.ticks < TICKS_PER_FLUSH {
+            return;
+        }
+        self.ticks = 0;
+        let now_ms = hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let alive = report_channel::control_alive(now_ms);
+        let mut statistics = self.shared.statistics.borrow_mut();
+        let batch = statistics
+            .as_mut()
+            .map(Aggregate::take)
+            .filter(|b| !b.rules.is_empty() || b.overflow > 0);
+        *statistics = alive.then(Aggregate::default);
+        drop(statistics);
+        if let Some(batch) = batch {
+            if let Err(e) = report_channel::send(&batch) {
+                log::warn!("cannot hand statistics to the control service: {e}");
+                self.shared.metrics().batches_dropped.inc();
+            }
+        }
     }
 
     /// Swaps in the ruleset the control service published, if it is new.

@@ -1,0 +1,378 @@
+//! Decision statistics: aggregated in each worker, merged by the control service, and
+//! sent to the admin API as a [`Report`].
+//!
+//! Memory stays bounded whatever the traffic: per rule, totals are exact counters, and
+//! clients are tracked only in a fixed-size *top-K* summary of the most throttled ones
+//! (the Space-Saving algorithm of Metwally, Agrawal and El Abbadi, 2005). A summary of
+//! `k` entries finds every client whose throttled count exceeds `total / k`, and for each
+//! reported client `count - error ≤ true count ≤ count`. Merging two summaries adds their
+//! errors, which the report carries so the dashboard can say how exact a figure is.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::rule::Rule;
+use crate::ruleset::{DecisionSink, RuleOutcome};
+
+/// Clients tracked per rule.
+pub const TOP_CLIENTS: usize = 20;
+/// Longest client key kept; longer keys are cut (they are identifiers, not payloads).
+pub const MAX_CLIENT_LEN: usize = 128;
+/// Most rules reported in one interval (a ruleset holds at most 1,000).
+pub const MAX_RULES: usize = 1_000;
+
+/// Exact totals for one rule over an interval.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleCounts {
+    #[serde(default)]
+    pub allowed: u64,
+    #[serde(default)]
+    pub denied: u64,
+    #[serde(default)]
+    pub shadow_denied: u64,
+    #[serde(default)]
+    pub near_limit: u64,
+    #[serde(default)]
+    pub fail_open: u64,
+    #[serde(default)]
+    pub key_missing: u64,
+}
+
+impl RuleCounts {
+    fn add(&mut self, other: &RuleCounts) {
+        self.allowed += other.allowed;
+        self.denied += other.denied;
+        self.shadow_denied += other.shadow_denied;
+        self.near_limit += other.near_limit;
+        self.fail_open += other.fail_open;
+        self.key_missing += other.key_missing;
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == RuleCounts::default()
+    }
+}
+
+/// One client in a top-K summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCount {
+    pub client: String,
+    /// Throttled requests (denied or shadow-denied), an upper bound.
+    pub throttled: u64,
+    /// How much of `throttled` may belong to clients this entry replaced.
+    #[serde(default)]
+    pub error: u64,
+}
+
+/// The most throttled clients of one rule (Space-Saving).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopClients {
+    entries: Vec<ClientCount>,
+}
+
+impl TopClients {
+    /// Counts `weight` throttled requests for `client`.
+    pub fn record(&mut self, client: &str, weight: u64) {
+        self.record_with_error(client, weight, 0);
+    }
+
+    fn record_with_error(&mut self, client: &str, weight: u64, error: u64) {
+        let client = truncate(client);
+        if let Some(entry) = self.entries.iter_mut().find(|e| e.client == client) {
+            entry.throttled += weight;
+            entry.error += error;
+            return;
+        }
+        if self.entries.len() < TOP_CLIENTS {
+            self.entries.push(ClientCount {
+                client: client.to_string(),
+                throttled: weight,
+                error,
+            });
+            return;
+        }
+        // Full: the newcomer takes over the smallest entry and inherits its count as
+        // possible error. This is what bounds memory.
+        if let Some(min) = self.entries.iter_mut().min_by_key(|e| e.throttled) {
+            let inherited = min.throttled;
+            *min = ClientCount {
+                client: client.to_string(),
+                throttled: inherited + weight,
+                error: inherited + error,
+            };
+        }
+    }
+
+    /// Folds another summary in.
+    pub fn merge(&mut self, other: &TopClients) {
+        for e in &other.entries {
+            self.record_with_error(&e.client, e.throttled, e.error);
+        }
+    }
+
+    /// The entries, most throttled first.
+    pub fn sorted(&self) -> Vec<ClientCount> {
+        let mut entries = self.entries.clone();
+        entries.sort_by(|a, b| {
+            b.throttled
+                .cmp(&a.throttled)
+                .then_with(|| a.client.cmp(&b.client))
+        });
+        entries
+    }
+
+    pub fn from_entries(entries: Vec<ClientCount>) -> TopClients {
+        let mut top = TopClients::default();
+        for e in entries {
+            top.record_with_error(&e.client, e.throttled, e.error);
+        }
+        top
+    }
+}
+
+fn truncate(client: &str) -> &str {
+    if client.len() <= MAX_CLIENT_LEN {
+        return client;
+    }
+    let mut end = MAX_CLIENT_LEN;
+    while !client.is_char_boundary(end) {
+        end -= 1;
+    }
+    client.get(..end).unwrap_or_default()
+}
+
+/// Statistics of one rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleStats {
+    pub counts: RuleCounts,
+    pub top: TopClients,
+}
+
+/// Per-rule statistics over an interval: what a worker collects between flushes and
+/// what the control service accumulates between reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Aggregate {
+    /// Keyed by rule id.
+    rules: BTreeMap<String, RuleStats>,
+    /// Outcomes dropped because `MAX_RULES` rules were already tracked.
+    pub overflow: u64,
+}
+
+impl DecisionSink for Aggregate {
+    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str) {
+        let Some(stats) = self.stats_for(&rule.id) else {
+            return;
+        };
+        let c = &mut stats.counts;
+        match outcome {
+            RuleOutcome::Allowed { near_limit } => {
+                c.allowed += 1;
+                c.near_limit += u64::from(near_limit);
+            }
+            RuleOutcome::Denied | RuleOutcome::FailedClosed => {
+                c.denied += 1;
+                stats.top.record(client, 1);
+            }
+            RuleOutcome::ShadowDenied => {
+                c.shadow_denied += 1;
+                stats.top.record(client, 1);
+            }
+            RuleOutcome::FailedOpen => c.fail_open += 1,
+            RuleOutcome::KeyMissing => c.key_missing += 1,
+            RuleOutcome::NotCharged => {}
+        }
+    }
+}
+
+impl Aggregate {
+    /// The statistics of rule `id`, created if there is room; counts an overflow if not.
+    fn stats_for(&mut self, id: &str) -> Option<&mut RuleStats> {
+        if !self.rules.contains_key(id) {
+            if self.rules.len() >= MAX_RULES {
+                self.overflow += 1;
+                return None;
+            }
+            self.rules.insert(id.to_string(), RuleStats::default());
+        }
+        self.rules.get_mut(id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.overflow == 0
+    }
+
+    /// Folds a batch in (from a worker, or an earlier unsent report).
+    pub fn merge(&mut self, batch: &RuleBatch) {
+        for rule in &batch.rules {
+            let Some(stats) = self.stats_for(&rule.rule) else {
+                continue;
+            };
+            stats.counts.add(&rule.counts);
+            stats
+                .top
+                .merge(&TopClients::from_entries(rule.top_clients.clone()));
+        }
+        self.overflow += batch.overflow;
+    }
+
+    /// Empties the aggregate into a batch.
+    pub fn take(&mut self) -> RuleBatch {
+        let rules = std::mem::take(&mut self.rules)
+            .into_iter()
+            .map(|(rule, stats)| RuleReport {
+                rule,
+                counts: stats.counts,
+                top_clients: stats.top.sorted(),
+            })
+            .collect();
+        RuleBatch {
+            rules,
+            overflow: std::mem::take(&mut self.overflow),
+        }
+    }
+}
+
+/// Per-rule statistics of one interval, as they travel (worker → control service in a
+/// shared queue; inside a [`Report`] to the admin API).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleBatch {
+    pub rules: Vec<RuleReport>,
+    #[serde(default)]
+    pub overflow: u64,
+}
+
+/// One rule's statistics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleReport {
+    /// The rule id.
+    pub rule: String,
+    #[serde(flatten)]
+    pub counts: RuleCounts,
+    /// Most throttled first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_clients: Vec<ClientCount>,
+}
+
+/// What a proxy sends to `POST /api/v1/reports`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub proxy_id: String,
+    /// The interval covered, in milliseconds since the Unix epoch.
+    pub start_ms: u64,
+    pub end_ms: u64,
+    /// The ruleset version the proxy ran at the end of the interval.
+    pub ruleset_version: u64,
+    #[serde(flatten)]
+    pub batch: RuleBatch,
+    /// Earlier reports this proxy dropped because the admin API was unreachable.
+    #[serde(default)]
+    pub dropped_reports: u64,
+}
+
+impl Report {
+    /// The JSON body of `POST /api/v1/reports`.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The endpoint reports go to.
+pub const REPORTS_PATH: &str = "/api/v1/reports";
+/// Format byte of [`RuleBatch::encode`] (shared-queue messages).
+pub const BATCH_FORMAT_VERSION: u8 = 1;
+
+impl RuleBatch {
+    /// The shared-queue encoding: a format byte, then JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![BATCH_FORMAT_VERSION];
+        let _ = serde_json::to_writer(&mut out, self);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<RuleBatch> {
+        match bytes.split_first() {
+            Some((&BATCH_FORMAT_VERSION, json)) => serde_json::from_slice(json).ok(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_saving_keeps_every_heavy_client_within_its_error_bound() {
+        let mut top = TopClients::default();
+        let mut truth = BTreeMap::new();
+        // Ten heavy clients (200 each) among a thousand light ones: 3,000 in all, so
+        // anyone above 3000 / 20 = 150 is guaranteed a place.
+        for round in 0..200u64 {
+            for heavy in 0..10u64 {
+                top.record(&format!("heavy-{heavy}"), 1);
+                *truth.entry(format!("heavy-{heavy}")).or_insert(0u64) += 1;
+            }
+            for light in 0..5u64 {
+                let name = format!("light-{}", round * 5 + light);
+                top.record(&name, 1);
+                *truth.entry(name).or_insert(0u64) += 1;
+            }
+        }
+        let entries = top.sorted();
+        assert_eq!(entries.len(), TOP_CLIENTS);
+        for heavy in 0..10 {
+            let name = format!("heavy-{heavy}");
+            let e = entries
+                .iter()
+                .find(|e| e.client == name)
+                .expect("heavy client tracked");
+            assert!(
+                e.throttled - e.error <= truth[&name] && truth[&name] <= e.throttled,
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_client_keys_are_cut_on_a_character_boundary() {
+        let mut top = TopClients::default();
+        top.record(&"é".repeat(100), 1);
+        assert!(top.sorted()[0].client.len() <= MAX_CLIENT_LEN);
+    }
+
+    #[test]
+    fn batches_round_trip_through_the_queue_encoding() {
+        let batch = RuleBatch {
+            rules: vec![RuleReport {
+                rule: "r".into(),
+                counts: RuleCounts {
+                    allowed: 3,
+                    denied: 1,
+                    ..RuleCounts::default()
+                },
+                top_clients: vec![ClientCount {
+                    client: "c".into(),
+                    throttled: 1,
+                    error: 0,
+                }],
+            }],
+            overflow: 0,
+        };
+        let bytes = batch.encode();
+        assert_eq!(bytes[0], BATCH_FORMAT_VERSION);
+        assert_eq!(RuleBatch::decode(&bytes), Some(batch.clone()));
+        let mut agg = Aggregate::default();
+        agg.merge(&batch);
+        agg.merge(&batch);
+        let merged = agg.take();
+        assert_eq!(merged.rules[0].counts.allowed, 6);
+        assert_eq!(merged.rules[0].top_clients[0].throttled, 2);
+        assert!(agg.is_empty());
+    }
+}

@@ -195,3 +195,45 @@ fn a_denying_rule_charges_no_other_matching_rule() {
         "only one request charged the wide rule"
     );
 }
+
+#[test]
+fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
+    use sluice_core::report::Aggregate;
+    let h = Harness::new(
+        r#"[{"name":"keyed","key":{"header":"x-api-key"},"limits":[{"requests":2,"period":"minute"}]},
+            {"name":"watch","mode":"shadow","key":"global","limits":[{"requests":3,"period":"minute"}]}]"#,
+    );
+    let mut stats = Aggregate::default();
+    let mut decide = |request: &HttpRequest| {
+        h.config.ruleset.decide_observed(
+            request,
+            &h.store,
+            &h.config.table,
+            T0,
+            h.config.failure_mode,
+            &mut stats,
+        );
+    };
+    for _ in 0..4 {
+        decide(&HttpRequest::get("/").with_header("x-api-key", "mallory"));
+    }
+    decide(&HttpRequest::get("/"));
+    let batch = stats.take();
+    let keyed = batch.rules.iter().find(|r| r.rule == "keyed").unwrap();
+    assert_eq!(
+        (
+            keyed.counts.allowed,
+            keyed.counts.denied,
+            keyed.counts.key_missing
+        ),
+        (2, 2, 1)
+    );
+    assert_eq!(
+        keyed.counts.near_limit, 1,
+        "the second request used the whole burst"
+    );
+    assert_eq!(keyed.top_clients[0].client, "mallory");
+    assert_eq!(keyed.top_clients[0].throttled, 2);
+    let watch = batch.rules.iter().find(|r| r.rule == "watch").unwrap();
+    assert_eq!((watch.counts.allowed, watch.counts.shadow_denied), (3, 2));
+}

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
-use sluice_core::config::{ConfigError, FilterConfig, FilterConfigSpec};
+use sluice_core::config::{ConfigError, ControlConfigSpec, FilterConfig, FilterConfigSpec};
 use sluice_core::rule::{FieldError, ValidationErrors};
 
 /// The listener that carries client traffic; also its stats prefix
@@ -29,6 +29,11 @@ pub const WASM_FILTER: &str = "envoy.filters.http.wasm";
 /// Plugin name, root id and VM id. The later singleton service must use the same `vm_id`
 /// to share the filter's shared data.
 pub const PLUGIN_NAME: &str = "sluice";
+/// The cluster through which the control service reaches the admin API.
+pub const ADMIN_CLUSTER: &str = "sluice_admin";
+/// Plugin name and root id of the control service: the singleton inside Envoy that
+/// long-polls the admin API and publishes rulesets to the filter's shared data.
+pub const CONTROL_ROOT_ID: &str = "sluice_control";
 /// Envoy's usual admin address.
 pub const DEFAULT_ENVOY_ADMIN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9901));
@@ -55,6 +60,106 @@ impl FromStr for Upstream {
         s.parse()
             .map(Upstream::Cluster)
             .map_err(|_| format!("`{s}` is neither IP:PORT (e.g. 127.0.0.1:8081) nor `direct`"))
+    }
+}
+
+/// Where the admin API is: `--admin-url http://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminUrl {
+    /// An IP address (a STATIC cluster) or a DNS name (a STRICT_DNS cluster).
+    pub host: String,
+    pub port: u16,
+}
+
+impl AdminUrl {
+    /// `HOST:PORT`, the `:authority` the control service sends.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    fn ip(&self) -> Option<std::net::IpAddr> {
+        self.host.parse().ok()
+    }
+}
+
+impl FromStr for AdminUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("`{s}` is not http://HOST:PORT (e.g. http://127.0.0.1:8080)");
+        if s.starts_with("https://") {
+            return Err(format!(
+                "`{s}`: the control service reaches the admin API over plain HTTP; put TLS \
+                 in front of Envoy's cluster yourself, or use http://"
+            ));
+        }
+        let rest = s.strip_prefix("http://").ok_or_else(bad)?;
+        let authority = rest.trim_end_matches('/');
+        if authority.contains('/') || authority.is_empty() {
+            return Err(bad());
+        }
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, port) = v6.split_once(']').ok_or_else(bad)?;
+            (host, port.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            }
+        };
+        let port = match port {
+            Some(p) => p.parse().map_err(|_| bad())?,
+            None => 80,
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(AdminUrl {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+/// How the proxy reaches the admin API for its rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConnection {
+    pub url: AdminUrl,
+    /// A token with the `proxy` role.
+    pub token: String,
+    /// How the proxy names itself; the control service defaults to Envoy's node id.
+    pub proxy_id: Option<String>,
+    /// How long the admin API may hold a poll (1 to 60 s).
+    pub poll_timeout_seconds: u32,
+}
+
+impl AdminConnection {
+    pub fn new(url: AdminUrl, token: impl Into<String>) -> Self {
+        AdminConnection {
+            url,
+            token: token.into(),
+            proxy_id: None,
+            poll_timeout_seconds: 30,
+        }
+    }
+
+    /// The control service's configuration as JSON. Fields left out take the control
+    /// service's own defaults, so this stays valid as the core adds settings.
+    fn control_json(&self) -> Value {
+        let mut spec = json!({
+            "admin_cluster": ADMIN_CLUSTER,
+            "admin_authority": self.url.authority(),
+            "token": self.token,
+            "poll_timeout_seconds": self.poll_timeout_seconds,
+        });
+        if let Some(id) = &self.proxy_id {
+            spec["proxy_id"] = json!(id);
+        }
+        spec
     }
 }
 
@@ -96,6 +201,8 @@ pub struct EnvoyConfigOptions {
     pub envoy_admin: SocketAddr,
     /// Where the bootstrap will be saved, for the run command; `None` when printed.
     pub config_path: Option<PathBuf>,
+    /// Rules pushed from the admin API: adds the control service and its cluster.
+    pub admin: Option<AdminConnection>,
 }
 
 impl EnvoyConfigOptions {
@@ -108,6 +215,7 @@ impl EnvoyConfigOptions {
             concurrency: None,
             envoy_admin: DEFAULT_ENVOY_ADMIN,
             config_path: None,
+            admin: None,
         }
     }
 }
@@ -119,6 +227,8 @@ pub enum EnvoyConfigError {
     RelativeFilterPath(PathBuf),
     #[error("the filter configuration is invalid: {0}")]
     InvalidFilterConfig(ValidationErrors),
+    #[error("the admin API connection is invalid: {0}")]
+    InvalidControlConfig(ValidationErrors),
     #[error("cannot serialise the bootstrap: {0}")]
     Serialise(String),
 }
@@ -145,6 +255,14 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
         ));
     }
     let plugin_json = plugin_json(&options.plugin)?;
+    // The filter and the control service must share one VM configuration: shared data
+    // (where the control service publishes rulesets) is per `vm_id`, and identical
+    // `vm_config`s let Envoy reuse one loaded module.
+    let vm_config = json!({
+        "vm_id": PLUGIN_NAME,
+        "runtime": "envoy.wasm.runtime.v8",
+        "code": { "local": { "filename": options.filter_wasm.to_string_lossy() } },
+    });
 
     let wasm_filter = json!({
         "name": WASM_FILTER,
@@ -153,11 +271,7 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
             "config": {
                 "name": PLUGIN_NAME,
                 "root_id": PLUGIN_NAME,
-                "vm_config": {
-                    "vm_id": PLUGIN_NAME,
-                    "runtime": "envoy.wasm.runtime.v8",
-                    "code": { "local": { "filename": options.filter_wasm.to_string_lossy() } },
-                },
+                "vm_config": vm_config.clone(),
                 "configuration": {
                     "@type": "type.googleapis.com/google.protobuf.StringValue",
                     "value": plugin_json,
@@ -220,14 +334,25 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
         }],
     });
 
+    let control = match &options.admin {
+        Some(admin) => {
+            clusters.push(admin_cluster(&admin.url));
+            Some(control_service(admin, vm_config)?)
+        }
+        None => None,
+    };
+
     let mut static_resources = json!({ "listeners": [listener] });
     if !clusters.is_empty() {
         static_resources["clusters"] = Value::Array(clusters);
     }
-    let config = json!({
+    let mut config = json!({
         "admin": { "address": socket_address(options.envoy_admin) },
         "static_resources": static_resources,
     });
+    if let Some(control) = control {
+        config["bootstrap_extensions"] = json!([control]);
+    }
 
     Ok(Bootstrap {
         header: header(options),
@@ -254,6 +379,54 @@ fn plugin_json(plugin: &PluginConfig) -> Result<String, EnvoyConfigError> {
                 .map_err(|e| EnvoyConfigError::Serialise(e.to_string()))
         }
     }
+}
+
+/// The cluster that reaches the admin API: STATIC for an IP address, STRICT_DNS for a name.
+fn admin_cluster(url: &AdminUrl) -> Value {
+    let address = json!({
+        "socket_address": { "address": url.host, "port_value": url.port },
+    });
+    json!({
+        "name": ADMIN_CLUSTER,
+        "type": if url.ip().is_some() { "STATIC" } else { "STRICT_DNS" },
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": ADMIN_CLUSTER,
+            "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": address } }] }],
+        },
+    })
+}
+
+/// The control service: a singleton on Envoy's main thread, in the filter's VM, that
+/// long-polls the admin API and publishes each new ruleset to shared data.
+fn control_service(admin: &AdminConnection, vm_config: Value) -> Result<Value, EnvoyConfigError> {
+    let control_json = admin.control_json().to_string();
+    // The control service parses exactly these bytes; refuse here what it would refuse.
+    ControlConfigSpec::from_json(control_json.as_bytes()).map_err(|e| {
+        EnvoyConfigError::InvalidControlConfig(match e {
+            ConfigError::Invalid(errors) => errors,
+            ConfigError::Shape { path, message } => ValidationErrors(vec![FieldError {
+                field: path,
+                message,
+            }]),
+        })
+    })?;
+    Ok(json!({
+        "name": "envoy.bootstrap.wasm",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService",
+            "singleton": true,
+            "config": {
+                "name": CONTROL_ROOT_ID,
+                "root_id": CONTROL_ROOT_ID,
+                "vm_config": vm_config,
+                "configuration": {
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": control_json,
+                },
+            },
+        },
+    }))
 }
 
 fn socket_address(addr: SocketAddr) -> Value {
@@ -293,6 +466,12 @@ fn header(options: &EnvoyConfigOptions) -> Vec<String> {
         }
     }
     lines.push(format!("Filter: {}", options.filter_wasm.display()));
+    if let Some(admin) = &options.admin {
+        lines.push(format!(
+            "Rules: long-polled from the admin API at http://{} (cluster {ADMIN_CLUSTER}).",
+            admin.url.authority()
+        ));
+    }
     lines
 }
 
@@ -649,6 +828,115 @@ mod tests {
             )
             .unwrap();
         assert_eq!(filters.as_array().unwrap().len(), 1);
+    }
+
+    fn with_admin(url: &str) -> EnvoyConfigOptions {
+        let mut opts = options(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()));
+        let mut admin = AdminConnection::new(url.parse().unwrap(), "slc_proxy_token");
+        admin.proxy_id = Some("envoy-1".to_string());
+        opts.admin = Some(admin);
+        opts
+    }
+
+    #[test]
+    fn an_admin_url_adds_the_control_service_and_its_cluster() {
+        let config = parse(&render(&with_admin("http://127.0.0.1:8080")).unwrap());
+        let clusters = config["static_resources"]["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 2);
+        let admin = &clusters[1];
+        assert_eq!(admin["name"], ADMIN_CLUSTER);
+        assert_eq!(admin["type"], "STATIC");
+        assert_eq!(admin["connect_timeout"], "1s");
+        let address = admin
+            .pointer("/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address")
+            .unwrap();
+        assert_eq!(address["address"], "127.0.0.1");
+        assert_eq!(address["port_value"], 8080);
+
+        let extension = &config["bootstrap_extensions"][0];
+        assert_eq!(extension["name"], "envoy.bootstrap.wasm");
+        let service = &extension["typed_config"];
+        assert_eq!(
+            service["@type"],
+            "type.googleapis.com/envoy.extensions.wasm.v3.WasmService"
+        );
+        assert_eq!(service["singleton"], true);
+        let control = &service["config"];
+        assert_eq!(control["name"], CONTROL_ROOT_ID);
+        assert_eq!(control["root_id"], CONTROL_ROOT_ID);
+        // The same VM as the filter: same vm_id, runtime and module.
+        assert_eq!(control["vm_config"], wasm_config(&config)["vm_config"]);
+        assert_eq!(
+            control["configuration"]["@type"],
+            "type.googleapis.com/google.protobuf.StringValue"
+        );
+        let embedded = control["configuration"]["value"].as_str().unwrap();
+        let spec = ControlConfigSpec::from_json(embedded.as_bytes()).unwrap();
+        assert_eq!(spec.admin_cluster, ADMIN_CLUSTER);
+        assert_eq!(spec.admin_authority, "127.0.0.1:8080");
+        assert_eq!(spec.token, "slc_proxy_token");
+        assert_eq!(spec.proxy_id.as_deref(), Some("envoy-1"));
+        assert_eq!(spec.poll_timeout_seconds, 30);
+
+        let yaml = render(&with_admin("http://127.0.0.1:8080")).unwrap();
+        assert!(yaml.contains("# Rules: long-polled from the admin API at http://127.0.0.1:8080"));
+        // Without --admin-url there is no control service.
+        assert!(
+            parse(&render(&options(Upstream::Direct)).unwrap())
+                .get("bootstrap_extensions")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_named_admin_host_gets_a_dns_cluster() {
+        let config = parse(&render(&with_admin("http://admin.internal:9000/")).unwrap());
+        let admin = &config["static_resources"]["clusters"][1];
+        assert_eq!(admin["type"], "STRICT_DNS");
+        let control = config["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]
+            ["value"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            control.contains(r#""admin_authority":"admin.internal:9000""#),
+            "{control}"
+        );
+    }
+
+    #[test]
+    fn admin_urls() {
+        let url = |s: &str| s.parse::<AdminUrl>();
+        assert_eq!(
+            url("http://127.0.0.1:8080").unwrap(),
+            AdminUrl {
+                host: "127.0.0.1".into(),
+                port: 8080
+            }
+        );
+        assert_eq!(url("http://[::1]:81/").unwrap().authority(), "[::1]:81");
+        assert_eq!(url("http://admin").unwrap().port, 80);
+        for bad in [
+            "127.0.0.1:8080",
+            "https://a:1",
+            "http://",
+            "http://a:x",
+            "http://a:1/path",
+        ] {
+            assert!(url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_empty_proxy_token_is_refused() {
+        let mut opts = with_admin("http://127.0.0.1:8080");
+        if let Some(admin) = opts.admin.as_mut() {
+            admin.token.clear();
+        }
+        let Err(EnvoyConfigError::InvalidControlConfig(errors)) = render(&opts) else {
+            panic!("accepted");
+        };
+        assert_eq!(errors.0[0].field, "token");
     }
 
     #[test]

@@ -8,10 +8,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use sluice_admin::api::AppState;
+use sluice_admin::client::ApiClient;
 use sluice_admin::envoy_config::{
-    self, DEFAULT_ENVOY_ADMIN, EnvoyConfigError, EnvoyConfigOptions, PluginConfig, Upstream,
+    self, AdminConnection, AdminUrl, DEFAULT_ENVOY_ADMIN, EnvoyConfigError, EnvoyConfigOptions,
+    PluginConfig, Upstream,
 };
-use sluice_admin::rules_file;
+use sluice_admin::rules_file::{self, RulesFormat};
+use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
+use sluice_admin::store::{Actor, Role, Store, StoreError, rfc3339};
 use sluice_core::config::{DEFAULT_SLOTS, FilterConfigSpec};
 use sluice_core::spec::FailureMode;
 
@@ -32,8 +37,111 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the admin API: rules in a database, pushed to every connected Envoy.
+    Serve(ServeArgs),
+    /// Create or upgrade the database schema, then exit.
+    Migrate(DatabaseArgs),
+    /// Create, list or revoke API tokens (directly in the database).
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Apply or export rules files through a running admin API.
+    #[command(subcommand)]
+    Rules(RulesCommand),
     /// Print an Envoy bootstrap (YAML) that runs the Sluice filter in front of an upstream.
     EnvoyConfig(EnvoyConfigArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DatabaseArgs {
+    /// sqlite://FILE (created if missing) or postgres://USER:PASSWORD@HOST:PORT/DB.
+    #[arg(
+        long,
+        env = "SLUICE_DATABASE",
+        default_value = "sqlite://sluice.db",
+        value_name = "URL"
+    )]
+    database: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the bound address is printed).
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    #[command(flatten)]
+    db: DatabaseArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token and print its secret (once: only its hash is stored).
+    Create {
+        /// admin (everything), editor (rules), viewer (read), proxy (ruleset poll only).
+        #[arg(long)]
+        role: Role,
+        /// Who or what holds it, e.g. `ci-deploy` or `envoy-eu-1`.
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        db: DatabaseArgs,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        db: DatabaseArgs,
+    },
+    /// Revoke a token by id (`tok_...`); requests with it then get 401.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        db: DatabaseArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ApiArgs {
+    /// The admin API.
+    #[arg(long, env = "SLUICE_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// An API token (editor or admin to apply; any role but proxy to export).
+    #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
+    token: String,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum RulesCommand {
+    /// Make the stored rules match a rules file (idempotent: the same file twice changes
+    /// nothing). Rules not in the file are kept unless --prune.
+    Apply {
+        /// A .json, .yaml or .yml rules file.
+        #[arg(long, short = 'f', value_name = "FILE")]
+        file: PathBuf,
+        /// Delete stored rules that are not in the file.
+        #[arg(long)]
+        prune: bool,
+        /// Show what would change without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Print the current rules as a rules file that `apply` takes back.
+    Export {
+        #[arg(long, value_enum, default_value_t = FormatArg::Yaml)]
+        format: FormatArg,
+        /// Write to this file instead of standard output.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,6 +184,21 @@ struct EnvoyConfigArgs {
     /// Write the config to this file instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
+
+    /// Take rules from the admin API at this address: adds the control service (a
+    /// singleton that long-polls the API) and a `sluice_admin` cluster. Needs
+    /// --proxy-token.
+    #[arg(long, value_name = "http://HOST:PORT", requires = "proxy_token")]
+    admin_url: Option<AdminUrl>,
+
+    /// A token with the `proxy` role for the control service
+    /// (`sluice token create --role proxy --name ...`).
+    #[arg(long, value_name = "TOKEN", requires = "admin_url")]
+    proxy_token: Option<String>,
+
+    /// How this Envoy names itself to the admin API (default: Envoy's node id).
+    #[arg(long, value_name = "ID", requires = "admin_url")]
+    proxy_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -111,6 +234,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::EnvoyConfig(args) => envoy_config(&args),
+        command => match tokio::runtime::Runtime::new() {
+            Ok(runtime) => runtime.block_on(run_async(command)),
+            Err(err) => Err(Failure::Other(
+                anyhow::Error::from(err).context("starting the async runtime"),
+            )),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -123,6 +252,288 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn run_async(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Serve(args) => serve(args).await,
+        Command::Migrate(db) => {
+            let store = open_store(&db).await?;
+            println!("database {} is migrated", redact(&db.database));
+            store.close().await;
+            Ok(())
+        }
+        Command::Token(command) => token(command).await,
+        Command::Rules(command) => rules(command).await,
+        Command::EnvoyConfig(args) => envoy_config(&args),
+    }
+}
+
+/// A database URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+async fn open_store(db: &DatabaseArgs) -> Result<Store, Failure> {
+    Store::open(&db.database).await.map_err(|err| match err {
+        StoreError::UnsupportedUrl(_) => Failure::BadInput(err.to_string()),
+        other => Failure::Other(
+            anyhow::Error::from(other).context(format!("opening {}", redact(&db.database))),
+        ),
+    })
+}
+
+fn init_logging() {
+    // RUST_LOG overrides, e.g. RUST_LOG=sluice_admin=debug shows every request.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in files and CI logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+async fn serve(args: ServeArgs) -> Result<(), Failure> {
+    init_logging();
+    let store = open_store(&args.db).await?;
+    let env_token = std::env::var(ADMIN_TOKEN_ENV).ok();
+    match server::bootstrap_admin(&store, env_token.as_deref())
+        .await
+        .context("creating the bootstrap admin token")?
+    {
+        Bootstrap::FromEnv {
+            created: true,
+            token,
+        } => {
+            tracing::info!(id = %token.id, "stored {ADMIN_TOKEN_ENV} as an admin token");
+        }
+        Bootstrap::FromEnv { created: false, .. } | Bootstrap::NotNeeded => {}
+        Bootstrap::EnvTokenRevoked(token) => {
+            tracing::warn!(id = %token.id, "{ADMIN_TOKEN_ENV} names a revoked token; it stays revoked");
+        }
+        Bootstrap::Generated(token) => {
+            eprintln!(
+                "\nThe database had no API tokens, so an admin token was created. It is shown \
+                 only this once (only its hash is stored):\n\n    {}\n\nUse it as \
+                 `Authorization: Bearer TOKEN`, or SLUICE_TOKEN=... for `sluice rules`.\n",
+                token.secret
+            );
+        }
+    }
+    let signals = ShutdownSignals::install().context("installing signal handlers")?;
+    let state = AppState::new(store.clone())
+        .await
+        .context("reading the current ruleset version")?;
+    let server = server::start(state, args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    // One stable line on stdout for scripts and tests that start `sluice serve` on port 0.
+    println!("listening on http://{}", server.addr());
+    let _ = std::io::stdout().flush();
+    tracing::info!(
+        addr = %server.addr(),
+        database = %redact(&args.db.database),
+        backend = store.backend().name(),
+        "admin API ready"
+    );
+    signals.wait().await;
+    tracing::info!("shutting down");
+    server.stop().await.context("serving")?;
+    store.close().await;
+    Ok(())
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM (what service managers and container runtimes send).
+///
+/// Installed before the address is printed: whoever reads that line may signal at once,
+/// and a signal before the handler exists would kill the process without a clean stop.
+struct ShutdownSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> std::io::Result<ShutdownSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(ShutdownSignals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
+}
+
+async fn token(command: TokenCommand) -> Result<(), Failure> {
+    match command {
+        TokenCommand::Create { role, name, db } => {
+            let store = open_store(&db).await?;
+            let created = store
+                .create_token(&Actor::cli(), &name, role)
+                .await
+                .map_err(|err| match err {
+                    StoreError::Invalid(e) => Failure::BadInput(format!("--name: {}", e)),
+                    other => Failure::Other(other.into()),
+                })?;
+            eprintln!(
+                "created {} token {} ({}); the secret below is shown only now:",
+                created.info.role, created.info.id, created.info.name
+            );
+            // The secret alone on stdout, so `TOKEN=$(sluice token create ...)` works.
+            println!("{}", created.secret);
+            store.close().await;
+        }
+        TokenCommand::List { db } => {
+            let store = open_store(&db).await?;
+            let tokens = store.list_tokens().await.context("listing tokens")?;
+            println!(
+                "{:<18} {:<7} {:<24} {:<25} STATUS",
+                "ID", "ROLE", "NAME", "CREATED"
+            );
+            for t in tokens {
+                let status = match t.revoked_at {
+                    Some(at) => format!("revoked {}", rfc3339(at)),
+                    None => "active".to_string(),
+                };
+                println!(
+                    "{:<18} {:<7} {:<24} {:<25} {status}",
+                    t.id,
+                    t.role.as_str(),
+                    t.name,
+                    rfc3339(t.created_at)
+                );
+            }
+            store.close().await;
+        }
+        TokenCommand::Revoke { id, db } => {
+            let store = open_store(&db).await?;
+            let info = store
+                .revoke_token(&Actor::cli(), &id)
+                .await
+                .map_err(|err| match err {
+                    StoreError::TokenNotFound(_) => Failure::BadInput(err.to_string()),
+                    other => Failure::Other(other.into()),
+                })?;
+            println!("revoked {} ({}, {})", info.id, info.name, info.role);
+            store.close().await;
+        }
+    }
+    Ok(())
+}
+
+fn api_failure(err: sluice_admin::client::ClientError) -> Failure {
+    if err.is_client_error() {
+        Failure::BadInput(err.to_string())
+    } else {
+        Failure::Other(err.into())
+    }
+}
+
+async fn rules(command: RulesCommand) -> Result<(), Failure> {
+    match command {
+        RulesCommand::Apply {
+            file,
+            prune,
+            dry_run,
+            api,
+        } => {
+            let format = RulesFormat::from_path(&file).ok_or_else(|| {
+                Failure::BadInput(format!(
+                    "{}: expected a .json, .yaml or .yml file",
+                    file.display()
+                ))
+            })?;
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| Failure::BadInput(format!("{}: {e}", file.display())))?;
+            let client = ApiClient::new(&api.url, &api.token).map_err(api_failure)?;
+            let summary = client
+                .apply(text, format, prune, dry_run)
+                .await
+                .map_err(|err| match api_failure(err) {
+                    Failure::BadInput(m) => Failure::BadInput(format!("{}: {m}", file.display())),
+                    other => other,
+                })?;
+            let list = |key: &str| {
+                summary[key]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(|id| id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default()
+            };
+            let version = summary["version"].as_u64().unwrap_or(0);
+            if summary["changed"] == true {
+                let verb = if dry_run { "would change" } else { "applied" };
+                println!(
+                    "{verb} {}{}",
+                    file.display(),
+                    if dry_run {
+                        format!(" (now at version {version})")
+                    } else {
+                        format!(": ruleset version {version}")
+                    }
+                );
+                for (label, key) in [
+                    ("added", "added"),
+                    ("updated", "updated"),
+                    ("removed", "removed"),
+                ] {
+                    let ids = list(key);
+                    if !ids.is_empty() {
+                        println!("  {label}: {ids}");
+                    }
+                }
+            } else {
+                println!("{}: no changes (ruleset version {version})", file.display());
+            }
+        }
+        RulesCommand::Export {
+            format,
+            output,
+            api,
+        } => {
+            let client = ApiClient::new(&api.url, &api.token).map_err(api_failure)?;
+            let format = match format {
+                FormatArg::Yaml => RulesFormat::Yaml,
+                FormatArg::Json => RulesFormat::Json,
+            };
+            let text = client.export(format).await.map_err(api_failure)?;
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => {
+                    let mut stdout = std::io::stdout().lock();
+                    stdout
+                        .write_all(text.as_bytes())
+                        .and_then(|()| stdout.flush())
+                        .context("writing to standard output")?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
@@ -154,6 +565,11 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     options.concurrency = args.concurrency;
     options.envoy_admin = args.envoy_admin;
     options.config_path = args.output.clone();
+    if let (Some(url), Some(token)) = (&args.admin_url, &args.proxy_token) {
+        let mut admin = AdminConnection::new(url.clone(), token.clone());
+        admin.proxy_id = args.proxy_id.clone();
+        options.admin = Some(admin);
+    }
 
     let yaml = envoy_config::render(&options).map_err(|err| match err {
         EnvoyConfigError::InvalidFilterConfig(errors) => {
@@ -165,6 +581,9 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
                 message.push_str(&problem.message);
             }
             Failure::BadInput(message)
+        }
+        EnvoyConfigError::InvalidControlConfig(errors) => {
+            Failure::BadInput(format!("--admin-url/--proxy-token/--proxy-id: {errors}"))
         }
         other => Failure::Other(other.into()),
     })?;
@@ -195,5 +614,59 @@ fn blame(field: &str, rules_file: Option<&Path>) -> String {
             None => field.to_string(),
         },
         _ => field.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn admin_url_and_proxy_token_come_together() {
+        let base = [
+            "sluice",
+            "envoy-config",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "direct",
+            "--filter",
+            "f.wasm",
+        ];
+        let with = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        assert!(with(&[]).is_ok());
+        assert!(with(&["--admin-url", "http://127.0.0.1:8080"]).is_err());
+        assert!(with(&["--proxy-token", "t"]).is_err());
+        assert!(with(&["--admin-url", "https://a:1", "--proxy-token", "t"]).is_err());
+        assert!(
+            with(&[
+                "--admin-url",
+                "http://127.0.0.1:8080",
+                "--proxy-token",
+                "t",
+                "--proxy-id",
+                "e"
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn passwords_are_redacted_from_database_urls() {
+        assert_eq!(
+            redact("postgres://sluice:hunter2@db:5432/sluice"),
+            "postgres://sluice:***@db:5432/sluice"
+        );
+        assert_eq!(
+            redact("postgres://sluice@db/sluice"),
+            "postgres://sluice@db/sluice"
+        );
+        assert_eq!(redact("sqlite://sluice.db"), "sqlite://sluice.db");
     }
 }

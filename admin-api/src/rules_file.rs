@@ -130,7 +130,7 @@ pub fn parse_rules(
 
 /// serde's message for an untagged enum names a Rust type, which means nothing to someone
 /// editing a rules file; say what is accepted instead.
-fn explain(message: String) -> String {
+pub(crate) fn explain(message: String) -> String {
     if message.contains("untagged enum PeriodSpec") {
         "expected second, minute, hour, day or a number of seconds".to_string()
     } else {

@@ -2,12 +2,14 @@
 //! does. Each step says what it does and skips what is already done.
 
 mod apt;
+mod bench;
 mod cmd;
 mod demo;
 mod dist;
 mod envoy;
 mod libtest;
 mod lint;
+mod postgres;
 mod suite;
 mod toolchain;
 mod upstream;
@@ -21,7 +23,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "cargo xtask",
     bin_name = "cargo xtask",
-    about = "Build, test and demo Sluice",
+    about = "Build, test, demo and benchmark Sluice",
     after_help = "Environment:\n  \
         SLUICE_WASM_ROUTE=rustup|debian  force how the wasm32 filter is compiled\n  \
         SLUICE_ENVOY=PATH                use this Envoy binary"
@@ -43,6 +45,8 @@ enum Task {
     Demo(demo::DemoArgs),
     /// Find or install Envoy and print its path.
     Envoy,
+    /// Benchmark request cost, accuracy and memory against Envoy; writes bench/results/.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +78,7 @@ fn run(task: &Task) -> Result<()> {
             println!("{}", envoy.display());
             Ok(())
         }
+        Task::Bench(args) => bench::bench(args),
     }
 }
 

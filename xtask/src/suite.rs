@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::cmd::{self, step};
 use crate::libtest::{self, TestCounts};
-use crate::{dist, envoy};
+use crate::{dist, envoy, postgres};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -44,6 +44,8 @@ pub fn test(args: &TestArgs) -> Result<()> {
 fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
     let dist = dist::build().context("step `build` failed")?;
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
+    // Lives until the suite ends, passed or failed: dropping it stops the server.
+    let postgres = postgres::for_tests().context("step `provision PostgreSQL` failed")?;
 
     if args.skip_unit {
         step("unit and property tests: skipped (--skip-unit)");
@@ -51,7 +53,7 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
         // Plain `cargo test` runs the workspace's default members: every host crate, but neither
         // the wasm-only filter nor the Envoy-driven integration tests.
         step("unit and property tests (cargo test, default members)");
-        libtest::run_tests(cmd::cargo().arg("test"), counts)
+        libtest::run_tests(cmd::cargo().arg("test").envs(postgres.env()), counts)
             .context("step `unit and property tests` failed")?;
     }
 
@@ -70,6 +72,7 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
         .args(&args.test_args)
         .env("SLUICE_FILTER_WASM", &dist.filter_wasm)
         .env("SLUICE_BIN", &dist.sluice_bin)
-        .env(envoy::ENVOY_ENV, &envoy);
+        .env(envoy::ENVOY_ENV, &envoy)
+        .envs(postgres.env());
     libtest::run_tests(&mut integration, counts).context("step `integration tests` failed")
 }

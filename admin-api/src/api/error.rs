@@ -1,0 +1,176 @@
+//! The API's one error type: every failure a handler can have, its status, and its
+//! `application/problem+json` body (RFC 9457).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use sluice_core::rule::{FieldError, ValidationErrors};
+
+use crate::store::{Role, StoreError};
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No token, a malformed `Authorization` header, or an unknown or revoked token.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    #[error("a token with role `{role}` may not {action}")]
+    Forbidden { role: Role, action: &'static str },
+    #[error("{0}")]
+    NotFound(String),
+    /// A create whose id exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// `If-Match` named a revision that is no longer current: nothing was changed.
+    #[error(
+        "rule `{id}` has changed since revision(s) given in If-Match; it is now at revision {current}"
+    )]
+    StaleRevision { id: String, current: u64 },
+    /// Unparsable JSON or YAML, or bad query parameters.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Well-formed input that is not a valid rule or ruleset: every problem, with its field.
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Unavailable(String),
+    /// Details are logged, not sent.
+    #[error("internal error")]
+    Internal(String),
+}
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URN naming the kind of problem, e.g. `urn:sluice:invalid`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    /// For `urn:sluice:invalid`: every problem found, by field path.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<FieldErrorSchema>)]
+    pub errors: Vec<FieldError>,
+}
+
+/// One problem with one field: `limits[0].requests`, `rules[2].name`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = FieldError)]
+pub struct FieldErrorSchema {
+    pub field: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) | ApiError::StaleRevision { .. } => StatusCode::CONFLICT,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn kind_and_title(&self) -> (&'static str, &'static str) {
+        match self {
+            ApiError::Unauthenticated(_) => ("urn:sluice:unauthenticated", "Unauthorized"),
+            ApiError::Forbidden { .. } => ("urn:sluice:forbidden", "Forbidden"),
+            ApiError::NotFound(_) => ("urn:sluice:not-found", "Not Found"),
+            ApiError::Conflict(_) => ("urn:sluice:conflict", "Conflict"),
+            ApiError::StaleRevision { .. } => ("urn:sluice:stale-revision", "Conflict"),
+            ApiError::BadRequest(_) => ("urn:sluice:bad-request", "Bad Request"),
+            ApiError::Invalid(_) => ("urn:sluice:invalid", "Invalid rules"),
+            ApiError::PayloadTooLarge { .. } => ("urn:sluice:too-large", "Payload Too Large"),
+            ApiError::UnsupportedMediaType(_) => (
+                "urn:sluice:unsupported-media-type",
+                "Unsupported Media Type",
+            ),
+            ApiError::Unavailable(_) => ("urn:sluice:unavailable", "Service Unavailable"),
+            ApiError::Internal(_) => ("urn:sluice:internal", "Internal Server Error"),
+        }
+    }
+
+    /// One field error, for checks made in the handlers themselves.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::Invalid(ValidationErrors(vec![FieldError {
+            field: field.into(),
+            message: message.into(),
+        }]))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::RuleNotFound(_)
+            | StoreError::VersionNotFound(_)
+            | StoreError::TokenNotFound(_) => ApiError::NotFound(err.to_string()),
+            StoreError::RuleExists(_) => ApiError::Conflict(err.to_string()),
+            StoreError::StaleRevision { id, current } => ApiError::StaleRevision { id, current },
+            StoreError::Invalid(errors) => ApiError::Invalid(errors),
+            StoreError::Database(sqlx::Error::Database(db))
+                if db.is_unique_violation() || db.is_foreign_key_violation() =>
+            {
+                // Validation catches duplicates first; this is a concurrent writer that
+                // got there in between (e.g. another admin API on the same PostgreSQL).
+                ApiError::Conflict(format!("conflicting change: {db}"))
+            }
+            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => {
+                ApiError::Unavailable("the database is busy or shutting down".to_string())
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (kind, title) = self.kind_and_title();
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(%detail, "internal error");
+        }
+        let (detail, errors) = match self {
+            ApiError::Invalid(errors) => {
+                let detail = match errors.0.len() {
+                    1 => "1 problem found; nothing was changed".to_string(),
+                    n => format!("{n} problems found; nothing was changed"),
+                };
+                (detail, errors.0)
+            }
+            other => (other.to_string(), Vec::new()),
+        };
+        let problem = Problem {
+            kind,
+            title,
+            status: status.as_u16(),
+            detail,
+            errors,
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sluice\""),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,141 @@
+//! `/metrics`: the admin API's own Prometheus metrics (OpenMetrics text).
+//!
+//! Each [`AppState`] has its own registry rather than a process-global recorder, so tests
+//! that run many apps in one process each see only their own counts.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::{ApiError, AppState, CONNECTED_WITHIN_MS};
+use crate::store::now_ms;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+#[derive(Debug)]
+pub(super) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    durations: HistogramFamily,
+    rules: Gauge,
+    connected_proxies: Gauge,
+    ruleset_version: Gauge,
+    pub(super) long_polls: Gauge,
+}
+
+fn duration_histogram() -> Histogram {
+    // 1 ms to about 65 s: the long-poll's holds land in the top buckets.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Metrics {
+    pub(super) fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let durations: HistogramFamily = Family::new_with_constructor(duration_histogram);
+        let rules = Gauge::default();
+        let connected_proxies = Gauge::default();
+        let ruleset_version = Gauge::default();
+        let long_polls = Gauge::default();
+        registry.register(
+            "sluice_admin_http_requests",
+            "HTTP requests answered, by method, route pattern and status",
+            requests.clone(),
+        );
+        registry.register(
+            "sluice_admin_http_request_duration_seconds",
+            "Time to answer, by method and route pattern (ruleset long-polls include their hold)",
+            durations.clone(),
+        );
+        registry.register("sluice_admin_rules", "Rules stored", rules.clone());
+        registry.register(
+            "sluice_admin_connected_proxies",
+            "Proxies that polled for rules within the last 60 seconds",
+            connected_proxies.clone(),
+        );
+        registry.register(
+            "sluice_admin_ruleset_version",
+            "The current ruleset version",
+            ruleset_version.clone(),
+        );
+        registry.register(
+            "sluice_admin_long_polls",
+            "Ruleset long-polls held open now",
+            long_polls.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            durations,
+            rules,
+            connected_proxies,
+            ruleset_version,
+            long_polls,
+        }
+    }
+
+    pub(super) fn observe_request(&self, method: &str, route: &str, status: u16, took: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+                status,
+            })
+            .inc();
+        self.durations
+            .get_or_create(&RouteLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// Gauges read from the database are refreshed at scrape time, so they are exact when
+/// read and cost nothing between scrapes.
+pub(super) async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let metrics = &state.inner.metrics;
+    let store = state.store();
+    let to_gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    metrics.rules.set(to_gauge(store.rule_count().await?));
+    metrics.connected_proxies.set(to_gauge(
+        store
+            .proxies_seen_since(now_ms() - CONNECTED_WITHIN_MS)
+            .await?,
+    ));
+    metrics
+        .ruleset_version
+        .set(to_gauge(*state.inner.version.borrow()));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &metrics.registry)
+        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response())
+}

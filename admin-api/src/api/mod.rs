@@ -1,0 +1,228 @@
+//! The admin API's HTTP surface: `fn app(state) -> Router`, driven by tests with
+//! `tower::ServiceExt::oneshot` and served by [`crate::server`].
+//!
+//! Every `/api/v1` handler is declared with `#[utoipa::path]` and registered through
+//! `utoipa_axum::routes!`, so the route table and the OpenAPI document come from the same
+//! attribute and cannot drift apart.
+
+// utoipa's `params(...)` expansion qualifies the types it is given, which trips the
+// workspace's `unused_qualifications` lint on our own spans in the handler modules.
+#[allow(unused_qualifications)]
+mod audit;
+pub mod auth;
+mod body;
+pub mod error;
+mod metrics;
+pub mod openapi;
+#[allow(unused_qualifications)]
+mod proxies;
+#[allow(unused_qualifications)]
+mod rules;
+#[allow(unused_qualifications)]
+mod ruleset;
+#[allow(unused_qualifications)]
+mod tokens;
+#[allow(unused_qualifications)]
+mod versions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use tokio::sync::watch;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::store::{Store, StoreError};
+pub use error::ApiError;
+use metrics::Metrics;
+
+/// Largest request body accepted (413 beyond it). A full ruleset of 1,000 rules fits.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// A proxy counts as connected when it polled this recently (or is polling now).
+pub const CONNECTED_WITHIN_MS: i64 = 60_000;
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    /// The newest committed ruleset version; long-polls wait on it.
+    version: watch::Sender<u64>,
+    /// Set once on shutdown, so held long-polls answer at once.
+    shutdown: watch::Sender<bool>,
+    metrics: Metrics,
+    /// Proxies with a long-poll in flight, by id (a proxy may hold several).
+    polling: Mutex<HashMap<String, usize>>,
+    /// The serialised document of the newest version, shared by every proxy's poll.
+    document: Mutex<Option<(u64, Bytes)>>,
+}
+
+impl AppState {
+    /// State over a migrated store; reads the current version from it.
+    pub async fn new(store: Store) -> Result<AppState, StoreError> {
+        let version = store.current_version().await?;
+        Ok(AppState {
+            inner: Arc::new(Inner {
+                store,
+                version: watch::Sender::new(version),
+                shutdown: watch::Sender::new(false),
+                metrics: Metrics::new(),
+                polling: Mutex::new(HashMap::new()),
+                document: Mutex::new(None),
+            }),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Ends held long-polls and tells the server to stop taking requests.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Resolves once [`AppState::shutdown`] has been called.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.inner.shutdown.subscribe();
+        // The sender lives in `self`, so this cannot fail while we wait.
+        let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// Wakes the long-polls after a committed change.
+    fn committed(&self, version: u64) {
+        self.inner.version.send_if_modified(|current| {
+            if version > *current {
+                *current = version;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn polling_now(&self, proxy: &str) -> bool {
+        self.inner
+            .polling
+            .lock()
+            .map(|p| p.get(proxy).is_some_and(|n| *n > 0))
+            .unwrap_or(false)
+    }
+}
+
+/// The `/api/v1` routes, with their OpenAPI description.
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(rules::list_rules, rules::create_rule))
+        .routes(routes!(
+            rules::get_rule,
+            rules::replace_rule,
+            rules::patch_rule,
+            rules::delete_rule
+        ))
+        .routes(routes!(rules::enable_rule))
+        .routes(routes!(rules::disable_rule))
+        .routes(routes!(rules::apply_rules))
+        .routes(routes!(rules::export_rules))
+        .routes(routes!(versions::list_versions))
+        .routes(routes!(versions::get_version))
+        .routes(routes!(versions::rollback))
+        .routes(routes!(versions::diff_versions))
+        .routes(routes!(ruleset::get_ruleset))
+        .routes(routes!(proxies::list_proxies))
+        .routes(routes!(audit::list_audit))
+        .routes(routes!(tokens::list_tokens, tokens::create_token))
+        .routes(routes!(tokens::revoke_token))
+}
+
+/// The OpenAPI document of the API, as served at `/api/v1/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().into_openapi()
+}
+
+/// The whole HTTP application.
+pub fn app(state: AppState) -> Router {
+    let (api, doc) = api_routes().split_for_parts();
+    let doc = Bytes::from(doc.to_pretty_json().unwrap_or_else(|_| "{}".to_string()));
+    Router::new()
+        .merge(api)
+        .route(
+            "/api/v1/openapi.json",
+            get(move || async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    )],
+                    doc.clone(),
+                )
+            }),
+        )
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::render))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+/// Alive: the process answers.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready: the database answers.
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+    state
+        .store()
+        .ping()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("database unreachable: {e}")))?;
+    Ok("ready\n")
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such endpoint".to_string())
+}
+
+/// Counts, times and logs every request by its route pattern (not its path, which would
+/// give every rule id its own metric series).
+async fn observe(
+    State(state): State<AppState>,
+    matched: Option<MatchedPath>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let start = Instant::now();
+    let method = request.method().clone();
+    let route = matched.map_or_else(|| "(unmatched)".to_string(), |m| m.as_str().to_string());
+    let response = next.run(request).await;
+    let status = response.status();
+    let elapsed = start.elapsed();
+    state
+        .inner
+        .metrics
+        .observe_request(method.as_str(), &route, status.as_u16(), elapsed);
+    let ms = elapsed.as_secs_f64() * 1e3;
+    if status.is_server_error() {
+        tracing::warn!(%method, %route, status = status.as_u16(), ms, "request failed");
+    } else if method == axum::http::Method::GET || method == axum::http::Method::HEAD {
+        tracing::debug!(%method, %route, status = status.as_u16(), ms, "request");
+    } else {
+        tracing::info!(%method, %route, status = status.as_u16(), ms, "request");
+    }
+    response
+}

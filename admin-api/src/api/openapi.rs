@@ -1,0 +1,311 @@
+//! The OpenAPI document's fixed parts: metadata, the bearer scheme, the shared error
+//! responses, and the schema of a rule.
+//!
+//! The rule model lives in `sluice-core`, which must stay free of server dependencies, so
+//! its schema is written here; `the_rule_schema_covers_every_field` pins it to the serde
+//! model so a field added in the core cannot go missing here.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, RefOr, Schema};
+use utoipa::{Modify, OpenApi};
+
+use super::error::{FieldErrorSchema, Problem};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Sluice admin API",
+        description = "Rules for Sluice, token-bucket rate limiting for Envoy: stored, validated, versioned, audited, and long-polled by every proxy.\n\nEvery `/api/v1` endpoint but this document needs `Authorization: Bearer TOKEN`. Errors are `application/problem+json` (RFC 9457); validation errors list every problem with its field path.",
+        license(name = "Apache-2.0"),
+    ),
+    components(schemas(Problem, FieldErrorSchema)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "rules", description = "Rules: CRUD, enable/disable, bulk apply, export"),
+        (name = "versions", description = "Ruleset history, diffs, rollback"),
+        (name = "ruleset", description = "The proxies' long-poll"),
+        (name = "proxies", description = "Connected Envoys"),
+        (name = "audit", description = "Who changed what"),
+        (name = "tokens", description = "API tokens (admin)"),
+    ),
+)]
+struct ApiDoc;
+
+/// Declares bearer authentication and requires it everywhere.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A token (`slc_...`) from `sluice token create` or POST /api/v1/tokens",
+                    ))
+                    .build(),
+            ),
+        );
+        openapi.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// The document before the routes add their paths.
+pub fn base() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+fn problem(description: &str) -> RefOr<Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/problem+json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
+        .into()
+}
+
+/// 401 and 403, which every `/api/v1` endpoint can answer.
+#[derive(Debug)]
+pub struct AuthErrors;
+
+impl utoipa::IntoResponses for AuthErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([
+            (
+                "401".to_string(),
+                problem("Missing, unknown or revoked token (with `WWW-Authenticate: Bearer`)"),
+            ),
+            (
+                "403".to_string(),
+                problem("The token's role may not do this"),
+            ),
+        ])
+    }
+}
+
+/// What a request with a body can be refused for; nothing is written in any of these.
+#[derive(Debug)]
+pub struct WriteErrors;
+
+impl utoipa::IntoResponses for WriteErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([
+            (
+                "400".to_string(),
+                problem("The body is not valid JSON/YAML, or a parameter is malformed"),
+            ),
+            ("413".to_string(), problem("The body is larger than 1 MiB")),
+            ("415".to_string(), problem("Unsupported Content-Type")),
+            (
+                "422".to_string(),
+                problem(
+                    "Unknown keys, wrong types, or an invalid rule or ruleset: `errors` lists every problem with its field path",
+                ),
+            ),
+        ])
+    }
+}
+
+/// The schema of `sluice_core::spec::RuleSpec`.
+#[derive(Debug)]
+pub struct RuleSpecSchema;
+
+impl utoipa::ToSchema for RuleSpecSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("RuleSpec")
+    }
+}
+
+impl utoipa::PartialSchema for RuleSpecSchema {
+    fn schema() -> RefOr<Schema> {
+        serde_json::from_value(rule_spec_schema())
+            .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
+    }
+}
+
+/// JSON Schema (OpenAPI 3.1) of a rule, following serde's encoding of the core's types.
+fn rule_spec_schema() -> serde_json::Value {
+    let identifier = |max: u32, description: &str| {
+        json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$", "maxLength": max,
+               "description": description})
+    };
+    let period = json!({
+        "description": "second, minute, hour, day, or a number of seconds (1 to 31,622,400)",
+        "oneOf": [
+            {"type": "string", "enum": ["second", "minute", "hour", "day"]},
+            {"type": "integer", "minimum": 1, "maximum": 31_622_400},
+        ],
+    });
+    let limit = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["requests", "period"],
+        "properties": {
+            "requests": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64},
+            "period": period,
+            "burst": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64,
+                      "description": "The bucket's capacity; defaults to `requests`"},
+        },
+    });
+    let limits = json!({"type": "array", "minItems": 1, "maxItems": 8, "items": limit});
+    let key = json!({
+        "description": "Whose bucket a request draws from",
+        "oneOf": [
+            {"type": "string", "enum": ["path", "global"]},
+            {"type": "object", "additionalProperties": false, "required": ["header"],
+             "properties": {"header": {"type": "string"}}},
+            {"type": "object", "additionalProperties": false, "required": ["client_ip"],
+             "properties": {"client_ip": {"type": "object", "additionalProperties": false,
+                "properties": {"trusted_hops": {"type": "integer", "minimum": 0}}}}},
+            {"type": "object", "additionalProperties": false, "required": ["query"],
+             "properties": {"query": {"type": "string"}}},
+            {"type": "object", "additionalProperties": false, "required": ["composite"],
+             "properties": {"composite": {"type": "array", "items": {},
+                "description": "Keys (of any of these forms) joined with `|`"}}},
+        ],
+    });
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["name", "key", "limits"],
+        "properties": {
+            "id": identifier(128, "Stable identity of the rule and its buckets (defaults to `name`); keep it when renaming"),
+            "name": identifier(64, "Shown in headers and bodies"),
+            "description": {"type": "string", "maxLength": 1024},
+            "enabled": {"type": "boolean", "default": true},
+            "priority": {"type": "integer", "format": "int32", "default": 0,
+                         "description": "Higher is evaluated first"},
+            "mode": {"type": "string", "enum": ["enforce", "shadow"], "default": "enforce"},
+            "match": {
+                "type": "object",
+                "additionalProperties": false,
+                "description": "Every given condition must hold; empty matches everything",
+                "properties": {
+                    "host": {"type": "string", "description": "`api.example.com` or `*.example.com`"},
+                    "path_exact": {"type": "string"},
+                    "path_prefix": {"type": "string"},
+                    "path_regex": {"type": "string", "description": "Must match the whole path"},
+                    "methods": {"type": "array", "items": {"type": "string"}},
+                    "headers": {"type": "array", "items": {
+                        "type": "object", "additionalProperties": false, "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "present": {"type": "boolean"},
+                            "equals": {"type": "string"},
+                        },
+                    }},
+                },
+            },
+            "key": key,
+            "limits": limits,
+            "cost": {
+                "description": "Tokens per request: `{fixed: N}` (default `{fixed: 1}`) or read from a header",
+                "oneOf": [
+                    {"type": "object", "additionalProperties": false, "required": ["fixed"],
+                     "properties": {"fixed": {"type": "integer", "minimum": 1}}},
+                    {"type": "object", "additionalProperties": false, "required": ["header"],
+                     "properties": {"header": {"type": "object", "additionalProperties": false,
+                        "required": ["name", "max"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "max": {"type": "integer", "minimum": 1},
+                            "default": {"type": "integer", "minimum": 0, "default": 1},
+                        }}}},
+                ],
+            },
+            "overrides": {"type": "array", "items": {
+                "type": "object", "additionalProperties": false, "required": ["client", "limits"],
+                "properties": {"client": {"type": "string"}, "limits": limits},
+            }},
+            "failure_mode": {"type": "string", "enum": ["open", "closed"],
+                             "description": "Defaults to the proxy's"},
+            "response": {
+                "type": "object", "additionalProperties": false,
+                "properties": {
+                    "status": {"type": "integer", "minimum": 400, "maximum": 599, "default": 429},
+                    "rate_limit_headers": {"type": "boolean", "default": true},
+                },
+            },
+        },
+        "example": {
+            "name": "api-per-key",
+            "match": {"path_prefix": "/api/"},
+            "key": {"header": "x-api-key"},
+            "limits": [
+                {"requests": 5, "period": "second", "burst": 10},
+                {"requests": 100, "period": "minute"},
+            ],
+            "mode": "enforce",
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use sluice_core::spec::RuleSpec;
+
+    /// Every key serde writes for a rule with every field set is described by the schema.
+    #[test]
+    fn the_rule_schema_covers_every_field() {
+        let full: RuleSpec = serde_json::from_value(json!({
+            "id": "i", "name": "n", "description": "d", "enabled": false, "priority": 3,
+            "mode": "shadow",
+            "match": {"host": "h", "path_exact": "/a", "path_prefix": "/", "path_regex": ".*",
+                      "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}]},
+            "key": {"composite": [{"header": "x"}, {"client_ip": {"trusted_hops": 1}}]},
+            "limits": [{"requests": 1, "period": 5, "burst": 2}],
+            "cost": {"header": {"name": "c", "max": 5, "default": 2}},
+            "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
+            "failure_mode": "closed",
+            "response": {"status": 503, "rate_limit_headers": false},
+        }))
+        .unwrap();
+        let written = serde_json::to_value(&full).unwrap();
+        let schema = rule_spec_schema();
+        let props = &schema["properties"];
+        for key in written.as_object().unwrap().keys() {
+            assert!(props.get(key).is_some(), "schema lacks `{key}`");
+        }
+        for (section, value) in [
+            ("match", &written["match"]),
+            ("response", &written["response"]),
+        ] {
+            for key in value.as_object().unwrap().keys() {
+                assert!(
+                    props[section]["properties"].get(key).is_some(),
+                    "schema lacks `{section}.{key}`"
+                );
+            }
+        }
+        let limit_props = &props["limits"]["items"]["properties"];
+        for key in written["limits"][0].as_object().unwrap().keys() {
+            assert!(
+                limit_props.get(key).is_some(),
+                "schema lacks `limits[].{key}`"
+            );
+        }
+        // The schema is valid for utoipa, not the empty fallback.
+        let RefOr::T(Schema::Object(object)) = <RuleSpecSchema as utoipa::PartialSchema>::schema()
+        else {
+            panic!("not an object schema");
+        };
+        assert!(object.properties.contains_key("limits"));
+        let _: Value = serde_json::to_value(&object).unwrap();
+    }
+}

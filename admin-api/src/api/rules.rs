@@ -1,0 +1,629 @@
+//! `/api/v1/rules`: list, get, create, replace, merge-patch, delete, enable, disable,
+//! bulk apply and export.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sluice_core::spec::{Mode, RuleSpec};
+use sluice_core::wire::PROXY_RULESET_VERSION_HEADER;
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::auth::{Auth, Read, WriteRules};
+use super::body::{self, JsonBody, Params, PathParam, etag, if_match, merge_patch};
+use super::error::{ApiError, Problem};
+use super::openapi::{AuthErrors, RuleSpecSchema, WriteErrors};
+use crate::rules_file::{self, RulesFileError, RulesFormat};
+use crate::store::{
+    Action, ChangeKind, Edited, RuleFilter, RuleRecord, StoreError, canonical, rfc3339, rule_id,
+};
+
+/// Page size when none is asked for, and the largest allowed.
+const DEFAULT_LIMIT: u32 = 100;
+const MAX_LIMIT: u32 = 1000;
+
+/// A stored rule: its spec and the metadata the server keeps.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RuleView {
+    /// The rule's id (its `id`, or its name when it has none): its URL is
+    /// `/api/v1/rules/{id}`.
+    pub id: String,
+    /// The ruleset version that last changed this rule; the rule's `ETag` is this number
+    /// in quotes.
+    pub revision: u64,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The rule as written, the body `PUT` takes.
+    #[schema(value_type = RuleSpecSchema)]
+    pub spec: RuleSpec,
+}
+
+impl From<&RuleRecord> for RuleView {
+    fn from(record: &RuleRecord) -> Self {
+        RuleView {
+            id: record.id.clone(),
+            revision: record.revision,
+            created_at: rfc3339(record.created_at),
+            updated_at: rfc3339(record.updated_at),
+            spec: record.spec.clone(),
+        }
+    }
+}
+
+/// One page of rules, in evaluation order (highest priority first, then by name).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RuleList {
+    pub rules: Vec<RuleView>,
+    /// Rules matching the filter on all pages.
+    pub total: u64,
+    pub limit: u32,
+    pub offset: u64,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only rules whose name contains this (case-insensitive).
+    name: Option<String>,
+    /// Only enabled (`true`) or disabled (`false`) rules.
+    enabled: Option<bool>,
+    /// Only rules in this mode: `enforce` or `shadow`.
+    #[param(value_type = Option<String>)]
+    mode: Option<Mode>,
+    /// Page size, 1 to 1000 (default 100).
+    limit: Option<u32>,
+    /// Rules to skip (default 0).
+    offset: Option<u64>,
+}
+
+/// What a bulk change did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChangeSummary {
+    /// Whether a new ruleset version was made (or, for a dry run, would be).
+    pub changed: bool,
+    pub dry_run: bool,
+    /// The ruleset version now current.
+    pub version: u64,
+    pub added: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+impl ChangeSummary {
+    pub fn of(edited: &Edited, dry_run: bool) -> ChangeSummary {
+        let ids = |kind| {
+            edited
+                .changes
+                .iter()
+                .filter(|c| c.change == kind)
+                .map(|c| c.id.clone())
+                .collect()
+        };
+        ChangeSummary {
+            changed: !edited.changes.is_empty(),
+            dry_run,
+            version: edited.version,
+            added: ids(ChangeKind::Added),
+            updated: ids(ChangeKind::Changed),
+            removed: ids(ChangeKind::Removed),
+        }
+    }
+}
+
+/// `x-sluice-ruleset-version`: the ruleset version a response reflects.
+pub fn version_header(version: u64) -> (HeaderName, HeaderValue) {
+    (
+        HeaderName::from_static(PROXY_RULESET_VERSION_HEADER),
+        HeaderValue::from(version),
+    )
+}
+
+fn rule_response(status: StatusCode, record: &RuleRecord, version: u64) -> Response {
+    let mut response = (status, Json(RuleView::from(record))).into_response();
+    let headers = response.headers_mut();
+    if let Ok(tag) = HeaderValue::from_str(&etag(record.revision)) {
+        headers.insert(header::ETAG, tag);
+    }
+    let (name, value) = version_header(version);
+    headers.insert(name, value);
+    if status == StatusCode::CREATED {
+        // Ids are validated to a URL-safe alphabet before anything is stored.
+        if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/rules/{}", record.id)) {
+            headers.insert(header::LOCATION, location);
+        }
+    }
+    response
+}
+
+/// The rule `id` after an edit, or a 500: the edit itself put it there.
+fn edited_rule<'e>(edited: &'e Edited, id: &str) -> Result<&'e RuleRecord, ApiError> {
+    edited
+        .rules
+        .get(id)
+        .ok_or_else(|| ApiError::Internal(format!("rule `{id}` missing after the edit")))
+}
+
+/// A body for `/rules/{id}` keeps the rule's identity: with no `id` of its own it takes
+/// the one in the URL (so renaming a rule keeps its buckets), and a different one is
+/// refused (an id is changed by creating a new rule and deleting the old one).
+fn keep_identity(mut spec: RuleSpec, id: &str) -> Result<RuleSpec, ApiError> {
+    if spec.id.is_none() && spec.name != id {
+        spec.id = Some(id.to_string());
+    }
+    if rule_id(&spec) != id {
+        return Err(ApiError::invalid(
+            "id",
+            format!(
+                "must be the rule's id in the URL, `{id}`: to change an id, create a new rule and delete this one"
+            ),
+        ));
+    }
+    Ok(spec)
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/rules", tag = "rules",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of rules", body = RuleList),
+        (status = 400, description = "Bad query parameters", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+    ),
+)]
+pub async fn list_rules(
+    State(state): State<AppState>,
+    _auth: Auth<Read>,
+    Params(query): Params<ListQuery>,
+) -> Result<Json<RuleList>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let filter = RuleFilter {
+        name: query.name,
+        enabled: query.enabled,
+        mode: query.mode,
+        limit,
+        offset: query.offset.unwrap_or(0),
+    };
+    let page = state.store().list_rules(&filter).await?;
+    Ok(Json(RuleList {
+        rules: page.rules.iter().map(RuleView::from).collect(),
+        total: page.total,
+        limit,
+        offset: filter.offset,
+    }))
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/rules/{id}", tag = "rules",
+    params(("id" = String, Path, description = "The rule's id")),
+    responses(
+        (status = 200, description = "The rule; `ETag` is its revision", body = RuleView,
+         headers(("ETag" = String, description = "The rule's revision, quoted"))),
+        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+    ),
+)]
+pub async fn get_rule(
+    State(state): State<AppState>,
+    _auth: Auth<Read>,
+    PathParam(id): PathParam<String>,
+) -> Result<Response, ApiError> {
+    let record = state
+        .store()
+        .get_rule(&id)
+        .await?
+        .ok_or(StoreError::RuleNotFound(id))?;
+    let version = state.store().current_version().await?;
+    Ok(rule_response(StatusCode::OK, &record, version))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/rules", tag = "rules",
+    request_body(content = RuleSpecSchema, description = "The rule", content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created; a new ruleset version", body = RuleView,
+         headers(("ETag" = String), ("Location" = String), ("x-sluice-ruleset-version" = u64))),
+        (status = 409, description = "A rule with this id exists", body = Problem, content_type = "application/problem+json"),
+        WriteErrors,
+        AuthErrors,
+    ),
+)]
+pub async fn create_rule(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    JsonBody(spec): JsonBody<RuleSpec>,
+) -> Result<Response, ApiError> {
+    let spec = canonical(spec);
+    let id = rule_id(&spec).to_string();
+    let edited = state
+        .store()
+        .edit(&auth.actor(), Action::RuleCreate, Some(&id), |w| {
+            if w.get(&id).is_some() {
+                return Err(StoreError::RuleExists(id.clone()));
+            }
+            w.put(spec, "");
+            Ok(())
+        })
+        .await?;
+    state.committed(edited.version);
+    Ok(rule_response(
+        StatusCode::CREATED,
+        edited_rule(&edited, &id)?,
+        edited.version,
+    ))
+}
+
+#[utoipa::path(
+    put, path = "/api/v1/rules/{id}", tag = "rules",
+    params(
+        ("id" = String, Path, description = "The rule's id"),
+        ("If-Match" = Option<String>, Header, description = "The ETag the change is based on; 409 if the rule has changed since"),
+    ),
+    request_body(content = RuleSpecSchema, description = "The whole rule", content_type = "application/json"),
+    responses(
+        (status = 200, description = "Replaced (a new ruleset version unless nothing changed)", body = RuleView,
+         headers(("ETag" = String), ("x-sluice-ruleset-version" = u64))),
+        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match: nothing changed", body = Problem, content_type = "application/problem+json"),
+        WriteErrors,
+        AuthErrors,
+    ),
+)]
+pub async fn replace_rule(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    PathParam(id): PathParam<String>,
+    headers: HeaderMap,
+    JsonBody(spec): JsonBody<RuleSpec>,
+) -> Result<Response, ApiError> {
+    let precondition = if_match(&headers)?;
+    let spec = keep_identity(spec, &id)?;
+    let edited = state
+        .store()
+        .edit(&auth.actor(), Action::RuleReplace, Some(&id), |w| {
+            w.require(&id, precondition.as_ref())?;
+            w.put(spec, "");
+            Ok(())
+        })
+        .await?;
+    state.committed(edited.version);
+    Ok(rule_response(
+        StatusCode::OK,
+        edited_rule(&edited, &id)?,
+        edited.version,
+    ))
+}
+
+#[utoipa::path(
+    patch, path = "/api/v1/rules/{id}", tag = "rules",
+    params(
+        ("id" = String, Path, description = "The rule's id"),
+        ("If-Match" = Option<String>, Header, description = "The ETag the change is based on; 409 if the rule has changed since"),
+    ),
+    request_body(content = Object, description = "A JSON merge patch (RFC 7396) of the rule: `{\"enabled\": false}`, `{\"match\": {\"host\": null}}` removes a field",
+        content_type = "application/merge-patch+json"),
+    responses(
+        (status = 200, description = "Patched", body = RuleView,
+         headers(("ETag" = String), ("x-sluice-ruleset-version" = u64))),
+        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match: nothing changed", body = Problem, content_type = "application/problem+json"),
+        WriteErrors,
+        AuthErrors,
+    ),
+)]
+pub async fn patch_rule(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    PathParam(id): PathParam<String>,
+    headers: HeaderMap,
+    JsonBody(patch): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let precondition = if_match(&headers)?;
+    // The patch applies to the rule as it is inside the transaction, so two patches of
+    // different fields never undo each other.
+    let edited = state
+        .store()
+        .edit(&auth.actor(), Action::RulePatch, Some(&id), |w| {
+            let current = w.require(&id, precondition.as_ref())?;
+            let mut value =
+                serde_json::to_value(current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            merge_patch(&mut value, &patch);
+            let patched: RuleSpec = body::from_value(value).map_err(StoreError::Invalid)?;
+            let patched = keep_identity(patched, &id).map_err(|e| match e {
+                ApiError::Invalid(errors) => StoreError::Invalid(errors),
+                other => StoreError::Corrupt(other.to_string()),
+            })?;
+            w.put(patched, "");
+            Ok(())
+        })
+        .await?;
+    state.committed(edited.version);
+    Ok(rule_response(
+        StatusCode::OK,
+        edited_rule(&edited, &id)?,
+        edited.version,
+    ))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/rules/{id}", tag = "rules",
+    params(
+        ("id" = String, Path, description = "The rule's id"),
+        ("If-Match" = Option<String>, Header, description = "The ETag the deletion is based on; 409 if the rule has changed since"),
+    ),
+    responses(
+        (status = 204, description = "Deleted; a new ruleset version", headers(("x-sluice-ruleset-version" = u64))),
+        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match: nothing changed", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+    ),
+)]
+pub async fn delete_rule(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    PathParam(id): PathParam<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let precondition = if_match(&headers)?;
+    let edited = state
+        .store()
+        .edit(&auth.actor(), Action::RuleDelete, Some(&id), |w| {
+            w.require(&id, precondition.as_ref())?;
+            w.remove(&id);
+            Ok(())
+        })
+        .await?;
+    state.committed(edited.version);
+    Ok((StatusCode::NO_CONTENT, [version_header(edited.version)]).into_response())
+}
+
+async fn set_enabled(
+    state: &AppState,
+    auth: &Auth<WriteRules>,
+    id: &str,
+    headers: &HeaderMap,
+    enabled: bool,
+) -> Result<Response, ApiError> {
+    let precondition = if_match(headers)?;
+    let action = if enabled {
+        Action::RuleEnable
+    } else {
+        Action::RuleDisable
+    };
+    let edited = state
+        .store()
+        .edit(&auth.actor(), action, Some(id), |w| {
+            let mut spec = w.require(id, precondition.as_ref())?.clone();
+            spec.enabled = enabled;
+            w.put(spec, "");
+            Ok(())
+        })
+        .await?;
+    state.committed(edited.version);
+    Ok(rule_response(
+        StatusCode::OK,
+        edited_rule(&edited, id)?,
+        edited.version,
+    ))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/rules/{id}/enable", tag = "rules",
+    params(
+        ("id" = String, Path, description = "The rule's id"),
+        ("If-Match" = Option<String>, Header, description = "Optional ETag precondition"),
+    ),
+    responses(
+        (status = 200, description = "Enabled (a no-op if it already was)", body = RuleView),
+        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+    ),
+)]
+pub async fn enable_rule(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    PathParam(id): PathParam<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    set_enabled(&state, &auth, &id, &headers, true).await
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/rules/{id}/disable", tag = "rules",
+    params(
+        ("id" = String, Path, description = "The rule's id"),
+        ("If-Match" = Option<String>, Header, description = "Optional ETag precondition"),
+    ),
+    responses(
+        (status = 200, description = "Disabled (a no-op if it already was)", body = RuleView),
+        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+    ),
+)]
+pub async fn disable_rule(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    PathParam(id): PathParam<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    set_enabled(&state, &auth, &id, &headers, false).await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyQuery {
+    /// Delete rules that are not in the file.
+    #[serde(default)]
+    prune: bool,
+    /// Validate and report what would change, without changing anything.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// The syntax of a rules file sent as a request body, by its `Content-Type`.
+fn body_format(headers: &HeaderMap) -> Result<RulesFormat, ApiError> {
+    match body::media_type(headers).as_deref() {
+        Some("application/json") => Ok(RulesFormat::Json),
+        Some("application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml") => {
+            Ok(RulesFormat::Yaml)
+        }
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "a rules file must be sent as application/json or application/yaml{}",
+            other.map(|t| format!(", not {t}")).unwrap_or_default()
+        ))),
+    }
+}
+
+/// Refuses a file that has two rules with one id: the second would silently win.
+fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut problems = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let id = rule_id(spec);
+        if let Some(first) = seen.insert(id, i) {
+            let field = if spec.id.is_some() { "id" } else { "name" };
+            problems.push(sluice_core::rule::FieldError {
+                field: format!("rules[{i}].{field}"),
+                message: format!("rule id `{id}` is also used by rules[{first}]"),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid(sluice_core::rule::ValidationErrors(
+            problems,
+        )))
+    }
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/rules:apply", tag = "rules",
+    params(ApplyQuery),
+    request_body(content = String, description = "A rules file: a list of rules, or `{rules: [...]}`, as JSON (`application/json`) or YAML (`application/yaml`). Rules are matched to stored ones by id; applying the same file twice changes nothing.",
+        content_type = "application/yaml"),
+    responses(
+        (status = 200, description = "Applied (or, with `dry_run`, checked)", body = ChangeSummary),
+        WriteErrors,
+        AuthErrors,
+    ),
+)]
+pub async fn apply_rules(
+    State(state): State<AppState>,
+    auth: Auth<WriteRules>,
+    Params(query): Params<ApplyQuery>,
+    request: Request,
+) -> Result<Json<ChangeSummary>, ApiError> {
+    let format = body_format(request.headers())?;
+    let bytes = body::read_body(request, &state).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::BadRequest("the body is not UTF-8 text".to_string()))?;
+    let specs = rules_file::parse_rules(text, format, Path::new("body")).map_err(|e| match e {
+        RulesFileError::Shape { field, message, .. } => ApiError::invalid(field, message),
+        RulesFileError::Syntax {
+            format, message, ..
+        } => ApiError::BadRequest(format!("the body is not valid {format}: {message}")),
+        other => ApiError::BadRequest(other.to_string()),
+    })?;
+    check_unique_ids(&specs)?;
+    let file_ids: Vec<String> = specs
+        .iter()
+        .map(|s| rule_id(&canonical(s.clone())).to_string())
+        .collect();
+    let edit = |w: &mut crate::store::Working| {
+        if query.prune {
+            for id in w.ids() {
+                if !file_ids.contains(&id) {
+                    w.remove(&id);
+                }
+            }
+        }
+        for (i, spec) in specs.into_iter().enumerate() {
+            w.put(spec, format!("rules[{i}]"));
+        }
+        Ok(())
+    };
+    let actor = auth.actor();
+    let edited = if query.dry_run {
+        state.store().preview(&actor, Action::Apply, edit).await?
+    } else {
+        state
+            .store()
+            .edit(&actor, Action::Apply, None, edit)
+            .await?
+    };
+    if edited.created {
+        state.committed(edited.version);
+    }
+    Ok(Json(ChangeSummary::of(&edited, query.dry_run)))
+}
+
+/// A rules file: what export writes and apply reads.
+#[derive(Debug, Serialize)]
+struct RulesFile<'a> {
+    rules: &'a [RuleSpec],
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/export", tag = "rules",
+    params(("Accept" = Option<String>, Header, description = "`application/yaml` for YAML; JSON otherwise")),
+    responses(
+        (status = 200, description = "The current rules as a rules file `{rules: [...]}` that `rules:apply` takes back",
+         content(("application/json"), ("application/yaml")),
+         headers(("x-sluice-ruleset-version" = u64))),
+        AuthErrors,
+    ),
+)]
+pub async fn export_rules(
+    State(state): State<AppState>,
+    _auth: Auth<Read>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let doc = state.store().document().await?;
+    let wants_yaml = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("yaml"));
+    let file = RulesFile { rules: &doc.rules };
+    let (content_type, body) = if wants_yaml {
+        // Through a JSON value: serde_norway writes enums as YAML tags (`!header x`),
+        // which neither people nor `rules:apply` expect; JSON's shape is the contract.
+        let yaml = serde_json::to_value(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|v| serde_norway::to_string(&v).map_err(|e| e.to_string()))
+            .map_err(|e| ApiError::Internal(format!("exporting YAML: {e}")))?;
+        (
+            "application/yaml",
+            format!(
+                "# Sluice rules at ruleset version {}.\n# Apply with: sluice rules apply -f FILE\n{yaml}",
+                doc.version
+            ),
+        )
+    } else {
+        let json = serde_json::to_string_pretty(&file)
+            .map_err(|e| ApiError::Internal(format!("exporting JSON: {e}")))?;
+        ("application/json", json + "\n")
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            version_header(doc.version),
+        ],
+        body,
+    )
+        .into_response())
+}

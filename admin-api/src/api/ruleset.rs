@@ -1,0 +1,227 @@
+//! `GET /api/v1/ruleset?after=VERSION&wait=SECONDS`: the proxies' long-poll, the contract
+//! in `sluice_core::wire`.
+//!
+//! A proxy behind the current version gets the whole [`RulesetDocument`] at once. A proxy
+//! that is current is held until a change commits (a `watch` channel wakes every held
+//! poll within milliseconds) or `wait` seconds pass, then gets `304 Not Modified`. Each
+//! poll also records the proxy (id, address, version it runs, last error), so the poll is
+//! the heartbeat too.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use sluice_core::spec::RuleSpec;
+use sluice_core::wire::{
+    PROXY_ERROR_HEADER, PROXY_ID_HEADER, PROXY_RULESET_VERSION_HEADER, RulesetDocument,
+};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::auth::{Auth, PollRuleset};
+use super::body::{Params, etag};
+use super::error::ApiError;
+use super::openapi::{AuthErrors, RuleSpecSchema};
+use super::rules::version_header;
+use crate::store::{ProxySeen, now_ms};
+
+/// How long a poll is held when `wait` is not given, and the most it may ask for.
+pub const DEFAULT_WAIT_SECONDS: u64 = 30;
+pub const MAX_WAIT_SECONDS: u64 = 60;
+/// Longest proxy id and error message stored: headers are the proxy's to fill.
+const MAX_PROXY_ID_LEN: usize = 256;
+const MAX_PROXY_ERROR_LEN: usize = 2048;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PollQuery {
+    /// The version the proxy runs (0: none). Answered at once when the current version is
+    /// newer.
+    #[serde(default)]
+    after: u64,
+    /// Seconds to hold the request when nothing is newer (default 30, at most 60; 0
+    /// answers at once).
+    wait: Option<u64>,
+}
+
+/// `sluice_core::wire::RulesetDocument`, for the OpenAPI document.
+#[derive(Debug, ToSchema)]
+// Never built: it only describes the bytes of the core's type, which is what is served.
+#[allow(dead_code)]
+#[schema(as = RulesetDocument)]
+pub struct RulesetDocumentSchema {
+    /// Increases with every change; poll again with `after` set to it.
+    pub version: u64,
+    /// Every rule, enabled or not, in evaluation order.
+    #[schema(value_type = Vec<RuleSpecSchema>)]
+    pub rules: Vec<RuleSpec>,
+}
+
+/// The TCP peer, when the server provides it (tests driving the router directly do not).
+#[derive(Debug)]
+pub struct Peer(Option<SocketAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+        ))
+    }
+}
+
+/// Marks a proxy as polling while a poll is held; dropped when the poll ends, also when
+/// the proxy hangs up and axum drops the handler's future.
+struct Polling<'a> {
+    state: &'a AppState,
+    proxy: Option<String>,
+}
+
+impl<'a> Polling<'a> {
+    fn start(state: &'a AppState, proxy: Option<String>) -> Polling<'a> {
+        state.inner.metrics.long_polls.inc();
+        if let (Some(id), Ok(mut polling)) = (&proxy, state.inner.polling.lock()) {
+            *polling.entry(id.clone()).or_insert(0) += 1;
+        }
+        Polling { state, proxy }
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        self.state.inner.metrics.long_polls.dec();
+        if let (Some(id), Ok(mut polling)) = (&self.proxy, self.state.inner.polling.lock()) {
+            if let Some(n) = polling.get_mut(id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    polling.remove(id);
+                }
+            }
+        }
+    }
+}
+
+fn header_text(headers: &HeaderMap, name: &str, max: usize) -> Option<String> {
+    let value = headers.get(name)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.chars().take(max).collect())
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/ruleset", tag = "ruleset",
+    params(
+        PollQuery,
+        ("x-sluice-proxy-id" = Option<String>, Header, description = "The proxy's id; polls with it are listed at /api/v1/proxies"),
+        ("x-sluice-ruleset-version" = Option<u64>, Header, description = "The ruleset version the proxy runs"),
+        ("x-sluice-proxy-error" = Option<String>, Header, description = "The proxy's last error, if any"),
+    ),
+    responses(
+        (status = 200, description = "The whole ruleset, newer than `after`: enabled and disabled rules",
+         body = RulesetDocumentSchema, content_type = "application/json",
+         headers(("ETag" = String), ("x-sluice-ruleset-version" = u64))),
+        (status = 304, description = "Nothing newer than `after` within `wait` seconds (or the server is shutting down)"),
+        AuthErrors,
+    ),
+)]
+pub async fn get_ruleset(
+    State(state): State<AppState>,
+    auth: Auth<PollRuleset>,
+    Params(query): Params<PollQuery>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let proxy_id = header_text(&headers, PROXY_ID_HEADER, MAX_PROXY_ID_LEN);
+    if let Some(id) = &proxy_id {
+        let seen = ProxySeen {
+            id: id.clone(),
+            address: peer.map_or_else(|| "unknown".to_string(), |p| p.to_string()),
+            token_id: Some(auth.token.id.clone()),
+            ruleset_version: header_text(&headers, PROXY_RULESET_VERSION_HEADER, 32)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            error: header_text(&headers, PROXY_ERROR_HEADER, MAX_PROXY_ERROR_LEN),
+        };
+        // Bookkeeping must never cost a proxy its rules.
+        if let Err(err) = state.store().record_proxy(&seen, now_ms()).await {
+            tracing::warn!(proxy = %id, %err, "could not record the proxy");
+        }
+    }
+
+    let after = query.after;
+    let wait = Duration::from_secs(
+        query
+            .wait
+            .unwrap_or(DEFAULT_WAIT_SECONDS)
+            .min(MAX_WAIT_SECONDS),
+    );
+    // Subscribe before reading, so a change committed in between still wakes us.
+    let mut version = state.inner.version.subscribe();
+    let mut shutdown = state.inner.shutdown.subscribe();
+    if *version.borrow_and_update() <= after && !wait.is_zero() && !*shutdown.borrow() {
+        let _polling = Polling::start(&state, proxy_id);
+        let deadline = tokio::time::sleep(wait);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                changed = version.changed() => {
+                    if changed.is_err() || *version.borrow_and_update() > after {
+                        break;
+                    }
+                }
+                () = &mut deadline => break,
+                _ = shutdown.wait_for(|down| *down) => break,
+            }
+        }
+    }
+    let current = *version.borrow();
+    if current <= after {
+        return Ok((StatusCode::NOT_MODIFIED, [version_header(current)]).into_response());
+    }
+    let (version, body) = document(&state).await?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (
+                header::ETAG,
+                HeaderValue::from_str(&etag(version)).unwrap_or(HeaderValue::from_static("\"\"")),
+            ),
+            version_header(version),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The current document, serialised once per version however many proxies poll.
+async fn document(state: &AppState) -> Result<(u64, Bytes), ApiError> {
+    let wanted = *state.inner.version.borrow();
+    if let Ok(cache) = state.inner.document.lock() {
+        if let Some((version, bytes)) = cache.as_ref() {
+            if *version >= wanted {
+                return Ok((*version, bytes.clone()));
+            }
+        }
+    }
+    let doc: RulesetDocument = state.store().document().await?;
+    let bytes =
+        Bytes::from(serde_json::to_vec(&doc).map_err(|e| ApiError::Internal(e.to_string()))?);
+    if let Ok(mut cache) = state.inner.document.lock() {
+        if cache.as_ref().is_none_or(|(v, _)| *v < doc.version) {
+            *cache = Some((doc.version, bytes.clone()));
+        }
+    }
+    Ok((doc.version, bytes))
+}

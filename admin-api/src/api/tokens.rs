@@ -1,0 +1,121 @@
+//! `/api/v1/tokens`: create, list and revoke API tokens (admin only). A token's secret
+//! is in the creation response and nowhere else, ever.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::{Auth, ManageTokens};
+use super::body::{JsonBody, PathParam};
+use super::error::{ApiError, Problem};
+use super::openapi::{AuthErrors, WriteErrors};
+use crate::store::{Role, TokenInfo, rfc3339};
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    pub created_at: String,
+    pub created_by: String,
+    pub last_used_at: Option<String>,
+    /// Set once revoked; a revoked token is refused with 401.
+    pub revoked_at: Option<String>,
+}
+
+impl From<&TokenInfo> for TokenView {
+    fn from(t: &TokenInfo) -> Self {
+        TokenView {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            role: t.role,
+            created_at: rfc3339(t.created_at),
+            created_by: t.created_by.clone(),
+            last_used_at: t.last_used_at.map(rfc3339),
+            revoked_at: t.revoked_at.map(rfc3339),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenView>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// Who or what holds it, e.g. `ci-deploy` or `envoy-eu-1`.
+    pub name: String,
+    pub role: Role,
+}
+
+/// A new token. `token` is the secret: it is shown this once and cannot be recovered.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedToken {
+    pub token: String,
+    #[serde(flatten)]
+    pub info: TokenView,
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/tokens", tag = "tokens",
+    responses((status = 200, description = "Every token, revoked ones included; never a secret", body = TokenList), AuthErrors),
+)]
+pub async fn list_tokens(
+    State(state): State<AppState>,
+    _auth: Auth<ManageTokens>,
+) -> Result<Json<TokenList>, ApiError> {
+    let tokens = state.store().list_tokens().await?;
+    Ok(Json(TokenList {
+        tokens: tokens.iter().map(TokenView::from).collect(),
+    }))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/tokens", tag = "tokens",
+    request_body = CreateToken,
+    responses(
+        (status = 201, description = "Created; the secret is in `token`, shown only now", body = CreatedToken),
+        WriteErrors,
+        AuthErrors,
+    ),
+)]
+pub async fn create_token(
+    State(state): State<AppState>,
+    auth: Auth<ManageTokens>,
+    JsonBody(request): JsonBody<CreateToken>,
+) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
+    let created = state
+        .store()
+        .create_token(&auth.actor(), &request.name, request.role)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedToken {
+            token: created.secret,
+            info: TokenView::from(&created.info),
+        }),
+    ))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/tokens/{id}", tag = "tokens",
+    params(("id" = String, Path, description = "The token's id (`tok_...`), not its secret")),
+    responses(
+        (status = 200, description = "Revoked (revoking twice is harmless)", body = TokenView),
+        (status = 404, description = "No such token", body = Problem, content_type = "application/problem+json"),
+        AuthErrors,
+    ),
+)]
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    auth: Auth<ManageTokens>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<TokenView>, ApiError> {
+    let info = state.store().revoke_token(&auth.actor(), &id).await?;
+    Ok(Json(TokenView::from(&info)))
+}

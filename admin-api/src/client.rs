@@ -1,0 +1,177 @@
+//! The command line's client for a running admin API (`sluice rules apply|export`): plain
+//! HTTP, bearer token, problem documents turned into readable errors.
+
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use serde_json::Value;
+
+use crate::rules_file::RulesFormat;
+
+/// Why a call to the API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("`{0}` is not an http:// URL (TLS is not supported by this client)")]
+    BadUrl(String),
+    #[error("cannot reach the admin API at {url}: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The API refused the request; `message` is the problem's detail and field errors.
+    #[error("{status}: {message}")]
+    Refused { status: u16, message: String },
+    #[error("unexpected answer from the admin API: {0}")]
+    Unexpected(String),
+}
+
+impl ClientError {
+    /// Whether the user's input (the file, the token) is what to fix.
+    pub fn is_client_error(&self) -> bool {
+        matches!(self, ClientError::Refused { status, .. } if (400..500).contains(status))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl ApiClient {
+    pub fn new(url: &str, token: &str) -> Result<ApiClient, ClientError> {
+        if !url.starts_with("http://") {
+            return Err(ClientError::BadUrl(url.to_string()));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| ClientError::Unexpected(e.to_string()))?;
+        Ok(ApiClient {
+            base: url.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            http,
+        })
+    }
+
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
+        let response = request
+            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: self.base.clone(),
+                source,
+            })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        Err(ClientError::Refused {
+            status,
+            message: describe_problem(&body),
+        })
+    }
+
+    /// `POST /api/v1/rules:apply` with a rules file; returns the change summary.
+    pub async fn apply(
+        &self,
+        file: String,
+        format: RulesFormat,
+        prune: bool,
+        dry_run: bool,
+    ) -> Result<Value, ClientError> {
+        let content_type = match format {
+            RulesFormat::Json => "application/json",
+            RulesFormat::Yaml => "application/yaml",
+        };
+        let url = format!(
+            "{}/api/v1/rules:apply?prune={prune}&dry_run={dry_run}",
+            self.base
+        );
+        let response = self
+            .send(
+                self.http
+                    .post(url)
+                    .header(CONTENT_TYPE, content_type)
+                    .body(file),
+            )
+            .await?;
+        response
+            .json()
+            .await
+            .map_err(|e| ClientError::Unexpected(e.to_string()))
+    }
+
+    /// `GET /api/v1/export` as YAML or JSON text.
+    pub async fn export(&self, format: RulesFormat) -> Result<String, ClientError> {
+        let accept = match format {
+            RulesFormat::Json => "application/json",
+            RulesFormat::Yaml => "application/yaml",
+        };
+        let response = self
+            .send(
+                self.http
+                    .get(format!("{}/api/v1/export", self.base))
+                    .header(ACCEPT, accept),
+            )
+            .await?;
+        response
+            .text()
+            .await
+            .map_err(|e| ClientError::Unexpected(e.to_string()))
+    }
+}
+
+/// A problem document as lines a person reads: the detail, then each field's problem.
+pub fn describe_problem(body: &str) -> String {
+    let Ok(problem) = serde_json::from_str::<Value>(body) else {
+        return body.trim().to_string();
+    };
+    let mut message = problem["detail"]
+        .as_str()
+        .or(problem["title"].as_str())
+        .unwrap_or("request refused")
+        .to_string();
+    if let Some(errors) = problem["errors"].as_array() {
+        for error in errors {
+            message.push_str(&format!(
+                "\n  {}: {}",
+                error["field"].as_str().unwrap_or("?"),
+                error["message"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problems_read_as_lines() {
+        let body = r#"{"type":"urn:sluice:invalid","title":"Invalid rules","status":422,
+            "detail":"2 problems found; nothing was changed",
+            "errors":[{"field":"rules[0].limits[0].requests","message":"must be between 1 and 1000000000"},
+                      {"field":"rules[1].name","message":"`a` is used by another rule"}]}"#;
+        assert_eq!(
+            describe_problem(body),
+            "2 problems found; nothing was changed\n  rules[0].limits[0].requests: must be between 1 and 1000000000\n  rules[1].name: `a` is used by another rule"
+        );
+        assert_eq!(describe_problem("plain text\n"), "plain text");
+    }
+
+    #[test]
+    fn only_plain_http_urls() {
+        assert!(ApiClient::new("https://x", "t").is_err());
+        assert!(ApiClient::new("http://127.0.0.1:8080/", "t").is_ok());
+    }
+}

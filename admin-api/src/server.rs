@@ -1,0 +1,103 @@
+//! Running the admin API: bind, serve until told to stop, then stop gracefully.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::api::{self, AppState};
+use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo};
+
+/// The environment variable holding the bootstrap admin token.
+pub const ADMIN_TOKEN_ENV: &str = "SLUICE_ADMIN_TOKEN";
+/// The name the bootstrap token is stored under.
+pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap-admin";
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    state: AppState,
+    task: JoinHandle<io::Result<()>>,
+}
+
+/// Binds `listen` (port 0: any free port) and serves the API in a background task until
+/// [`Server::stop`] (or [`AppState::shutdown`]).
+pub async fn start(state: AppState, listen: SocketAddr) -> io::Result<Server> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let app = api::app(state.clone());
+    let stopping = state.clone();
+    let task = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        // Held long-polls see the same signal and answer at once, so in-flight requests
+        // finish within milliseconds and the graceful shutdown is prompt.
+        .with_graceful_shutdown(async move { stopping.shutting_down().await })
+        .await
+    });
+    Ok(Server { addr, state, task })
+}
+
+impl Server {
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Stops taking connections, ends held long-polls, waits for in-flight requests.
+    pub async fn stop(self) -> io::Result<()> {
+        self.state.shutdown();
+        self.task.await.map_err(io::Error::other)?
+    }
+}
+
+/// What start-up did about the first admin token.
+#[derive(Debug)]
+pub enum Bootstrap {
+    /// `SLUICE_ADMIN_TOKEN` is stored (`created`: just now).
+    FromEnv { created: bool, token: TokenInfo },
+    /// `SLUICE_ADMIN_TOKEN` names a revoked token: it stays revoked.
+    EnvTokenRevoked(TokenInfo),
+    /// There were no tokens at all: this one was made, to be shown once.
+    Generated(NewToken),
+    /// Tokens exist and no bootstrap token was given.
+    NotNeeded,
+}
+
+/// Makes sure someone can log in: stores `env_token` as an admin token if given (hashed,
+/// once), or mints an admin token when the database has no tokens at all.
+pub async fn bootstrap_admin(
+    store: &Store,
+    env_token: Option<&str>,
+) -> Result<Bootstrap, StoreError> {
+    if let Some(secret) = env_token.filter(|s| !s.is_empty()) {
+        return Ok(match store.find_token(secret).await? {
+            Some(token) if token.revoked_at.is_some() => Bootstrap::EnvTokenRevoked(token),
+            Some(token) => Bootstrap::FromEnv {
+                created: false,
+                token,
+            },
+            None => Bootstrap::FromEnv {
+                created: true,
+                token: store
+                    .add_token(&Actor::system(), BOOTSTRAP_TOKEN_NAME, Role::Admin, secret)
+                    .await?,
+            },
+        });
+    }
+    if store.token_count().await? == 0 {
+        let token = store
+            .create_token(&Actor::system(), BOOTSTRAP_TOKEN_NAME, Role::Admin)
+            .await?;
+        return Ok(Bootstrap::Generated(token));
+    }
+    Ok(Bootstrap::NotNeeded)
+}

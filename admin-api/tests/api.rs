@@ -1,0 +1,1133 @@
+//! The HTTP API through the router (`tower::ServiceExt::oneshot`), on SQLite and
+//! PostgreSQL alike.
+
+mod common;
+
+use axum::http::Method;
+use common::{TestApp, TestDb, example_rule, rule};
+use serde_json::{Value, json};
+use sluice_admin::store::Role;
+
+on_every_backend!(
+    the_example_rule_is_accepted_and_served_to_proxies,
+    rules_can_be_read_replaced_patched_toggled_and_deleted,
+    bad_input_is_refused_with_field_paths_and_writes_nothing,
+    a_stale_if_match_is_a_conflict_and_changes_nothing,
+    versions_diffs_and_rollback,
+    apply_is_idempotent_and_prunes_only_when_asked,
+    export_round_trips_through_apply,
+    every_endpoint_checks_the_token_and_the_role,
+    tokens_are_managed_through_the_api_and_never_leak,
+    rules_are_listed_with_filters_and_pages,
+    polls_record_the_proxy,
+    the_audit_log_names_who_did_what,
+    metrics_count_requests_by_route,
+    openapi_health_and_readiness,
+);
+
+/// The version and the number of audit entries: a refused request leaves both alone.
+async fn footprint(db: &TestDb) -> (u64, u64) {
+    (
+        db.store.current_version().await.unwrap(),
+        db.store.audit_count().await.unwrap(),
+    )
+}
+
+async fn the_example_rule_is_accepted_and_served_to_proxies(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let created = api
+        .post("/api/v1/rules")
+        .json(&example_rule())
+        .send()
+        .await
+        .expect(201);
+    assert_eq!(
+        created.header("location"),
+        Some("/api/v1/rules/api-per-key")
+    );
+    assert_eq!(created.header("etag"), Some("\"1\""));
+    assert_eq!(created.header("x-sluice-ruleset-version"), Some("1"));
+    let body = created.json();
+    assert_eq!(body["id"], "api-per-key");
+    assert_eq!(body["revision"], 1);
+    assert_eq!(body["spec"]["limits"][0]["burst"], 10);
+    assert!(body["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let got = api
+        .get("/api/v1/rules/api-per-key")
+        .send()
+        .await
+        .expect(200);
+    assert_eq!(got.header("etag"), Some("\"1\""));
+    assert_eq!(got.json()["spec"], body["spec"]);
+
+    let proxy = db.token(Role::Proxy).await;
+    let doc = api
+        .get("/api/v1/ruleset?after=0")
+        .token(&proxy)
+        .send()
+        .await
+        .expect(200);
+    let doc: sluice_core::wire::RulesetDocument = serde_json::from_slice(&doc.body).unwrap();
+    assert_eq!(doc.version, 1);
+    assert_eq!(doc.rules.len(), 1);
+    // What the proxies get compiles with the core, exactly as the control service does.
+    doc.compile().unwrap();
+}
+
+async fn rules_can_be_read_replaced_patched_toggled_and_deleted(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+
+    // PUT replaces the whole rule; If-Match with the current ETag passes.
+    let mut replacement = rule("a");
+    replacement["limits"] = json!([{"requests": 50, "period": "minute"}]);
+    let put = api
+        .put("/api/v1/rules/a")
+        .header("if-match", "\"1\"")
+        .json(&replacement)
+        .send()
+        .await
+        .expect(200);
+    assert_eq!(put.header("etag"), Some("\"2\""));
+    assert_eq!(put.json()["spec"]["limits"][0]["requests"], 50);
+
+    // Renaming through PUT keeps the id (and so the URL and the buckets).
+    let renamed = api
+        .put("/api/v1/rules/a")
+        .json(&rule("a-renamed"))
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(renamed["id"], "a");
+    assert_eq!(renamed["spec"]["id"], "a");
+    assert_eq!(renamed["spec"]["name"], "a-renamed");
+
+    // PATCH is a JSON merge patch of the rule as it is now.
+    let patched = api
+        .patch("/api/v1/rules/a")
+        .raw(
+            "application/merge-patch+json",
+            r#"{"description":"per client","match":{"path_prefix":"/v1/"},"priority":7}"#,
+        )
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(patched["spec"]["description"], "per client");
+    assert_eq!(patched["spec"]["priority"], 7);
+    assert_eq!(patched["spec"]["name"], "a-renamed");
+    let patched = api
+        .patch("/api/v1/rules/a")
+        .json(&json!({"match": {"path_prefix": null}, "description": null}))
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(patched["spec"].get("description"), None);
+    assert_eq!(patched["spec"]["match"], json!({}));
+
+    let disabled = api.post("/api/v1/rules/a/disable").send().await.expect(200);
+    assert_eq!(disabled.json()["spec"]["enabled"], false);
+    let version = db.store.current_version().await.unwrap();
+    // Disabling twice changes nothing and makes no version.
+    api.post("/api/v1/rules/a/disable").send().await.expect(200);
+    assert_eq!(db.store.current_version().await.unwrap(), version);
+    // Proxies get disabled rules too: the filter skips them.
+    let doc = api
+        .get("/api/v1/ruleset?after=0")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(doc["rules"][0]["enabled"], false);
+    let enabled = api.post("/api/v1/rules/a/enable").send().await.expect(200);
+    assert_eq!(enabled.json()["spec"]["enabled"], true);
+
+    let deleted = api.delete("/api/v1/rules/a").send().await.expect(204);
+    assert!(deleted.body.is_empty());
+    let version = db.store.current_version().await.unwrap();
+    assert_eq!(
+        deleted.header("x-sluice-ruleset-version"),
+        Some(version.to_string().as_str())
+    );
+    api.get("/api/v1/rules/a").send().await.expect(404);
+    api.delete("/api/v1/rules/a").send().await.expect(404);
+    api.put("/api/v1/rules/a")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(404);
+}
+
+async fn bad_input_is_refused_with_field_paths_and_writes_nothing(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("taken"))
+        .send()
+        .await
+        .expect(201);
+    let before = footprint(&db).await;
+    let original = api.get("/api/v1/rules/taken").send().await.json();
+
+    let mut big = rule("big");
+    big["description"] = json!("x".repeat(2 * 1024 * 1024));
+    // (what, method, path, content type, body, status, fields named in the problem)
+    type Case<'a> = (
+        &'a str,
+        Method,
+        &'a str,
+        &'a str,
+        Vec<u8>,
+        u16,
+        Vec<&'a str>,
+    );
+    let cases: Vec<Case> = vec![
+        ("missing key", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","limits":[{"requests":1,"period":"second"}]}"#.to_vec(), 422, vec!["key"]),
+        ("missing period", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":1}]}"#.to_vec(), 422, vec!["limits[0].period"]),
+        ("zero requests", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":0,"period":"second"}]}"#.to_vec(), 422, vec!["limits[0].requests"]),
+        ("negative requests", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":-5,"period":"second"}]}"#.to_vec(), 422, vec!["limits[0].requests"]),
+        ("zero period and burst", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":1,"period":0,"burst":0}]}"#.to_vec(), 422, vec!["limits[0].period", "limits[0].burst"]),
+        ("no limits", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[]}"#.to_vec(), 422, vec!["limits"]),
+        ("unknown key", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","nmae":"b","key":"global","limits":[{"requests":1,"period":1}]}"#.to_vec(), 422, vec!["nmae"]),
+        ("unknown nested key", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":1,"period":1,"brust":2}]}"#.to_vec(), 422, vec!["limits[0].brust"]),
+        ("wrong type", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","priority":"high","key":"global","limits":[{"requests":1,"period":1}]}"#.to_vec(), 422, vec!["priority"]),
+        ("unknown period", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":1,"period":"fortnight"}]}"#.to_vec(), 422, vec!["limits[0].period"]),
+        ("invalid regex and name", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a b","match":{"path_regex":"(("},"key":"global","limits":[{"requests":1,"period":1}]}"#.to_vec(), 422, vec!["name", "match.path_regex"]),
+        ("duplicate name", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"id":"other","name":"taken","key":"global","limits":[{"requests":1,"period":1}]}"#.to_vec(), 422, vec!["name"]),
+        ("existing id", Method::POST, "/api/v1/rules", "application/json",
+         serde_json::to_vec(&rule("taken")).unwrap(), 409, vec![]),
+        ("bad JSON", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","#.to_vec(), 400, vec![]),
+        ("trailing garbage", Method::POST, "/api/v1/rules", "application/json",
+         br#"{"name":"a","key":"global","limits":[{"requests":1,"period":1}]} x"#.to_vec(), 400, vec![]),
+        ("empty body", Method::POST, "/api/v1/rules", "application/json", Vec::new(), 400, vec![]),
+        ("not an object", Method::POST, "/api/v1/rules", "application/json", b"\"a rule\"".to_vec(), 422, vec!["(body)"]),
+        ("not JSON", Method::POST, "/api/v1/rules", "text/plain",
+         serde_json::to_vec(&rule("a")).unwrap(), 415, vec![]),
+        ("oversized", Method::POST, "/api/v1/rules", "application/json",
+         serde_json::to_vec(&big).unwrap(), 413, vec![]),
+        ("PUT with another id", Method::PUT, "/api/v1/rules/taken", "application/json",
+         br#"{"id":"else","name":"taken","key":"global","limits":[{"requests":1,"period":1}]}"#.to_vec(), 422, vec!["id"]),
+        ("PUT invalid", Method::PUT, "/api/v1/rules/taken", "application/json",
+         br#"{"name":"taken","key":"global","limits":[{"requests":1,"period":"second","burst":0}]}"#.to_vec(), 422, vec!["limits[0].burst"]),
+        ("PATCH making it invalid", Method::PATCH, "/api/v1/rules/taken", "application/merge-patch+json",
+         br#"{"limits":[]}"#.to_vec(), 422, vec!["limits"]),
+        ("PATCH unknown key", Method::PATCH, "/api/v1/rules/taken", "application/merge-patch+json",
+         br#"{"limit":[]}"#.to_vec(), 422, vec!["limit"]),
+        ("PATCH wrong type", Method::PATCH, "/api/v1/rules/taken", "application/merge-patch+json",
+         br#"{"enabled":"no"}"#.to_vec(), 422, vec!["enabled"]),
+        ("apply: bad YAML", Method::POST, "/api/v1/rules:apply", "application/yaml",
+         b"- name: [".to_vec(), 400, vec![]),
+        ("apply: one bad rule", Method::POST, "/api/v1/rules:apply", "application/yaml",
+         b"- {name: ok, key: global, limits: [{requests: 1, period: second}]}\n- {name: bad, key: global, limits: [{requests: 0, period: second}]}\n".to_vec(),
+         422, vec!["rules[1].limits[0].requests"]),
+        ("apply: unknown key", Method::POST, "/api/v1/rules:apply", "application/json",
+         br#"{"rules":[{"name":"a","key":"global","limits":[{"requests":1,"period":1}],"colour":"red"}]}"#.to_vec(),
+         422, vec!["rules[0].colour"]),
+        ("apply: one id twice", Method::POST, "/api/v1/rules:apply", "application/yaml",
+         b"- {name: a, key: global, limits: [{requests: 1, period: second}]}\n- {name: a, key: path, limits: [{requests: 1, period: second}]}\n".to_vec(),
+         422, vec!["rules[1].name"]),
+        ("apply: duplicate name with a kept rule", Method::POST, "/api/v1/rules:apply", "application/yaml",
+         b"- {id: x, name: taken, key: global, limits: [{requests: 1, period: second}]}\n".to_vec(),
+         422, vec!["rules[0].name"]),
+        ("apply: unknown media type", Method::POST, "/api/v1/rules:apply", "text/csv",
+         b"a,b".to_vec(), 415, vec![]),
+        ("token: unknown role", Method::POST, "/api/v1/tokens", "application/json",
+         br#"{"name":"x","role":"root"}"#.to_vec(), 422, vec!["role"]),
+    ];
+    for (what, method, path, content_type, body, status, fields) in cases {
+        let response = api.req(method, path).raw(content_type, body).send().await;
+        assert_eq!(
+            response.status.as_u16(),
+            status,
+            "{what}: {}",
+            response.text()
+        );
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/problem+json"),
+            "{what}"
+        );
+        let problem = response.json();
+        assert_eq!(problem["status"], status, "{what}");
+        assert!(
+            problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{what}"
+        );
+        assert_eq!(response.fields(), fields, "{what}: {}", response.text());
+        if status == 422 {
+            assert_eq!(problem["type"], "urn:sluice:invalid", "{what}");
+            for error in problem["errors"].as_array().unwrap() {
+                assert!(
+                    error["message"].as_str().is_some_and(|m| !m.is_empty()),
+                    "{what}"
+                );
+            }
+        }
+        assert_eq!(footprint(&db).await, before, "{what} wrote something");
+    }
+    assert_eq!(api.get("/api/v1/rules/taken").send().await.json(), original);
+    assert_eq!(db.store.rule_count().await.unwrap(), 1);
+}
+
+async fn a_stale_if_match_is_a_conflict_and_changes_nothing(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+    // Someone else changes the rule: revision 1 is now stale.
+    api.patch("/api/v1/rules/a")
+        .json(&json!({"priority": 1}))
+        .send()
+        .await
+        .expect(200);
+    let before = footprint(&db).await;
+    let stale = "\"1\"";
+    let attempts = [
+        api.put("/api/v1/rules/a").json(&rule("a")),
+        api.patch("/api/v1/rules/a").json(&json!({"priority": 9})),
+        api.delete("/api/v1/rules/a"),
+        api.post("/api/v1/rules/a/disable"),
+    ];
+    for attempt in attempts {
+        let response = attempt.header("if-match", stale).send().await.expect(409);
+        let problem = response.json();
+        assert_eq!(problem["type"], "urn:sluice:stale-revision");
+        assert!(problem["detail"].as_str().unwrap().contains("revision 2"));
+    }
+    assert_eq!(footprint(&db).await, before);
+    let current = api.get("/api/v1/rules/a").send().await.expect(200);
+    assert_eq!(current.json()["spec"]["priority"], 1);
+    // A malformed If-Match is a 400, not a silent pass.
+    api.delete("/api/v1/rules/a")
+        .header("if-match", "2")
+        .send()
+        .await
+        .expect(400);
+    // The current ETag, or `*`, passes.
+    api.patch("/api/v1/rules/a")
+        .header("if-match", current.header("etag").unwrap())
+        .json(&json!({"priority": 3}))
+        .send()
+        .await
+        .expect(200);
+    api.delete("/api/v1/rules/a")
+        .header("if-match", "*")
+        .send()
+        .await
+        .expect(204);
+}
+
+async fn versions_diffs_and_rollback(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201); // 1
+    api.post("/api/v1/rules")
+        .json(&rule("b"))
+        .send()
+        .await
+        .expect(201); // 2
+    api.patch("/api/v1/rules/a")
+        .json(&json!({"priority": 4}))
+        .send()
+        .await
+        .expect(200); // 3
+    api.delete("/api/v1/rules/b").send().await.expect(204); // 4
+
+    let versions = api.get("/api/v1/versions").send().await.expect(200).json();
+    let numbers: Vec<u64> = versions["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [4, 3, 2, 1]);
+    assert_eq!(versions["versions"][0]["action"], "rule.delete");
+    assert_eq!(versions["versions"][0]["actor_name"], "test-admin");
+    let page = api
+        .get("/api/v1/versions?limit=2&before=3")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(page["versions"].as_array().unwrap().len(), 2);
+    assert_eq!(page["versions"][0]["version"], 2);
+
+    let v2 = api
+        .get("/api/v1/versions/2")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(v2["version"], 2);
+    assert_eq!(v2["rules"].as_array().unwrap().len(), 2);
+    let v0 = api
+        .get("/api/v1/versions/0")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(v0["rules"], json!([]));
+    api.get("/api/v1/versions/99").send().await.expect(404);
+    api.get("/api/v1/versions/x").send().await.expect(400);
+
+    let diff = api
+        .get("/api/v1/diff?from=2&to=4")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(diff["from"], 2);
+    assert_eq!(diff["to"], 4);
+    let changes = diff["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2);
+    assert_eq!(
+        (changes[0]["id"].as_str(), changes[0]["change"].as_str()),
+        (Some("a"), Some("changed"))
+    );
+    assert_eq!(changes[0]["before"]["priority"], 0);
+    assert_eq!(changes[0]["after"]["priority"], 4);
+    assert_eq!(
+        (changes[1]["id"].as_str(), changes[1]["change"].as_str()),
+        (Some("b"), Some("removed"))
+    );
+    assert_eq!(changes[1]["after"], Value::Null);
+    // `to` defaults to the current version.
+    let diff = api
+        .get("/api/v1/diff?from=0")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(diff["to"], 4);
+    api.get("/api/v1/diff").send().await.expect(400);
+
+    let rolled = api
+        .post("/api/v1/versions/2/rollback")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(rolled["changed"], true);
+    assert_eq!(rolled["version"], 5);
+    assert_eq!(rolled["added"], json!(["b"]));
+    assert_eq!(rolled["updated"], json!(["a"]));
+    let v5 = api.get("/api/v1/versions/5").send().await.json();
+    assert_eq!(v5["rules"], v2["rules"]);
+    assert_eq!(v5["action"], "ruleset.rollback");
+    let doc = api
+        .get("/api/v1/ruleset?after=4")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(doc["version"], 5);
+    // Rolling back to what is already current changes nothing.
+    let again = api
+        .post("/api/v1/versions/5/rollback")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (again["changed"].as_bool(), again["version"].as_u64()),
+        (Some(false), Some(5))
+    );
+    api.post("/api/v1/versions/42/rollback")
+        .send()
+        .await
+        .expect(404);
+    // Rolling back to version 0 empties the ruleset, as a new version.
+    let empty = api
+        .post("/api/v1/versions/0/rollback")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(empty["version"], 6);
+    assert_eq!(db.store.rule_count().await.unwrap(), 0);
+}
+
+const RULES_YAML: &str = "
+# Two rules, as an operator writes them.
+- name: api-per-key
+  match: {path_prefix: /api/}
+  key: {header: x-api-key}
+  limits:
+    - {requests: 5, period: second, burst: 10}
+    - {requests: 100, period: minute}
+- name: login
+  key: {client_ip: {trusted_hops: 0}}
+  limits: [{requests: 3, period: minute}]
+";
+
+async fn apply_is_idempotent_and_prunes_only_when_asked(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("manual"))
+        .send()
+        .await
+        .expect(201); // 1
+    let apply = |body: &str, content_type: &str, query: &str| {
+        api.post(&format!("/api/v1/rules:apply{query}"))
+            .raw(content_type, body.to_string())
+            .send()
+    };
+
+    let first = apply(RULES_YAML, "application/yaml", "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(first["changed"], true);
+    assert_eq!(first["version"], 2);
+    assert_eq!(first["added"], json!(["api-per-key", "login"]));
+
+    // The same file again, and the same rules as JSON: nothing changes, no new version.
+    let again = apply(RULES_YAML, "application/yaml", "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (again["changed"].as_bool(), again["version"].as_u64()),
+        (Some(false), Some(2))
+    );
+    let as_json: Value = serde_norway::from_str(RULES_YAML).unwrap();
+    let as_json = json!({ "rules": as_json });
+    let again = apply(&as_json.to_string(), "application/json", "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(again["changed"], false);
+    assert_eq!(db.store.current_version().await.unwrap(), 2);
+    assert_eq!(db.store.list_versions(100, None).await.unwrap().len(), 2);
+
+    // One rule changed, one left out: without prune the left-out one stays.
+    let edited = "
+- name: api-per-key
+  match: {path_prefix: /api/}
+  key: {header: x-api-key}
+  limits: [{requests: 6, period: second}]
+";
+    let dry = apply(edited, "application/yaml", "?prune=true&dry_run=true")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["updated"], json!(["api-per-key"]));
+    assert_eq!(dry["removed"], json!(["login", "manual"]));
+    assert_eq!(
+        db.store.current_version().await.unwrap(),
+        2,
+        "a dry run wrote"
+    );
+
+    let kept = apply(edited, "text/yaml", "").await.expect(200).json();
+    assert_eq!(kept["updated"], json!(["api-per-key"]));
+    assert_eq!(kept["removed"], json!([]));
+    assert_eq!(db.store.rule_count().await.unwrap(), 3);
+
+    let pruned = apply(edited, "application/yaml", "?prune=true")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(pruned["removed"], json!(["login", "manual"]));
+    assert_eq!(pruned["version"], 4);
+    assert_eq!(db.store.rule_count().await.unwrap(), 1);
+    let audit = db.store.list_audit(1, None).await.unwrap();
+    assert_eq!(audit[0].action, "rules.apply");
+
+    // An empty file with prune empties the ruleset.
+    let emptied = apply("", "application/yaml", "?prune=true")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(emptied["removed"], json!(["api-per-key"]));
+    api.post("/api/v1/rules:apply?prune=maybe")
+        .raw("application/yaml", "[]")
+        .send()
+        .await
+        .expect(400);
+}
+
+async fn export_round_trips_through_apply(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules:apply")
+        .raw("application/yaml", RULES_YAML)
+        .send()
+        .await
+        .expect(200);
+    let mut with_id = rule("renamed");
+    with_id["id"] = json!("stable-id");
+    api.post("/api/v1/rules")
+        .json(&with_id)
+        .send()
+        .await
+        .expect(201);
+    let version = db.store.current_version().await.unwrap();
+
+    let yaml = api
+        .get("/api/v1/export")
+        .header("accept", "application/yaml")
+        .send()
+        .await
+        .expect(200);
+    assert_eq!(yaml.header("content-type"), Some("application/yaml"));
+    assert_eq!(
+        yaml.header("x-sluice-ruleset-version"),
+        Some(version.to_string().as_str())
+    );
+    assert!(yaml.text().starts_with("# Sluice rules at ruleset version"));
+    let json = api.get("/api/v1/export").send().await.expect(200);
+    assert_eq!(json.header("content-type"), Some("application/json"));
+    assert_eq!(json.json()["rules"].as_array().unwrap().len(), 3);
+
+    for (body, content_type) in [
+        (yaml.text(), "application/yaml"),
+        (json.text(), "application/json"),
+    ] {
+        let result = api
+            .post("/api/v1/rules:apply?prune=true")
+            .raw(content_type, body)
+            .send()
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(result["changed"], false, "{content_type}: {result}");
+    }
+    assert_eq!(db.store.current_version().await.unwrap(), version);
+}
+
+/// Who may call what: every endpoint with no token, a bad token, a revoked token, and
+/// each role.
+async fn every_endpoint_checks_the_token_and_the_role(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+    let tokens: Vec<(Role, String)> = {
+        let mut v = Vec::new();
+        for role in Role::ALL {
+            v.push((role, db.token(role).await));
+        }
+        v
+    };
+    let revoked = db.token(Role::Admin).await;
+    let revoked_id = db.store.authenticate(&revoked).await.unwrap().unwrap().id;
+    db.store
+        .revoke_token(&sluice_admin::store::Actor::cli(), &revoked_id)
+        .await
+        .unwrap();
+
+    // (method, path, body, who may)
+    let read = &[Role::Admin, Role::Editor, Role::Viewer][..];
+    let write = &[Role::Admin, Role::Editor][..];
+    let admin = &[Role::Admin][..];
+    let poll = &Role::ALL[..];
+    let endpoints: Vec<(Method, String, Option<Value>, &[Role])> = vec![
+        (Method::GET, "/api/v1/rules".into(), None, read),
+        (Method::GET, "/api/v1/rules/a".into(), None, read),
+        (
+            Method::POST,
+            "/api/v1/rules".into(),
+            Some(rule("new")),
+            write,
+        ),
+        (
+            Method::PUT,
+            "/api/v1/rules/a".into(),
+            Some(rule("a")),
+            write,
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/rules/a".into(),
+            Some(json!({"priority": 1})),
+            write,
+        ),
+        (Method::POST, "/api/v1/rules/a/disable".into(), None, write),
+        (Method::POST, "/api/v1/rules/a/enable".into(), None, write),
+        (
+            Method::POST,
+            "/api/v1/rules:apply".into(),
+            Some(json!([])),
+            write,
+        ),
+        (Method::GET, "/api/v1/export".into(), None, read),
+        (Method::GET, "/api/v1/versions".into(), None, read),
+        (Method::GET, "/api/v1/versions/1".into(), None, read),
+        (Method::GET, "/api/v1/diff?from=0".into(), None, read),
+        (
+            Method::POST,
+            "/api/v1/versions/1/rollback".into(),
+            None,
+            write,
+        ),
+        (
+            Method::GET,
+            "/api/v1/ruleset?after=0&wait=0".into(),
+            None,
+            poll,
+        ),
+        (Method::GET, "/api/v1/proxies".into(), None, read),
+        (Method::GET, "/api/v1/audit".into(), None, read),
+        (Method::GET, "/api/v1/tokens".into(), None, admin),
+        (
+            Method::POST,
+            "/api/v1/tokens".into(),
+            Some(json!({"name": "n", "role": "viewer"})),
+            admin,
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/tokens/tok_unknown".into(),
+            None,
+            admin,
+        ),
+        (Method::DELETE, "/api/v1/rules/a".into(), None, write),
+    ];
+    for (method, path, body, allowed) in &endpoints {
+        let request = |token: Option<&str>| {
+            let mut r = api.req(method.clone(), path);
+            r = match token {
+                Some(t) => r.token(t),
+                None => r.no_token(),
+            };
+            match body {
+                Some(b) => r.json(b),
+                None => r,
+            }
+        };
+        for (label, token) in [
+            ("no token", None),
+            ("unknown token", Some("slc_not-a-real-token")),
+            ("revoked token", Some(revoked.as_str())),
+        ] {
+            let response = request(token).send().await;
+            assert_eq!(
+                response.status.as_u16(),
+                401,
+                "{method} {path} with {label}"
+            );
+            assert_eq!(
+                response.header("www-authenticate"),
+                Some("Bearer realm=\"sluice\""),
+                "{method} {path}"
+            );
+            assert_eq!(response.json()["type"], "urn:sluice:unauthenticated");
+        }
+        for (role, token) in &tokens {
+            let response = request(Some(token)).send().await;
+            let status = response.status.as_u16();
+            if allowed.contains(role) {
+                assert!(
+                    status != 401 && status != 403 && status < 500,
+                    "{method} {path} as {role}: {status} {}",
+                    response.text()
+                );
+            } else {
+                assert_eq!(
+                    status,
+                    403,
+                    "{method} {path} as {role}: {}",
+                    response.text()
+                );
+                assert_eq!(response.json()["type"], "urn:sluice:forbidden");
+            }
+        }
+    }
+    // Other schemes and malformed headers are 401 too.
+    for header in ["Basic YWRtaW46YWRtaW4=", "Bearer", "Bearer ", &api.admin] {
+        let response = api
+            .get("/api/v1/rules")
+            .header("authorization", header)
+            .send()
+            .await;
+        assert_eq!(response.status.as_u16(), 401, "{header}");
+    }
+    // The scheme is case-insensitive.
+    api.get("/api/v1/rules")
+        .header("authorization", &format!("bearer {}", api.admin))
+        .send()
+        .await
+        .expect(200);
+    // A viewer learns it may not write before anything about its body.
+    let viewer = &tokens.iter().find(|(r, _)| *r == Role::Viewer).unwrap().1;
+    api.post("/api/v1/rules")
+        .token(viewer)
+        .raw("application/json", "{not json")
+        .send()
+        .await
+        .expect(403);
+}
+
+async fn tokens_are_managed_through_the_api_and_never_leak(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let created = api
+        .post("/api/v1/tokens")
+        .json(&json!({"name": "deploy", "role": "editor"}))
+        .send()
+        .await
+        .expect(201)
+        .json();
+    let secret = created["token"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("slc_"));
+    assert_eq!(created["role"], "editor");
+    let id = created["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("tok_"));
+
+    // The new token works, and for what its role allows only.
+    api.post("/api/v1/rules")
+        .token(&secret)
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+    api.get("/api/v1/tokens")
+        .token(&secret)
+        .send()
+        .await
+        .expect(403);
+
+    let list = api.get("/api/v1/tokens").send().await.expect(200);
+    let hash = sluice_admin::store::hash_token(&secret);
+    assert!(!list.text().contains(&secret));
+    assert!(!list.text().contains(&hash));
+    let tokens = list.json()["tokens"].as_array().unwrap().clone();
+    assert_eq!(tokens.len(), 2);
+    assert!(
+        tokens
+            .iter()
+            .all(|t| t.get("token").is_none() && t.get("hash").is_none())
+    );
+    let deploy = tokens.iter().find(|t| t["id"] == id.as_str()).unwrap();
+    assert_eq!(deploy["name"], "deploy");
+    assert!(deploy["last_used_at"].is_string());
+    assert_eq!(deploy["revoked_at"], Value::Null);
+
+    let revoked = api
+        .delete(&format!("/api/v1/tokens/{id}"))
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert!(revoked["revoked_at"].is_string());
+    api.get("/api/v1/rules")
+        .token(&secret)
+        .send()
+        .await
+        .expect(401);
+    api.delete(&format!("/api/v1/tokens/{id}"))
+        .send()
+        .await
+        .expect(200);
+    api.delete("/api/v1/tokens/tok_nope")
+        .send()
+        .await
+        .expect(404);
+
+    // Nothing anywhere shows a secret or a hash: not the audit log, not the versions.
+    for path in ["/api/v1/audit", "/api/v1/versions", "/api/v1/tokens"] {
+        let text = api.get(path).send().await.expect(200).text();
+        assert!(!text.contains(&secret) && !text.contains(&hash), "{path}");
+        assert!(!text.contains(&api.admin), "{path}");
+    }
+    api.post("/api/v1/tokens")
+        .json(&json!({"name": "", "role": "viewer"}))
+        .send()
+        .await
+        .expect(422);
+}
+
+async fn rules_are_listed_with_filters_and_pages(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    for (name, extra) in [
+        ("alpha", json!({"priority": 2})),
+        ("beta", json!({"mode": "shadow"})),
+        ("gamma", json!({"enabled": false})),
+        ("alphabet", json!({})),
+    ] {
+        let mut r = rule(name);
+        for (k, v) in extra.as_object().unwrap() {
+            r[k] = v.clone();
+        }
+        api.post("/api/v1/rules").json(&r).send().await.expect(201);
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["spec"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = api.get("/api/v1/rules").send().await.expect(200).json();
+    assert_eq!(names(&all), ["alpha", "alphabet", "beta", "gamma"]);
+    assert_eq!(all["total"], 4);
+    assert!(all["rules"][0]["revision"].is_u64());
+    let alpha = api.get("/api/v1/rules?name=ALPHA").send().await.json();
+    assert_eq!(names(&alpha), ["alpha", "alphabet"]);
+    let off = api.get("/api/v1/rules?enabled=false").send().await.json();
+    assert_eq!(names(&off), ["gamma"]);
+    let shadow = api.get("/api/v1/rules?mode=shadow").send().await.json();
+    assert_eq!(names(&shadow), ["beta"]);
+    let page = api
+        .get("/api/v1/rules?limit=2&offset=1")
+        .send()
+        .await
+        .json();
+    assert_eq!(names(&page), ["alphabet", "beta"]);
+    assert_eq!(
+        (
+            page["total"].as_u64(),
+            page["limit"].as_u64(),
+            page["offset"].as_u64()
+        ),
+        (Some(4), Some(2), Some(1))
+    );
+    for bad in [
+        "enabled=maybe",
+        "mode=loud",
+        "limit=0",
+        "limit=5000",
+        "offset=-1",
+        "colour=red",
+    ] {
+        api.get(&format!("/api/v1/rules?{bad}"))
+            .send()
+            .await
+            .expect(400);
+    }
+}
+
+async fn polls_record_the_proxy(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    // Current and `wait=0`: 304 at once, no body.
+    let response = api
+        .get("/api/v1/ruleset?after=0&wait=0")
+        .token(&proxy)
+        .header("x-sluice-proxy-id", "envoy-a")
+        .header("x-sluice-ruleset-version", "0")
+        .header(
+            "x-sluice-proxy-error",
+            "refused version 9: rules[0].name: bad",
+        )
+        .send()
+        .await
+        .expect(304);
+    assert!(response.body.is_empty());
+    let proxies = api.get("/api/v1/proxies").send().await.expect(200).json();
+    let p = &proxies["proxies"][0];
+    assert_eq!(p["id"], "envoy-a");
+    assert_eq!(p["connected"], true);
+    assert_eq!(p["ruleset_version"], 0);
+    assert_eq!(p["last_error"], "refused version 9: rules[0].name: bad");
+    // No ConnectInfo through oneshot: the address is unknown here (the server test
+    // checks the real one).
+    assert_eq!(p["address"], "unknown");
+
+    api.post("/api/v1/rules")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+    api.get("/api/v1/ruleset?after=0")
+        .token(&proxy)
+        .header("x-sluice-proxy-id", "envoy-a")
+        .header("x-sluice-ruleset-version", "1")
+        .send()
+        .await
+        .expect(200);
+    let proxies = api.get("/api/v1/proxies").send().await.json();
+    assert_eq!(proxies["proxies"][0]["ruleset_version"], 1);
+    assert_eq!(proxies["proxies"][0]["last_error"], Value::Null);
+    // A poll without an id is served but not listed.
+    api.get("/api/v1/ruleset?after=0")
+        .token(&proxy)
+        .send()
+        .await
+        .expect(200);
+    assert_eq!(
+        api.get("/api/v1/proxies").send().await.json()["proxies"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    api.get("/api/v1/ruleset?after=x")
+        .token(&proxy)
+        .send()
+        .await
+        .expect(400);
+}
+
+async fn the_audit_log_names_who_did_what(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let editor = db.token(Role::Editor).await;
+    api.post("/api/v1/rules")
+        .token(&editor)
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+    api.patch("/api/v1/rules/a")
+        .json(&json!({"priority": 2}))
+        .send()
+        .await
+        .expect(200);
+    let audit = api
+        .get("/api/v1/audit?limit=2")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    let entries = audit["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0]["action"], "rule.patch");
+    assert_eq!(entries[0]["actor_name"], "test-admin");
+    assert_eq!(entries[0]["before"]["priority"], 0);
+    assert_eq!(entries[0]["after"]["priority"], 2);
+    assert_eq!(entries[0]["version"], 2);
+    assert_eq!(entries[1]["action"], "rule.create");
+    assert_eq!(entries[1]["actor_name"], "test-editor");
+    assert!(entries[1]["actor_id"].as_str().unwrap().starts_with("tok_"));
+    assert_eq!(entries[1]["before"], Value::Null);
+    let older = entries[1]["id"].as_u64().unwrap();
+    let next = api
+        .get(&format!("/api/v1/audit?before={older}"))
+        .send()
+        .await
+        .json();
+    // The token creations from the test setup.
+    assert!(
+        next["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["action"] == "token.create")
+    );
+}
+
+async fn metrics_count_requests_by_route(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("a"))
+        .send()
+        .await
+        .expect(201);
+    api.get("/api/v1/rules/a").send().await.expect(200);
+    api.get("/api/v1/rules/zzz").send().await.expect(404);
+    let metrics = api.get("/metrics").no_token().send().await.expect(200);
+    assert!(
+        metrics
+            .header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = metrics.text();
+    for line in [
+        "sluice_admin_http_requests_total{method=\"POST\",route=\"/api/v1/rules\",status=\"201\"} 1",
+        // By route pattern, not by path.
+        "sluice_admin_http_requests_total{method=\"GET\",route=\"/api/v1/rules/{id}\",status=\"200\"} 1",
+        "sluice_admin_http_requests_total{method=\"GET\",route=\"/api/v1/rules/{id}\",status=\"404\"} 1",
+        "sluice_admin_rules 1",
+        "sluice_admin_ruleset_version 1",
+        "sluice_admin_connected_proxies 0",
+        "sluice_admin_long_polls 0",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+    assert!(text.contains("sluice_admin_http_request_duration_seconds_bucket"));
+    assert!(text.trim_end().ends_with("# EOF"));
+}
+
+async fn openapi_health_and_readiness(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let doc = api
+        .get("/api/v1/openapi.json")
+        .no_token()
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for path in [
+        "/api/v1/rules",
+        "/api/v1/rules/{id}",
+        "/api/v1/rules/{id}/enable",
+        "/api/v1/rules/{id}/disable",
+        "/api/v1/rules:apply",
+        "/api/v1/export",
+        "/api/v1/versions",
+        "/api/v1/versions/{version}",
+        "/api/v1/versions/{version}/rollback",
+        "/api/v1/diff",
+        "/api/v1/ruleset",
+        "/api/v1/proxies",
+        "/api/v1/audit",
+        "/api/v1/tokens",
+        "/api/v1/tokens/{id}",
+    ] {
+        assert!(
+            paths.contains_key(path),
+            "{path} missing from the OpenAPI document"
+        );
+    }
+    for method in ["get", "put", "patch", "delete"] {
+        assert!(
+            paths["/api/v1/rules/{id}"].get(method).is_some(),
+            "{method}"
+        );
+    }
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    assert!(schemas["RuleSpec"]["properties"]["limits"].is_object());
+    assert!(schemas.contains_key("Problem"));
+    assert_eq!(
+        schemas["RulesetDocument"]["properties"]["rules"]["items"]["$ref"],
+        "#/components/schemas/RuleSpec"
+    );
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    assert_eq!(
+        doc["paths"]["/api/v1/rules"]["post"]["responses"]["401"]["content"]["application/problem+json"]
+            ["schema"]["$ref"],
+        "#/components/schemas/Problem"
+    );
+
+    api.get("/healthz").no_token().send().await.expect(200);
+    api.get("/readyz").no_token().send().await.expect(200);
+    let missing = api.get("/api/v1/nothing-here").send().await.expect(404);
+    assert_eq!(missing.json()["type"], "urn:sluice:not-found");
+    // With the database gone, not ready.
+    db.store.close().await;
+    let not_ready = api.get("/readyz").no_token().send().await.expect(503);
+    assert_eq!(not_ready.json()["type"], "urn:sluice:unavailable");
+}

@@ -1,0 +1,551 @@
+//! A real server on 127.0.0.1: the long-poll's timing, graceful shutdown, concurrent
+//! edits, and the `sluice` binary itself (serve, token, rules, migrate), on SQLite and
+//! PostgreSQL alike.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{TestDb, example_rule, rule};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sluice_admin::api::AppState;
+use sluice_admin::server::{self, Server};
+use sluice_admin::store::Role;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+on_every_backend!(
+    a_poll_behind_the_current_version_is_answered_at_once,
+    a_current_poll_is_held_then_answered_304,
+    held_polls_wake_within_milliseconds_of_a_change,
+    shutdown_ends_held_polls_promptly,
+    concurrent_edits_with_one_etag_have_one_winner,
+    the_proxy_address_is_the_tcp_peer,
+    the_binary_serves_prints_its_address_and_stops_on_sigterm,
+    the_first_start_prints_a_generated_admin_token_once,
+    the_cli_manages_tokens_and_applies_and_exports_rules,
+);
+
+/// Bounds every wait in this file, so a broken server fails a test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct Running {
+    server: Server,
+    base: String,
+    admin: String,
+    http: reqwest::Client,
+}
+
+async fn start(db: &TestDb) -> Running {
+    let state = AppState::new(db.store.clone()).await.unwrap();
+    let server = server::start(state, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.addr());
+    Running {
+        server,
+        base,
+        admin: db.token(Role::Admin).await,
+        http: reqwest::Client::builder()
+            .timeout(PATIENCE)
+            .build()
+            .unwrap(),
+    }
+}
+
+impl Running {
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.admin)
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.admin)
+    }
+
+    async fn create(&self, rule: &Value) -> u64 {
+        let response = self.post("/api/v1/rules").json(rule).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        response.json::<Value>().await.unwrap()["revision"]
+            .as_u64()
+            .unwrap()
+    }
+
+    /// How many long-polls the server is holding, from its own metrics.
+    async fn held_polls(&self) -> u64 {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("sluice_admin_long_polls "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    async fn wait_for_held_polls(&self, n: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.held_polls().await < n {
+            assert!(Instant::now() < deadline, "the polls were never held");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+async fn a_poll_behind_the_current_version_is_answered_at_once(db: TestDb) {
+    let api = start(&db).await;
+    api.create(&example_rule()).await;
+    let start = Instant::now();
+    let response = api
+        .get("/api/v1/ruleset?after=0&wait=30")
+        .send()
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let doc: Value = response.json().await.unwrap();
+    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["rules"][0]["name"], "api-per-key");
+    api.server.stop().await.unwrap();
+}
+
+async fn a_current_poll_is_held_then_answered_304(db: TestDb) {
+    let api = start(&db).await;
+    api.create(&rule("a")).await;
+    let start = Instant::now();
+    let response = api
+        .get("/api/v1/ruleset?after=1&wait=1")
+        .send()
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_secs(3),
+        "held for {took:?}"
+    );
+    assert!(response.bytes().await.unwrap().is_empty());
+    // `wait` is capped at 60 s and 0 answers at once.
+    let start = Instant::now();
+    let response = api
+        .get("/api/v1/ruleset?after=1&wait=0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+    assert!(start.elapsed() < Duration::from_millis(500));
+    api.server.stop().await.unwrap();
+}
+
+async fn held_polls_wake_within_milliseconds_of_a_change(db: TestDb) {
+    let api = start(&db).await;
+    let polls: Vec<_> = (0..5)
+        .map(|i| {
+            let request = api
+                .get("/api/v1/ruleset?after=0&wait=30")
+                .header("x-sluice-proxy-id", format!("envoy-{i}"));
+            tokio::spawn(async move {
+                let response = request.send().await.unwrap();
+                let answered = Instant::now();
+                (
+                    response.status(),
+                    response.json::<Value>().await.ok(),
+                    answered,
+                )
+            })
+        })
+        .collect();
+    api.wait_for_held_polls(5).await;
+    // Held polls count as connected proxies.
+    let proxies: Value = api
+        .get("/api/v1/proxies")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(proxies["proxies"].as_array().unwrap().len(), 5);
+    assert!(
+        proxies["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["connected"] == true)
+    );
+
+    let changed = Instant::now();
+    api.create(&rule("a")).await;
+    let committed = changed.elapsed();
+    for poll in polls {
+        let (status, doc, answered) = tokio::time::timeout(PATIENCE, poll).await.unwrap().unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(doc.unwrap()["version"], 1);
+        let latency = answered.duration_since(changed);
+        // The change itself (one transaction) plus the wake-up: milliseconds, not the
+        // poll's 30 s. Generous for a loaded 2-core CI machine.
+        assert!(
+            latency < Duration::from_millis(500),
+            "woke {latency:?} after the change (the change took {committed:?})"
+        );
+    }
+    assert_eq!(api.held_polls().await, 0);
+    api.server.stop().await.unwrap();
+}
+
+async fn shutdown_ends_held_polls_promptly(db: TestDb) {
+    let api = start(&db).await;
+    let poll = tokio::spawn(api.get("/api/v1/ruleset?after=0&wait=60").send());
+    api.wait_for_held_polls(1).await;
+    let start = Instant::now();
+    tokio::time::timeout(PATIENCE, api.server.stop())
+        .await
+        .expect("shutdown hung")
+        .unwrap();
+    let response = poll.await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(2), "shutdown took {took:?}");
+}
+
+async fn concurrent_edits_with_one_etag_have_one_winner(db: TestDb) {
+    let api = start(&db).await;
+    let revision = api.create(&rule("a")).await;
+    let etag = format!("\"{revision}\"");
+    let attempts: Vec<_> = (0..8)
+        .map(|i| {
+            let request = api
+                .http
+                .patch(format!("{}/api/v1/rules/a", api.base))
+                .bearer_auth(&api.admin)
+                .header("if-match", &etag)
+                .json(&json!({"priority": i + 1}));
+            tokio::spawn(async move { request.send().await.unwrap().status() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for attempt in attempts {
+        statuses.push(attempt.await.unwrap());
+    }
+    let won = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let lost = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!((won, lost), (1, 7), "{statuses:?}");
+    // Exactly one new version: the losers changed nothing.
+    assert_eq!(db.store.current_version().await.unwrap(), revision + 1);
+    api.server.stop().await.unwrap();
+}
+
+async fn the_proxy_address_is_the_tcp_peer(db: TestDb) {
+    let api = start(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let response = api
+        .http
+        .get(format!("{}/api/v1/ruleset?after=0&wait=0", api.base))
+        .bearer_auth(&proxy)
+        .header("x-sluice-proxy-id", "envoy-1")
+        .header("x-sluice-ruleset-version", "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+    let proxies: Value = api
+        .get("/api/v1/proxies")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let address = proxies["proxies"][0]["address"].as_str().unwrap();
+    assert!(address.starts_with("127.0.0.1:"), "{address}");
+    assert_eq!(
+        proxies["proxies"][0]["token_id"]
+            .as_str()
+            .map(|t| t.starts_with("tok_")),
+        Some(true)
+    );
+    api.server.stop().await.unwrap();
+}
+
+// ---- The binary ----------------------------------------------------------------------
+
+fn sluice() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .env_remove("SLUICE_ADMIN_TOKEN")
+        .env_remove("SLUICE_TOKEN")
+        .env_remove("SLUICE_DATABASE")
+        .env_remove("SLUICE_URL")
+        .env("RUST_LOG", "info")
+        .kill_on_drop(true);
+    command
+}
+
+/// `sluice serve` on a free port; returns the child, its base URL and its stderr reader.
+async fn serve(
+    db: &TestDb,
+    admin_token: Option<&str>,
+) -> (
+    Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) {
+    let mut command = sluice();
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--database", &db.url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(token) = admin_token {
+        command.env("SLUICE_ADMIN_TOKEN", token);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(PATIENCE, stdout.next_line())
+        .await
+        .expect("no listening line")
+        .unwrap()
+        .expect("stdout closed");
+    let base = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_string();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    assert!(!base.ends_with(":0"), "{base}");
+    let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    (child, base, stderr)
+}
+
+async fn sigterm(child: &mut Child) -> std::process::ExitStatus {
+    let pid = child.id().unwrap().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("sluice did not stop on SIGTERM")
+        .unwrap()
+}
+
+async fn the_binary_serves_prints_its_address_and_stops_on_sigterm(db: TestDb) {
+    let token = "env-bootstrap-token-for-the-binary-test";
+    let (mut child, base, _stderr) = serve(&db, Some(token)).await;
+    let http = reqwest::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap();
+    let created = http
+        .post(format!("{base}/api/v1/rules"))
+        .bearer_auth(token)
+        .json(&example_rule())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    // A held poll must not keep the process from stopping.
+    let poll = tokio::spawn(
+        http.get(format!("{base}/api/v1/ruleset?after=1&wait=60"))
+            .bearer_auth(token)
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    let status = sigterm(&mut child).await;
+    assert!(status.success(), "{status}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        poll.await.unwrap().unwrap().status(),
+        StatusCode::NOT_MODIFIED
+    );
+    // The env token was stored hashed, once, and survives a restart.
+    let (mut child, base, _stderr) = serve(&db, Some(token)).await;
+    let rules = http
+        .get(format!("{base}/api/v1/rules"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rules.status(), StatusCode::OK);
+    assert_eq!(rules.json::<Value>().await.unwrap()["total"], 1);
+    assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
+    assert!(sigterm(&mut child).await.success());
+}
+
+async fn the_first_start_prints_a_generated_admin_token_once(db: TestDb) {
+    let (mut child, base, mut stderr) = serve(&db, None).await;
+    let mut secret = None;
+    let deadline = Instant::now() + PATIENCE;
+    while secret.is_none() && Instant::now() < deadline {
+        let Ok(Ok(Some(line))) = tokio::time::timeout(PATIENCE, stderr.next_line()).await else {
+            break;
+        };
+        secret = line
+            .split_whitespace()
+            .find(|w| w.starts_with("slc_"))
+            .map(str::to_string);
+    }
+    let secret = secret.expect("no generated token on stderr");
+    let http = reqwest::Client::new();
+    let tokens = http
+        .get(format!("{base}/api/v1/tokens"))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tokens.status(), StatusCode::OK);
+    assert!(sigterm(&mut child).await.success());
+
+    // Tokens exist now: a second start mints none.
+    let (mut child, _base, mut stderr) = serve(&db, None).await;
+    assert!(sigterm(&mut child).await.success());
+    while let Ok(Some(line)) = stderr.next_line().await {
+        assert!(!line.contains("slc_"), "a second token was printed: {line}");
+    }
+    assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
+}
+
+async fn the_cli_manages_tokens_and_applies_and_exports_rules(db: TestDb) {
+    let run = |args: Vec<String>| async move {
+        let output = sluice().args(&args).output().await.unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let with_db = |args: &[&str]| {
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        v.extend(["--database".to_string(), db.url.clone()]);
+        v
+    };
+
+    let (code, stdout, _) = run(with_db(&["migrate"])).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("migrated"), "{stdout}");
+
+    let (code, stdout, stderr) = run(with_db(&[
+        "token", "create", "--role", "editor", "--name", "ci",
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let editor = stdout.trim().to_string();
+    assert!(editor.starts_with("slc_"), "{stdout}");
+    assert!(stderr.contains("editor"), "{stderr}");
+    let (code, _, stderr) = run(with_db(&[
+        "token", "create", "--role", "root", "--name", "x",
+    ]))
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+
+    let (code, stdout, _) = run(with_db(&["token", "list"])).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("ci") && stdout.contains("editor") && stdout.contains("active"));
+    assert!(!stdout.contains(&editor));
+    let id = db.store.list_tokens().await.unwrap()[0].id.clone();
+    assert!(stdout.contains(&id));
+
+    let api = start(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(
+        &file,
+        "- {name: api-per-key, match: {path_prefix: /api/}, key: {header: x-api-key}, limits: [{requests: 5, period: second, burst: 10}]}\n",
+    )
+    .unwrap();
+    let rules = |args: &[&str], token: &str| {
+        let mut v: Vec<String> = vec!["rules".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        v.extend([
+            "--url".to_string(),
+            api.base.clone(),
+            "--token".to_string(),
+            token.to_string(),
+        ]);
+        v
+    };
+    let file_arg = file.display().to_string();
+    let (code, stdout, stderr) = run(rules(&["apply", "-f", &file_arg], &editor)).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("ruleset version 1") && stdout.contains("added: api-per-key"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(rules(&["apply", "-f", &file_arg], &editor)).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("no changes"), "{stdout}");
+
+    let (code, stdout, _) = run(rules(&["export", "--format", "json"], &editor)).await;
+    assert_eq!(code, Some(0));
+    let exported: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(exported["rules"][0]["name"], "api-per-key");
+    let (code, stdout, _) = run(rules(&["export"], &editor)).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("name: api-per-key"), "{stdout}");
+    let exported_file = dir.path().join("exported.yaml");
+    std::fs::write(&exported_file, &stdout).unwrap();
+    let (code, stdout, _) = run(rules(
+        &[
+            "apply",
+            "--prune",
+            "-f",
+            &exported_file.display().to_string(),
+        ],
+        &editor,
+    ))
+    .await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("no changes"), "{stdout}");
+
+    // A bad file is the user's to fix: status 2 and the field.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"[{"name":"b","key":"global","limits":[{"requests":0,"period":"second"}]}]"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = run(rules(&["apply", "-f", &bad.display().to_string()], &editor)).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("rules[0].limits[0].requests"), "{stderr}");
+
+    let (code, stdout, _) = run(with_db(&["token", "revoke", &id])).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains(&id));
+    let (code, _, stderr) = run(rules(&["export"], &editor)).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+    let (code, _, _) = run(with_db(&["token", "revoke", "tok_nope"])).await;
+    assert_eq!(code, Some(2));
+    api.server.stop().await.unwrap();
+
+    // Nothing listens here: an environment problem, status 1.
+    let (code, _, stderr) = run(rules(&["export"], &editor)).await;
+    assert_eq!(code, Some(1), "{stderr}");
+}

@@ -1,0 +1,168 @@
+//! Envoy bootstraps for the benchmark, all from `sluice envoy-config`, so every variant
+//! shares the product's listener, route and settings and differs only in its HTTP filter.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::cmd;
+
+const WASM_FILTER: &str = "envoy.filters.http.wasm";
+const HTTP_FILTERS: &str =
+    "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters";
+
+/// What sits in the HTTP filter chain before the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterChain {
+    /// The generated config as it is: the Sluice filter.
+    Sluice,
+    /// Only the router.
+    None,
+    /// Envoy's native `local_ratelimit` with a limit that is never reached.
+    NativeLocalRateLimit,
+    /// The pass-through wasm filter (same runtime and settings as Sluice's).
+    Passthrough,
+}
+
+/// Inputs shared by every bootstrap of a run.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    pub sluice_bin: PathBuf,
+    pub filter_wasm: PathBuf,
+    pub passthrough_wasm: PathBuf,
+    /// Where rules files and bootstraps are written.
+    pub dir: PathBuf,
+}
+
+/// A bootstrap written to disk and how it was made.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    pub path: PathBuf,
+    /// The `sluice envoy-config` command line that produced its base.
+    pub command: String,
+}
+
+impl Generator {
+    /// Writes `<name>.rules.json` and `<name>.yaml` (the generator's output, untouched),
+    /// and for other filter chains `<name>.json` derived from it.
+    pub fn write(
+        &self,
+        name: &str,
+        rules: &Value,
+        slots: u32,
+        concurrency: u32,
+        chain: FilterChain,
+    ) -> Result<Bootstrap> {
+        let rules_path = self.dir.join(format!("{name}.rules.json"));
+        write_file(&rules_path, &serde_json::to_string_pretty(rules)?)?;
+        let yaml_path = self.dir.join(format!("{name}.yaml"));
+        let mut generate = Command::new(&self.sluice_bin);
+        generate
+            .arg("envoy-config")
+            .args(["--listen", "127.0.0.1:0", "--upstream", "direct"])
+            .arg("--filter")
+            .arg(&self.filter_wasm)
+            .arg("--rules")
+            .arg(&rules_path)
+            .args(["--slots", &slots.to_string()])
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--envoy-admin", "127.0.0.1:0"])
+            .arg("--output")
+            .arg(&yaml_path);
+        let command = cmd::display(&generate);
+        // The generator says "wrote FILE" on stderr; keep the bench's log quiet.
+        let out = generate
+            .output()
+            .with_context(|| format!("running `{command}`"))?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "`{command}` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if chain == FilterChain::Sluice {
+            return Ok(Bootstrap {
+                path: yaml_path,
+                command,
+            });
+        }
+        let yaml = std::fs::read_to_string(&yaml_path)
+            .with_context(|| format!("reading {}", yaml_path.display()))?;
+        let mut config: Value = serde_norway::from_str(&yaml)
+            .with_context(|| format!("parsing {}", yaml_path.display()))?;
+        self.replace_filter(&mut config, chain)?;
+        let json_path = self.dir.join(format!("{name}.json"));
+        write_file(&json_path, &serde_json::to_string_pretty(&config)?)?;
+        Ok(Bootstrap {
+            path: json_path,
+            command,
+        })
+    }
+
+    fn replace_filter(&self, config: &mut Value, chain: FilterChain) -> Result<()> {
+        let filters = config
+            .pointer_mut(HTTP_FILTERS)
+            .and_then(Value::as_array_mut)
+            .context("the generated config has no HTTP filter chain")?;
+        let at = filters
+            .iter()
+            .position(|f| f["name"] == WASM_FILTER)
+            .context("the generated config has no wasm filter")?;
+        match chain {
+            FilterChain::Sluice => {}
+            FilterChain::None => {
+                filters.remove(at);
+            }
+            FilterChain::NativeLocalRateLimit => filters[at] = native_local_ratelimit(),
+            FilterChain::Passthrough => {
+                let wasm = &mut filters[at]["typed_config"]["config"];
+                let map = wasm
+                    .as_object_mut()
+                    .context("the wasm filter has no config")?;
+                // No plugin configuration, its own VM, same runtime and failure policy.
+                map.remove("configuration");
+                map.insert("name".into(), json!("passthrough"));
+                map.insert("root_id".into(), json!("passthrough"));
+                let vm = &mut wasm["vm_config"];
+                vm["vm_id"] = json!("passthrough");
+                vm["code"] =
+                    json!({ "local": { "filename": self.passthrough_wasm.to_string_lossy() } });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Envoy's own token bucket, as close to Sluice's "one rule, never denies" as it gets: one
+/// bucket shared by every connection, enabled and enforced for 100% of requests, with a
+/// limit far above anything a loopback benchmark reaches.
+pub fn native_local_ratelimit() -> Value {
+    json!({
+        "name": "envoy.filters.http.local_ratelimit",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+            "stat_prefix": "bench_local_rate_limit",
+            "token_bucket": {
+                "max_tokens": 1_000_000_000u32,
+                "tokens_per_fill": 1_000_000_000u32,
+                "fill_interval": "1s",
+            },
+            "filter_enabled": {
+                "runtime_key": "bench_local_rate_limit_enabled",
+                "default_value": { "numerator": 100, "denominator": "HUNDRED" },
+            },
+            "filter_enforced": {
+                "runtime_key": "bench_local_rate_limit_enforced",
+                "default_value": { "numerator": 100, "denominator": "HUNDRED" },
+            },
+            "local_rate_limit_per_downstream_connection": false,
+        },
+    })
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,325 @@
+//! `cargo xtask bench`: what Sluice costs Envoy, how exactly it limits, and what memory it
+//! holds, measured on loopback and written to `bench/results/<date>.md` and `.json`.
+//!
+//! Sections (each bounded in time and count):
+//! 1. request path cost ([`path`]): Envoy with no filter, native `local_ratelimit`, a
+//!    pass-through wasm filter and Sluice in several shapes, interleaved in rounds, Envoy
+//!    on one core and wrk on the other;
+//! 2. accuracy ([`accuracy`]): admitted against `burst + rate × elapsed` with 2 and 4
+//!    workers;
+//! 3. memory ([`memory`]): RSS while up to 1,000,000 distinct clients pass, and bytes per
+//!    tracked client;
+//! 4. profile ([`profile`]): the core's hot path natively and under callgrind.
+//!
+//! The machine is shared and noisy: the report gives ratios and differences from one
+//! interleaved run, medians with min–max over rounds, never absolute claims.
+
+mod accuracy;
+mod configs;
+mod envoy;
+mod machine;
+mod memory;
+mod path;
+mod profile;
+mod report;
+mod stats;
+mod wrk;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+
+use crate::cmd::{self, note, step};
+use crate::toolchain::WasmRoute;
+use crate::{dist, envoy as provision};
+
+const PASSTHROUGH_PACKAGE: &str = "sluice-passthrough-filter";
+const PASSTHROUGH_ARTEFACT: &str = "sluice_passthrough_filter.wasm";
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Shorter rounds and fewer clients: finishes in under 5 minutes once built.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Run only these sections (comma-separated). Default: all; `profile` is left out of
+    /// `--quick` unless named here.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Section>,
+
+    /// Rounds of the request-path comparison (default: 3 quick, 5 full).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: Option<u32>,
+
+    /// Seconds per variant per round (default: 5 quick, 15 full).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub duration: Option<u64>,
+
+    /// Leave README.md's `## Benchmarks` section alone (a full run of every section
+    /// otherwise rewrites it).
+    #[arg(long)]
+    pub no_readme: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Section {
+    Path,
+    Accuracy,
+    Memory,
+    Profile,
+}
+
+/// Durations and sizes of one run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub quick: bool,
+    pub rounds: u32,
+    pub round: Duration,
+    pub warmup: Duration,
+    pub connections: u32,
+    pub accuracy: Duration,
+    pub accuracy_connections: u32,
+    pub slots: u32,
+    pub memory_clients: u64,
+    pub memory_segment: Duration,
+    pub memory_max_segments: u32,
+    pub memory_time_limit: Duration,
+}
+
+impl Settings {
+    fn new(args: &BenchArgs) -> Settings {
+        let quick = args.quick;
+        let pick = |q: u64, f: u64| if quick { q } else { f };
+        Settings {
+            quick,
+            rounds: args.rounds.unwrap_or(if quick { 3 } else { 5 }),
+            round: Duration::from_secs(args.duration.unwrap_or(pick(5, 15))),
+            warmup: Duration::from_secs(pick(2, 5)),
+            connections: 32,
+            accuracy: Duration::from_secs(pick(4, 10)),
+            accuracy_connections: 64,
+            slots: 65_536,
+            memory_clients: pick(200_000, 1_000_000),
+            memory_segment: Duration::from_secs(pick(2, 4)),
+            memory_max_segments: if quick { 30 } else { 120 },
+            memory_time_limit: Duration::from_secs(pick(60, 360)),
+        }
+    }
+}
+
+/// Everything the sections share.
+#[derive(Debug)]
+pub struct Bench {
+    pub settings: Settings,
+    pub envoy: PathBuf,
+    pub generator: configs::Generator,
+    pub wrk: wrk::Wrk,
+    pub machine: machine::Machine,
+    /// Configs, logs and scripts of this run.
+    pub run_dir: PathBuf,
+    /// `taskset` CPU lists for the request-path comparison, when pinning is possible.
+    pub envoy_cpus: Option<String>,
+    pub load_cpus: Option<String>,
+}
+
+/// What the sections produced; a failed section keeps its error.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub path: Option<Result<path::PathResults>>,
+    pub accuracy: Option<Result<accuracy::AccuracyResults>>,
+    pub memory: Option<Result<memory::MemoryResults>>,
+    pub profile: Option<Result<profile::ProfileResults>>,
+}
+
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    let settings = Settings::new(args);
+    let sections: Vec<Section> = if args.only.is_empty() {
+        let mut all = vec![Section::Path, Section::Accuracy, Section::Memory];
+        if !settings.quick {
+            all.push(Section::Profile);
+        }
+        all
+    } else {
+        args.only.clone()
+    };
+    let invocation = invocation(args);
+    step(format!("benchmark: {invocation}"));
+
+    let dist = dist::build().context("step `build` failed")?;
+    let route = WasmRoute::select()?;
+    step(format!(
+        "building {PASSTHROUGH_PACKAGE} (release, {route} route)"
+    ));
+    let built = route
+        .build_release(PASSTHROUGH_PACKAGE, PASSTHROUGH_ARTEFACT)
+        .with_context(|| format!("building {PASSTHROUGH_PACKAGE} for wasm32"))?;
+    let passthrough_wasm = dist::dist_dir().join(PASSTHROUGH_ARTEFACT);
+    cmd::copy_file(&built, &passthrough_wasm)?;
+    let envoy = provision::ensure_envoy().context("step `provision Envoy` failed")?;
+
+    let (date, stamp) = machine::utc_now();
+    let run_dir = cmd::project_root()
+        .join("target")
+        .join("bench")
+        .join(stamp.replace([' ', ':'], "-").trim_end_matches("-UTC"));
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    // The run keeps its own copies: another build replacing target/dist/ mid-run (the
+    // filter is rebuilt by `cargo xtask test` and `demo` too) cannot mix versions.
+    let keep = |from: &std::path::Path| -> Result<PathBuf> {
+        let to = run_dir.join(from.file_name().context("artefact without a file name")?);
+        std::fs::copy(from, &to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        Ok(to)
+    };
+    let filter_wasm = keep(&dist.filter_wasm)?;
+    let sluice_bin = keep(&dist.sluice_bin)?;
+    let passthrough_wasm = keep(&passthrough_wasm)?;
+    let wrk = wrk::Wrk::ensure(&run_dir)?;
+    let machine = machine::Machine::inspect(&envoy, &route.to_string(), &wrk.version);
+    let (envoy_cpus, load_cpus) = if machine.taskset && machine.cores >= 2 {
+        (Some("0".to_string()), Some("1".to_string()))
+    } else {
+        note("taskset or a second core is missing: Envoy and wrk run unpinned");
+        (None, None)
+    };
+    note(format!(
+        "{} ({} cores), {}, load average {}",
+        machine.cpu_model, machine.cores, machine.kernel, machine.loadavg_start
+    ));
+    let bench = Bench {
+        settings,
+        envoy,
+        generator: configs::Generator {
+            sluice_bin,
+            filter_wasm,
+            passthrough_wasm,
+            dir: run_dir.clone(),
+        },
+        wrk,
+        machine,
+        run_dir,
+        envoy_cpus,
+        load_cpus,
+    };
+
+    let mut results = Results::default();
+    for section in &sections {
+        let outcome = match section {
+            Section::Path => {
+                results.path = Some(path::run(&bench));
+                results.path.as_ref().map(|r| r.as_ref().err())
+            }
+            Section::Accuracy => {
+                results.accuracy = Some(accuracy::run(&bench));
+                results.accuracy.as_ref().map(|r| r.as_ref().err())
+            }
+            Section::Memory => {
+                results.memory = Some(memory::run(&bench));
+                results.memory.as_ref().map(|r| r.as_ref().err())
+            }
+            Section::Profile => {
+                results.profile = Some(profile::run(&bench.run_dir));
+                results.profile.as_ref().map(|r| r.as_ref().err())
+            }
+        };
+        if let Some(Some(err)) = outcome {
+            note(format!("section {section:?} failed: {err:#}"));
+        }
+    }
+
+    let complete = sections.len() == 4 && !bench.settings.quick;
+    let name = if bench.settings.quick {
+        format!("{date}-quick")
+    } else if complete {
+        date.clone()
+    } else {
+        format!("{date}-partial")
+    };
+    let out_dir = cmd::project_root().join("bench").join("results");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let report = report::Report {
+        bench: &bench,
+        results: &results,
+        invocation: &invocation,
+        stamp: &stamp,
+        elapsed: started.elapsed(),
+        file_name: &name,
+    };
+    let md_path = out_dir.join(format!("{name}.md"));
+    let json_path = out_dir.join(format!("{name}.json"));
+    std::fs::write(&md_path, report.markdown())
+        .with_context(|| format!("writing {}", md_path.display()))?;
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&report.json())? + "\n",
+    )
+    .with_context(|| format!("writing {}", json_path.display()))?;
+    step("report written");
+    note(md_path.display());
+    note(json_path.display());
+    println!("\n{}", report.readme_section());
+
+    let failed: Vec<&str> = [
+        ("path", results.path.as_ref().is_some_and(Result::is_err)),
+        (
+            "accuracy",
+            results.accuracy.as_ref().is_some_and(Result::is_err),
+        ),
+        (
+            "memory",
+            results.memory.as_ref().is_some_and(Result::is_err),
+        ),
+        (
+            "profile",
+            results.profile.as_ref().is_some_and(Result::is_err),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, failed)| failed.then_some(name))
+    .collect();
+    if !failed.is_empty() {
+        bail!("benchmark sections failed: {}", failed.join(", "));
+    }
+    if complete && !args.no_readme {
+        let readme = cmd::project_root().join("README.md");
+        report::update_readme(&readme, &report.readme_section())?;
+        step(format!(
+            "updated the Benchmarks section of {}",
+            readme.display()
+        ));
+    }
+    step(format!(
+        "benchmark finished in {:.1} min",
+        started.elapsed().as_secs_f64() / 60.0
+    ));
+    Ok(())
+}
+
+/// The command line that reproduces this run.
+fn invocation(args: &BenchArgs) -> String {
+    let mut parts = vec!["cargo xtask bench".to_string()];
+    if args.quick {
+        parts.push("--quick".into());
+    }
+    if !args.only.is_empty() {
+        let names: Vec<String> = args
+            .only
+            .iter()
+            .filter_map(|s| s.to_possible_value().map(|v| v.get_name().to_string()))
+            .collect();
+        parts.push(format!("--only {}", names.join(",")));
+    }
+    if let Some(rounds) = args.rounds {
+        parts.push(format!("--rounds {rounds}"));
+    }
+    if let Some(duration) = args.duration {
+        parts.push(format!("--duration {duration}"));
+    }
+    if args.no_readme {
+        parts.push("--no-readme".into());
+    }
+    parts.join(" ")
+}

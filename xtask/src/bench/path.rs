@@ -1,0 +1,391 @@
+//! Request path cost: one Envoy per variant, all running at once with one worker pinned to
+//! one core, measured in interleaved rounds (a b c ... a b c ...) by wrk pinned to the
+//! other core.
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use super::configs::FilterChain;
+use super::envoy::{Envoy, EnvoySpec};
+use super::stats::{self, Summary};
+use super::wrk::{Clients, Load, Measured};
+use super::{Bench, machine};
+use crate::cmd::{note, step};
+
+/// The key every single-client variant sends.
+pub const CLIENT_KEY: &str = "bench-client";
+/// Distinct clients of variant (f).
+pub const MANY_CLIENTS: u64 = 100_000;
+/// Sluice's "never denies" limit: the largest it accepts, per second.
+const HUGE: u64 = 1_000_000_000;
+
+/// One configuration under test.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub id: &'static str,
+    pub label: &'static str,
+    pub chain: FilterChain,
+    pub rules: Value,
+    pub clients: VariantClients,
+    /// Whether most responses should be 429.
+    pub denies: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VariantClients {
+    One,
+    Many(u64),
+}
+
+/// The variants, in the order of every round.
+pub fn variants() -> Vec<Variant> {
+    let one_rule = json!([{
+        "name": "per-key", "key": {"header": "x-api-key"},
+        "limits": [{"requests": HUGE, "period": "second"}],
+    }]);
+    let two_tiers = json!([
+        {"requests": HUGE, "period": "second"},
+        {"requests": HUGE, "period": "minute"},
+    ]);
+    let three_rules = json!([
+        {"name": "per-key", "key": {"header": "x-api-key"}, "limits": two_tiers},
+        {"name": "per-ip", "key": {"client_ip": {"trusted_hops": 0}}, "limits": two_tiers},
+        {"name": "per-path", "key": "path", "limits": two_tiers},
+    ]);
+    let no_headers = json!([{
+        "name": "per-key", "key": {"header": "x-api-key"},
+        "limits": [{"requests": HUGE, "period": "second"}],
+        "response": {"rate_limit_headers": false},
+    }]);
+    let hit = json!([{
+        "name": "per-key", "key": {"header": "x-api-key"},
+        "limits": [{"requests": 100, "period": "second"}],
+    }]);
+    let v = |id, label, chain, rules: &Value, clients, denies| Variant {
+        id,
+        label,
+        chain,
+        rules: rules.clone(),
+        clients,
+        denies,
+    };
+    use FilterChain as F;
+    use VariantClients::{Many, One};
+    vec![
+        v("a", "no filter", F::None, &json!([]), One, false),
+        v(
+            "b",
+            "native local_ratelimit",
+            F::NativeLocalRateLimit,
+            &json!([]),
+            One,
+            false,
+        ),
+        v(
+            "c",
+            "pass-through wasm filter",
+            F::Passthrough,
+            &json!([]),
+            One,
+            false,
+        ),
+        v(
+            "d",
+            "Sluice, 1 rule, 1 client",
+            F::Sluice,
+            &one_rule,
+            One,
+            false,
+        ),
+        v(
+            "e",
+            "Sluice, 3 rules × 2 tiers",
+            F::Sluice,
+            &three_rules,
+            One,
+            false,
+        ),
+        v(
+            "f",
+            "Sluice, 100,000 clients",
+            F::Sluice,
+            &one_rule,
+            Many(MANY_CLIENTS),
+            false,
+        ),
+        v(
+            "g",
+            "Sluice, limit hit (mostly 429)",
+            F::Sluice,
+            &hit,
+            One,
+            true,
+        ),
+        v(
+            "d0",
+            "Sluice as (d), rate-limit headers off",
+            F::Sluice,
+            &no_headers,
+            One,
+            false,
+        ),
+    ]
+}
+
+/// One variant measured in one round.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub measured: Measured,
+    /// Requests Envoy completed during the round (its own counter).
+    pub envoy_requests: u64,
+    /// Envoy's utime + stime during the round, in microseconds.
+    pub cpu_us: f64,
+}
+
+impl Sample {
+    pub fn throughput(&self) -> f64 {
+        self.measured.throughput()
+    }
+
+    pub fn cpu_per_request_us(&self) -> f64 {
+        self.cpu_us / self.envoy_requests.max(1) as f64
+    }
+
+    /// Envoy's CPU use during the round, in cores (1.0 = one core fully busy).
+    pub fn cores_used(&self) -> f64 {
+        self.cpu_us / 1e6 / self.measured.duration.as_secs_f64().max(1e-9)
+    }
+
+    pub fn denied_share(&self) -> f64 {
+        self.measured.non_2xx as f64 / self.measured.requests.max(1) as f64
+    }
+}
+
+/// Everything the request-path section measured.
+#[derive(Debug, Clone)]
+pub struct PathResults {
+    pub variants: Vec<Variant>,
+    /// `samples[round][variant]`.
+    pub samples: Vec<Vec<Sample>>,
+    /// Sluice's own counters at the end, per variant (empty for non-Sluice variants).
+    pub counters: Vec<Vec<(String, u64)>>,
+    pub envoy_commands: Vec<String>,
+    pub config_commands: Vec<String>,
+    pub wrk_commands: Vec<String>,
+    pub loadavg_end: String,
+}
+
+impl PathResults {
+    pub fn index(&self, id: &str) -> Option<usize> {
+        self.variants.iter().position(|v| v.id == id)
+    }
+
+    /// One measure of variant `i` over the rounds.
+    pub fn summary(&self, i: usize, f: impl Fn(&Sample) -> f64) -> Option<Summary> {
+        Summary::of(self.samples.iter().filter_map(|round| round.get(i).map(&f)))
+    }
+
+    /// A per-round comparison of variants `i` and `j`, e.g. a ratio or a difference.
+    pub fn paired(
+        &self,
+        i: usize,
+        j: usize,
+        f: impl Fn(&Sample, &Sample) -> f64,
+    ) -> Option<Summary> {
+        Summary::of(
+            self.samples
+                .iter()
+                .filter_map(|round| Some(f(round.get(i)?, round.get(j)?))),
+        )
+    }
+
+    pub fn to_json(&self) -> Value {
+        let a = self.index("a");
+        let c = self.index("c");
+        let variants: Vec<Value> = self
+            .variants
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let ratio = |base: Option<usize>, f: fn(&Sample) -> f64| {
+                    stats::to_json(base.and_then(|b| self.paired(i, b, |x, y| f(x) / f(y))))
+                };
+                json!({
+                    "id": v.id,
+                    "label": v.label,
+                    "rules": v.rules,
+                    "throughput_rps": stats::to_json(self.summary(i, Sample::throughput)),
+                    "throughput_ratio_to_a": ratio(a, Sample::throughput),
+                    "throughput_ratio_to_c": ratio(c, Sample::throughput),
+                    "cpu_us_per_request": stats::to_json(self.summary(i, Sample::cpu_per_request_us)),
+                    "cpu_ratio_to_a": ratio(a, Sample::cpu_per_request_us),
+                    "cpu_ratio_to_c": ratio(c, Sample::cpu_per_request_us),
+                    "envoy_cores_used": stats::to_json(self.summary(i, Sample::cores_used)),
+                    "p50_us": stats::to_json(self.summary(i, |s| s.measured.p50_us as f64)),
+                    "p99_us": stats::to_json(self.summary(i, |s| s.measured.p99_us as f64)),
+                    "non_2xx_share": stats::to_json(self.summary(i, Sample::denied_share)),
+                    "errors": self.samples.iter().filter_map(|r| r.get(i)).map(|s| s.measured.errors).sum::<u64>(),
+                    "rounds": self.samples.iter().filter_map(|r| r.get(i)).map(|s| json!({
+                        "requests": s.measured.requests,
+                        "envoy_requests": s.envoy_requests,
+                        "duration_s": s.measured.duration.as_secs_f64(),
+                        "cpu_us": s.cpu_us,
+                        "non_2xx": s.measured.non_2xx,
+                        "errors": s.measured.errors,
+                        "p50_us": s.measured.p50_us,
+                        "p99_us": s.measured.p99_us,
+                    })).collect::<Vec<_>>(),
+                    "sluice_counters": self.counters.get(i).map(|c| c.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
+                })
+            })
+            .collect();
+        json!({ "variants": variants, "loadavg_end": self.loadavg_end })
+    }
+}
+
+/// Runs the request-path comparison.
+pub fn run(bench: &Bench) -> Result<PathResults> {
+    let settings = &bench.settings;
+    step(format!(
+        "request path: {} variants × {} rounds × {} s (warm-up {} s each), {} connections",
+        variants().len(),
+        settings.rounds,
+        settings.round.as_secs(),
+        settings.warmup.as_secs(),
+        settings.connections
+    ));
+    let variants = variants();
+    let mut envoys = Vec::new();
+    let mut envoy_commands = Vec::new();
+    let mut config_commands = Vec::new();
+    for v in &variants {
+        let name = format!("path-{}", v.id);
+        let bootstrap = bench
+            .generator
+            .write(&name, &v.rules, settings.slots, 1, v.chain)
+            .with_context(|| format!("writing the config of variant ({})", v.id))?;
+        let envoy = Envoy::start(&EnvoySpec {
+            envoy: &bench.envoy,
+            config: &bootstrap.path,
+            concurrency: 1,
+            cpus: bench.envoy_cpus.as_deref(),
+            dir: &bench.run_dir,
+            name: &name,
+        })
+        .with_context(|| format!("starting Envoy for variant ({}) {}", v.id, v.label))?;
+        note(format!("({}) {}: Envoy pid {}", v.id, v.label, envoy.pid()));
+        envoy_commands.push(format!("({}) {}", v.id, envoy.command));
+        config_commands.push(format!("({}) {}", v.id, bootstrap.command));
+        envoys.push(envoy);
+    }
+
+    let load_for = |v: &Variant, envoy: &Envoy| -> (String, Clients<'static>) {
+        let clients = match v.clients {
+            VariantClients::One => Clients::One(CLIENT_KEY),
+            VariantClients::Many(n) => Clients::Cycle(n, "client-"),
+        };
+        (envoy.url("/bench"), clients)
+    };
+    let mut wrk_commands = Vec::new();
+
+    step("warming up every variant");
+    for (v, envoy) in variants.iter().zip(&envoys) {
+        let (url, clients) = load_for(v, envoy);
+        let load = Load {
+            url: &url,
+            threads: 1,
+            connections: settings.connections,
+            duration: settings.warmup,
+            cpus: bench.load_cpus.as_deref(),
+            clients,
+        };
+        let warm = bench.wrk.run(&load)?;
+        note(format!(
+            "({}) {:.0} requests/s during warm-up",
+            v.id,
+            warm.throughput()
+        ));
+        let shown = bench.wrk.command(&Load {
+            duration: settings.round,
+            ..load
+        });
+        wrk_commands.push(format!("({}) {}", v.id, crate::cmd::display(&shown)));
+    }
+
+    let mut samples = Vec::new();
+    for round in 0..settings.rounds {
+        step(format!("round {}/{}", round + 1, settings.rounds));
+        let mut this_round = Vec::new();
+        for (v, envoy) in variants.iter().zip(envoys.iter_mut()) {
+            let (url, clients) = load_for(v, envoy);
+            let load = Load {
+                url: &url,
+                threads: 1,
+                connections: settings.connections,
+                duration: settings.round,
+                cpus: bench.load_cpus.as_deref(),
+                clients,
+            };
+            let requests_before = envoy.requests_completed()?;
+            let ticks_before = envoy.cpu_ticks()?;
+            let measured = bench.wrk.run(&load)?;
+            let ticks_after = envoy.cpu_ticks()?;
+            let requests_after = envoy.requests_completed()?;
+            envoy
+                .check_running()
+                .with_context(|| format!("variant ({})", v.id))?;
+            let sample = Sample {
+                measured,
+                envoy_requests: requests_after.saturating_sub(requests_before),
+                cpu_us: ticks_after.saturating_sub(ticks_before) as f64 * 1e6
+                    / bench.machine.clk_tck as f64,
+            };
+            note(format!(
+                "({:>2}) {:>8.0} req/s  {:>6.2} µs CPU/req  {:>4.0}% of a core  p50 {:>5} µs  p99 {:>6} µs{}{}",
+                v.id,
+                sample.throughput(),
+                sample.cpu_per_request_us(),
+                sample.cores_used() * 100.0,
+                measured.p50_us,
+                measured.p99_us,
+                if measured.non_2xx > 0 {
+                    format!("  {:.1}% non-2xx", sample.denied_share() * 100.0)
+                } else {
+                    String::new()
+                },
+                if measured.errors > 0 {
+                    format!("  {} errors", measured.errors)
+                } else {
+                    String::new()
+                },
+            ));
+            this_round.push(sample);
+        }
+        samples.push(this_round);
+    }
+
+    let mut counters = Vec::new();
+    for (v, envoy) in variants.iter().zip(&envoys) {
+        if v.chain == FilterChain::Sluice {
+            let stats = envoy.stats("^wasmcustom\\.sluice_")?;
+            counters.push(
+                stats
+                    .into_iter()
+                    .map(|(k, v)| (k.trim_start_matches("wasmcustom.").to_string(), v))
+                    .collect(),
+            );
+        } else {
+            counters.push(Vec::new());
+        }
+    }
+    drop(envoys);
+    Ok(PathResults {
+        variants,
+        samples,
+        counters,
+        envoy_commands,
+        config_commands,
+        wrk_commands,
+        loadavg_end: machine::loadavg(),
+    })
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 use sluice_admin::envoy_config::{
-    self, EnvoyConfigOptions, LISTENER_NAME, PluginConfig, WASM_FILTER,
+    self, AdminConnection, EnvoyConfigOptions, LISTENER_NAME, PluginConfig, WASM_FILTER,
 };
 use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
@@ -53,6 +53,8 @@ pub struct EnvoyOptions {
     pub log_level: String,
     /// How long Envoy may take to become ready.
     pub ready_timeout: Duration,
+    /// Follow an admin API: adds the control service and its cluster.
+    pub admin: Option<AdminConnection>,
 }
 
 impl Default for EnvoyOptions {
@@ -68,6 +70,7 @@ impl Default for EnvoyOptions {
             wasm_filter: true,
             log_level: "info".to_string(),
             ready_timeout: Duration::from_secs(20),
+            admin: None,
         }
     }
 }
@@ -158,6 +161,7 @@ impl Envoy {
             .ok()
             .and_then(NonZeroU32::new);
         config.config_path = Some(config_path.clone());
+        config.admin = options.admin.clone();
         let mut bootstrap = envoy_config::build(&config).context("generating the Envoy config")?;
         if !options.wasm_filter {
             bootstrap

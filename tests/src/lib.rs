@@ -22,6 +22,7 @@
 //! 127.0.0.1 on ports the kernel chooses, so tests may run in parallel; every process and
 //! thread the harness starts stops when its handle is dropped.
 
+mod admin;
 mod artifacts;
 mod client;
 mod envoy;
@@ -29,6 +30,7 @@ mod upstream;
 
 use std::time::{Duration, Instant};
 
+pub use admin::{ADMIN_TOKEN, AdminServer};
 pub use artifacts::{Artifacts, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV, workspace_root};
 pub use client::{Client, Req, Resp, StatusCounts};
 pub use envoy::{Envoy, EnvoyOptions, Target, admin_request, parse_stats};

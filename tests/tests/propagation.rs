@@ -1,0 +1,155 @@
+//! Rules saved in the admin API are enforced by every worker of a real Envoy within a
+//! second, and enforcement survives the admin API going away.
+//!
+//! Every worker shares one bucket, so "every worker enforces" is checked by counting:
+//! with a burst of B, at most B requests pass in total across many connections spread
+//! over both workers. A worker still on the old rules would let its share through.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, wait_for};
+
+const CONNECTIONS: usize = 16;
+/// The promise: a saved rule is enforced everywhere within this.
+const PROPAGATION: Duration = Duration::from_secs(1);
+
+fn rule(burst: u64) -> Value {
+    json!({
+        "name": "pushed", "match": {"path_prefix": "/p/"}, "key": "global",
+        "limits": [{"requests": 1, "period": "minute", "burst": burst}]
+    })
+}
+
+/// Sends `n` requests over many connections and returns how many passed.
+fn passed(client: &Client, n: usize) -> usize {
+    let responses = client.run((0..n).map(|_| Req::get("/p/x")));
+    for r in &responses {
+        assert!(r.status == 200 || r.status == 429, "{r:?}");
+    }
+    responses.iter().filter(|r| r.status == 200).count()
+}
+
+/// Waits out the rest of the propagation promise, measured from when the API answered.
+fn after_propagation(saved: Instant) {
+    std::thread::sleep(PROPAGATION.saturating_sub(saved.elapsed()));
+}
+
+struct Stack {
+    admin: AdminServer,
+    envoy: Envoy,
+    client: Client,
+}
+
+fn stack() -> Stack {
+    let admin = AdminServer::start();
+    let proxy_token = admin.create_token("proxy", "e2e-envoy");
+    let envoy = Envoy::start(EnvoyOptions {
+        admin: Some(admin.connection(&proxy_token, "e2e-proxy")),
+        ..Default::default()
+    });
+    // The control service has polled once (and holds a poll open) before the test begins.
+    wait_for("the proxy to connect", Duration::from_secs(10), || {
+        let (_, proxies) = admin.call(Method::GET, "/api/v1/proxies", None);
+        proxies.to_string().contains("e2e-proxy")
+    });
+    let client = Client::connect(envoy.listener_addr(), CONNECTIONS);
+    Stack {
+        admin,
+        envoy,
+        client,
+    }
+}
+
+#[test]
+fn created_updated_and_deleted_rules_reach_every_worker_within_a_second() {
+    let s = stack();
+    assert_eq!(passed(&s.client, 20), 20, "no rules yet");
+
+    let (status, created) = s.admin.call(Method::POST, "/api/v1/rules", Some(rule(5)));
+    let saved = Instant::now();
+    assert_eq!(status, 201, "{created}");
+    after_propagation(saved);
+    assert_eq!(
+        passed(&s.client, 100),
+        5,
+        "created: every worker shares the 5-token bucket"
+    );
+    let per_worker = s.envoy.worker_downstream_connections();
+    assert!(
+        per_worker.iter().all(|&c| c > 0),
+        "both workers served: {per_worker:?}"
+    );
+
+    // A new limit is a new bucket: a fresh burst of 30.
+    let (status, body) = s
+        .admin
+        .call(Method::PUT, "/api/v1/rules/pushed", Some(rule(30)));
+    let saved = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    after_propagation(saved);
+    assert_eq!(passed(&s.client, 100), 30, "updated");
+
+    let (status, body) = s.admin.call(Method::DELETE, "/api/v1/rules/pushed", None);
+    let saved = Instant::now();
+    assert!(status == 200 || status == 204, "{status} {body}");
+    after_propagation(saved);
+    assert_eq!(passed(&s.client, 100), 100, "deleted: traffic flows");
+
+    let (_, proxies) = s.admin.call(Method::GET, "/api/v1/proxies", None);
+    let proxy = proxies["proxies"]
+        .as_array()
+        .and_then(|list| list.iter().find(|p| p["id"] == "e2e-proxy"))
+        .unwrap_or_else(|| panic!("the proxy is listed: {proxies}"));
+    assert_eq!(proxy["connected"], true, "{proxy}");
+    assert_eq!(
+        s.envoy.counter("wasmcustom.sluice_control_ruleset_version"),
+        3
+    );
+}
+
+#[test]
+fn enforcement_continues_without_the_admin_api_and_sync_resumes_after_a_restart() {
+    let mut s = stack();
+    let (status, _) = s.admin.call(Method::POST, "/api/v1/rules", Some(rule(5)));
+    assert_eq!(status, 201);
+    after_propagation(Instant::now());
+
+    s.admin.stop();
+    assert_eq!(
+        passed(&s.client, 50),
+        5,
+        "the last ruleset is still enforced"
+    );
+    // Long enough for the control service to notice and back off at least once.
+    wait_for(
+        "the control service to notice the outage",
+        Duration::from_secs(15),
+        || s.envoy.counter("wasmcustom.sluice_control_errors_total") > 0,
+    );
+    assert_eq!(
+        passed(&s.client, 50),
+        0,
+        "still enforced, nothing fails open"
+    );
+    assert_eq!(s.envoy.counter("wasmcustom.sluice_fail_open_total"), 0);
+
+    s.admin.restart();
+    let (status, body) = s
+        .admin
+        .call(Method::PUT, "/api/v1/rules/pushed", Some(rule(40)));
+    assert_eq!(status, 200, "{body}");
+    // Backoff is at most 10 s, then the change arrives at once.
+    let started = Instant::now();
+    wait_for(
+        "the proxy to follow the restarted admin API",
+        Duration::from_secs(15),
+        || s.envoy.counter("wasmcustom.sluice_control_ruleset_version") == 2,
+    );
+    eprintln!(
+        "resynchronised {:.1} s after the restart",
+        started.elapsed().as_secs_f64()
+    );
+    after_propagation(Instant::now());
+    assert_eq!(passed(&s.client, 100), 40, "the new limit is enforced");
+}

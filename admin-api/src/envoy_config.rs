@@ -39,6 +39,12 @@ pub const DEFAULT_ENVOY_ADMIN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9901));
 /// The body of the `direct` upstream's answer.
 pub const DIRECT_RESPONSE_BODY: &str = "ok\n";
+/// The Prometheus label the filter's per-rule counters (`sluice_rule.<id>.<outcome>_total`)
+/// carry their rule id in.
+pub const RULE_TAG: &str = "sluice_rule";
+/// Envoy's tag extraction for those counters: the rule id between the prefix and the
+/// outcome becomes the `sluice_rule` tag, so Prometheus sees one metric per outcome.
+pub const RULE_TAG_REGEX: &str = r"^wasmcustom\.sluice_rule\.(([^.]+)\.)";
 
 /// Where allowed requests go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +355,7 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
     let mut config = json!({
         "admin": { "address": socket_address(options.envoy_admin) },
         "static_resources": static_resources,
+        "stats_config": { "stats_tags": [{ "tag_name": RULE_TAG, "regex": RULE_TAG_REGEX }] },
     });
     if let Some(control) = control {
         config["bootstrap_extensions"] = json!([control]);

@@ -48,13 +48,14 @@ impl SluiceHttp {
             return Action::Continue;
         };
         let (store, table, failure) = (&self.shared.store, &config.table, config.failure_mode);
-        // Statistics are gathered only while a control service collects them.
-        let decision = match self.shared.statistics.borrow_mut().as_mut() {
-            Some(statistics) => config
-                .ruleset
-                .decide_observed(&request, store, table, now, failure, statistics),
-            None => config.ruleset.decide(&request, store, table, now, failure),
-        };
+        let decision = config.ruleset.decide_observed(
+            &request,
+            store,
+            table,
+            now,
+            failure,
+            &mut *self.shared.statistics.borrow_mut(),
+        );
         record(metrics, &decision);
         if let Some(header) = &config.shadow_header {
             mark_shadow_denials(header, &request, &decision);

@@ -6,6 +6,7 @@
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::limiter::LimiterCounters;
+use sluice_core::report::RuleCounts;
 
 /// One Envoy counter. Defining can fail on a misbehaving host; such a counter is simply
 /// not recorded rather than taking the filter down.
@@ -57,6 +58,41 @@ impl Gauge {
         if let Some(id) = self.0 {
             let _ = hostcalls::record_metric(id, value);
         }
+    }
+}
+
+/// Per-rule counters, named `sluice_rule.<rule id>.<outcome>_total`. The Envoy config that
+/// `sluice envoy-config` writes turns the rule id into a `sluice_rule` tag, so Prometheus
+/// sees `sluice_rule_denied_total{sluice_rule="api-per-key"}`. Dots in a rule id become
+/// `_` (Envoy's tag extraction splits names on dots).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuleCounters {
+    pub allowed: Counter,
+    pub denied: Counter,
+    pub shadow_denied: Counter,
+    pub near_limit: Counter,
+    pub fail_open: Counter,
+}
+
+impl RuleCounters {
+    pub fn define(rule_id: &str) -> RuleCounters {
+        let id = rule_id.replace('.', "_");
+        let counter = |outcome: &str| Counter::define(&format!("sluice_rule.{id}.{outcome}_total"));
+        RuleCounters {
+            allowed: counter("allowed"),
+            denied: counter("denied"),
+            shadow_denied: counter("shadow_denied"),
+            near_limit: counter("near_limit"),
+            fail_open: counter("fail_open"),
+        }
+    }
+
+    pub fn add(&self, counts: &RuleCounts) {
+        self.allowed.add(counts.allowed);
+        self.denied.add(counts.denied);
+        self.shadow_denied.add(counts.shadow_denied);
+        self.near_limit.add(counts.near_limit);
+        self.fail_open.add(counts.fail_open);
     }
 }
 
@@ -126,7 +162,7 @@ pub struct Metrics {
     pub config_errors: Counter,
     /// Pushed rulesets a worker swapped in (summed over workers).
     pub rulesets_applied: Counter,
-    /// Statistics batches a worker could not hand to the control service.
+    /// Statistics batches a worker could not hand to a running control service.
     pub batches_dropped: Counter,
 }
 

@@ -5,7 +5,8 @@
 //! shared queue `sluice.reports`. Envoy's shared queues are unbounded, so workers only
 //! enqueue while the control service proves it is draining: it writes the current time
 //! to `sluice.control.heartbeat` on every tick. Without a fresh heartbeat (no admin API
-//! configured, or the control VM failed) workers neither aggregate nor enqueue.
+//! configured, or the control VM failed) batches only feed the workers' own per-rule
+//! Envoy counters.
 
 use proxy_wasm::hostcalls;
 use sluice_core::report::RuleBatch;

@@ -7,6 +7,7 @@
 //!   of that worker shares: the configuration in force, the metrics and the store.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use sluice_core::report::Aggregate;
 use crate::control::{self, ControlService};
 use crate::host_store::HostStore;
 use crate::http::SluiceHttp;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RuleCounters};
 use crate::{report_channel, ruleset_channel};
 
 /// The root id of the control service in the generated Envoy configuration.
@@ -39,8 +40,8 @@ pub struct Shared {
     config: RefCell<Option<Rc<FilterConfig>>>,
     pub metrics: RefCell<Metrics>,
     pub store: HostStore,
-    /// Decision statistics since the last flush, while a control service collects them.
-    pub statistics: RefCell<Option<Aggregate>>,
+    /// Decision statistics since the last flush: per-rule counts and throttled clients.
+    pub statistics: RefCell<Aggregate>,
 }
 
 impl Shared {
@@ -161,6 +162,8 @@ struct FilterRoot {
     /// The pushed ruleset version in force (or refused), to notice new ones cheaply.
     pushed_version: Option<u64>,
     ticks: u32,
+    /// Envoy counters per rule id, defined when a rule first sees traffic.
+    rule_counters: HashMap<String, RuleCounters>,
 }
 
 impl FilterRoot {
@@ -208,31 +211,37 @@ impl FilterRoot {
         self.follow_pushed_ruleset();
     }
 
-    /// Once a second: hands the statistics gathered since the last flush to the control
-    /// service, and starts or stops gathering as the control service comes and goes.
+    /// Once a second: adds the statistics gathered since the last flush to the per-rule
+    /// Envoy counters and, while a control service collects them, hands them over too.
+    /// Keeping this off the request path leaves each request one in-memory update.
     fn flush_statistics(&mut self) {
         self.ticks += 1;
         if self.ticks < TICKS_PER_FLUSH {
             return;
         }
         self.ticks = 0;
+        let batch = self.shared.statistics.borrow_mut().take();
+        if batch.rules.is_empty() && batch.overflow == 0 {
+            return;
+        }
+        for rule in &batch.rules {
+            self.rule_counters
+                .entry(rule.rule.clone())
+                .or_insert_with(|| RuleCounters::define(&rule.rule))
+                .add(&rule.counts);
+        }
         let now_ms = hostcalls::get_current_time()
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let alive = report_channel::control_alive(now_ms);
-        let mut statistics = self.shared.statistics.borrow_mut();
-        let batch = statistics
-            .as_mut()
-            .map(Aggregate::take)
-            .filter(|b| !b.rules.is_empty() || b.overflow > 0);
-        *statistics = alive.then(Aggregate::default);
-        drop(statistics);
-        if let Some(batch) = batch {
-            if let Err(e) = report_channel::send(&batch) {
-                log::warn!("cannot hand statistics to the control service: {e}");
-                self.shared.metrics().batches_dropped.inc();
-            }
+        if !report_channel::control_alive(now_ms) {
+            // No control service (static rules only) or it is not draining: Envoy's own
+            // counters above are all there is.
+            return;
+        }
+        if let Err(e) = report_channel::send(&batch) {
+            log::warn!("cannot hand statistics to the control service: {e}");
+            self.shared.metrics().batches_dropped.inc();
         }
     }
 

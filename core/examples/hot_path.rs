@@ -1,14 +1,16 @@
 //! The filter's per-request work in the core, natively, for timing and profiling.
 //!
 //! ```sh
-//! cargo run --release -p sluice-core --example hot_path -- [SCENARIO|all] [ITERATIONS]
-//! valgrind --tool=callgrind target/release/examples/hot_path d 200000
+//! cargo run --release -p sluice-core --example hot_path -- [SCENARIO|all] [ITERATIONS] [whole]
+//! valgrind --tool=callgrind target/release/examples/hot_path d 200000 whole
 //! ```
 //!
 //! Each iteration does what `filter/src/http.rs` does around the host calls: builds an
 //! `HttpRequest` from header pairs shaped like the ones Envoy hands the filter, runs
 //! `Ruleset::decide` against a `MemoryStore` (the host's shared data, in memory), and
-//! renders the rate-limit headers (or, for a denial, the problem body). Scenarios match
+//! renders the rate-limit headers (or, for a denial, the problem body). Timing runs the
+//! loop three times, each doing one stage more, and prints the stages' costs; `whole`
+//! runs the whole work once, for profilers. Scenarios match
 //! `cargo xtask bench`'s variants: `d` one rule and one client, `e` three rules × two
 //! tiers, `f` 100,000 clients in a 65,536-slot table, `g` a limit being hit.
 //! `cargo xtask bench --profile` runs this under callgrind.
@@ -101,20 +103,31 @@ fn header_pairs(client: usize) -> Vec<(String, String)> {
     .collect()
 }
 
-fn run(scenario: &Scenario, iterations: u64) {
-    let config = match FilterConfig::from_json(scenario.config.as_bytes()) {
-        Ok(config) => config,
-        Err(err) => {
-            eprintln!("scenario {}: bad configuration: {err}", scenario.id);
-            std::process::exit(2);
-        }
-    };
+/// How much of the per-request work a timing loop does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    /// Header pairs to `HttpRequest`.
+    Request,
+    /// ... then `Ruleset::decide`.
+    Decide,
+    /// ... then the response headers or the denial body.
+    Respond,
+}
+
+/// Runs `iterations` requests up to `stage` with a fresh store; returns ns per request,
+/// the share allowed and the slots used.
+fn time(
+    scenario: &Scenario,
+    config: &FilterConfig,
+    iterations: u64,
+    stage: Stage,
+) -> (f64, f64, usize) {
     let store = MemoryStore::new();
     let peer = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let pairs: Vec<Vec<(String, String)>> = (0..scenario.clients).map(header_pairs).collect();
     let mut now: u64 = 1_800_000_000_000_000_000;
     let mut allowed = 0u64;
-    let mut header_bytes = 0usize;
+    let mut sink = 0usize;
     let started = Instant::now();
     for i in 0..iterations {
         now += STEP_NS;
@@ -124,16 +137,26 @@ fn run(scenario: &Scenario, iterations: u64) {
         };
         // The filter gets fresh owned pairs from the host on every request.
         let request = HttpRequest::from_header_pairs(black_box(pairs.clone()), peer);
+        if stage == Stage::Request {
+            sink += black_box(&request).headers.len();
+            continue;
+        }
         let decision =
             config
                 .ruleset
                 .decide(&request, &store, &config.table, now, config.failure_mode);
+        if decision.is_allowed() {
+            allowed += 1;
+        }
+        if stage == Stage::Decide {
+            sink += usize::from(black_box(decision.is_allowed()));
+            continue;
+        }
         match decision.outcome {
             Outcome::Allowed => {
-                allowed += 1;
                 if let Some(tightest) = decision.tightest {
                     let headers = response::rate_limit_headers(&tightest, false);
-                    header_bytes += headers
+                    sink += headers
                         .iter()
                         .map(|(n, v)| n.len() + v.len())
                         .sum::<usize>();
@@ -142,21 +165,54 @@ fn run(scenario: &Scenario, iterations: u64) {
             Outcome::Denied(limited) => {
                 let headers = response::rate_limit_headers(&limited, true);
                 let body = response::problem_body(&limited, limited.rule.status);
-                header_bytes += headers.iter().map(|(_, v)| v.len()).sum::<usize>() + body.len();
+                sink += headers.iter().map(|(_, v)| v.len()).sum::<usize>() + body.len();
             }
             Outcome::FailedClosed(_) => {}
         }
     }
     let elapsed = started.elapsed();
-    black_box(header_bytes);
-    println!(
-        "{}: {:<28} {:>8.0} ns/request  ({} requests, {:.1}% allowed, {} slots used)",
-        scenario.id,
-        scenario.label,
-        elapsed.as_nanos() as f64 / iterations.max(1) as f64,
-        iterations,
+    black_box(sink);
+    let per = elapsed.as_nanos() as f64 / iterations.max(1) as f64;
+    (
+        per,
         allowed as f64 * 100.0 / iterations.max(1) as f64,
         store.slots_used(),
+    )
+}
+
+fn run(scenario: &Scenario, iterations: u64, staged: bool) {
+    let config = match FilterConfig::from_json(scenario.config.as_bytes()) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("scenario {}: bad configuration: {err}", scenario.id);
+            std::process::exit(2);
+        }
+    };
+    if !staged {
+        // One loop of the whole work, for profilers.
+        let (full, allowed, slots) = time(scenario, &config, iterations, Stage::Respond);
+        println!(
+            "{}: {:<26} {full:>5.0} ns/request ({allowed:.1}% allowed, {slots} slots used)",
+            scenario.id, scenario.label
+        );
+        return;
+    }
+    // Separate loops, each doing one stage more: their differences are the stages' costs,
+    // without a clock read inside the loop.
+    let (request, _, _) = time(scenario, &config, iterations, Stage::Request);
+    let (decide, _, _) = time(scenario, &config, iterations, Stage::Decide);
+    let (full, allowed, slots) = time(scenario, &config, iterations, Stage::Respond);
+    println!(
+        "{}: {:<26} {:>5.0} ns/request = request {:>4.0} + decide {:>5.0} + response {:>4.0}  \
+         ({:.1}% allowed, {} slots used)",
+        scenario.id,
+        scenario.label,
+        full,
+        request,
+        decide - request,
+        full - decide,
+        allowed,
+        slots,
     );
 }
 
@@ -176,7 +232,9 @@ fn main() {
         eprintln!("unknown scenario {which:?}: expected all, d, e, f or g");
         std::process::exit(2);
     }
+    // `whole`: one loop of the whole work (for profilers) instead of the staged timing.
+    let staged = args.next().as_deref() != Some("whole");
     for scenario in chosen {
-        run(scenario, iterations);
+        run(scenario, iterations, staged);
     }
 }

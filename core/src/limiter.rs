@@ -20,9 +20,11 @@
 
 use std::num::NonZeroU32;
 
+use smallvec::SmallVec;
+
 use crate::gcra::Verdict;
 use crate::rule::Limit;
-use crate::slot::{MAX_ENCODED_LEN, SlotValue};
+use crate::slot::SlotValue;
 use crate::spec::FailureMode;
 use crate::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutcome};
 
@@ -90,19 +92,25 @@ pub struct LimiterCounters {
     pub refund_failures: u32,
 }
 
+/// Bucket sets per request held without a heap allocation; more spill to the heap.
+pub const INLINE_BUCKETS: usize = 4;
+
+/// One result per bucket set of a request.
+pub type Buckets = SmallVec<[BucketResult; INLINE_BUCKETS]>;
+
 /// The result of [`SlotTable::acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquisition {
     /// Whether every bucket set allowed the request (or failed open).
     pub allowed: bool,
     /// One result per request, in order.
-    pub buckets: Vec<BucketResult>,
+    pub buckets: Buckets,
     pub counters: LimiterCounters,
 }
 
 impl Acquisition {
     /// A denial decided before anything was written; buckets not looked at are `Skipped`.
-    fn denied(mut buckets: Vec<BucketResult>, len: usize, counters: LimiterCounters) -> Self {
+    fn denied(mut buckets: Buckets, len: usize, counters: LimiterCounters) -> Self {
         buckets.resize(len, BucketResult::Skipped);
         Acquisition {
             allowed: false,
@@ -163,8 +171,8 @@ impl SlotTable {
         requests: &[BucketRequest<'_>],
     ) -> Acquisition {
         let mut counters = LimiterCounters::default();
-        let mut buckets: Vec<BucketResult> = Vec::with_capacity(requests.len());
-        let mut plans: Vec<Option<Plan>> = Vec::with_capacity(requests.len());
+        let mut buckets = Buckets::new();
+        let mut plans: SmallVec<[Option<Plan>; INLINE_BUCKETS]> = SmallVec::new();
 
         // Phase 1: read and check everything. The common denial ends here, unwritten.
         for request in requests {
@@ -192,7 +200,7 @@ impl SlotTable {
         }
 
         // Phase 2: write each plan with compare-and-swap, re-planning on conflicts.
-        let mut committed: Vec<(&BucketRequest<'_>, u32)> = Vec::with_capacity(requests.len());
+        let mut committed: SmallVec<[(&BucketRequest<'_>, u32); INLINE_BUCKETS]> = SmallVec::new();
         let mut allowed = true;
         for ((request, plan), result) in requests.iter().zip(plans).zip(buckets.iter_mut()) {
             let Some(plan) = plan else { continue };
@@ -238,9 +246,9 @@ impl SlotTable {
         counters: &mut LimiterCounters,
     ) -> (Result<PlanResult, LimiterFailure>, u32) {
         for _ in 0..MAX_WRITE_ATTEMPTS {
-            let mut bytes = Vec::with_capacity(MAX_ENCODED_LEN);
-            plan.next.encode(&mut bytes);
-            match store.write(plan.slot, &bytes, plan.condition) {
+            let (buf, len) = plan.next.to_bytes();
+            let bytes = buf.get(..len).unwrap_or_default();
+            match store.write(plan.slot, bytes, plan.condition) {
                 Ok(WriteOutcome::Written) => return (Ok(plan.result), plan.slot),
                 Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
                 Err(e) => return (Err(LimiterFailure::Store(e)), plan.slot),
@@ -435,9 +443,12 @@ impl SlotTable {
                     );
                 }
             }
-            let mut out = Vec::with_capacity(MAX_ENCODED_LEN);
-            value.encode(&mut out);
-            match store.write(slot, &out, WriteCondition::Unchanged(cas)) {
+            let (buf, len) = value.to_bytes();
+            match store.write(
+                slot,
+                buf.get(..len).unwrap_or_default(),
+                WriteCondition::Unchanged(cas),
+            ) {
                 Ok(WriteOutcome::Written) => return,
                 Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
                 Err(_) => break,

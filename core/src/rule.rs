@@ -300,6 +300,20 @@ impl RequestMatcher {
         }
     }
 
+    pub(crate) fn add_needs(&self, needs: &mut crate::ruleset::RequestNeeds) {
+        needs.authority |= self.host.is_some();
+        needs.path |=
+            self.path_exact.is_some() || self.path_prefix.is_some() || self.path_regex.is_some();
+        needs.method |= !self.methods.is_empty();
+        for condition in &self.headers {
+            match condition {
+                HeaderCondition::Present(n)
+                | HeaderCondition::Absent(n)
+                | HeaderCondition::Equals(n, _) => needs.header(n),
+            }
+        }
+    }
+
     /// Whether every condition holds for `request`.
     pub fn matches(&self, request: &impl RequestAttributes) -> bool {
         if let Some(host) = &self.host {
@@ -455,6 +469,21 @@ impl ClientKey {
         }
     }
 
+    pub(crate) fn add_needs(&self, needs: &mut crate::ruleset::RequestNeeds) {
+        match self {
+            ClientKey::Header(name) => needs.header(name),
+            ClientKey::ClientIp { trusted_hops } => {
+                needs.peer_ip = true;
+                if *trusted_hops > 0 {
+                    needs.header("x-forwarded-for");
+                }
+            }
+            ClientKey::Query(_) | ClientKey::Path => needs.path = true,
+            ClientKey::Global => {}
+            ClientKey::Composite(parts) => parts.iter().for_each(|p| p.add_needs(needs)),
+        }
+    }
+
     /// The client's key for this request, or `None` when the request does not carry one
     /// (the rule then does not apply to it).
     pub fn extract<'r>(&self, request: &'r impl RequestAttributes) -> Option<Cow<'r, str>> {
@@ -544,6 +573,12 @@ impl Cost {
                     default: h.default,
                 })
             }
+        }
+    }
+
+    pub(crate) fn add_needs(&self, needs: &mut crate::ruleset::RequestNeeds) {
+        if let Cost::Header { name, .. } = self {
+            needs.header(name);
         }
     }
 

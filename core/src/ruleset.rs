@@ -1,11 +1,15 @@
 //! A validated set of rules and the per-request decision over it.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+
+use smallvec::SmallVec;
 
 use crate::gcra::Verdict;
 use crate::hash::client_fingerprint;
 use crate::limiter::{
-    Acquisition, BucketRequest, BucketResult, LimiterCounters, SlotTable, TierVerdict,
+    Acquisition, BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, SlotTable,
+    TierVerdict,
 };
 use crate::request::RequestAttributes;
 use crate::rule::{FieldError, Limit, Problems, Rule, ValidationErrors};
@@ -23,6 +27,37 @@ pub const NEAR_LIMIT_PERCENT: u64 = 80;
 #[derive(Debug, Clone, Default)]
 pub struct Ruleset {
     rules: Vec<Rule>,
+    needs: RequestNeeds,
+}
+
+/// What the rules of a ruleset can look at, so a host reads only that from a request
+/// (each header read from Envoy is a host call).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestNeeds {
+    pub method: bool,
+    pub authority: bool,
+    pub path: bool,
+    pub peer_ip: bool,
+    /// Lowercase header names, without duplicates.
+    pub headers: Vec<String>,
+}
+
+impl RequestNeeds {
+    fn of(rules: &[Rule]) -> RequestNeeds {
+        let mut needs = RequestNeeds::default();
+        for rule in rules.iter().filter(|r| r.enabled) {
+            rule.matcher.add_needs(&mut needs);
+            rule.key.add_needs(&mut needs);
+            rule.cost.add_needs(&mut needs);
+        }
+        needs
+    }
+
+    pub(crate) fn header(&mut self, name: &str) {
+        if !self.headers.iter().any(|h| h == name) {
+            self.headers.push(name.to_string());
+        }
+    }
 }
 
 impl Ruleset {
@@ -62,11 +97,26 @@ impl Ruleset {
                 .cmp(&a.priority)
                 .then_with(|| a.name.cmp(&b.name))
         });
-        problems.finish(|| Ruleset { rules })
+        problems.finish(|| {
+            let needs = RequestNeeds::of(&rules);
+            Ruleset { rules, needs }
+        })
     }
 
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// The request attributes these rules read.
+    pub fn needs(&self) -> &RequestNeeds {
+        &self.needs
+    }
+
+    /// Whether any enabled rule is in shadow mode.
+    pub fn has_shadow_rules(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.enabled && r.mode == Mode::Shadow)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -99,8 +149,8 @@ impl Ruleset {
         sink: &mut impl DecisionSink,
     ) -> Decision<'r> {
         let mut decision = Decision::default();
-        let mut enforced: Vec<(&'r Rule, BucketRequest<'r>, std::borrow::Cow<'_, str>)> =
-            Vec::new();
+        let mut enforced: SmallVec<[(&'r Rule, BucketRequest<'r>, Cow<'_, str>); INLINE_BUCKETS]> =
+            SmallVec::new();
         for rule in self
             .rules
             .iter()
@@ -144,7 +194,8 @@ impl Ruleset {
         if enforced.is_empty() {
             return decision;
         }
-        let buckets: Vec<BucketRequest<'r>> = enforced.iter().map(|(_, b, _)| *b).collect();
+        let buckets: SmallVec<[BucketRequest<'r>; INLINE_BUCKETS]> =
+            enforced.iter().map(|(_, b, _)| *b).collect();
         let acquisition = table.acquire(store, now, &buckets);
         decision.absorb_counters(&acquisition);
         for ((rule, bucket, client), result) in enforced.iter().zip(&acquisition.buckets) {

@@ -131,6 +131,26 @@ impl SlotValue {
         self.len = len;
     }
 
+    /// The encoding in a fixed buffer, and its length: no allocation on the request path.
+    pub fn to_bytes(&self) -> ([u8; MAX_ENCODED_LEN], usize) {
+        let mut buf = [0u8; MAX_ENCODED_LEN];
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            if let Some(dst) = buf.get_mut(len..len + bytes.len()) {
+                dst.copy_from_slice(bytes);
+                len += bytes.len();
+            }
+        };
+        put(&[SLOT_FORMAT_VERSION]);
+        put(&self.owner.to_le_bytes());
+        put(&[self.len]);
+        for e in self.entries() {
+            put(&e.identity.to_le_bytes());
+            put(&e.tat.to_le_bytes());
+        }
+        (buf, len)
+    }
+
     /// Appends the encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.reserve(HEADER_LEN + self.len as usize * ENTRY_LEN);
@@ -194,6 +214,8 @@ mod tests {
             ]
         );
         assert_eq!(SlotValue::decode(&bytes), Ok(v));
+        let (buf, len) = v.to_bytes();
+        assert_eq!(&buf[..len], &bytes[..], "both encoders agree");
     }
 
     #[test]

@@ -237,3 +237,36 @@ fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
     let watch = batch.rules.iter().find(|r| r.rule == "watch").unwrap();
     assert_eq!((watch.counts.allowed, watch.counts.shadow_denied), (3, 2));
 }
+
+#[test]
+fn a_ruleset_lists_exactly_the_request_attributes_its_rules_read() {
+    use sluice_core::ruleset::RequestNeeds;
+    let key_only = Harness::new(
+        r#"[{"name":"k","key":{"header":"X-Api-Key"},"limits":[{"requests":1,"period":1}]}]"#,
+    );
+    assert_eq!(
+        key_only.config.ruleset.needs(),
+        &RequestNeeds {
+            headers: vec!["x-api-key".into()],
+            ..RequestNeeds::default()
+        },
+        "a global match and a header key need one header and nothing else"
+    );
+    let everything = Harness::new(
+        r#"[{"name":"a","match":{"host":"h","path_prefix":"/","methods":["GET"],"headers":[{"name":"x-t","present":true}]},
+             "key":{"composite":[{"client_ip":{"trusted_hops":1}},{"query":"q"}]},"limits":[{"requests":1,"period":1}],
+             "cost":{"header":{"name":"x-cost","max":2}}},
+            {"name":"off","enabled":false,"key":{"header":"x-unused"},"limits":[{"requests":1,"period":1}]}]"#,
+    );
+    assert_eq!(
+        everything.config.ruleset.needs(),
+        &RequestNeeds {
+            method: true,
+            authority: true,
+            path: true,
+            peer_ip: true,
+            headers: vec!["x-t".into(), "x-forwarded-for".into(), "x-cost".into()],
+        },
+        "disabled rules read nothing"
+    );
+}

@@ -107,6 +107,7 @@ impl ControlService {
     /// Called on every tick: starts a poll when none is running and no backoff is due,
     /// and sends a report when one is due.
     pub fn on_tick(&mut self) {
+        self.metrics.flush();
         let now = now();
         if self.reports.queue.is_some() {
             report_channel::beat(millis(now));

@@ -9,11 +9,12 @@ use std::time::UNIX_EPOCH;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
-use sluice_core::request::{HttpRequest, parse_socket_ip};
+
 use sluice_core::response::{self, HeaderList};
 use sluice_core::ruleset::{Decision, Outcome};
 
 use crate::metrics::Metrics;
+use crate::request::LazyRequest;
 use crate::root::Shared;
 
 #[derive(Debug)]
@@ -42,11 +43,14 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         }
-        let Some((request, now)) = read_request(metrics) else {
+        let Some(now) = host_now() else {
+            log::warn!("the host clock is unavailable");
+            metrics.errors.inc();
             metrics.fail_open.inc();
             metrics.allowed.inc();
             return Action::Continue;
         };
+        let request = LazyRequest::new(config.ruleset.needs());
         let (store, table, failure) = (&self.shared.store, &config.table, config.failure_mode);
         let decision = config.ruleset.decide_observed(
             &request,
@@ -58,7 +62,9 @@ impl SluiceHttp {
         );
         record(metrics, &decision);
         if let Some(header) = &config.shadow_header {
-            mark_shadow_denials(header, &request, &decision);
+            if config.ruleset.has_shadow_rules() {
+                mark_shadow_denials(header, &decision);
+            }
         }
         match decision.outcome {
             Outcome::Allowed => {
@@ -109,7 +115,8 @@ impl Context for SluiceHttp {}
 
 impl HttpContext for SluiceHttp {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let metrics = self.shared.metrics();
+        let shared = Rc::clone(&self.shared);
+        let metrics = shared.metrics();
         metrics.requests.inc();
         self.decide_request(&metrics)
     }
@@ -126,41 +133,12 @@ impl HttpContext for SluiceHttp {
     }
 }
 
-/// Reads the request headers, the peer address and the clock from the host. `None` if
-/// the host refuses, which the caller treats as a fail-open event.
-fn read_request(metrics: &Metrics) -> Option<(HttpRequest, u64)> {
-    let pairs = match hostcalls::get_map_bytes(MapType::HttpRequestHeaders) {
-        Ok(pairs) => pairs,
-        Err(status) => {
-            log::warn!("cannot read request headers ({status:?})");
-            metrics.errors.inc();
-            return None;
-        }
-    };
-    // Header values may carry arbitrary bytes (obs-text); keys and matching work on
-    // text, so invalid UTF-8 is replaced rather than trusted or panicked on.
-    let pairs = pairs
-        .into_iter()
-        .map(|(name, value)| {
-            let value = String::from_utf8(value)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-            (name, value)
-        })
-        .collect();
-    let peer = hostcalls::get_property(vec!["source", "address"])
-        .ok()
-        .flatten()
-        .and_then(|bytes| std::str::from_utf8(&bytes).ok().and_then(parse_socket_ip));
-    let now = hostcalls::get_current_time()
+/// The host clock in nanoseconds since the Unix epoch.
+fn host_now() -> Option<u64> {
+    hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .and_then(|d| u64::try_from(d.as_nanos()).ok());
-    let Some(now) = now else {
-        log::warn!("the host clock is unavailable");
-        metrics.errors.inc();
-        return None;
-    };
-    Some((HttpRequest::from_header_pairs(pairs, peer), now))
+        .and_then(|d| u64::try_from(d.as_nanos()).ok())
 }
 
 fn record(metrics: &Metrics, decision: &Decision<'_>) {
@@ -173,10 +151,12 @@ fn record(metrics: &Metrics, decision: &Decision<'_>) {
     metrics.near_limit.add(u64::from(decision.near_limit));
 }
 
-/// Tells the upstream which shadow rules would have denied this request, and strips a
-/// client-supplied header of that name so the upstream can trust it.
-fn mark_shadow_denials(header: &str, request: &HttpRequest, decision: &Decision<'_>) {
-    if !decision.shadow_denied.is_empty() {
+/// Tells the upstream which shadow rules would have denied this request. The header is
+/// always set or removed, so a client cannot forge it.
+fn mark_shadow_denials(header: &str, decision: &Decision<'_>) {
+    if decision.shadow_denied.is_empty() {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, None);
+    } else {
         let names: Vec<&str> = decision
             .shadow_denied
             .iter()
@@ -184,8 +164,6 @@ fn mark_shadow_denials(header: &str, request: &HttpRequest, decision: &Decision<
             .collect();
         let _ =
             hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(&names.join(",")));
-    } else if request.headers.iter().any(|(n, _)| n == header) {
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, None);
     }
 }
 

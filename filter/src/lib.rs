@@ -24,6 +24,7 @@ pub mod host_store;
 pub mod http;
 pub mod metrics;
 pub mod report_channel;
+pub mod request;
 pub mod root;
 pub mod ruleset_channel;
 

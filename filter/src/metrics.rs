@@ -2,40 +2,52 @@
 //!
 //! Counters of the same name from every worker VM add up in Envoy. They appear in
 //! `/stats` as `wasmcustom.<name>` and in `/stats/prometheus` as `<name>`.
+//!
+//! Every increment is a host call, so the request path only bumps a local count and
+//! the worker's tick hands the totals to Envoy ([`Metrics::flush`], every 100 ms).
+
+use std::cell::Cell;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::limiter::LimiterCounters;
 use sluice_core::report::RuleCounts;
 
-/// One Envoy counter. Defining can fail on a misbehaving host; such a counter is simply
-/// not recorded rather than taking the filter down.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Counter(Option<u32>);
+/// One Envoy counter with a local, not yet flushed count. Defining can fail on a
+/// misbehaving host; such a counter is simply not recorded rather than taking the filter
+/// down.
+#[derive(Debug, Default)]
+pub struct Counter {
+    id: Option<u32>,
+    pending: Cell<u64>,
+}
 
 impl Counter {
     fn define(name: &str) -> Counter {
-        match hostcalls::define_metric(MetricType::Counter, name) {
-            Ok(id) => Counter(Some(id)),
-            Err(status) => {
-                log::error!("cannot define metric {name}: {status:?}");
-                Counter(None)
-            }
+        let id = hostcalls::define_metric(MetricType::Counter, name)
+            .map_err(|status| log::error!("cannot define metric {name}: {status:?}"))
+            .ok();
+        Counter {
+            id,
+            pending: Cell::new(0),
         }
     }
 
-    pub fn add(self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        if let Some(id) = self.0 {
+    pub fn add(&self, n: u64) {
+        self.pending.set(self.pending.get().saturating_add(n));
+    }
+
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Hands the local count to Envoy.
+    pub fn flush(&self) {
+        let n = self.pending.replace(0);
+        if let (Some(id), true) = (self.id, n > 0) {
             // Nothing useful can be done if the host refuses an increment.
             let _ = hostcalls::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
         }
-    }
-
-    pub fn inc(self) {
-        self.add(1);
     }
 }
 
@@ -65,7 +77,7 @@ impl Gauge {
 /// `sluice envoy-config` writes turns the rule id into a `sluice_rule` tag, so Prometheus
 /// sees `sluice_rule_denied_total{sluice_rule="api-per-key"}`. Dots in a rule id become
 /// `_` (Envoy's tag extraction splits names on dots).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct RuleCounters {
     pub allowed: Counter,
     pub denied: Counter,
@@ -87,17 +99,23 @@ impl RuleCounters {
         }
     }
 
+    /// Adds one flush interval's counts and hands them to Envoy.
     pub fn add(&self, counts: &RuleCounts) {
-        self.allowed.add(counts.allowed);
-        self.denied.add(counts.denied);
-        self.shadow_denied.add(counts.shadow_denied);
-        self.near_limit.add(counts.near_limit);
-        self.fail_open.add(counts.fail_open);
+        for (counter, n) in [
+            (&self.allowed, counts.allowed),
+            (&self.denied, counts.denied),
+            (&self.shadow_denied, counts.shadow_denied),
+            (&self.near_limit, counts.near_limit),
+            (&self.fail_open, counts.fail_open),
+        ] {
+            counter.add(n);
+            counter.flush();
+        }
     }
 }
 
 /// The control service's metrics (one instance, on the main thread).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct ControlMetrics {
     /// Polls sent to the admin API.
     pub polls: Counter,
@@ -116,6 +134,20 @@ pub struct ControlMetrics {
 }
 
 impl ControlMetrics {
+    /// Hands every local count to Envoy.
+    pub fn flush(&self) {
+        for counter in [
+            &self.polls,
+            &self.errors,
+            &self.updates,
+            &self.refused,
+            &self.reports_sent,
+            &self.reports_dropped,
+        ] {
+            counter.flush();
+        }
+    }
+
     pub fn define() -> ControlMetrics {
         ControlMetrics {
             polls: Counter::define("sluice_control_polls_total"),
@@ -130,7 +162,7 @@ impl ControlMetrics {
 }
 
 /// Every counter the filter keeps.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct Metrics {
     /// Requests the filter saw.
     pub requests: Counter,
@@ -185,6 +217,30 @@ impl Metrics {
             config_errors: Counter::define("sluice_config_errors_total"),
             rulesets_applied: Counter::define("sluice_rulesets_applied_total"),
             batches_dropped: Counter::define("sluice_report_batches_dropped_total"),
+        }
+    }
+
+    /// Hands every local count to Envoy.
+    pub fn flush(&self) {
+        for counter in [
+            &self.requests,
+            &self.allowed,
+            &self.denied,
+            &self.shadow_denied,
+            &self.near_limit,
+            &self.fail_open,
+            &self.fail_closed,
+            &self.errors,
+            &self.cas_contention,
+            &self.slot_shared,
+            &self.slot_evictions,
+            &self.slot_corrupt,
+            &self.key_missing,
+            &self.config_errors,
+            &self.rulesets_applied,
+            &self.batches_dropped,
+        ] {
+            counter.flush();
         }
     }
 

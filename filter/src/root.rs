@@ -49,8 +49,8 @@ impl Shared {
         self.config.borrow().clone()
     }
 
-    pub fn metrics(&self) -> Metrics {
-        *self.metrics.borrow()
+    pub fn metrics(&self) -> std::cell::Ref<'_, Metrics> {
+        self.metrics.borrow()
     }
 }
 
@@ -120,6 +120,7 @@ impl RootContext for SluiceRoot {
             Part::Filter(filter) => {
                 filter.follow_pushed_ruleset();
                 filter.flush_statistics();
+                filter.shared.metrics().flush();
             }
             Part::Control(Some(control)) => control.on_tick(),
             Part::Control(None) | Part::Unconfigured => {}
@@ -172,7 +173,8 @@ impl FilterRoot {
             *self.shared.metrics.borrow_mut() = Metrics::define();
             self.metrics_defined = true;
         }
-        let metrics = self.shared.metrics();
+        let shared = Rc::clone(&self.shared);
+        let metrics = shared.metrics();
         let bytes = match bytes {
             Ok(bytes) => bytes.unwrap_or_default(),
             Err(status) => {

@@ -336,12 +336,29 @@ impl Envoy {
     }
 
     /// A counter that must exist. The filter's counters are `wasmcustom.NAME`, summed over
-    /// the workers by Envoy.
+    /// the workers by Envoy. The filter hands its counts to Envoy on a timer (every 100 ms
+    /// in the workers, 250 ms in the control service), so for those this reads until the
+    /// value has stood still for longer than that.
     pub fn counter(&self, name: &str) -> u64 {
-        self.stat(name).unwrap_or_else(|| {
-            let wasm: Vec<String> = self.stats_matching("^wasmcustom\\.").into_keys().collect();
-            panic!("Envoy has no stat {name}; the filter's stats are: {wasm:?}")
-        })
+        let read = || {
+            self.stat(name).unwrap_or_else(|| {
+                let wasm: Vec<String> = self.stats_matching("^wasmcustom\\.").into_keys().collect();
+                panic!("Envoy has no stat {name}; the filter's stats are: {wasm:?}")
+            })
+        };
+        if !name.starts_with("wasmcustom.") {
+            return read();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut value = read();
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let next = read();
+            if next == value || Instant::now() > deadline {
+                return next;
+            }
+            value = next;
+        }
     }
 
     /// Connections accepted by each worker (`listener.sluice_ingress.worker_N.downstream_cx_total`),

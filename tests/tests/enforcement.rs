@@ -291,6 +291,8 @@ fn metrics_are_exported_to_prometheus() {
     );
     let client = Client::connect(envoy.listener_addr(), 1);
     client.run((0..5).map(|_| Req::get("/")));
+    // The filter hands its counts to Envoy on a timer; wait until they have settled.
+    assert_eq!(envoy.counter("wasmcustom.sluice_requests_total"), 5);
     let text = envoy.admin_get("/stats/prometheus");
     let value = |name: &str| {
         text.lines()

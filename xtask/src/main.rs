@@ -4,7 +4,9 @@
 mod apt;
 mod bench;
 mod cmd;
+mod dashboard;
 mod demo;
+mod demo_load;
 mod dist;
 mod envoy;
 mod libtest;
@@ -35,13 +37,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Build the filter (wasm32) and the `sluice` binary into target/dist/.
+    /// Build the filter and the dashboard (wasm32) and the `sluice` binary into target/dist/.
     Build,
+    /// Build only the dashboard bundle into dashboard/dist/ (a debug `sluice serve` reads it
+    /// from there at run time: rebuild, then reload the page).
+    Dashboard,
     /// Run the whole suite: build, unit and property tests, integration tests against Envoy.
     Test(suite::TestArgs),
     /// cargo fmt --check and clippy (host crates, and the filter for wasm32 where possible).
     Lint,
-    /// Run Envoy with the filter in front of an echo server until Ctrl-C.
+    /// Run the admin API with the dashboard, and Envoy following it with demo traffic, until Ctrl-C.
     Demo(demo::DemoArgs),
     /// Find or install Envoy and print its path.
     Envoy,
@@ -68,6 +73,12 @@ fn run(task: &Task) -> Result<()> {
             cmd::step("built");
             cmd::note(dist.filter_wasm.display());
             cmd::note(dist.sluice_bin.display());
+            Ok(())
+        }
+        Task::Dashboard => {
+            let bundle = dashboard::build(toolchain::WasmRoute::select()?)?;
+            cmd::step("built");
+            cmd::note(bundle.dir.display());
             Ok(())
         }
         Task::Test(args) => suite::test(args),

@@ -5,7 +5,8 @@
 //! * **fill**: a limit of 10 per hour, so every client stays "active" (below full capacity)
 //!   for the whole phase and no slot is reclaimed. Sending F distinct clients (F = half the
 //!   table, so that almost none has to share) creates about F slot keys; the RSS growth
-//!   divided by that count is the cost of one tracked client.
+//!   divided by that count is the cost of one tracked client. This table is larger than the
+//!   churn's ([`FILL_SLOTS`]) so that the growth stands well above RSS noise.
 //! * **churn**: a limit of 10 per second and a stream of clients that never repeat, in
 //!   segments with RSS checkpoints, up to 1,000,000 clients (fewer in quick mode).
 
@@ -26,6 +27,8 @@ const WORKERS: u32 = 2;
 /// Load-generator threads and connections in the memory runs.
 const THREADS: u32 = 1;
 const CONNECTIONS: u32 = 32;
+/// Slots of the fill run's table; it is filled to half.
+pub const FILL_SLOTS: u32 = 262_144;
 
 #[derive(Debug, Clone)]
 pub struct Fill {
@@ -59,6 +62,7 @@ pub struct Checkpoint {
 #[derive(Debug, Clone)]
 pub struct MemoryResults {
     pub slots: u32,
+    pub fill_slots: u32,
     pub fill: Fill,
     pub target_clients: u64,
     pub checkpoints: Vec<Checkpoint>,
@@ -95,6 +99,7 @@ impl MemoryResults {
         json!({
             "slots": self.slots,
             "fill": {
+                "slots": self.fill_slots,
                 "clients": self.fill.clients,
                 "requests": self.fill.requests,
                 "slot_shared": self.fill.shared,
@@ -146,7 +151,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
     let settings = &bench.settings;
     let slots = settings.slots;
     let mut commands = Vec::new();
-    let start = |name: &str, rules: &Value, commands: &mut Vec<String>| -> Result<Envoy> {
+    let start = |name: &str, rules: &Value, slots: u32, commands: &mut Vec<String>| {
         let bootstrap = bench
             .generator
             .write(name, rules, slots, WORKERS, FilterChain::Sluice)?;
@@ -160,14 +165,19 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         })?;
         commands.push(bootstrap.command);
         commands.push(envoy.command.clone());
-        Ok(envoy)
+        Ok::<Envoy, anyhow::Error>(envoy)
     };
     // Phase 1: bytes per tracked client.
-    let fill_clients = u64::from(slots / 2);
+    let fill_clients = u64::from(FILL_SLOTS / 2);
     step(format!(
-        "memory, slot fill: {fill_clients} distinct active clients into a {slots}-slot table"
+        "memory, slot fill: {fill_clients} distinct active clients into a {FILL_SLOTS}-slot table"
     ));
-    let mut envoy = start("memory-fill", &rule("fill", 10, "hour"), &mut commands)?;
+    let mut envoy = start(
+        "memory-fill",
+        &rule("fill", 10, "hour"),
+        FILL_SLOTS,
+        &mut commands,
+    )?;
     run_wrk(
         bench,
         &envoy.url("/"),
@@ -177,10 +187,9 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
     let rss_before = settled_rss(&envoy)?;
     let shared_before = envoy.stat("wasmcustom.sluice_slot_shared_total")?;
     let requests_before = envoy.stat("wasmcustom.sluice_requests_total")?;
-    // Long enough to send every client at least once at a modest 4,000 requests/s.
-    let duration = settings
-        .memory_segment
-        .max(Duration::from_secs(fill_clients / 4_000 + 1));
+    // Long enough to send every client at least once at a modest 10,000 requests/s, and
+    // short enough that none sends more than its 10 requests at this machine's ~50,000.
+    let duration = Duration::from_secs(fill_clients / 10_000 + 1);
     let fill_run = run_wrk(
         bench,
         &envoy.url("/"),
@@ -222,7 +231,12 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         "memory, churn: {target} distinct clients through a {slots}-slot table, RSS every {} s",
         settings.memory_segment.as_secs()
     ));
-    let mut envoy = start("memory-churn", &rule("churn", 10, "second"), &mut commands)?;
+    let mut envoy = start(
+        "memory-churn",
+        &rule("churn", 10, "second"),
+        slots,
+        &mut commands,
+    )?;
     run_wrk(
         bench,
         &envoy.url("/"),
@@ -283,6 +297,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
     })));
     Ok(MemoryResults {
         slots,
+        fill_slots: FILL_SLOTS,
         fill,
         target_clients: target,
         checkpoints,

@@ -25,20 +25,34 @@ const TOP: usize = 15;
 
 #[derive(Debug, Clone)]
 pub struct ProfileResults {
-    /// `hot_path all` output: native ns per request for each scenario.
+    /// `hot_path all` output: native ns per request for each scenario, by stage.
     pub timing: Vec<String>,
-    /// `(scenario, top functions by exclusive instructions)`.
-    pub callgrind: Vec<(String, Vec<String>)>,
+    pub callgrind: Vec<ScenarioProfile>,
     pub commands: Vec<String>,
     /// Why callgrind was skipped, if it was.
     pub skipped: Option<String>,
+}
+
+/// Callgrind's view of one scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioProfile {
+    pub scenario: String,
+    /// The top functions by exclusive instructions (where the instructions execute).
+    pub exclusive: Vec<String>,
+    /// The project's own functions (and the few library ones that matter) by inclusive
+    /// instructions: which part of the request's work the time belongs to.
+    pub inclusive: Vec<String>,
 }
 
 impl ProfileResults {
     pub fn to_json(&self) -> Value {
         json!({
             "native_timing": self.timing,
-            "callgrind": self.callgrind.iter().map(|(s, top)| json!({"scenario": s, "top_exclusive": top})).collect::<Vec<_>>(),
+            "callgrind": self.callgrind.iter().map(|p| json!({
+                "scenario": p.scenario,
+                "top_exclusive": p.exclusive,
+                "inclusive": p.inclusive,
+            })).collect::<Vec<_>>(),
             "commands": self.commands,
             "skipped": self.skipped,
         })
@@ -93,7 +107,7 @@ pub fn run(dir: &std::path::Path) -> Result<ProfileResults> {
         run.arg("--tool=callgrind")
             .arg(format!("--callgrind-out-file={}", out.display()))
             .arg(&binary)
-            .args([scenario, CALLGRIND_ITERATIONS])
+            .args([scenario, CALLGRIND_ITERATIONS, "whole"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         commands.push(cmd::display(&run));
@@ -103,14 +117,20 @@ pub fn run(dir: &std::path::Path) -> Result<ProfileResults> {
             ));
             continue;
         }
-        let mut annotate = Command::new("callgrind_annotate");
-        annotate.arg("--inclusive=no").arg(&out);
-        let text = cmd::probe(&mut annotate).unwrap_or_default();
-        let top = top_functions(&text, TOP);
-        for line in &top {
+        let mut exclusive = Command::new("callgrind_annotate");
+        exclusive.arg("--inclusive=no").arg(&out);
+        let exclusive = top_functions(&cmd::probe(&mut exclusive).unwrap_or_default(), TOP);
+        let mut inclusive = Command::new("callgrind_annotate");
+        inclusive.arg("--inclusive=yes").arg(&out);
+        let inclusive = parts(&cmd::probe(&mut inclusive).unwrap_or_default(), TOP);
+        for line in &inclusive {
             note(format!("({scenario}) {line}"));
         }
-        callgrind.push((scenario.to_string(), top));
+        callgrind.push(ScenarioProfile {
+            scenario: scenario.to_string(),
+            exclusive,
+            inclusive,
+        });
     }
     Ok(ProfileResults {
         timing,
@@ -149,6 +169,33 @@ fn top_functions(annotate: &str, n: usize) -> Vec<String> {
         })
         .take(n)
         .collect()
+}
+
+/// From `callgrind_annotate --inclusive=yes`: the whole-function lines (those naming the
+/// binary) of the project's code and the library functions that show up in its hot path,
+/// each once, highest first.
+fn parts(annotate: &str, n: usize) -> Vec<String> {
+    const INTERESTING: [&str; 5] = [
+        "sluice_core::",
+        "hot_path::main",
+        "Clone>::clone",
+        "serde_json::value::Value as core::fmt::Display",
+        "alloc::fmt::format",
+    ];
+    let mut seen = std::collections::HashSet::new();
+    top_functions(
+        &annotate
+            .lines()
+            .filter(|l| l.trim_end().ends_with(']'))
+            .filter(|l| INTERESTING.iter().any(|i| l.contains(i)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        usize::MAX,
+    )
+    .into_iter()
+    .filter(|line| seen.insert(line.split_once('%').map_or("", |(_, f)| f).to_string()))
+    .take(n)
+    .collect()
 }
 
 /// Drops hash suffixes and long generic paths: `<a::B as c::D>::e::h1234` -> `<B as D>::e`.

@@ -504,8 +504,12 @@ impl Report<'_> {
         out
     }
 
-    /// The `## Benchmarks` section for README.md.
+    /// The `## Benchmarks` section for README.md, prose wrapped like the rest of the file.
     pub fn readme_section(&self) -> String {
+        wrap_prose(&self.readme_text(), 90)
+    }
+
+    fn readme_text(&self) -> String {
         let mut md = String::new();
         let m = &self.bench.machine;
         let _ = writeln!(md, "{README_HEADING}\n");
@@ -643,23 +647,24 @@ fn memory_section(m: &MemoryResults, quick: bool) -> String {
     let f = &m.fill;
     let _ = writeln!(
         md,
-        "Both runs: Envoy `--concurrency 2`, a table of {} slots, one rule keyed on \
-         `x-api-key`, wrk `-t1 -c32` with a Lua script giving every request the key it \
-         needs. RSS is `VmRSS` from `/proc/<pid>/status`, read after a second's rest.\n",
-        group(u64::from(m.slots))
+        "Two Envoys, `--concurrency 2`, one rule keyed on `x-api-key`; wrk `-t1 -c32` with a \
+         Lua script giving every request the key it needs. RSS is `VmRSS` from \
+         `/proc/<pid>/status`, read after a second's rest.\n"
     );
     let _ = writeln!(
         md,
-        "**Bytes per tracked client.** A limit of 10 per hour keeps every client below full \
-         capacity for the whole run, so no slot is reclaimed: {} distinct clients (half the \
-         table, so almost none has to share) over {} requests created about {:.0} slot keys \
+        "**Bytes per tracked client.** A table of {} slots (larger than the churn run's, so \
+         the growth stands well above RSS noise) and a limit of 10 per hour, which keeps every \
+         client below full capacity for the whole run, so no slot is reclaimed: {} distinct \
+         clients (half the table, so few have to share) over {} requests created about {} slot keys \
          ({} requests found every probed slot busy and shared one). RSS went from {:.1} MiB to \
          {:.1} MiB: **{:.0} bytes per tracked client**, all of Envoy's costs included (the \
          shared-data map entry, the key string, the slot value, allocator overhead). A full \
          {}-slot table therefore holds about {:.1} MiB.\n",
+        group(u64::from(m.fill_slots)),
         group(f.clients),
         group(f.requests),
-        f.slots_used(),
+        group(f.slots_used().round() as u64),
         group(f.shared),
         f.rss_before as f64 / MIB,
         f.rss_after as f64 / MIB,
@@ -669,8 +674,10 @@ fn memory_section(m: &MemoryResults, quick: bool) -> String {
     );
     let _ = writeln!(
         md,
-        "**{} distinct clients.** A limit of 10 per second; every request a new client.{}\n",
+        "**{} distinct clients.** A table of {} slots, a limit of 10 per second, every request \
+         a new client.{}\n",
         group(m.clients()),
+        group(u64::from(m.slots)),
         if quick {
             " (Quick mode: fewer clients than the full run's 1,000,000.)"
         } else {
@@ -733,7 +740,8 @@ fn profile_section(p: &ProfileResults) -> String {
     md.push_str(
         "`core/examples/hot_path.rs` repeats what the filter does per request outside the host \
          calls: header pairs to `HttpRequest`, `Ruleset::decide` against `MemoryStore`, the \
-         rate-limit headers (or the denial body). Native, on the host CPU:\n\n```\n",
+         rate-limit headers (or the denial body). Native, on the host CPU, timed in three \
+         loops that each do one stage more, so each stage's cost is a difference of loops:\n\n```\n",
     );
     for line in &p.timing {
         let _ = writeln!(md, "{line}");
@@ -742,18 +750,62 @@ fn profile_section(p: &ProfileResults) -> String {
     if let Some(why) = &p.skipped {
         let _ = writeln!(md, "\nCallgrind skipped: {why}.");
     }
-    for (scenario, top) in &p.callgrind {
+    if !p.callgrind.is_empty() {
+        md.push_str(
+            "\nUnder callgrind (built without LTO, so small functions are inlined into their \
+             callers; percentages of all instructions of the run). *Inclusive*: which part of \
+             the request's work the instructions belong to (`Vec`/`String` clones stand for \
+             the header pairs the host hands the filter). *Exclusive*: where they execute.\n",
+        );
+    }
+    for profile in &p.callgrind {
         let _ = writeln!(
             md,
-            "\nScenario ({scenario}) under callgrind, functions by exclusive instructions \
-             (built without LTO, so some small functions are inlined into their callers):\n\n```"
+            "\nScenario ({}), inclusive | exclusive:\n\n```",
+            profile.scenario
         );
-        for line in top {
-            let _ = writeln!(md, "{line}");
+        let rows = profile.inclusive.len().max(profile.exclusive.len());
+        for row in 0..rows {
+            let left = profile.inclusive.get(row).map_or("", String::as_str);
+            let right = profile.exclusive.get(row).map_or("", String::as_str);
+            let _ = writeln!(md, "{left:<62} | {right}");
         }
         md.push_str("```\n");
     }
     md
+}
+
+/// Wraps paragraph lines at `width` columns, leaving headings, tables, lists and code
+/// blocks as they are.
+fn wrap_prose(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / width);
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        let keep = in_code || line.len() <= width || line.starts_with(['#', '|', '-', '`', ' ']);
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let mut current = String::new();
+        for word in line.split(' ') {
+            if !current.is_empty() && current.chars().count() + 1 + word.chars().count() > width {
+                out.push_str(&current);
+                out.push('\n');
+                current.clear();
+            }
+            if !current.is_empty() {
+                current.push(' ');
+            }
+            current.push_str(word);
+        }
+        out.push_str(&current);
+        out.push('\n');
+    }
+    out
 }
 
 /// `1234567` -> `1,234,567`.
@@ -813,6 +865,20 @@ fn replace_section(text: &str, section: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prose_is_wrapped_and_tables_are_not() {
+        let table = format!("| {} |", "x ".repeat(60));
+        let text = format!("{}\n{table}\n", "word ".repeat(30).trim_end());
+        let wrapped = wrap_prose(&text, 40);
+        let lines: Vec<&str> = wrapped.lines().collect();
+        assert!(lines.iter().all(|l| l.len() <= 40 || l.starts_with('|')));
+        assert_eq!(lines.last(), Some(&table.as_str()));
+        assert_eq!(
+            wrapped.replace('\n', " ").split_whitespace().count(),
+            text.split_whitespace().count()
+        );
+    }
 
     #[test]
     fn thousands_are_grouped() {

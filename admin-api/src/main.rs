@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -14,6 +15,7 @@ use sluice_admin::envoy_config::{
     self, AdminConnection, AdminUrl, DEFAULT_ENVOY_ADMIN, EnvoyConfigError, EnvoyConfigOptions,
     PluginConfig, Upstream,
 };
+use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::rules_file::{self, RulesFormat};
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
 use sluice_admin::store::{Actor, Role, Store, StoreError, rfc3339};
@@ -71,6 +73,18 @@ struct ServeArgs {
 
     #[command(flatten)]
     db: DatabaseArgs,
+
+    /// How long 10-second metric buckets are kept (e.g. 24h, 3d).
+    #[arg(long = "retention-10s", value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+    retention_10s: Duration,
+
+    /// How long 1-minute metric buckets are kept.
+    #[arg(long = "retention-1m", value_name = "DURATION", default_value = "14d", value_parser = humantime::parse_duration)]
+    retention_1m: Duration,
+
+    /// How long 1-hour metric buckets are kept.
+    #[arg(long = "retention-1h", value_name = "DURATION", default_value = "400d", value_parser = humantime::parse_duration)]
+    retention_1h: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -332,7 +346,13 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         }
     }
     let signals = ShutdownSignals::install().context("installing signal handlers")?;
-    let state = AppState::new(store.clone())
+    let metrics = MetricsConfig {
+        retention_10s: args.retention_10s,
+        retention_1m: args.retention_1m,
+        retention_1h: args.retention_1h,
+        ..MetricsConfig::default()
+    };
+    let state = AppState::with_metrics_config(store.clone(), metrics)
         .await
         .context("reading the current ruleset version")?;
     let server = server::start(state, args.listen)

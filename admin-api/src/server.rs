@@ -20,6 +20,8 @@ pub struct Server {
     addr: SocketAddr,
     state: AppState,
     task: JoinHandle<io::Result<()>>,
+    /// The metrics pipeline's flusher and retention.
+    pipeline: JoinHandle<()>,
 }
 
 /// Binds `listen` (port 0: any free port) and serves the API in a background task until
@@ -39,7 +41,19 @@ pub async fn start(state: AppState, listen: SocketAddr) -> io::Result<Server> {
         .with_graceful_shutdown(async move { stopping.shutting_down().await })
         .await
     });
-    Ok(Server { addr, state, task })
+    let background = state.clone();
+    let pipeline = tokio::spawn(async move {
+        background
+            .pipeline()
+            .run(background.store(), background.shutting_down())
+            .await;
+    });
+    Ok(Server {
+        addr,
+        state,
+        task,
+        pipeline,
+    })
 }
 
 impl Server {
@@ -52,10 +66,21 @@ impl Server {
         &self.state
     }
 
-    /// Stops taking connections, ends held long-polls, waits for in-flight requests.
+    /// Stops taking connections, ends held long-polls and metric streams, waits for
+    /// in-flight requests, then writes the metrics accepted since the last flush.
     pub async fn stop(self) -> io::Result<()> {
         self.state.shutdown();
-        self.task.await.map_err(io::Error::other)?
+        let served = self.task.await.map_err(io::Error::other)?;
+        // The flusher stops at the signal; the final flush comes after the last request,
+        // so every report answered 204 is written.
+        self.pipeline.await.map_err(io::Error::other)?;
+        let flushed = self
+            .state
+            .pipeline()
+            .final_flush(self.state.store())
+            .await
+            .map_err(|e| io::Error::other(format!("writing the last metrics: {e}")));
+        served.and(flushed.map(|_| ()))
     }
 }
 

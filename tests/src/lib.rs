@@ -24,6 +24,7 @@
 
 mod admin;
 mod artifacts;
+pub mod browser;
 mod client;
 mod envoy;
 mod upstream;

@@ -1,25 +1,34 @@
-//! `cargo xtask demo`: Envoy with the Sluice filter in front of a small echo server, running
-//! until Ctrl-C.
+//! `cargo xtask demo`: the whole product on one machine, until Ctrl-C.
+//!
+//! The admin API with the dashboard (a fresh SQLite file under `target/demo/`), the rules of
+//! `examples/rules.yaml` applied through its API, an Envoy with the filter that follows it
+//! (a proxy token made with the CLI), an echo upstream behind Envoy, and a bounded demo load
+//! generator so the dashboard shows live traffic. Everything binds loopback addresses.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cmd::{self, note, step};
 use crate::dist::Dist;
-use crate::{dist, envoy, upstream};
+use crate::{demo_load, dist, envoy, upstream};
 
 /// How long Envoy may take to load the config and start the wasm VMs.
 const READY_LIMIT: Duration = Duration::from_secs(30);
 /// How long Envoy may take to drain and exit after `/quitquitquit`.
 const STOP_LIMIT: Duration = Duration::from_secs(10);
+/// How long the admin API may take to migrate its database and listen.
+const ADMIN_START_LIMIT: Duration = Duration::from_secs(30);
+/// The name the demo's Envoy polls under, as the dashboard lists it.
+const PROXY_ID: &str = "demo-envoy";
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -34,6 +43,23 @@ pub struct DemoArgs {
     /// Envoy's admin interface (loopback only).
     #[arg(long, default_value = "127.0.0.1:9901")]
     envoy_admin: SocketAddr,
+
+    /// The admin API and the dashboard (loopback only).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    admin_listen: SocketAddr,
+
+    /// How long the demo load generator runs, in minutes (0: no generated traffic).
+    #[arg(long, default_value_t = 30)]
+    load_minutes: u64,
+}
+
+/// What the running demo is made of.
+struct Setup {
+    sluice: PathBuf,
+    envoy: PathBuf,
+    filter: PathBuf,
+    database: String,
+    admin_token: String,
 }
 
 pub fn demo(args: &DemoArgs) -> Result<()> {
@@ -41,15 +67,46 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     // Fail on busy ports before a long build, and keep the upstream's port once we have it.
     let upstream_listener = check_ports(args, upstream_addr)?;
 
-    let dist = dist::build().context("step `build` failed")?;
+    let Dist {
+        filter_wasm,
+        sluice_bin,
+    } = dist::build().context("step `build` failed")?;
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
-    let config = write_envoy_config(args, upstream_addr, &dist)?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let demo_dir = cmd::project_root().join("target").join("demo");
+    step(format!("preparing {}", demo_dir.display()));
+    std::fs::create_dir_all(&demo_dir)
+        .with_context(|| format!("creating {}", demo_dir.display()))?;
+    let db_file = demo_dir.join("sluice.db");
+    // A fresh database each run: version 1 is the example rules, as in the README.
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db_file.clone().into_os_string();
+        name.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(name));
+    }
+    let setup = Setup {
+        sluice: sluice_bin,
+        envoy,
+        filter: filter_wasm,
+        database: format!("sqlite://{}", db_file.display()),
+        admin_token: random_token(),
+    };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(args, upstream_listener, &envoy, &config))
+    runtime.block_on(run(args, upstream_listener, &setup, &demo_dir))
+}
+
+/// A token only this run knows: 128 bits from the standard library's randomly keyed
+/// hasher (seeded by the operating system).
+fn random_token() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let a = RandomState::new().hash_one(std::process::id());
+    let b = RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("slc_demo_{a:016x}{b:016x}")
 }
 
 fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener> {
@@ -57,6 +114,7 @@ fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener
     let endpoints = [
         ("--listen", args.listen),
         ("--envoy-admin", args.envoy_admin),
+        ("--admin-listen", args.admin_listen),
         ("--upstream-port", upstream_addr),
     ];
     for (flag, addr) in endpoints {
@@ -81,62 +139,132 @@ fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener
             )
         })
     };
-    // Envoy binds these itself; a probe bind now turns its obscure failure into a clear one.
+    // Envoy and the admin API bind these themselves; a probe bind now turns their obscure
+    // failures into a clear one.
     drop(bind("--listen", args.listen)?);
     drop(bind("--envoy-admin", args.envoy_admin)?);
+    drop(bind("--admin-listen", args.admin_listen)?);
     let upstream = bind("--upstream-port", upstream_addr)?;
     note(format!(
-        "free: {} (Envoy), {} (Envoy admin), {upstream_addr} (upstream)",
-        args.listen, args.envoy_admin
+        "free: {} (Envoy), {} (Envoy admin), {} (admin API and dashboard), {upstream_addr} (upstream)",
+        args.listen, args.envoy_admin, args.admin_listen
     ));
     Ok(upstream)
 }
 
-fn write_envoy_config(args: &DemoArgs, upstream_addr: SocketAddr, dist: &Dist) -> Result<PathBuf> {
-    let root = cmd::project_root();
-    let rules = root.join("examples").join("rules.yaml");
-    let demo_dir = root.join("target").join("demo");
+/// `sluice token create --role ROLE --name NAME`: the secret it prints.
+fn create_token(setup: &Setup, role: &str, name: &str) -> Result<String> {
+    let out = cmd::output(Command::new(&setup.sluice).args([
+        "token",
+        "create",
+        "--role",
+        role,
+        "--name",
+        name,
+        "--database",
+        &setup.database,
+    ]))
+    .with_context(|| format!("creating the {role} token"))?;
+    Ok(out.trim().to_string())
+}
+
+fn write_envoy_config(
+    args: &DemoArgs,
+    upstream_addr: SocketAddr,
+    setup: &Setup,
+    proxy_token: &str,
+    demo_dir: &Path,
+) -> Result<PathBuf> {
     let config = demo_dir.join("envoy.yaml");
     step(format!("writing the Envoy config {}", config.display()));
-    if !rules.is_file() {
-        bail!(
-            "{} is missing: the demo's rate-limit rules",
-            rules.display()
-        );
-    }
+    // No static rules: Envoy takes them from the admin API, pushed within a second of a change.
     let yaml = cmd::output(
-        Command::new(&dist.sluice_bin)
-            .current_dir(&root)
+        Command::new(&setup.sluice)
+            .current_dir(cmd::project_root())
             .arg("envoy-config")
             .arg("--listen")
             .arg(args.listen.to_string())
             .arg("--upstream")
             .arg(upstream_addr.to_string())
             .arg("--filter")
-            .arg(&dist.filter_wasm)
-            .arg("--rules")
-            .arg(&rules)
+            .arg(&setup.filter)
             .args(["--concurrency", "2"])
             .arg("--envoy-admin")
-            .arg(args.envoy_admin.to_string()),
+            .arg(args.envoy_admin.to_string())
+            .arg("--admin-url")
+            .arg(format!("http://{}", args.admin_listen))
+            .args(["--proxy-token", proxy_token, "--proxy-id", PROXY_ID]),
     )
     .context("step `sluice envoy-config` failed")?;
-    std::fs::create_dir_all(&demo_dir)
-        .with_context(|| format!("creating {}", demo_dir.display()))?;
     std::fs::write(&config, yaml).with_context(|| format!("writing {}", config.display()))?;
     Ok(config)
+}
+
+async fn start_admin(
+    args: &DemoArgs,
+    setup: &Setup,
+    demo_dir: &Path,
+) -> Result<tokio::process::Child> {
+    step(format!(
+        "starting the admin API and dashboard on {}",
+        args.admin_listen
+    ));
+    let log = demo_dir.join("sluice.log");
+    let log_file =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let mut command = Command::new(&setup.sluice);
+    command
+        .args([
+            "serve",
+            "--listen",
+            &args.admin_listen.to_string(),
+            "--database",
+            &setup.database,
+        ])
+        .env("SLUICE_ADMIN_TOKEN", &setup.admin_token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file);
+    note(format!(
+        "$ SLUICE_ADMIN_TOKEN=... {} serve --listen {} --database {}   (log: {})",
+        setup.sluice.display(),
+        args.admin_listen,
+        setup.database,
+        log.display()
+    ));
+    let mut child = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", setup.sluice.display()))?;
+    let stdout = child.stdout.take().context("the admin API's stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(ADMIN_START_LIMIT, lines.next_line()).await;
+    match first {
+        Ok(Ok(Some(line))) if line.starts_with("listening on ") => note(line),
+        Ok(Ok(other)) => bail!(
+            "the admin API did not start (it said {other:?}); see {}",
+            log.display()
+        ),
+        Ok(Err(e)) => bail!("reading the admin API's output: {e}"),
+        Err(_) => bail!(
+            "the admin API did not listen within {} s; see {}",
+            ADMIN_START_LIMIT.as_secs(),
+            log.display()
+        ),
+    }
+    // Keep draining stdout so the server never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(child)
 }
 
 async fn run(
     args: &DemoArgs,
     upstream_listener: TcpListener,
-    envoy: &Path,
-    config: &Path,
+    setup: &Setup,
+    demo_dir: &Path,
 ) -> Result<()> {
-    step(format!(
-        "starting the echo upstream on {}",
-        upstream_listener.local_addr().context("upstream address")?
-    ));
+    let upstream_addr = upstream_listener.local_addr().context("upstream address")?;
+    step(format!("starting the echo upstream on {upstream_addr}"));
     upstream_listener
         .set_nonblocking(true)
         .context("making the upstream listener non-blocking")?;
@@ -145,11 +273,29 @@ async fn run(
     let mut upstream = tokio::spawn(upstream::serve(listener));
 
     let mut signals = StopSignals::new()?;
+    let mut admin = start_admin(args, setup, demo_dir).await?;
+
+    step("creating tokens with the CLI (a proxy token for Envoy, a viewer token to try)");
+    let proxy_token = create_token(setup, "proxy", PROXY_ID)?;
+    let viewer_token = create_token(setup, "viewer", "demo-viewer")?;
+
+    step("applying examples/rules.yaml through the API (sluice rules apply)");
+    let rules = cmd::project_root().join("examples").join("rules.yaml");
+    cmd::run(
+        Command::new(&setup.sluice)
+            .args(["rules", "apply", "-f"])
+            .arg(&rules)
+            .env("SLUICE_URL", format!("http://{}", args.admin_listen))
+            .env("SLUICE_TOKEN", &setup.admin_token),
+    )
+    .context("step `sluice rules apply` failed")?;
+
+    let config = write_envoy_config(args, upstream_addr, setup, &proxy_token, demo_dir)?;
     step("starting Envoy");
-    let mut command = Command::new(envoy);
+    let mut command = Command::new(&setup.envoy);
     command
         .arg("-c")
-        .arg(config)
+        .arg(&config)
         .args(["--log-level", "warn"])
         // Hot restart would claim base id 0; a second Envoy (e.g. the integration tests')
         // could not start while the demo runs.
@@ -160,7 +306,7 @@ async fn run(
         // Never leave an Envoy behind holding the ports, whatever path leaves this function.
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {}", envoy.display()))?;
+        .with_context(|| format!("starting {}", setup.envoy.display()))?;
 
     tokio::select! {
         ready = wait_ready(args.envoy_admin) => ready?,
@@ -170,16 +316,59 @@ async fn run(
             return stop_envoy(args.envoy_admin, &mut envoy_process).await;
         }
     }
-    print_examples(args);
 
-    tokio::select! {
-        signal = signals.recv() => note(format!("{signal}: shutting down")),
-        status = envoy_process.wait() => bail!("Envoy exited unexpectedly ({})", describe(status)),
-        result = &mut upstream => bail!("the echo upstream stopped: {:?}", result),
+    let load_until = tokio::time::Instant::now() + Duration::from_secs(args.load_minutes * 60);
+    let mut load = tokio::spawn(demo_load::run(args.listen, load_until));
+    let mut load_running = args.load_minutes > 0;
+    if load_running {
+        step(format!(
+            "demo traffic: 6 clients through Envoy for {} min (alice, bob, carol, dave, erin and keyless static requests)",
+            args.load_minutes
+        ));
     }
+    print_info(args, setup, &viewer_token);
+
+    let outcome = loop {
+        tokio::select! {
+            signal = signals.recv() => {
+                note(format!("{signal}: shutting down"));
+                break Ok(());
+            }
+            // Ctrl-C in a terminal reaches Envoy and the admin API too (one process group):
+            // a clean exit is that, a failed one is a crash.
+            status = envoy_process.wait() => break match status {
+                Ok(s) if s.success() => Ok(()),
+                other => Err(anyhow::anyhow!("Envoy exited unexpectedly ({})", describe(other))),
+            },
+            status = admin.wait() => break match status {
+                Ok(s) if s.success() => Ok(()),
+                other => Err(anyhow::anyhow!(
+                    "the admin API exited unexpectedly ({}); see {}",
+                    describe(other),
+                    demo_dir.join("sluice.log").display()
+                )),
+            },
+            result = &mut upstream => break Err(anyhow::anyhow!("the echo upstream stopped: {result:?}")),
+            counts = &mut load, if load_running => {
+                load_running = false;
+                if let Ok(counts) = counts {
+                    note(format!(
+                        "demo traffic finished: {} allowed, {} throttled, {} other; the demo keeps running until Ctrl-C",
+                        counts.ok.load(Ordering::Relaxed),
+                        counts.throttled.load(Ordering::Relaxed),
+                        counts.other.load(Ordering::Relaxed)
+                    ));
+                }
+            }
+        }
+    };
+    load.abort();
     let stopped = stop_envoy(args.envoy_admin, &mut envoy_process).await;
+    step("stopping the admin API");
+    let _ = admin.start_kill();
+    let _ = admin.wait().await;
     upstream.abort();
-    stopped
+    outcome.and(stopped)
 }
 
 /// Ctrl-C and SIGTERM, caught from before Envoy starts so that neither leaves it running.
@@ -269,23 +458,33 @@ async fn admin_request(admin: SocketAddr, method: &str, path: &str) -> Result<St
         .with_context(|| format!("{method} {path} on {admin}"))
 }
 
-fn print_examples(args: &DemoArgs) {
+fn print_info(args: &DemoArgs, setup: &Setup, viewer_token: &str) {
     let listen = args.listen;
-    let admin = args.envoy_admin;
+    let admin = args.admin_listen;
     println!();
-    println!("Sluice demo is running. Try, from another terminal:");
+    println!("Sluice demo is running.");
+    println!();
+    println!("  Dashboard:    http://{admin}/");
+    println!("  Admin token:  {}", setup.admin_token);
+    println!("  Viewer token: {viewer_token}   (read-only: no edit controls)");
+    println!();
+    println!("Sign in with the admin token, edit a limit, and watch Envoy enforce it within a");
+    println!("second. From another terminal:");
     println!();
     println!("  # one request through Envoy and the filter");
     println!("  curl -si -H 'x-api-key: alice' http://{listen}/api/hello");
     println!();
-    println!("  # a burst: watch 200s turn into 429s once alice's bucket is empty");
+    println!("  # a burst: watch 200s turn into 429s once the bucket is empty");
     println!(
         "  for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' \
-         -H 'x-api-key: alice' http://{listen}/api/hello; done"
+         -H 'x-api-key: you' http://{listen}/api/hello; done"
     );
     println!();
-    println!("  # the filter's counters in Envoy");
-    println!("  curl -s http://{admin}/stats | grep wasmcustom");
+    println!("  # the same API the dashboard uses");
+    println!(
+        "  curl -s -H 'Authorization: Bearer {}' http://{admin}/api/v1/metrics/overview",
+        setup.admin_token
+    );
     println!();
     println!("Press Ctrl-C to stop.");
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 use crate::cmd::{self, step};
+use crate::dashboard;
 use crate::toolchain::WasmRoute;
 
 const FILTER_PACKAGE: &str = "sluice-filter";
@@ -23,8 +24,9 @@ pub fn dist_dir() -> PathBuf {
     cmd::project_root().join("target").join("dist")
 }
 
-/// Builds the filter (wasm32, release) and the `sluice` binary (host, release) into
-/// `target/dist/`. Cargo itself makes this incremental.
+/// Builds the filter (wasm32, release), the dashboard (wasm32, into `dashboard/dist/`, which
+/// the binary embeds) and the `sluice` binary (host, release) into `target/dist/`. Cargo
+/// itself makes this incremental.
 pub fn build() -> Result<Dist> {
     let route = WasmRoute::select()?;
 
@@ -36,6 +38,9 @@ pub fn build() -> Result<Dist> {
         .with_context(|| format!("building {FILTER_PACKAGE} for wasm32"))?;
     let filter_wasm = dist_dir().join(FILTER_ARTEFACT);
     cmd::copy_file(&wasm, &filter_wasm)?;
+
+    // Before the binary: it embeds the dashboard's files.
+    dashboard::build(route).context("building the dashboard")?;
 
     step(format!("building {ADMIN_PACKAGE} (release)"));
     let mut build = cmd::cargo();

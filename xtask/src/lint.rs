@@ -6,6 +6,7 @@ use crate::cmd::{self, note, step};
 use crate::toolchain::WasmRoute;
 
 const FILTER_PACKAGE: &str = "sluice-filter";
+const DASHBOARD_PACKAGE: &str = "sluice-dashboard";
 
 /// Runs every check, even after a failure, so one run shows all problems.
 pub fn lint() -> Result<()> {
@@ -23,7 +24,8 @@ pub fn lint() -> Result<()> {
         cmd::run(cmd::cargo().args(["fmt", "--all", "--check"])),
     );
 
-    // Every crate except the wasm-only filter: the default members plus the integration tests.
+    // Every crate except the wasm-only filter and dashboard: the default members plus the
+    // integration tests.
     step("clippy on the host crates");
     record(
         "clippy (host)",
@@ -34,17 +36,29 @@ pub fn lint() -> Result<()> {
                     "--workspace",
                     "--exclude",
                     FILTER_PACKAGE,
+                    "--exclude",
+                    DASHBOARD_PACKAGE,
                     "--all-targets",
                 ])
                 .args(["--", "-D", "warnings"]),
         ),
     );
 
-    step(format!("clippy on {FILTER_PACKAGE} for wasm32"));
+    step(format!(
+        "clippy on {FILTER_PACKAGE} and {DASHBOARD_PACKAGE} for wasm32"
+    ));
     match WasmRoute::select() {
         Ok(WasmRoute::Rustup) => {
             let mut clippy = WasmRoute::Rustup.cargo("clippy");
-            clippy.args(["--package", FILTER_PACKAGE, "--", "-D", "warnings"]);
+            clippy.args([
+                "--package",
+                FILTER_PACKAGE,
+                "--package",
+                DASHBOARD_PACKAGE,
+                "--",
+                "-D",
+                "warnings",
+            ]);
             record("clippy (wasm32)", cmd::run(&mut clippy));
         }
         Ok(WasmRoute::Debian) => {

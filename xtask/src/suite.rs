@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::cmd::{self, step};
 use crate::libtest::{self, TestCounts};
-use crate::{dist, envoy, postgres};
+use crate::{dashboard, dist, envoy, postgres};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -44,6 +44,8 @@ pub fn test(args: &TestArgs) -> Result<()> {
 fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
     let dist = dist::build().context("step `build` failed")?;
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
+    let (chromium, chromedriver) =
+        dashboard::ensure_browser().context("step `provision Chromium` failed")?;
     // Lives until the suite ends, passed or failed: dropping it stops the server.
     let postgres = postgres::for_tests().context("step `provision PostgreSQL` failed")?;
 
@@ -73,6 +75,8 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
         .env("SLUICE_FILTER_WASM", &dist.filter_wasm)
         .env("SLUICE_BIN", &dist.sluice_bin)
         .env(envoy::ENVOY_ENV, &envoy)
+        .env(dashboard::CHROMIUM_ENV, &chromium)
+        .env(dashboard::CHROMEDRIVER_ENV, &chromedriver)
         .envs(postgres.env());
     libtest::run_tests(&mut integration, counts).context("step `integration tests` failed")
 }

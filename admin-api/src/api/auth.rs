@@ -1,17 +1,24 @@
-//! Bearer-token authentication and role checks.
+//! Authentication (a bearer token, or the dashboard's session cookie) and role checks.
 //!
 //! A handler states what it needs in its signature, `Auth<WriteRules>`, and the extractor
 //! answers 401 or 403 before the request body is even read: a viewer posting a malformed
 //! rule learns that it may not write, not what is wrong with the rule.
+//!
+//! Scripts send `Authorization: Bearer TOKEN`. The dashboard signs in once
+//! (`POST /api/v1/session`) and then sends only its HttpOnly, SameSite=Strict session
+//! cookie, which acts as the token that opened it. When both are sent, the header wins.
 
 use std::marker::PhantomData;
 
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, header};
 
 use super::{ApiError, AppState};
-use crate::store::{Actor, Role, TokenInfo};
+use crate::store::{Actor, Role, TokenInfo, now_ms};
+
+/// The dashboard's session cookie.
+pub const SESSION_COOKIE: &str = "sluice_session";
 
 /// Something a role may or may not do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,16 +31,19 @@ pub enum Permission {
     PollRuleset,
     /// Create, list and revoke tokens.
     ManageTokens,
+    /// `POST /api/v1/reports`: a proxy's decision statistics.
+    SendReports,
 }
 
 impl Permission {
     /// What the permission allows, for 403 messages.
     fn describe(self) -> &'static str {
         match self {
-            Permission::Read => "read rules, versions, audit or proxies",
+            Permission::Read => "read rules, versions, audit, proxies or metrics",
             Permission::WriteRules => "change rules",
             Permission::PollRuleset => "poll the ruleset",
             Permission::ManageTokens => "manage tokens",
+            Permission::SendReports => "send reports",
         }
     }
 }
@@ -42,9 +52,15 @@ impl Permission {
 pub fn allows(role: Role, permission: Permission) -> bool {
     match role {
         Role::Admin => true,
-        Role::Editor => permission != Permission::ManageTokens,
+        Role::Editor => !matches!(
+            permission,
+            Permission::ManageTokens | Permission::SendReports
+        ),
         Role::Viewer => matches!(permission, Permission::Read | Permission::PollRuleset),
-        Role::Proxy => permission == Permission::PollRuleset,
+        Role::Proxy => matches!(
+            permission,
+            Permission::PollRuleset | Permission::SendReports
+        ),
     }
 }
 
@@ -61,6 +77,8 @@ pub struct WriteRules;
 pub struct PollRuleset;
 #[derive(Debug)]
 pub struct ManageTokens;
+#[derive(Debug)]
+pub struct SendReports;
 
 impl Need for Read {
     const PERMISSION: Permission = Permission::Read;
@@ -73,6 +91,9 @@ impl Need for PollRuleset {
 }
 impl Need for ManageTokens {
     const PERMISSION: Permission = Permission::ManageTokens;
+}
+impl Need for SendReports {
+    const PERMISSION: Permission = Permission::SendReports;
 }
 
 /// An authenticated caller whose role has permission `N`.
@@ -115,16 +136,81 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
     Ok(token)
 }
 
+/// The value of the session cookie, if the request carries one.
+pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.trim())
+        .filter(|value| !value.is_empty())
+}
+
+/// A cookie is sent by the browser whoever made the page, so a change made with one must
+/// come from the dashboard's own origin. SameSite=Strict already keeps other sites' requests
+/// cookie-less in current browsers; this is the second line of defence. Requests without
+/// an `Origin` header (not sent by a browser's cross-site request) pass.
+fn check_same_origin(parts: &Parts) -> Result<(), ApiError> {
+    if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let Some(origin) = parts.headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let same = match (origin.to_str().ok(), host) {
+        (Some(origin), Some(host)) => origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .is_some_and(|o| o.eq_ignore_ascii_case(host)),
+        _ => false,
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthenticated(
+            "the session cookie is accepted only from the dashboard's own origin",
+        ))
+    }
+}
+
+/// The active token behind a request: its bearer token, or else its session cookie.
+pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, ApiError> {
+    if parts.headers.contains_key(header::AUTHORIZATION) {
+        let secret = bearer(parts)?;
+        return state
+            .store()
+            .authenticate(secret)
+            .await?
+            .ok_or(ApiError::Unauthenticated("unknown or revoked token"));
+    }
+    let Some(session) = session_cookie(&parts.headers) else {
+        return Err(ApiError::Unauthenticated(
+            "missing Authorization header: send `Authorization: Bearer TOKEN` (or sign in to the dashboard)",
+        ));
+    };
+    check_same_origin(parts)?;
+    state
+        .store()
+        .session(session, now_ms())
+        .await?
+        .map(|s| s.token)
+        .ok_or(ApiError::Unauthenticated(
+            "the session has expired or was signed out: sign in again",
+        ))
+}
+
 impl<N: Need> FromRequestParts<AppState> for Auth<N> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let secret = bearer(parts)?;
-        let token = state
-            .store()
-            .authenticate(secret)
-            .await?
-            .ok_or(ApiError::Unauthenticated("unknown or revoked token"))?;
+        let token = authenticate(parts, state).await?;
         if !allows(token.role, N::PERMISSION) {
             return Err(ApiError::Forbidden {
                 role: token.role,
@@ -146,13 +232,14 @@ mod tests {
     fn the_role_matrix() {
         use Permission::*;
         let table = [
-            (Role::Admin, [true, true, true, true]),
-            (Role::Editor, [true, true, true, false]),
-            (Role::Viewer, [true, false, true, false]),
-            (Role::Proxy, [false, false, true, false]),
+            (Role::Admin, [true, true, true, true, true]),
+            (Role::Editor, [true, true, true, false, false]),
+            (Role::Viewer, [true, false, true, false, false]),
+            (Role::Proxy, [false, false, true, false, true]),
         ];
         for (role, expected) in table {
-            let got = [Read, WriteRules, PollRuleset, ManageTokens].map(|p| allows(role, p));
+            let got =
+                [Read, WriteRules, PollRuleset, ManageTokens, SendReports].map(|p| allows(role, p));
             assert_eq!(got, expected, "{role}");
         }
     }

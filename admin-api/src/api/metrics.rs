@@ -95,6 +95,11 @@ impl Metrics {
         }
     }
 
+    /// For the metrics pipeline's own instruments.
+    pub(super) fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     pub(super) fn observe_request(&self, method: &str, route: &str, status: u16, took: Duration) {
         self.requests
             .get_or_create(&RequestLabels {

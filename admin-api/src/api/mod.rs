@@ -13,13 +13,19 @@ pub mod auth;
 mod body;
 pub mod error;
 mod metrics;
+#[allow(unused_qualifications)]
+mod metrics_api;
 pub mod openapi;
 #[allow(unused_qualifications)]
 mod proxies;
 #[allow(unused_qualifications)]
+mod reports;
+#[allow(unused_qualifications)]
 mod rules;
 #[allow(unused_qualifications)]
 mod ruleset;
+#[allow(unused_qualifications)]
+mod session;
 #[allow(unused_qualifications)]
 mod tokens;
 #[allow(unused_qualifications)]
@@ -40,6 +46,7 @@ use tokio::sync::watch;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::pipeline::{MetricsConfig, Pipeline};
 use crate::store::{Store, StoreError};
 pub use error::ApiError;
 use metrics::Metrics;
@@ -67,22 +74,40 @@ struct Inner {
     polling: Mutex<HashMap<String, usize>>,
     /// The serialised document of the newest version, shared by every proxy's poll.
     document: Mutex<Option<(u64, Bytes)>>,
+    /// Proxies' reports, aggregated in memory until flushed (see [`crate::pipeline`]).
+    pipeline: Arc<Pipeline>,
 }
 
 impl AppState {
     /// State over a migrated store; reads the current version from it.
     pub async fn new(store: Store) -> Result<AppState, StoreError> {
+        AppState::with_metrics_config(store, MetricsConfig::default()).await
+    }
+
+    /// [`AppState::new`] with the metrics pipeline's flush interval and retention.
+    pub async fn with_metrics_config(
+        store: Store,
+        config: MetricsConfig,
+    ) -> Result<AppState, StoreError> {
         let version = store.current_version().await?;
+        let mut metrics = Metrics::new();
+        let pipeline = Arc::new(Pipeline::new(config, metrics.registry_mut()));
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
                 version: watch::Sender::new(version),
                 shutdown: watch::Sender::new(false),
-                metrics: Metrics::new(),
+                metrics,
                 polling: Mutex::new(HashMap::new()),
                 document: Mutex::new(None),
+                pipeline,
             }),
         })
+    }
+
+    /// The metrics pipeline: reports in, time series out.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.inner.pipeline
     }
 
     pub fn store(&self) -> &Store {
@@ -142,9 +167,21 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(versions::diff_versions))
         .routes(routes!(ruleset::get_ruleset))
         .routes(routes!(proxies::list_proxies))
+        .routes(routes!(reports::post_report))
+        .routes(routes!(metrics_api::metrics_series))
+        .routes(routes!(metrics_api::metrics_rules))
+        .routes(routes!(metrics_api::metrics_clients))
+        .routes(routes!(metrics_api::metrics_client))
+        .routes(routes!(metrics_api::metrics_overview))
+        .routes(routes!(metrics_api::metrics_stream))
         .routes(routes!(audit::list_audit))
         .routes(routes!(tokens::list_tokens, tokens::create_token))
         .routes(routes!(tokens::revoke_token))
+        .routes(routes!(
+            session::create_session,
+            session::get_session,
+            session::delete_session
+        ))
 }
 
 /// The OpenAPI document of the API, as served at `/api/v1/openapi.json`.
@@ -173,7 +210,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
-        .fallback(not_found)
+        .fallback(crate::ui::serve)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
@@ -192,10 +229,6 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError>
         .await
         .map_err(|e| ApiError::Unavailable(format!("database unreachable: {e}")))?;
     Ok("ready\n")
-}
-
-async fn not_found() -> ApiError {
-    ApiError::NotFound("no such endpoint".to_string())
 }
 
 /// Counts, times and logs every request by its route pattern (not its path, which would
@@ -219,7 +252,11 @@ async fn observe(
     let ms = elapsed.as_secs_f64() * 1e3;
     if status.is_server_error() {
         tracing::warn!(%method, %route, status = status.as_u16(), ms, "request failed");
-    } else if method == axum::http::Method::GET || method == axum::http::Method::HEAD {
+    } else if method == axum::http::Method::GET
+        || method == axum::http::Method::HEAD
+        // Every proxy reports every ~2 s: accepted reports would drown the log.
+        || (route == "/api/v1/reports" && status.is_success())
+    {
         tracing::debug!(%method, %route, status = status.as_u16(), ms, "request");
     } else {
         tracing::info!(%method, %route, status = status.as_u16(), ms, "request");

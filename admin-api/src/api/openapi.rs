@@ -30,6 +30,7 @@ use super::error::{FieldErrorSchema, Problem};
         (name = "versions", description = "Ruleset history, diffs, rollback"),
         (name = "ruleset", description = "The proxies' long-poll"),
         (name = "proxies", description = "Connected Envoys"),
+        (name = "metrics", description = "Proxies' reports in; throttle metrics out: series, rules, clients, overview, live stream"),
         (name = "audit", description = "Who changed what"),
         (name = "tokens", description = "API tokens (admin)"),
     ),

@@ -9,8 +9,10 @@
 //! transaction that validates the whole resulting ruleset, bumps the version, writes the
 //! rules, a snapshot and an audit entry — or writes nothing.
 
+mod metrics;
 mod proxies;
 mod rules;
+mod sessions;
 mod tokens;
 
 use std::str::FromStr;
@@ -20,11 +22,16 @@ use sluice_core::rule::ValidationErrors;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions as _};
 
+pub use metrics::{
+    ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution,
+    RuleBucket, Span, TOP_CLIENTS_PER_BUCKET,
+};
 pub use proxies::{ProxyRecord, ProxySeen};
 pub use rules::{
     Action, AuditEntry, ChangeKind, Edited, IfMatch, RuleChange, RuleFilter, RulePage, RuleRecord,
     VersionDetail, VersionSummary, Working, canonical, rule_id,
 };
+pub use sessions::{NewSession, SESSION_TTL_MS, Session};
 pub use tokens::{NewToken, Role, TokenInfo, hash_token};
 
 /// The two supported databases.

@@ -96,7 +96,7 @@ pub fn hash_token(secret: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn random_string(bytes: usize) -> String {
+pub(super) fn random_string(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     // ThreadRng is a CSPRNG seeded from the operating system.
     rand::rng().fill_bytes(&mut buf);
@@ -118,7 +118,7 @@ fn check_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn token_info(row: &AnyRow) -> Result<TokenInfo, StoreError> {
+pub(super) fn token_info(row: &AnyRow) -> Result<TokenInfo, StoreError> {
     let role: String = row.try_get("role")?;
     Ok(TokenInfo {
         id: row.try_get("id")?,

@@ -1,0 +1,134 @@
+//! `/api/v1/session`: the dashboard's sign-in. A token (viewer, editor or admin; proxy
+//! tokens are refused) is exchanged for a server-side session held in an HttpOnly,
+//! SameSite=Strict cookie, so the token itself never sits in the browser's storage.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::{self, Auth, Read, SESSION_COOKIE};
+use super::body::JsonBody;
+use super::error::{ApiError, Problem};
+use super::openapi::AuthErrors;
+use crate::store::{Role, TokenInfo, now_ms, rfc3339};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignIn {
+    /// An API token (`slc_...`) with the viewer, editor or admin role.
+    pub token: String,
+}
+
+/// Who is signed in.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionView {
+    pub role: Role,
+    pub token_name: String,
+    pub token_id: String,
+    /// When the session ends unless used (it slides with use); absent for a bearer token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl SessionView {
+    fn of(token: &TokenInfo, expires_at: Option<i64>) -> SessionView {
+        SessionView {
+            role: token.role,
+            token_name: token.name.clone(),
+            token_id: token.id.clone(),
+            expires_at: expires_at.map(rfc3339),
+        }
+    }
+}
+
+/// `Secure` only when the browser reached us over HTTPS (through a TLS-terminating
+/// proxy): a Secure cookie set over plain HTTP would not come back.
+fn cookie(value: &str, headers: &HeaderMap, clear: bool) -> Option<HeaderValue> {
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    // No Max-Age on the live cookie: it lasts for the browser session, and the server
+    // enforces the sliding expiry.
+    let mut text = format!("{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict");
+    if clear {
+        text.push_str("; Max-Age=0");
+    }
+    if https {
+        text.push_str("; Secure");
+    }
+    HeaderValue::from_str(&text).ok()
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/session", tag = "session",
+    request_body = SignIn,
+    responses(
+        (status = 201, description = "Signed in; the session cookie is set", body = SessionView,
+         headers(("Set-Cookie" = String, description = "sluice_session=...; HttpOnly; SameSite=Strict"))),
+        (status = 401, description = "Unknown or revoked token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A proxy token: it cannot sign in", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(()),
+)]
+pub async fn create_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(request): JsonBody<SignIn>,
+) -> Result<Response, ApiError> {
+    let token = state
+        .store()
+        .authenticate(request.token.trim())
+        .await?
+        .ok_or(ApiError::Unauthenticated("unknown or revoked token"))?;
+    if token.role == Role::Proxy {
+        return Err(ApiError::Forbidden {
+            role: token.role,
+            action: "sign in to the dashboard",
+        });
+    }
+    let session = state.store().create_session(&token, now_ms()).await?;
+    let cookie = cookie(&session.secret, &headers, false)
+        .ok_or_else(|| ApiError::Internal("session id is not a header value".to_string()))?;
+    let mut response = (
+        StatusCode::CREATED,
+        Json(SessionView::of(&token, Some(session.expires_at))),
+    )
+        .into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/session", tag = "session",
+    responses((status = 200, description = "The signed-in token's role and name (also answers for a bearer token)", body = SessionView), AuthErrors),
+)]
+pub async fn get_session(auth: Auth<Read>) -> Json<SessionView> {
+    Json(SessionView::of(&auth.token, None))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/session", tag = "session",
+    responses((status = 204, description = "Signed out; the cookie is cleared (also when there was no session)")),
+    security(()),
+)]
+pub async fn delete_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if let Some(secret) = auth::session_cookie(&headers) {
+        state.store().delete_session(secret).await?;
+    }
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Some(cookie) = cookie("", &headers, true) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
+}

@@ -1,0 +1,301 @@
+//! What the pipeline holds in memory between flushes: counts per (resolution, bucket,
+//! proxy, rule), client tallies per (resolution, bucket, rule), and proxies' signs of life.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::store::{
+    ClientBucket, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution, RuleBucket,
+    TOP_CLIENTS_PER_BUCKET,
+};
+
+/// Clients tracked in memory per rule and bucket before the tally is cut back to
+/// [`CLIENTS_KEPT_ON_TRIM`]. Far more than the 50 stored, so that merging one flush
+/// interval's reports from many proxies loses nothing that could reach the top 50.
+const MAX_CLIENTS_IN_MEMORY: usize = 2_000;
+const CLIENTS_KEPT_ON_TRIM: usize = 500;
+
+/// A client's throttled count (an upper bound) and how much of it may belong to others.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub throttled: u64,
+    pub error: u64,
+}
+
+impl Tally {
+    pub fn add(&mut self, other: Tally) {
+        self.throttled = self.throttled.saturating_add(other.throttled);
+        self.error = self.error.saturating_add(other.error);
+    }
+}
+
+/// One bucket of one resolution.
+#[derive(Debug, Default, Clone)]
+pub struct Bucket {
+    /// proxy → rule → counts.
+    pub proxies: HashMap<String, HashMap<String, Counts>>,
+    /// rule → client → tally.
+    pub clients: HashMap<String, HashMap<String, Tally>>,
+}
+
+impl Bucket {
+    /// The counts of every rule, summed over proxies (or of one proxy's rules).
+    pub fn rules<'a>(
+        &'a self,
+        proxy: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a str, &'a Counts)> + 'a {
+        self.proxies
+            .iter()
+            .filter(move |(p, _)| proxy.is_none_or(|want| want == p.as_str()))
+            .flat_map(|(_, rules)| rules.iter().map(|(r, c)| (r.as_str(), c)))
+    }
+}
+
+/// Not yet written data.
+#[derive(Debug, Default, Clone)]
+pub struct Pending {
+    pub buckets: BTreeMap<(Resolution, i64), Bucket>,
+    /// proxy → its latest report.
+    pub beats: HashMap<String, ProxyBeat>,
+    /// Count and client entries held: the bound on memory.
+    pub entries: usize,
+}
+
+impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty() && self.beats.is_empty()
+    }
+
+    /// The buckets of `resolution` that start in `[from_ms, to_ms)`.
+    pub fn buckets_in(
+        &self,
+        resolution: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> impl Iterator<Item = (i64, &Bucket)> {
+        let range = if from_ms < to_ms {
+            (resolution, from_ms)..(resolution, to_ms)
+        } else {
+            (resolution, from_ms)..(resolution, from_ms)
+        };
+        self.buckets.range(range).map(|((_, t), b)| (*t, b))
+    }
+
+    /// Adds one rule's counts for one proxy to a bucket.
+    pub fn add_counts(
+        &mut self,
+        resolution: Resolution,
+        bucket_ms: i64,
+        proxy: &str,
+        rule: &str,
+        counts: &Counts,
+    ) {
+        let bucket = self.buckets.entry((resolution, bucket_ms)).or_default();
+        let rules = match bucket.proxies.get_mut(proxy) {
+            Some(rules) => rules,
+            None => bucket.proxies.entry(proxy.to_string()).or_default(),
+        };
+        match rules.get_mut(rule) {
+            Some(c) => c.add(counts),
+            None => {
+                rules.insert(rule.to_string(), *counts);
+                self.entries += 1;
+            }
+        }
+    }
+
+    /// Adds a client's tally for a rule to a bucket.
+    pub fn add_client(
+        &mut self,
+        resolution: Resolution,
+        bucket_ms: i64,
+        rule: &str,
+        client: &str,
+        tally: Tally,
+    ) {
+        let bucket = self.buckets.entry((resolution, bucket_ms)).or_default();
+        let clients = match bucket.clients.get_mut(rule) {
+            Some(clients) => clients,
+            None => bucket.clients.entry(rule.to_string()).or_default(),
+        };
+        match clients.get_mut(client) {
+            Some(t) => t.add(tally),
+            None => {
+                clients.insert(client.to_string(), tally);
+                self.entries += 1;
+                if clients.len() > MAX_CLIENTS_IN_MEMORY {
+                    let before = clients.len();
+                    trim(clients, CLIENTS_KEPT_ON_TRIM);
+                    self.entries -= before - clients.len();
+                }
+            }
+        }
+    }
+
+    /// Folds another pending set in (a failed flush's data, back for the next attempt).
+    pub fn merge(&mut self, other: &Pending) {
+        for ((resolution, bucket_ms), bucket) in &other.buckets {
+            for (proxy, rules) in &bucket.proxies {
+                for (rule, counts) in rules {
+                    self.add_counts(*resolution, *bucket_ms, proxy, rule, counts);
+                }
+            }
+            for (rule, clients) in &bucket.clients {
+                for (client, tally) in clients {
+                    self.add_client(*resolution, *bucket_ms, rule, client, *tally);
+                }
+            }
+        }
+        for beat in other.beats.values() {
+            self.beat(beat.clone());
+        }
+    }
+
+    /// Records a sign of life, keeping the latest.
+    pub fn beat(&mut self, beat: ProxyBeat) {
+        match self.beats.get_mut(&beat.id) {
+            Some(known) if known.at_ms >= beat.at_ms => {}
+            Some(known) => *known = beat,
+            None => {
+                self.beats.insert(beat.id.clone(), beat);
+            }
+        }
+    }
+
+    /// The rows to write: per proxy, per rule (summed over proxies), and each bucket's
+    /// top clients per rule.
+    pub fn to_batch(&self) -> MetricsBatch {
+        let mut batch = MetricsBatch::default();
+        for (&(resolution, bucket_ms), bucket) in &self.buckets {
+            let mut per_rule: HashMap<&str, Counts> = HashMap::new();
+            for (proxy, rules) in &bucket.proxies {
+                for (rule, counts) in rules {
+                    per_rule.entry(rule.as_str()).or_default().add(counts);
+                    batch.proxies.push(ProxyBucket {
+                        resolution,
+                        bucket_ms,
+                        proxy: proxy.clone(),
+                        rule: rule.clone(),
+                        counts: *counts,
+                    });
+                }
+            }
+            batch
+                .rules
+                .extend(per_rule.into_iter().map(|(rule, counts)| RuleBucket {
+                    resolution,
+                    bucket_ms,
+                    rule: rule.to_string(),
+                    counts,
+                }));
+            for (rule, clients) in &bucket.clients {
+                for (client, tally) in top(clients, TOP_CLIENTS_PER_BUCKET) {
+                    batch.clients.push(ClientBucket {
+                        resolution,
+                        bucket_ms,
+                        rule: rule.clone(),
+                        client: client.to_string(),
+                        throttled: tally.throttled,
+                        error: tally.error,
+                    });
+                }
+            }
+        }
+        batch.beats = self.beats.values().cloned().collect();
+        batch
+    }
+}
+
+/// The `n` most throttled clients, most throttled first (ties by name, so the choice is
+/// stable).
+pub fn top(clients: &HashMap<String, Tally>, n: usize) -> Vec<(&str, Tally)> {
+    let mut all: Vec<(&str, Tally)> = clients.iter().map(|(c, t)| (c.as_str(), *t)).collect();
+    all.sort_unstable_by(|a, b| b.1.throttled.cmp(&a.1.throttled).then(a.0.cmp(b.0)));
+    all.truncate(n);
+    all
+}
+
+fn trim(clients: &mut HashMap<String, Tally>, keep: usize) {
+    let kept: HashMap<String, Tally> = top(clients, keep)
+        .into_iter()
+        .map(|(c, t)| (c.to_string(), t))
+        .collect();
+    *clients = kept;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(allowed: u64) -> Counts {
+        Counts {
+            allowed,
+            ..Counts::default()
+        }
+    }
+
+    #[test]
+    fn batches_sum_rules_over_proxies_and_keep_the_top_clients() {
+        let mut p = Pending::default();
+        let r = Resolution::TenSeconds;
+        p.add_counts(r, 0, "p1", "a", &counts(1));
+        p.add_counts(r, 0, "p2", "a", &counts(2));
+        p.add_counts(r, 0, "p2", "a", &counts(4));
+        for i in 0..60u64 {
+            p.add_client(
+                r,
+                0,
+                "a",
+                &format!("c{i:02}"),
+                Tally {
+                    throttled: i,
+                    error: 0,
+                },
+            );
+        }
+        assert_eq!(p.entries, 2 + 60);
+        let batch = p.to_batch();
+        assert_eq!(batch.proxies.len(), 2);
+        assert_eq!(batch.rules.len(), 1);
+        assert_eq!(batch.rules[0].counts.allowed, 7);
+        assert_eq!(batch.clients.len(), TOP_CLIENTS_PER_BUCKET);
+        assert!(batch.clients.iter().all(|c| c.throttled >= 10));
+
+        let mut q = Pending::default();
+        q.merge(&p);
+        q.merge(&p);
+        assert_eq!(q.to_batch().rules[0].counts.allowed, 14);
+    }
+
+    #[test]
+    fn client_tallies_are_bounded() {
+        let mut p = Pending::default();
+        for i in 0..(MAX_CLIENTS_IN_MEMORY as u64 + 1) {
+            p.add_client(
+                Resolution::Hour,
+                0,
+                "a",
+                &format!("c{i}"),
+                Tally {
+                    throttled: i,
+                    error: 0,
+                },
+            );
+        }
+        assert_eq!(p.entries, CLIENTS_KEPT_ON_TRIM);
+        let kept = &p.buckets[&(Resolution::Hour, 0)].clients["a"];
+        assert!(kept.contains_key(&format!("c{MAX_CLIENTS_IN_MEMORY}")));
+    }
+
+    #[test]
+    fn ranges_select_one_resolution() {
+        let mut p = Pending::default();
+        p.add_counts(Resolution::TenSeconds, 10_000, "p", "a", &counts(1));
+        p.add_counts(Resolution::Minute, 0, "p", "a", &counts(1));
+        let got: Vec<i64> = p
+            .buckets_in(Resolution::TenSeconds, 0, 20_000)
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(got, vec![10_000]);
+        assert_eq!(p.buckets_in(Resolution::TenSeconds, 20_000, 0).count(), 0);
+    }
+}

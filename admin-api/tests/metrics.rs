@@ -1,0 +1,1064 @@
+//! The throttle-metrics pipeline: proxies' reports in (`POST /api/v1/reports`), time series
+//! out (`/api/v1/metrics/*`), on SQLite and PostgreSQL alike: validation, live reads
+//! before and after flushes, rollups, top clients, zero-filling, retention, the live
+//! stream through a real server, and the flush on a clean stop.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestApp, TestDb, rule};
+use serde_json::{Value, json};
+use sluice_admin::api::{self, AppState};
+use sluice_admin::pipeline::MetricsConfig;
+use sluice_admin::server;
+use sluice_admin::store::{Actor, Resolution, Role, Span, now_ms};
+
+on_every_backend!(
+    a_report_is_visible_in_every_query_before_and_after_the_flush,
+    bad_reports_are_refused_and_change_nothing,
+    every_metrics_endpoint_checks_the_token_and_the_role,
+    rollups_agree_at_every_resolution,
+    top_clients_merge_across_proxies_buckets_and_flushes,
+    series_are_zero_filled_and_steps_follow_the_range,
+    retention_deletes_old_buckets_per_resolution,
+    reads_never_count_a_flush_twice,
+    the_stream_delivers_an_event_after_a_report_and_ends_on_shutdown,
+    a_clean_stop_writes_every_accepted_report,
+    metrics_and_openapi_describe_the_pipeline,
+);
+
+/// Bounds every wait in this file, so a broken server fails a test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(20);
+const MINUTE: i64 = 60_000;
+const HOUR: i64 = 3_600_000;
+
+/// A time well inside the retention of every resolution, aligned to an hour so a test's
+/// reports stay in one hour and one minute bucket unless it says otherwise.
+fn base_time() -> i64 {
+    Resolution::Hour.bucket(now_ms()) - 2 * HOUR
+}
+
+fn report(proxy: &str, end_ms: i64, rules: Value) -> Value {
+    json!({"proxy_id": proxy, "start_ms": end_ms - 2000, "end_ms": end_ms,
+           "ruleset_version": 3, "rules": rules})
+}
+
+/// One rule's counts as a proxy reports them.
+fn counts(rule: &str, allowed: u64, denied: u64, shadow_denied: u64) -> Value {
+    json!({"rule": rule, "allowed": allowed, "denied": denied, "shadow_denied": shadow_denied,
+           "near_limit": 1, "fail_open": 1, "key_missing": 1})
+}
+
+async fn post_report(api: &TestApp, token: &str, body: &Value) {
+    api.post("/api/v1/reports")
+        .token(token)
+        .json(body)
+        .send()
+        .await
+        .expect(204);
+}
+
+async fn flush(api: &TestApp, db: &TestDb) {
+    api.state.pipeline().flush(&db.store).await.unwrap();
+}
+
+/// Sums of a series' points.
+fn totals(series: &Value) -> (u64, u64, u64) {
+    let points = series["points"].as_array().unwrap();
+    let sum = |k: &str| points.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+    (sum("allowed"), sum("denied"), sum("shadow_denied"))
+}
+
+async fn get(api: &TestApp, path: &str) -> Value {
+    api.get(path).send().await.expect(200).json()
+}
+
+async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("api"))
+        .send()
+        .await
+        .expect(201);
+    api.post("/api/v1/rules")
+        .json(&rule("quiet"))
+        .send()
+        .await
+        .expect(201);
+    let proxy = db.token(Role::Proxy).await;
+    let now = now_ms();
+    let end = now - 5_000;
+    let mut body = report(
+        "envoy-1",
+        end,
+        json!([{"rule": "api", "allowed": 90, "denied": 8, "shadow_denied": 2, "near_limit": 5,
+                "fail_open": 0, "key_missing": 3,
+                "top_clients": [{"client": "acme", "throttled": 6, "error": 0},
+                                {"client": "a b/c", "throttled": 4, "error": 1}]},
+               {"rule": "deleted-since", "denied": 1, "top_clients": [{"client": "acme", "throttled": 1}]}]),
+    );
+    body["overflow"] = json!(0);
+    body["dropped_reports"] = json!(0);
+    post_report(&api, &proxy, &body).await;
+
+    let check = |label: &'static str| {
+        let api = api.clone();
+        async move {
+            let range = format!("from={}&to={}", now - 15 * MINUTE, now + 1);
+            let series = get(&api, &format!("/api/v1/metrics/series?{range}")).await;
+            assert_eq!(series["step_seconds"], 10, "{label}");
+            assert_eq!(totals(&series), (90, 9, 2), "{label}");
+            let point = series["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["denied"].as_u64() > Some(0))
+                .unwrap()
+                .clone();
+            assert_eq!(point["t"], Resolution::TenSeconds.bucket(end), "{label}");
+            assert_eq!(point["near_limit"], 5);
+            let one = get(&api, &format!("/api/v1/metrics/series?{range}&rule=api")).await;
+            assert_eq!(totals(&one), (90, 8, 2), "{label}");
+            let mine = get(
+                &api,
+                &format!("/api/v1/metrics/series?{range}&proxy=envoy-1&rule=api"),
+            )
+            .await;
+            assert_eq!(totals(&mine), (90, 8, 2), "{label}");
+            let other = get(
+                &api,
+                &format!("/api/v1/metrics/series?{range}&proxy=envoy-2"),
+            )
+            .await;
+            assert_eq!(totals(&other), (0, 0, 0), "{label}");
+
+            let rules = get(&api, &format!("/api/v1/metrics/rules?{range}")).await;
+            let rules = rules["rules"].as_array().unwrap().clone();
+            let ids: Vec<&str> = rules.iter().map(|r| r["rule"].as_str().unwrap()).collect();
+            assert_eq!(ids, ["api", "deleted-since", "quiet"], "{label}");
+            let r = &rules[0];
+            assert_eq!(r["name"], "api");
+            assert_eq!(
+                (r["allowed"].as_u64(), r["denied"].as_u64()),
+                (Some(90), Some(8))
+            );
+            assert!((r["throttle_ratio"].as_f64().unwrap() - 0.1).abs() < 1e-9);
+            let spark = r["sparkline"].as_array().unwrap();
+            assert_eq!(spark.len(), 30);
+            assert_eq!(spark.iter().map(|v| v.as_u64().unwrap()).sum::<u64>(), 10);
+            assert_eq!(rules[1]["name"], Value::Null, "a deleted rule has no name");
+            assert_eq!(
+                rules[2]["denied"], 0,
+                "a defined rule without traffic is listed"
+            );
+
+            let clients = get(&api, &format!("/api/v1/metrics/clients?{range}")).await;
+            let clients = clients["clients"].as_array().unwrap().clone();
+            assert_eq!(clients.len(), 3, "{label}");
+            assert_eq!(
+                (
+                    &clients[0]["client"],
+                    &clients[0]["rule"],
+                    &clients[0]["throttled"]
+                ),
+                (&json!("acme"), &json!("api"), &json!(6))
+            );
+            assert_eq!(clients[1]["client"], "a b/c");
+            assert_eq!(clients[1]["error"], 1);
+            let limited = get(
+                &api,
+                &format!("/api/v1/metrics/clients?{range}&rule=api&limit=1"),
+            )
+            .await;
+            assert_eq!(limited["clients"].as_array().unwrap().len(), 1);
+
+            let history = get(&api, &format!("/api/v1/metrics/clients/a%20b%2Fc?{range}")).await;
+            assert_eq!(history["client"], "a b/c");
+            assert_eq!(history["rules"][0]["rule"], "api");
+            assert_eq!(history["rules"][0]["throttled"], 4);
+            assert_eq!(history["rules"][0]["points"].as_array().unwrap().len(), 91);
+            let acme = get(&api, &format!("/api/v1/metrics/clients/acme?{range}")).await;
+            assert_eq!(acme["rules"].as_array().unwrap().len(), 2);
+
+            let overview = get(&api, "/api/v1/metrics/overview?window=300").await;
+            assert_eq!(overview["window_seconds"], 300);
+            assert_eq!(
+                (overview["allowed"].as_u64(), overview["denied"].as_u64()),
+                (Some(90), Some(9))
+            );
+            assert_eq!(overview["ruleset_version"], 2);
+            assert_eq!(
+                overview["proxies"]["connected"], 1,
+                "{label}: a report is a sign of life"
+            );
+            assert_eq!(overview["proxies"]["versions"]["3"], 1);
+            assert!(overview["requests_per_second"].as_f64().unwrap() > 0.0);
+            assert_eq!(overview["errors"], 0);
+        }
+    };
+    check("in memory").await;
+    flush(&api, &db).await;
+    assert!(
+        db.store
+            .metric_row_counts()
+            .await
+            .unwrap()
+            .iter()
+            .all(|n| *n > 0)
+    );
+    check("stored").await;
+    // Flushed: the proxy is listed, seen now.
+    let proxies = get(&api, "/api/v1/proxies").await;
+    assert_eq!(proxies["proxies"][0]["id"], "envoy-1");
+    assert_eq!(proxies["proxies"][0]["connected"], true);
+    assert_eq!(proxies["proxies"][0]["ruleset_version"], 3);
+}
+
+async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let now = now_ms();
+    let good = report("envoy-1", now, json!([counts("api", 1, 1, 0)]));
+    let with = |patch: Value| {
+        let mut v = good.clone();
+        for (k, val) in patch.as_object().unwrap() {
+            v[k] = val.clone();
+        }
+        v
+    };
+    // (body, status, field named)
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (with(json!({"surprise": 1})), 422, "surprise"),
+        (with(json!({"proxy_id": ""})), 422, "proxy_id"),
+        (with(json!({"proxy_id": "has space"})), 422, "proxy_id"),
+        (with(json!({"end_ms": "soon"})), 422, "end_ms"),
+        (with(json!({"start_ms": now + 1})), 422, "start_ms"),
+        (with(json!({"start_ms": now - 11 * MINUTE})), 422, "end_ms"),
+        (
+            with(json!({"start_ms": now + 6 * MINUTE, "end_ms": now + 6 * MINUTE})),
+            422,
+            "end_ms",
+        ),
+        (
+            with(json!({"rules": [{"rule": "api", "denied": -1}]})),
+            422,
+            "rules[0].denied",
+        ),
+        (
+            with(json!({"rules": [{"rule": "api", "blocked": 1}]})),
+            422,
+            "rules[0].blocked",
+        ),
+        (
+            with(json!({"rules": [counts("api", 1, 0, 0), {"rule": ""}]})),
+            422,
+            "rules[1].rule",
+        ),
+        (
+            with(
+                json!({"rules": [{"rule": "api", "top_clients": [{"client": "x".repeat(257), "throttled": 1}]}]}),
+            ),
+            422,
+            "rules[0].top_clients[0].client",
+        ),
+        (
+            with(
+                json!({"rules": [{"rule": "api", "top_clients": (0..101).map(|i| json!({"client": format!("c{i}"), "throttled": 1})).collect::<Vec<_>>()}]}),
+            ),
+            422,
+            "rules[0].top_clients",
+        ),
+        (
+            with(
+                json!({"rules": (0..1001).map(|i| json!({"rule": format!("r{i}")})).collect::<Vec<_>>()}),
+            ),
+            422,
+            "rules",
+        ),
+    ];
+    for (body, status, field) in &cases {
+        let response = api
+            .post("/api/v1/reports")
+            .token(&proxy)
+            .json(body)
+            .send()
+            .await
+            .expect(*status);
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert!(
+            response.fields().iter().any(|f| f == field),
+            "{field}: {}",
+            response.text()
+        );
+    }
+    // Not JSON, the wrong media type, too large.
+    api.post("/api/v1/reports")
+        .token(&proxy)
+        .raw("application/json", "{\"proxy_id\":")
+        .send()
+        .await
+        .expect(400);
+    api.post("/api/v1/reports")
+        .token(&proxy)
+        .raw("text/plain", serde_json::to_vec(&good).unwrap())
+        .send()
+        .await
+        .expect(415);
+    let huge = with(
+        json!({"rules": [{"rule": "api", "top_clients": [{"client": "x".repeat(1_100_000), "throttled": 1}]}]}),
+    );
+    api.post("/api/v1/reports")
+        .token(&proxy)
+        .json(&huge)
+        .send()
+        .await
+        .expect(413);
+    // Who may send: a proxy or an admin; nobody else, and no revoked token.
+    for role in [Role::Viewer, Role::Editor] {
+        let token = db.token(role).await;
+        let response = api
+            .post("/api/v1/reports")
+            .token(&token)
+            .json(&good)
+            .send()
+            .await
+            .expect(403);
+        assert_eq!(response.json()["type"], "urn:sluice:forbidden");
+    }
+    api.post("/api/v1/reports")
+        .no_token()
+        .json(&good)
+        .send()
+        .await
+        .expect(401);
+    let revoked = db.token(Role::Proxy).await;
+    let id = db.store.authenticate(&revoked).await.unwrap().unwrap().id;
+    db.store.revoke_token(&Actor::cli(), &id).await.unwrap();
+    api.post("/api/v1/reports")
+        .token(&revoked)
+        .json(&good)
+        .send()
+        .await
+        .expect(401);
+    // A forbidden or unauthenticated caller learns nothing about its body.
+    api.post("/api/v1/reports")
+        .no_token()
+        .raw("text/plain", "nonsense")
+        .send()
+        .await
+        .expect(401);
+
+    // Nothing of any of it was kept.
+    let series = get(
+        &api,
+        &format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1),
+    )
+    .await;
+    assert_eq!(totals(&series), (0, 0, 0));
+    flush(&api, &db).await;
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
+    assert!(db.store.list_proxies().await.unwrap().is_empty());
+    let metrics = api.get("/metrics").send().await.expect(200).text();
+    assert!(
+        metrics.contains("sluice_admin_reports_ingested_total 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"sluice_admin_reports_rejected_total{reason="invalid"} 14"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"sluice_admin_reports_rejected_total{reason="forbidden"} 2"#));
+    assert!(metrics.contains(r#"sluice_admin_reports_rejected_total{reason="unauthenticated"} 3"#));
+
+    // An admin may send, and the good report is taken.
+    post_report(&api, &api.admin, &good).await;
+    let series = get(
+        &api,
+        &format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1),
+    )
+    .await;
+    assert_eq!(totals(&series), (1, 1, 0));
+}
+
+async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let revoked = db.token(Role::Viewer).await;
+    let id = db.store.authenticate(&revoked).await.unwrap().unwrap().id;
+    db.store.revoke_token(&Actor::cli(), &id).await.unwrap();
+    for path in [
+        "/api/v1/metrics/series",
+        "/api/v1/metrics/rules",
+        "/api/v1/metrics/clients",
+        "/api/v1/metrics/clients/acme",
+        "/api/v1/metrics/overview",
+    ] {
+        api.get(path).no_token().send().await.expect(401);
+        api.get(path).token(&revoked).send().await.expect(401);
+        api.get(path).token(&proxy).send().await.expect(403);
+        for role in [Role::Viewer, Role::Editor, Role::Admin] {
+            let token = db.token(role).await;
+            api.get(path).token(&token).send().await.expect(200);
+        }
+    }
+    api.get("/api/v1/metrics/stream")
+        .token(&proxy)
+        .send()
+        .await
+        .expect(403);
+    api.get("/api/v1/metrics/stream")
+        .no_token()
+        .send()
+        .await
+        .expect(401);
+    // Malformed parameters are 400 problems.
+    for bad in [
+        "/api/v1/metrics/series?from=10&to=5",
+        "/api/v1/metrics/series?from=x",
+        "/api/v1/metrics/series?step=5m",
+        "/api/v1/metrics/series?from=0&to=604800000&step=10s",
+        "/api/v1/metrics/clients?limit=0",
+        "/api/v1/metrics/clients?limit=1001",
+        "/api/v1/metrics/overview?window=0",
+    ] {
+        let response = api.get(bad).send().await.expect(400);
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/problem+json"),
+            "{bad}"
+        );
+    }
+}
+
+async fn rollups_agree_at_every_resolution(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let t0 = base_time();
+    // Two proxies, reports spread over three minutes: every 10 s bucket gets some.
+    let mut expected = (0, 0, 0);
+    for i in 0..18 {
+        let end = t0 + i * 10_000 + 5_000;
+        for (p, n) in [("envoy-1", 1), ("envoy-2", 2)] {
+            post_report(
+                &api,
+                &proxy,
+                &report(p, end, json!([counts("api", 10 * n, n, i as u64 % 2)])),
+            )
+            .await;
+            expected.0 += 10 * n;
+            expected.1 += n;
+            expected.2 += i as u64 % 2;
+        }
+        if i == 9 {
+            // Half written, half in memory: the sums must not care.
+            flush(&api, &db).await;
+        }
+    }
+    let range = format!("from={t0}&to={}", t0 + HOUR);
+    for (step, points) in [("10s", 360), ("1m", 60), ("1h", 1)] {
+        let series = get(&api, &format!("/api/v1/metrics/series?{range}&step={step}")).await;
+        assert_eq!(series["points"].as_array().unwrap().len(), points, "{step}");
+        assert_eq!(totals(&series), expected, "{step}");
+    }
+    flush(&api, &db).await;
+    for (step, first) in [
+        ("10s", (10 + 20, 3, 0)),
+        ("1m", (6 * 30, 18, 6)),
+        ("1h", expected),
+    ] {
+        let series = get(&api, &format!("/api/v1/metrics/series?{range}&step={step}")).await;
+        assert_eq!(totals(&series), expected, "{step}");
+        let p = &series["points"][0];
+        assert_eq!(
+            (
+                p["allowed"].as_u64().unwrap(),
+                p["denied"].as_u64().unwrap(),
+                p["shadow_denied"].as_u64().unwrap()
+            ),
+            first,
+            "{step}"
+        );
+        // One proxy's rows roll up the same way.
+        let one = get(
+            &api,
+            &format!("/api/v1/metrics/series?{range}&step={step}&proxy=envoy-2"),
+        )
+        .await;
+        assert_eq!(totals(&one).1, 18 * 2, "{step}");
+    }
+    // Stored: one row per bucket and rule (and per proxy), not one per report.
+    let [rule_rows, proxy_rows, _] = db.store.metric_row_counts().await.unwrap();
+    assert_eq!(rule_rows, 18 + 3 + 1);
+    assert_eq!(proxy_rows, 2 * (18 + 3 + 1));
+}
+
+async fn top_clients_merge_across_proxies_buckets_and_flushes(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let t0 = base_time();
+    let clients = |range: std::ops::Range<u64>, weight: u64| -> Value {
+        range
+            .map(|i| json!({"client": format!("c{i:03}"), "throttled": weight * (i + 1), "error": 0}))
+            .collect()
+    };
+    // envoy-1 and envoy-2 both see c000..c019 in one bucket; envoy-2 sees them again in
+    // the next bucket.
+    post_report(
+        &api,
+        &proxy,
+        &report(
+            "envoy-1",
+            t0 + 5_000,
+            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 1)}]),
+        ),
+    )
+    .await;
+    post_report(
+        &api,
+        &proxy,
+        &report(
+            "envoy-2",
+            t0 + 6_000,
+            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 2)}]),
+        ),
+    )
+    .await;
+    flush(&api, &db).await;
+    post_report(
+        &api,
+        &proxy,
+        &report(
+            "envoy-2",
+            t0 + 15_000,
+            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 1)}]),
+        ),
+    )
+    .await;
+    let range = format!("from={t0}&to={}", t0 + 10 * MINUTE);
+    let top = get(&api, &format!("/api/v1/metrics/clients?{range}&limit=3")).await;
+    // c019: 20 + 40 + 20.
+    let got: Vec<(String, u64)> = top["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["client"].as_str().unwrap().to_string(),
+                c["throttled"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("c019".to_string(), 80),
+            ("c018".to_string(), 76),
+            ("c017".to_string(), 72)
+        ]
+    );
+    // A client outside the stored top that memory pushes to the top is counted with
+    // what is stored for it too: c005 has 6 + 12 stored, 6 + 100 in memory.
+    post_report(
+        &api,
+        &proxy,
+        &report(
+            "envoy-1",
+            t0 + 16_000,
+            json!([{"rule": "api", "denied": 100, "top_clients": [{"client": "c005", "throttled": 100}]}]),
+        ),
+    )
+    .await;
+    let top = get(&api, &format!("/api/v1/metrics/clients?{range}&limit=3")).await;
+    assert_eq!(top["clients"][0]["client"], "c005");
+    assert_eq!(top["clients"][0]["throttled"], 124);
+    assert_eq!(top["clients"][1]["throttled"], 80);
+    for step in ["10s", "1m", "1h"] {
+        let top = get(
+            &api,
+            &format!(
+                "/api/v1/metrics/clients?from={t0}&to={}&step={step}&limit=1",
+                t0 + HOUR
+            ),
+        )
+        .await;
+        assert_eq!(top["clients"][0]["throttled"], 124, "{step}");
+    }
+    let history = get(
+        &api,
+        &format!("/api/v1/metrics/clients/c019?{range}&step=10s"),
+    )
+    .await;
+    let points: Vec<u64> = history["rules"][0]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["throttled"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&points[..3], [60, 20, 0]);
+    let c005 = get(
+        &api,
+        &format!("/api/v1/metrics/clients/c005?{range}&step=10s"),
+    )
+    .await;
+    assert_eq!(c005["rules"][0]["throttled"], 124);
+
+    // A bucket keeps its 50 most throttled clients, also when they arrive over several
+    // flushes and proxies.
+    flush(&api, &db).await;
+    for (proxy_id, range) in [("envoy-1", 100..140), ("envoy-2", 140..180)] {
+        post_report(
+            &api,
+            &proxy,
+            &report(
+                proxy_id,
+                t0 + 3 * MINUTE,
+                json!([{"rule": "busy", "denied": 1, "top_clients": clients(range, 1)}]),
+            ),
+        )
+        .await;
+        flush(&api, &db).await;
+    }
+    let busy = get(
+        &api,
+        &format!(
+            "/api/v1/metrics/clients?from={}&to={}&step=10s&rule=busy&limit=1000",
+            t0 + 3 * MINUTE,
+            t0 + 4 * MINUTE
+        ),
+    )
+    .await;
+    let busy = busy["clients"].as_array().unwrap();
+    assert_eq!(busy.len(), 50);
+    assert_eq!(busy[0]["client"], "c179");
+    assert_eq!(busy[49]["client"], "c130");
+}
+
+async fn series_are_zero_filled_and_steps_follow_the_range(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let now = now_ms();
+    let series = get(&api, "/api/v1/metrics/series").await;
+    assert_eq!(series["step_seconds"], 10);
+    let to = series["to"].as_i64().unwrap();
+    assert!((to - now).abs() < 5_000);
+    assert_eq!(series["from"].as_i64().unwrap(), to - 15 * MINUTE);
+    let points = series["points"].as_array().unwrap();
+    assert!(points.len() == 90 || points.len() == 91, "{}", points.len());
+    assert!(
+        points
+            .iter()
+            .all(|p| p["allowed"] == 0 && p["fail_open"] == 0)
+    );
+    assert!(
+        points
+            .windows(2)
+            .all(|w| w[1]["t"].as_i64().unwrap() - w[0]["t"].as_i64().unwrap() == 10_000)
+    );
+
+    let t0 = Resolution::Hour.bucket(now) - 3 * 86_400_000;
+    for (range, step, points) in [
+        (HOUR, 10, 360),
+        (HOUR + 1, 60, 61),
+        (2 * 86_400_000, 60, 2880),
+        (2 * 86_400_000 + HOUR, 3600, 49),
+    ] {
+        let s = get(
+            &api,
+            &format!("/api/v1/metrics/series?from={t0}&to={}", t0 + range),
+        )
+        .await;
+        assert_eq!(s["step_seconds"], step, "{range}");
+        assert_eq!(s["points"].as_array().unwrap().len(), points, "{range}");
+    }
+    // A report in the middle of a zero-filled range lands in its bucket only.
+    let t = base_time() + 30 * MINUTE;
+    post_report(
+        &api,
+        &proxy,
+        &report("envoy-1", t + 1, json!([counts("api", 5, 0, 0)])),
+    )
+    .await;
+    let s = get(
+        &api,
+        &format!(
+            "/api/v1/metrics/series?from={}&to={}&step=1m",
+            t - 5 * MINUTE,
+            t + 5 * MINUTE
+        ),
+    )
+    .await;
+    let allowed: Vec<u64> = s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["allowed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(allowed, [0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
+    // A report whose end is exactly on a boundary belongs to the bucket that starts there.
+    post_report(
+        &api,
+        &proxy,
+        &report("envoy-1", t + MINUTE, json!([counts("api", 7, 0, 0)])),
+    )
+    .await;
+    let s = get(
+        &api,
+        &format!(
+            "/api/v1/metrics/series?from={}&to={}&step=1m",
+            t,
+            t + 2 * MINUTE
+        ),
+    )
+    .await;
+    assert_eq!(s["points"][1]["allowed"], 7);
+}
+
+async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
+    let config = MetricsConfig {
+        retention_10s: Duration::from_secs(3600),
+        retention_1m: Duration::from_secs(6 * 3600),
+        retention_1h: Duration::from_secs(48 * 3600),
+        ..MetricsConfig::default()
+    };
+    let state = AppState::with_metrics_config(db.store.clone(), config)
+        .await
+        .unwrap();
+    let api = TestApp {
+        app: api::app(state.clone()),
+        admin: db.token(Role::Admin).await,
+        state,
+    };
+    let proxy = db.token(Role::Proxy).await;
+    let now = now_ms();
+    let recent = now - 30 * MINUTE;
+    post_report(
+        &api,
+        &proxy,
+        &report(
+            "envoy-1",
+            recent,
+            json!([{"rule": "api", "denied": 2, "top_clients": [{"client": "c", "throttled": 2}]}]),
+        ),
+    )
+    .await;
+    // Too old for 10 s buckets already: only its 1 m and 1 h rows are made.
+    post_report(
+        &api,
+        &proxy,
+        &report("envoy-1", now - 2 * HOUR, json!([counts("api", 1, 0, 0)])),
+    )
+    .await;
+    flush(&api, &db).await;
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [5, 5, 3]);
+    let pipeline = api.state.pipeline();
+    // Nothing is past retention yet.
+    assert_eq!(pipeline.run_retention(&db.store, now).await.unwrap(), 0);
+    // 2 h later the 10 s buckets (1 h retention) go, with their clients.
+    let deleted = pipeline
+        .run_retention(&db.store, now + 2 * HOUR)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 3);
+    let minute = Resolution::Minute.bucket(recent);
+    let s = get(
+        &api,
+        &format!(
+            "/api/v1/metrics/series?from={minute}&to={}&step=10s",
+            minute + MINUTE
+        ),
+    )
+    .await;
+    assert_eq!(totals(&s).1, 0);
+    let s = get(
+        &api,
+        &format!(
+            "/api/v1/metrics/series?from={minute}&to={}&step=1m",
+            minute + MINUTE
+        ),
+    )
+    .await;
+    assert_eq!(totals(&s).1, 2);
+    // Then the minutes (6 h), then the hours (48 h).
+    assert_eq!(
+        pipeline
+            .run_retention(&db.store, now + 7 * HOUR)
+            .await
+            .unwrap(),
+        5
+    );
+    assert_eq!(
+        db.store.metric_row_counts().await.unwrap(),
+        [2, 2, 1],
+        "only hours are left"
+    );
+    assert_eq!(
+        pipeline
+            .run_retention(&db.store, now + 60 * HOUR)
+            .await
+            .unwrap(),
+        5
+    );
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
+    let m = api.get("/metrics").send().await.expect(200).text();
+    assert!(
+        m.contains("sluice_admin_metrics_rows_deleted_total 13"),
+        "{m}"
+    );
+}
+
+/// Reads race flushes on purpose: every answer must count the report exactly once, never
+/// zero times (in neither place) or twice (in both).
+async fn reads_never_count_a_flush_twice(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let t0 = base_time();
+    let path = format!("/api/v1/metrics/series?from={t0}&to={}&step=1h", t0 + HOUR);
+    let mut expected = 0;
+    for round in 0..20 {
+        post_report(
+            &api,
+            &proxy,
+            &report(
+                "envoy-1",
+                t0 + 1_000 + round,
+                json!([counts("api", 1, 1, 0)]),
+            ),
+        )
+        .await;
+        expected += 1;
+        let flusher = {
+            let (state, store) = (api.state.clone(), db.store.clone());
+            tokio::spawn(async move { state.pipeline().flush(&store).await.unwrap() })
+        };
+        while !flusher.is_finished() {
+            assert_eq!(totals(&get(&api, &path).await).1, expected, "round {round}");
+        }
+        flusher.await.unwrap();
+        assert_eq!(totals(&get(&api, &path).await).1, expected, "round {round}");
+    }
+}
+
+struct Running {
+    server: server::Server,
+    base: String,
+    http: reqwest::Client,
+}
+
+async fn start(db: &TestDb, config: MetricsConfig) -> Running {
+    let state = AppState::with_metrics_config(db.store.clone(), config)
+        .await
+        .unwrap();
+    let server = server::start(state, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    Running {
+        base: format!("http://{}", server.addr()),
+        server,
+        http: reqwest::Client::builder()
+            .timeout(PATIENCE)
+            .build()
+            .unwrap(),
+    }
+}
+
+async fn the_stream_delivers_an_event_after_a_report_and_ends_on_shutdown(db: TestDb) {
+    let api = start(&db, MetricsConfig::default()).await;
+    let viewer = db.token(Role::Viewer).await;
+    let proxy = db.token(Role::Proxy).await;
+    let mut stream = api
+        .http
+        .get(format!("{}/api/v1/metrics/stream", api.base))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let posted = api
+        .http
+        .post(format!("{}/api/v1/reports", api.base))
+        .bearer_auth(&proxy)
+        .json(&report(
+            "envoy-1",
+            now_ms(),
+            json!([counts("api", 4, 3, 1)]),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 204);
+    let deadline = Instant::now() + PATIENCE;
+    let mut text = String::new();
+    let event = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no event with the report: {text}"
+        );
+        let chunk = tokio::time::timeout(PATIENCE, stream.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        let found = text.split("\n\n").find_map(|block| {
+            let mut lines = block.lines();
+            (lines.next() == Some("event: metrics"))
+                .then(|| lines.find_map(|l| l.strip_prefix("data: ")))
+                .flatten()
+                .and_then(|d| serde_json::from_str::<Value>(d).ok())
+                .filter(|v| v["denied"] == 3)
+        });
+        if let Some(event) = found {
+            break event;
+        }
+    };
+    assert_eq!(event["allowed"], 4);
+    assert_eq!(event["shadow_denied"], 1);
+    assert_eq!(
+        event["rules"]["api"],
+        json!({"allowed": 4, "denied": 3, "shadow_denied": 1})
+    );
+    assert!(event["t"].as_i64().unwrap() > 0);
+    let started = Instant::now();
+    tokio::time::timeout(PATIENCE, api.server.stop())
+        .await
+        .expect("shutdown hung")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        started.elapsed()
+    );
+    // The stream ended with the server.
+    let rest = tokio::time::timeout(PATIENCE, async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream outlived the server");
+}
+
+async fn a_clean_stop_writes_every_accepted_report(db: TestDb) {
+    // No periodic flush during the test: only the one on the way out.
+    let config = MetricsConfig {
+        flush_interval: Duration::from_secs(3600),
+        ..MetricsConfig::default()
+    };
+    let api = start(&db, config).await;
+    let proxy = db.token(Role::Proxy).await;
+    let t0 = base_time();
+    let mut sent = Vec::new();
+    for i in 0..40 {
+        let request = api
+            .http
+            .post(format!("{}/api/v1/reports", api.base))
+            .bearer_auth(&proxy)
+            .json(&report(&format!("envoy-{}", i % 4), t0 + i * 7_000, json!([{"rule": "api", "allowed": 1, "denied": 1, "top_clients": [{"client": "c", "throttled": 1}]}])));
+        sent.push(tokio::spawn(async move {
+            request.send().await.unwrap().status()
+        }));
+    }
+    for s in sent {
+        assert_eq!(s.await.unwrap(), 204);
+    }
+    assert_eq!(
+        db.store.metric_row_counts().await.unwrap(),
+        [0, 0, 0],
+        "nothing flushed yet"
+    );
+    api.server.stop().await.unwrap();
+    let series = db
+        .store
+        .metric_series(Resolution::Hour, t0, t0 + HOUR, None, None)
+        .await
+        .unwrap();
+    let denied: u64 = series.iter().map(|(_, c)| c.denied).sum();
+    assert_eq!(denied, 40);
+    let ten: u64 = db
+        .store
+        .metric_series(
+            Resolution::TenSeconds,
+            t0,
+            t0 + HOUR,
+            Some("api"),
+            Some("envoy-3"),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, c)| c.allowed)
+        .sum();
+    assert_eq!(ten, 10);
+    let top = db
+        .store
+        .metric_top_clients(
+            &[Span::overlapping(Resolution::Minute, t0, t0 + HOUR)],
+            None,
+            5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(top[0].throttled, 40);
+    // A report is a sign of life: every proxy is known.
+    assert_eq!(db.store.list_proxies().await.unwrap().len(), 4);
+}
+
+async fn metrics_and_openapi_describe_the_pipeline(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    post_report(
+        &api,
+        &proxy,
+        &report("envoy-1", now_ms(), json!([counts("api", 1, 0, 0)])),
+    )
+    .await;
+    flush(&api, &db).await;
+    let m = api.get("/metrics").send().await.expect(200).text();
+    for line in [
+        "sluice_admin_reports_ingested_total 1",
+        "sluice_admin_report_ingest_duration_seconds_count 1",
+        "sluice_admin_metrics_flush_duration_seconds_count 1",
+        r#"sluice_admin_metrics_rows_written_total{table="metric_rule_buckets"} 3"#,
+        r#"sluice_admin_metrics_rows_written_total{table="metric_proxy_buckets"} 3"#,
+        r#"sluice_admin_metrics_rows_written_total{table="proxies"} 1"#,
+        "sluice_admin_metrics_pending_entries 0",
+    ] {
+        assert!(m.contains(line), "{line} missing from\n{m}");
+    }
+    let doc = api
+        .get("/api/v1/openapi.json")
+        .no_token()
+        .send()
+        .await
+        .expect(200)
+        .json();
+    for path in [
+        "/api/v1/reports",
+        "/api/v1/metrics/series",
+        "/api/v1/metrics/rules",
+        "/api/v1/metrics/clients",
+        "/api/v1/metrics/clients/{client}",
+        "/api/v1/metrics/overview",
+        "/api/v1/metrics/stream",
+    ] {
+        assert!(
+            doc["paths"][path].is_object(),
+            "{path} is not in the OpenAPI document"
+        );
+    }
+    let schemas = &doc["components"]["schemas"];
+    for schema in [
+        "Report",
+        "RuleReport",
+        "ClientCount",
+        "Series",
+        "Overview",
+        "StreamEvent",
+    ] {
+        assert!(schemas[schema].is_object(), "schema {schema} missing");
+    }
+    assert!(doc["paths"]["/api/v1/metrics/stream"]["get"]["responses"]["200"]["content"]["text/event-stream"].is_object());
+}

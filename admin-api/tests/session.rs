@@ -1,0 +1,231 @@
+//! The dashboard's sign-in (`/api/v1/session`), its cookie, and the dashboard's files at
+//! `/`, on SQLite and PostgreSQL alike.
+
+mod common;
+
+use common::{TestApp, TestDb, rule};
+use serde_json::json;
+use sluice_admin::store::Role;
+
+on_every_backend!(
+    a_token_signs_in_and_the_cookie_then_acts_as_it,
+    proxy_and_unknown_tokens_cannot_sign_in,
+    signing_out_or_revoking_the_token_ends_the_session,
+    cookie_changes_must_come_from_the_same_origin,
+    the_dashboard_is_served_with_an_app_fallback,
+);
+
+/// The `sluice_session=...` pair from a Set-Cookie header.
+fn session_cookie(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().trim().to_string()
+}
+
+async fn sign_in(api: &TestApp, token: &str) -> String {
+    let resp = api
+        .post("/api/v1/session")
+        .no_token()
+        .json(&json!({ "token": token }))
+        .send()
+        .await
+        .expect(201);
+    let set_cookie = resp.header("set-cookie").unwrap().to_string();
+    assert!(set_cookie.starts_with("sluice_session="), "{set_cookie}");
+    assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+    assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    assert!(set_cookie.contains("Path=/"), "{set_cookie}");
+    assert!(!set_cookie.contains("Secure"), "plain HTTP: {set_cookie}");
+    session_cookie(&set_cookie)
+}
+
+async fn a_token_signs_in_and_the_cookie_then_acts_as_it(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let editor = db.token(Role::Editor).await;
+    let cookie = sign_in(&api, &editor).await;
+    // The id is random and the token is nowhere in it.
+    assert!(!cookie.contains(&editor));
+
+    let me = api
+        .get("/api/v1/session")
+        .no_token()
+        .header("cookie", &format!("theme=dark; {cookie}"))
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(me["role"], "editor");
+    assert_eq!(me["token_name"], "test-editor");
+
+    // The cookie writes, and the audit log names the token behind it.
+    api.post("/api/v1/rules")
+        .no_token()
+        .header("cookie", &cookie)
+        .json(&rule("from-the-dashboard"))
+        .send()
+        .await
+        .expect(201);
+    let audit = api.get("/api/v1/audit").send().await.expect(200).json();
+    assert_eq!(audit["entries"][0]["actor_name"], "test-editor");
+
+    // A viewer's session reads but may not write.
+    let viewer = db.token(Role::Viewer).await;
+    let viewer_cookie = sign_in(&api, &viewer).await;
+    api.get("/api/v1/rules")
+        .no_token()
+        .header("cookie", &viewer_cookie)
+        .send()
+        .await
+        .expect(200);
+    api.post("/api/v1/rules/from-the-dashboard/disable")
+        .no_token()
+        .header("cookie", &viewer_cookie)
+        .send()
+        .await
+        .expect(403);
+
+    // Behind a TLS-terminating proxy the cookie is Secure.
+    let resp = api
+        .post("/api/v1/session")
+        .no_token()
+        .header("x-forwarded-proto", "https")
+        .json(&json!({ "token": viewer }))
+        .send()
+        .await
+        .expect(201);
+    assert!(resp.header("set-cookie").unwrap().contains("; Secure"));
+}
+
+async fn proxy_and_unknown_tokens_cannot_sign_in(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    let resp = api
+        .post("/api/v1/session")
+        .no_token()
+        .json(&json!({ "token": proxy }))
+        .send()
+        .await
+        .expect(403);
+    assert!(resp.header("set-cookie").is_none());
+    assert_eq!(resp.json()["type"], "urn:sluice:forbidden");
+    let resp = api
+        .post("/api/v1/session")
+        .no_token()
+        .json(&json!({ "token": "slc_not-a-token" }))
+        .send()
+        .await
+        .expect(401);
+    assert!(resp.header("set-cookie").is_none());
+    api.post("/api/v1/session")
+        .no_token()
+        .json(&json!({ "secret": "x" }))
+        .send()
+        .await
+        .expect(422);
+    // A made-up cookie is no session.
+    api.get("/api/v1/session")
+        .no_token()
+        .header("cookie", "sluice_session=made-up")
+        .send()
+        .await
+        .expect(401);
+    api.get("/api/v1/session")
+        .no_token()
+        .send()
+        .await
+        .expect(401);
+}
+
+async fn signing_out_or_revoking_the_token_ends_the_session(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let viewer = db.token(Role::Viewer).await;
+    let cookie = sign_in(&api, &viewer).await;
+    let resp = api
+        .delete("/api/v1/session")
+        .no_token()
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect(204);
+    assert!(resp.header("set-cookie").unwrap().contains("Max-Age=0"));
+    api.get("/api/v1/session")
+        .no_token()
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect(401);
+
+    let cookie = sign_in(&api, &viewer).await;
+    let tokens = api.get("/api/v1/tokens").send().await.expect(200).json();
+    let id = tokens["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test-viewer")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.delete(&format!("/api/v1/tokens/{id}"))
+        .send()
+        .await
+        .expect(200);
+    api.get("/api/v1/rules")
+        .no_token()
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect(401);
+}
+
+async fn cookie_changes_must_come_from_the_same_origin(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let admin = api.admin.clone();
+    let cookie = sign_in(&api, &admin).await;
+    api.post("/api/v1/rules")
+        .no_token()
+        .header("cookie", &cookie)
+        .header("host", "127.0.0.1:8080")
+        .header("origin", "http://evil.example")
+        .json(&rule("cross-site"))
+        .send()
+        .await
+        .expect(401);
+    api.post("/api/v1/rules")
+        .no_token()
+        .header("cookie", &cookie)
+        .header("host", "127.0.0.1:8080")
+        .header("origin", "http://127.0.0.1:8080")
+        .json(&rule("same-site"))
+        .send()
+        .await
+        .expect(201);
+}
+
+async fn the_dashboard_is_served_with_an_app_fallback(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    // Built or not, `/` and app routes answer HTML; unknown API paths stay JSON.
+    for path in ["/", "/rules/api-per-key", "/clients"] {
+        let resp = api.get(path).no_token().send().await;
+        assert!(
+            resp.status.as_u16() == 200 || resp.status.as_u16() == 503,
+            "{path}: {}",
+            resp.status
+        );
+        assert_eq!(
+            resp.header("content-type"),
+            Some("text/html; charset=utf-8"),
+            "{path}"
+        );
+        assert!(resp.header("content-security-policy").is_some());
+    }
+    let resp = api.get("/api/v1/nope").send().await.expect(404);
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/problem+json")
+    );
+    api.get("/assets/missing-0000.js")
+        .no_token()
+        .send()
+        .await
+        .expect(404);
+    api.post("/rules").no_token().send().await.expect(404);
+}

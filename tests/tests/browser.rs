@@ -1,0 +1,383 @@
+//! The dashboard end to end, in a real browser, against a real admin API and a real Envoy
+//! that follows it: sign in, create a rule in the form, throttle a client, watch it appear
+//! on the overview and clients pages, change the limit and see it enforced, roll back, and
+//! check that a viewer gets no edit controls. Screenshots of every page land in
+//! `target/screenshots/`.
+//!
+//! Needs the built `sluice` (with the dashboard embedded), the filter, Envoy, Chromium and
+//! chromedriver: `cargo xtask test` provides them all.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use fantoccini::{Client as Web, Locator};
+use serde_json::Value;
+use sluice_admin::envoy_config::AdminConnection;
+use sluice_tests::browser::{AdminServer, Browser, browser_available};
+use sluice_tests::{Client, Envoy, EnvoyOptions, Req};
+
+/// How long the page may take to show something the API already knows.
+const UI_WAIT: Duration = Duration::from_secs(20);
+
+/// Polls `check` every 200 ms until it gives a value, or fails naming `what`.
+async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {} s waiting for {what}", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn text_of(web: &Web, css: &str) -> Option<String> {
+    let el = web.find(Locator::Css(css)).await.ok()?;
+    el.text().await.ok()
+}
+
+/// Waits until the element `css` exists and its text contains `needle`.
+async fn wait_text(web: &Web, css: &str, needle: &str) -> Result<String> {
+    eventually(&format!("`{needle}` in {css}"), UI_WAIT, async || {
+        text_of(web, css).await.filter(|t| t.contains(needle))
+    })
+    .await
+}
+
+async fn wait_for(web: &Web, css: &str) -> Result<fantoccini::elements::Element> {
+    eventually(&format!("{css} to appear"), UI_WAIT, async || {
+        web.find(Locator::Css(css)).await.ok()
+    })
+    .await
+}
+
+async fn exists(web: &Web, css: &str) -> bool {
+    web.find_all(Locator::Css(css))
+        .await
+        .map(|v| !v.is_empty())
+        .unwrap_or(false)
+}
+
+async fn click(web: &Web, css: &str) -> Result<()> {
+    wait_for(web, css)
+        .await?
+        .click()
+        .await
+        .with_context(|| format!("clicking {css}"))
+}
+
+async fn type_into(web: &Web, css: &str, text: &str) -> Result<()> {
+    let input = wait_for(web, css).await?;
+    input.clear().await?;
+    input
+        .send_keys(text)
+        .await
+        .with_context(|| format!("typing into {css}"))
+}
+
+/// Navigates inside the app the way a person does: through a link in the top bar.
+async fn nav(web: &Web, label: &str) -> Result<()> {
+    let link = web
+        .find(Locator::XPath(&format!(
+            "//nav[@class='nav']/a[normalize-space()='{label}']"
+        )))
+        .await
+        .with_context(|| format!("the {label} link"))?;
+    link.click().await?;
+    Ok(())
+}
+
+async fn sign_in(web: &Web, token: &str) -> Result<()> {
+    type_into(web, "input[name=token]", token).await?;
+    click(web, "form.signin button[type=submit]").await?;
+    wait_for(web, "header.topbar").await?;
+    Ok(())
+}
+
+/// Waits until the proxy runs ruleset `version` (it reports it on its next poll, which
+/// follows the push at once), then a little longer for the workers' 100 ms tick.
+async fn wait_proxy_version(admin: &AdminServer, version: u64) -> Result<()> {
+    eventually(
+        &format!("the proxy to run ruleset v{version}"),
+        Duration::from_secs(15),
+        async || {
+            let proxies = admin.get_json("/api/v1/proxies").ok()?;
+            proxies["proxies"]
+                .as_array()?
+                .iter()
+                .any(|p| p["ruleset_version"].as_u64() == Some(version))
+                .then_some(())
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    Ok(())
+}
+
+fn current_version(admin: &AdminServer) -> Result<u64> {
+    let versions = admin.get_json("/api/v1/versions?limit=1")?;
+    Ok(versions["versions"][0]["version"].as_u64().unwrap_or(0))
+}
+
+/// Sends `n` requests as `client` through Envoy; returns how many were throttled (429).
+fn traffic(envoy: &Envoy, client: &str, n: usize) -> usize {
+    tokio::task::block_in_place(|| {
+        let http = Client::connect(envoy.listener_addr(), 1);
+        http.run((0..n).map(|_| Req::get("/api/orders").header("x-api-key", client)))
+            .iter()
+            .filter(|r| r.status == 429)
+            .count()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_end_to_end() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test` (it installs Debian's \
+         chromium and chromium-driver), or set SLUICE_CHROMIUM and SLUICE_CHROMEDRIVER"
+    );
+    let admin = AdminServer::start()?;
+    let proxy_token = admin.create_token("proxy", "envoy-browser-test")?;
+    let viewer_token = admin.create_token("viewer", "dana-viewer")?;
+    let url = format!("http://{}", admin.addr())
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    let mut connection = AdminConnection::new(url, proxy_token);
+    connection.proxy_id = Some("envoy-test-1".to_string());
+    connection.poll_timeout_seconds = 20;
+    let envoy = tokio::task::block_in_place(|| {
+        Envoy::start(EnvoyOptions {
+            admin: Some(connection),
+            ..Default::default()
+        })
+    });
+    wait_proxy_version(&admin, 0).await?;
+
+    let browser = Browser::start().await?;
+    let web = browser.client();
+    let result = scenario(&admin, &envoy, &browser, web, &viewer_token).await;
+    if result.is_err() {
+        // What the page showed when it went wrong.
+        let _ = browser.screenshot("failure").await;
+    }
+    browser.close().await;
+    result
+}
+
+async fn scenario(
+    admin: &AdminServer,
+    envoy: &Envoy,
+    browser: &Browser,
+    web: &Web,
+    viewer: &str,
+) -> Result<()> {
+    // Sign in as the admin.
+    web.goto(&admin.url("/")).await?;
+    wait_for(web, "form.signin").await?;
+    browser.screenshot("signin").await?;
+    type_into(web, "input[name=token]", "slc_wrong").await?;
+    click(web, "form.signin button[type=submit]").await?;
+    wait_text(
+        web,
+        "form.signin .field-error",
+        "unknown or has been revoked",
+    )
+    .await?;
+    sign_in(web, admin.admin_token()).await?;
+    wait_for(web, "[data-test=role][data-role=admin]").await?;
+
+    // Create a rule through the form, seeing the live validation on the way.
+    nav(web, "Rules").await?;
+    wait_text(web, ".state.empty", "No rules yet").await?;
+    click(web, "[data-test=new-rule]").await?;
+    type_into(web, "input[name=name]", "api-per-key").await?;
+    type_into(
+        web,
+        "input[name=description]",
+        "Per API key, for everything under /api/",
+    )
+    .await?;
+    type_into(web, "input[name='match.path_prefix']", "/api/").await?;
+    type_into(web, "input[name='limits[0].requests']", "0").await?;
+    let error = wait_text(
+        web,
+        ".field-error[data-field='limits[0].requests']",
+        "must be between",
+    )
+    .await?;
+    assert!(error.contains("1000000000"), "the core's message: {error}");
+    wait_text(web, "[data-test=live-check]", "1 problem").await?;
+    browser.screenshot("rule-form-invalid").await?;
+    type_into(web, "input[name='limits[0].requests']", "5").await?;
+    click(web, "select[name='limits[0].period'] option[value=minute]").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    browser.screenshot("rule-form").await?;
+    click(web, "[data-test=save]").await?;
+    wait_for(web, "[data-test=rule-row][data-rule=api-per-key]").await?;
+    wait_text(web, "[data-rule=api-per-key] [data-test=limits]", "5/min").await?;
+    let v1 = current_version(admin)?;
+    assert_eq!(v1, 1);
+    wait_proxy_version(admin, v1).await?;
+
+    // Throttle a client: 5 of 20 get through.
+    assert_eq!(
+        traffic(envoy, "alice", 20),
+        15,
+        "5/min lets 5 of 20 through"
+    );
+
+    // The overview shows the throttled requests and the client within a few seconds.
+    nav(web, "Overview").await?;
+    let started = Instant::now();
+    wait_text(web, "[data-test=top-clients]", "alice").await?;
+    wait_text(web, "[data-test=stats]", "15 throttled").await?;
+    wait_text(web, "[data-test=rule-metrics]", "api-per-key").await?;
+    wait_text(web, "[data-test=proxies]", "envoy-test-1").await?;
+    eprintln!(
+        "overview showed the throttling {:.1} s after the traffic",
+        started.elapsed().as_secs_f32()
+    );
+
+    // The clients page, the client's drill-down, and the jump to an override for it.
+    nav(web, "Clients").await?;
+    wait_text(web, "[data-test=clients]", "alice").await?;
+    wait_text(web, "[data-client=alice]", "15").await?;
+    browser.screenshot("clients").await?;
+    click(web, "[data-client=alice] a.client").await?;
+    wait_text(web, "[data-test=client-rule]", "api-per-key").await?;
+    wait_for(web, "[data-test=client-rule] .chart svg path").await?;
+    browser.screenshot("client-detail").await?;
+    click(web, "[data-test=create-override]").await?;
+    wait_for(web, "[data-test=override-notice]").await?;
+    let client = wait_for(web, "input[name='overrides[0].client']").await?;
+    assert_eq!(client.prop("value").await?.as_deref(), Some("alice"));
+    let requests = wait_for(web, "input[name='overrides[0].limits[0].requests']").await?;
+    assert_eq!(
+        requests.prop("value").await?.as_deref(),
+        Some("5"),
+        "prefilled from the rule"
+    );
+    browser.screenshot("override-form").await?;
+
+    // Edit the limit (dropping the unsaved override) and see the new limit enforced.
+    nav(web, "Rules").await?;
+    click(web, "[data-rule=api-per-key] [data-test=edit]").await?;
+    let requests = wait_for(web, "input[name='limits[0].requests']").await?;
+    assert_eq!(requests.prop("value").await?.as_deref(), Some("5"));
+    type_into(web, "input[name='limits[0].requests']", "20").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    browser.screenshot("rule-edit").await?;
+    click(web, "[data-test=save]").await?;
+    wait_text(web, "[data-rule=api-per-key] [data-test=limits]", "20/min").await?;
+    let v2 = current_version(admin)?;
+    assert_eq!(v2, 2);
+    wait_proxy_version(admin, v2).await?;
+    assert_eq!(
+        traffic(envoy, "alice", 25),
+        5,
+        "the new 20/min limit lets 20 of 25 through"
+    );
+    browser.screenshot("rules").await?;
+
+    // Roll back to version 1 from the history page: 5/min again.
+    nav(web, "History").await?;
+    click(web, "[data-test=version][data-version='2']").await?;
+    wait_text(web, "[data-test=version-detail]", "changed").await?;
+    wait_for(web, ".diff-line.add").await?;
+    browser.screenshot("history").await?;
+    click(web, "[data-test=version][data-version='1']").await?;
+    click(web, "[data-test=rollback]").await?;
+    wait_for(web, ".modal").await?;
+    browser.screenshot("rollback-confirm").await?;
+    click(web, "[data-test=confirm]").await?;
+    wait_text(web, ".flash", "Rolled back to version 1").await?;
+    let v3 = current_version(admin)?;
+    assert_eq!(v3, 3);
+    let rule = admin.get_json("/api/v1/rules/api-per-key")?;
+    assert_eq!(rule["spec"]["limits"][0]["requests"], Value::from(5));
+    wait_proxy_version(admin, v3).await?;
+    assert_eq!(
+        traffic(envoy, "bob", 10),
+        5,
+        "after the rollback, 5/min again"
+    );
+
+    nav(web, "Audit log").await?;
+    wait_text(web, "[data-test=audit]", "ruleset.rollback").await?;
+    browser.screenshot("audit").await?;
+
+    // The overview, for the README: a few seconds of steady traffic first.
+    for i in 0..6 {
+        let _ = traffic(envoy, &format!("client-{i}"), 8);
+        let _ = traffic(envoy, "alice", 3);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    nav(web, "Overview").await?;
+    click(web, ".segmented button:first-child").await?;
+    wait_text(web, "[data-test=top-clients]", "client-").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    browser.screenshot("overview").await?;
+    web.set_window_size(390, 1400).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    browser.screenshot("overview-phone").await?;
+    nav(web, "Rules").await?;
+    wait_for(web, "[data-rule=api-per-key]").await?;
+    browser.screenshot("rules-phone").await?;
+    web.set_window_size(1440, 1000).await?;
+
+    // A viewer sees the same pages with no edit controls at all.
+    click(web, ".who button").await?;
+    wait_for(web, "form.signin").await?;
+    sign_in(web, viewer).await?;
+    wait_for(web, "[data-test=role][data-role=viewer]").await?;
+    nav(web, "Rules").await?;
+    wait_for(web, "[data-rule=api-per-key]").await?;
+    for control in [
+        "[data-test=new-rule]",
+        "[data-test=enable-toggle]",
+        "[data-test=mode-toggle]",
+        "[data-test=edit]",
+        "[data-test=delete]",
+    ] {
+        assert!(!exists(web, control).await, "a viewer sees {control}");
+    }
+    browser.screenshot("viewer-rules").await?;
+    web.find(Locator::Css("[data-rule=api-per-key] a.rule-name"))
+        .await?
+        .click()
+        .await?;
+    wait_text(web, ".facts", "5/min").await?;
+    assert!(
+        !exists(web, "[data-test=save]").await,
+        "a viewer gets no form"
+    );
+    assert!(
+        !exists(web, "input[name=name]").await,
+        "a viewer gets no form"
+    );
+    browser.screenshot("viewer-rule").await?;
+    nav(web, "History").await?;
+    wait_for(web, "[data-test=version-detail]").await?;
+    assert!(
+        !exists(web, "[data-test=rollback]").await,
+        "a viewer cannot roll back"
+    );
+    nav(web, "Clients").await?;
+    click(web, "[data-client=alice] a.client").await?;
+    wait_for(web, "[data-test=client-rule]").await?;
+    assert!(
+        !exists(web, "[data-test=create-override]").await,
+        "a viewer cannot add overrides"
+    );
+    // And the API refuses a viewer's change even without the UI.
+    let (status, _) = admin.call_as(viewer, "POST", "/api/v1/rules/api-per-key/disable", None)?;
+    assert_eq!(status, 403, "a viewer's token may not change rules");
+    Ok(())
+}

@@ -264,6 +264,8 @@ async fn scenario(
         Some("5"),
         "prefilled from the rule"
     );
+    // The page scrolls the prefilled override into view.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     browser.screenshot("override-form").await?;
 
     // Edit the limit (dropping the unsaved override) and see the new limit enforced.

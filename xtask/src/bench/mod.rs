@@ -17,6 +17,7 @@
 mod accuracy;
 mod configs;
 mod envoy;
+mod ingest;
 mod machine;
 mod memory;
 mod path;
@@ -69,6 +70,8 @@ pub enum Section {
     Accuracy,
     Memory,
     Profile,
+    /// The admin API's report ingestion and metric queries (written beside the report).
+    Ingest,
 }
 
 /// Durations and sizes of one run.
@@ -140,6 +143,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         let mut all = vec![Section::Path, Section::Accuracy, Section::Memory];
         if !settings.quick {
             all.push(Section::Profile);
+            all.push(Section::Ingest);
         }
         all
     } else {
@@ -224,13 +228,23 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 results.profile = Some(profile::run(&bench.run_dir));
                 results.profile.as_ref().map(|r| r.as_ref().err())
             }
+            // Runs after the main report is written, into a file beside it.
+            Section::Ingest => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
         }
     }
 
-    let complete = sections.len() == 4 && !bench.settings.quick;
+    let complete = [
+        Section::Path,
+        Section::Accuracy,
+        Section::Memory,
+        Section::Profile,
+    ]
+    .iter()
+    .all(|s| sections.contains(s))
+        && !bench.settings.quick;
     let name = if bench.settings.quick {
         format!("{date}-quick")
     } else if complete {
@@ -258,6 +272,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     )
     .with_context(|| format!("writing {}", json_path.display()))?;
     step("report written");
+    if sections.contains(&Section::Ingest) {
+        let seconds = if bench.settings.quick { 10 } else { 30 };
+        if let Err(err) = ingest::run(&out_dir, &name, 100, seconds) {
+            note(format!("section Ingest failed: {err:#}"));
+        }
+    }
     note(md_path.display());
     note(json_path.display());
     println!("\n{}", report.readme_section());

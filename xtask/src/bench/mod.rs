@@ -22,6 +22,7 @@ mod machine;
 mod memory;
 mod path;
 mod profile;
+mod propagation;
 mod report;
 mod stats;
 mod wrk;
@@ -72,6 +73,8 @@ pub enum Section {
     Profile,
     /// The admin API's report ingestion and metric queries (written beside the report).
     Ingest,
+    /// Rule changes from the admin API to every Envoy worker (written beside the report).
+    Propagation,
 }
 
 /// Durations and sizes of one run.
@@ -145,6 +148,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             all.push(Section::Profile);
             all.push(Section::Ingest);
         }
+        all.push(Section::Propagation);
         all
     } else {
         args.only.clone()
@@ -228,8 +232,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 results.profile = Some(profile::run(&bench.run_dir));
                 results.profile.as_ref().map(|r| r.as_ref().err())
             }
-            // Runs after the main report is written, into a file beside it.
-            Section::Ingest => None,
+            // These run after the main report is written, into files beside it.
+            Section::Ingest | Section::Propagation => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
@@ -272,6 +276,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     )
     .with_context(|| format!("writing {}", json_path.display()))?;
     step("report written");
+    if sections.contains(&Section::Propagation) {
+        let changes = if bench.settings.quick { 30 } else { 100 };
+        if let Err(err) = propagation::run(&bench, &out_dir, &name, changes) {
+            note(format!("section Propagation failed: {err:#}"));
+        }
+    }
     if sections.contains(&Section::Ingest) {
         let seconds = if bench.settings.quick { 10 } else { 30 };
         if let Err(err) = ingest::run(&out_dir, &name, 100, seconds) {

@@ -1,0 +1,239 @@
+//! Rule propagation: from the admin API answering a rule change to every root of a real
+//! Envoy (two workers and the main thread's) running the new ruleset.
+//!
+//! The real `sluice serve` (SQLite in the run folder) and an Envoy following it with the
+//! control service, both on loopback. Each change is a `PUT` of the rule with a new
+//! limit; the clock stops when Envoy's `sluice_rulesets_applied_total` (one increment per
+//! filter root that swapped the ruleset in) has risen by the number of roots. Written
+//! beside the main report.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::json;
+
+use super::Bench;
+use super::envoy::{Envoy, EnvoySpec};
+use crate::cmd::{note, step};
+
+const ADMIN_TOKEN: &str = "slc_bench_admin_token_0123456789abcdef";
+const APPLIED: &str = "wasmcustom.sluice_rulesets_applied_total";
+const WORKERS: u32 = 2;
+/// Longest a single change may take before the run is abandoned.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `sluice serve`, killed when dropped.
+struct AdminApi {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for AdminApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Measures `changes` rule changes and writes `<out_dir>/<name>-propagation.md`.
+pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<PathBuf> {
+    step(format!(
+        "propagation: {changes} rule changes through the admin API"
+    ));
+    let dir = bench.run_dir.join("propagation");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let database = format!("sqlite://{}/propagation.db", dir.display());
+    let sluice = &bench.generator.sluice_bin;
+
+    let admin = start_admin(sluice, &database)?;
+    let proxy_token = output(
+        Command::new(sluice)
+            .args(["token", "create", "--role", "proxy", "--name", "bench"])
+            .args(["--database", &database]),
+    )?;
+    let yaml = dir.join("propagation.yaml");
+    output(
+        Command::new(sluice)
+            .args([
+                "envoy-config",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "direct",
+                "--filter",
+            ])
+            .arg(&bench.generator.filter_wasm)
+            .args([
+                "--concurrency",
+                &WORKERS.to_string(),
+                "--envoy-admin",
+                "127.0.0.1:0",
+            ])
+            .args([
+                "--admin-url",
+                &format!("http://{}", admin.addr),
+                "--proxy-token",
+                proxy_token.trim(),
+            ])
+            .arg("--output")
+            .arg(&yaml),
+    )?;
+    let envoy = Envoy::start(&EnvoySpec {
+        envoy: &bench.envoy,
+        config: &yaml,
+        concurrency: WORKERS,
+        cpus: None,
+        dir: &dir,
+        name: "propagation",
+    })?;
+    wait("the control service to poll", || {
+        Ok(envoy.stat("wasmcustom.sluice_control_polls_total")? > 0)
+    })?;
+
+    let rule = |requests: usize| {
+        json!({"name": "bench", "key": "global", "limits": [{"requests": requests, "period": "minute"}]}).to_string()
+    };
+    // The first change tells how many filter roots apply each ruleset.
+    let status = call(admin.addr, "POST", "/api/v1/rules", &rule(1))?;
+    if status != 201 {
+        bail!("creating the rule answered HTTP {status}");
+    }
+    wait("the first ruleset to be applied", || {
+        Ok(envoy.stat(APPLIED)? > 0)
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    let roots = envoy.stat(APPLIED)?;
+
+    let mut latencies_ms = Vec::with_capacity(changes);
+    for i in 0..changes {
+        let target = envoy.stat(APPLIED)? + roots;
+        let status = call(admin.addr, "PUT", "/api/v1/rules/bench", &rule(i + 2))?;
+        let saved = Instant::now();
+        if status != 200 {
+            bail!("change {i} answered HTTP {status}");
+        }
+        while envoy.stat(APPLIED)? < target {
+            if saved.elapsed() > CHANGE_TIMEOUT {
+                bail!("change {i} was not applied by every root within {CHANGE_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        latencies_ms.push(saved.elapsed().as_secs_f64() * 1e3);
+    }
+    drop(envoy);
+    drop(admin);
+
+    latencies_ms.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        latencies_ms
+            .get(((latencies_ms.len() - 1) as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let text = format!(
+        "# Sluice rule propagation\n\n\
+         Produced by `cargo xtask bench`: the real admin API (`sluice serve`, SQLite) and an Envoy \
+         with {WORKERS} workers following it through the control service, on loopback. Each of \
+         {changes} changes is a `PUT /api/v1/rules/bench` with a new limit; the time runs from the \
+         API's answer until all {roots} filter roots (workers and the main thread) report the new \
+         ruleset applied (`{APPLIED}`, polled every millisecond through Envoy's admin interface).\n\n\
+         | changes | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|\n\
+         | {changes} | {:.1} | {:.1} | {:.1} | {:.1} |\n\n\
+         The promise is one second. Workers check for a new ruleset every 100 ms, which bounds \
+         most of the spread.\n",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0),
+    );
+    let path = out_dir.join(format!("{name}-propagation.md"));
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    note(format!(
+        "propagation p50 {:.1} ms, p99 {:.1} ms: {}",
+        at(0.5),
+        at(0.99),
+        path.display()
+    ));
+    Ok(path)
+}
+
+fn start_admin(sluice: &Path, database: &str) -> Result<AdminApi> {
+    let mut child = Command::new(sluice)
+        .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
+        .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting `sluice serve`")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("listening on http://") {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        }
+    });
+    match rx
+        .recv_timeout(Duration::from_secs(20))
+        .ok()
+        .and_then(|a| a.parse().ok())
+    {
+        Some(addr) => Ok(AdminApi { child, addr }),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(anyhow!("`sluice serve` did not report its address"))
+        }
+    }
+}
+
+/// Runs a command and returns its standard output.
+fn output(command: &mut Command) -> Result<String> {
+    let out = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// One request to the admin API with the bootstrap token; returns the status.
+fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> Result<u16> {
+    let mut stream = TcpStream::connect(addr).context("connecting to the admin API")?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("the admin API sent no status line"))
+}
+
+fn wait(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !check()? {
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

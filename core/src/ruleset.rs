@@ -227,11 +227,6 @@ impl Ruleset {
             };
             sink.record(rule, outcome, client);
         }
-        if !acquisition.allowed {
-            // Nothing was charged, so nothing is "near the limit" either.
-            decision.tightest = None;
-            decision.near_limit = false;
-        }
         decision
     }
 }

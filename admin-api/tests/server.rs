@@ -78,19 +78,7 @@ impl Running {
 
     /// How many long-polls the server is holding, from its own metrics.
     async fn held_polls(&self) -> u64 {
-        let text = self
-            .http
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("sluice_admin_long_polls "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
+        held_polls(&self.http, &self.base).await
     }
 
     async fn wait_for_held_polls(&self, n: u64) {
@@ -100,6 +88,22 @@ impl Running {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// How many long-polls the server at `base` is holding, from its own metrics.
+async fn held_polls(http: &reqwest::Client, base: &str) -> u64 {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("sluice_admin_long_polls "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 async fn a_poll_behind_the_current_version_is_answered_at_once(db: TestDb) {
@@ -372,7 +376,13 @@ async fn the_binary_serves_prints_its_address_and_stops_on_sigterm(db: TestDb) {
             .bearer_auth(token)
             .send(),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Only a poll the server is holding tests the shutdown; one still on its way would
+    // meet a closed port instead.
+    let deadline = Instant::now() + PATIENCE;
+    while held_polls(&http, &base).await < 1 {
+        assert!(Instant::now() < deadline, "the poll was never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let start = Instant::now();
     let status = sigterm(&mut child).await;
     assert!(status.success(), "{status}");

@@ -108,7 +108,13 @@ pub struct StatusCounts {
     /// Requests that got no response (connection refused or reset, timeout).
     pub errors: u64,
     pub first_error: Option<String>,
+    /// From just before the first request was sent to just after the last response came:
+    /// every decision the server made for this run happened inside this window.
     pub elapsed: Duration,
+    /// From the first response's arrival to the last request's sending: the server was
+    /// deciding requests of this run at least from the start to the end of this window
+    /// (zero when fewer than two requests were answered).
+    pub busy: Duration,
 }
 
 impl StatusCounts {
@@ -282,12 +288,44 @@ impl Client {
     }
 
     /// Sends `total` requests made by `make(i)` for i in `0..total`, keeping only status
-    /// counts: for millions of requests. Requests that fail are counted, not fatal.
+    /// counts: for millions of requests. Requests that fail are counted, not fatal. For load
+    /// that must last a while, use [`Client::run_for`]: how long a count takes depends on
+    /// the machine.
     pub fn run_counting<F>(&self, total: u64, make: F) -> StatusCounts
     where
         F: Fn(u64) -> Req + Send + Sync + 'static,
     {
+        self.drive(Some(total), None, make)
+    }
+
+    /// Sends requests made by `make(i)` for i = 0, 1, 2, ... on every connection until
+    /// `duration` has passed, keeping only status counts: load that lasts as long on a fast
+    /// machine as on a slow one.
+    pub fn run_for<F>(&self, duration: Duration, make: F) -> StatusCounts
+    where
+        F: Fn(u64) -> Req + Send + Sync + 'static,
+    {
+        self.drive(None, Some(duration), make)
+    }
+
+    /// Like [`Client::run_for`], but stops after `total` requests if they are sent before
+    /// `duration` has passed.
+    pub fn run_counting_for<F>(&self, total: u64, duration: Duration, make: F) -> StatusCounts
+    where
+        F: Fn(u64) -> Req + Send + Sync + 'static,
+    {
+        self.drive(Some(total), Some(duration), make)
+    }
+
+    /// Sends requests until `total` were taken or `duration` has passed, whichever comes
+    /// first (at least one of them is given).
+    fn drive<F>(&self, total: Option<u64>, duration: Option<Duration>, make: F) -> StatusCounts
+    where
+        F: Fn(u64) -> Req + Send + Sync + 'static,
+    {
+        let total = total.unwrap_or(u64::MAX);
         let started = Instant::now();
+        let deadline = duration.map(|d| started + d);
         let make = Arc::new(make);
         let next = Arc::new(AtomicU64::new(0));
         let per_request = self.request_timeout;
@@ -298,14 +336,23 @@ impl Client {
             let host = host.clone();
             async move {
                 let mut counts = StatusCounts::default();
+                let mut first_response: Option<Instant> = None;
+                let mut last_sent: Option<Instant> = None;
                 loop {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= total {
                         break;
                     }
                     let request = make(i);
+                    last_sent = Some(Instant::now());
                     match exchange(&mut slot, addr, &host, &request, per_request, drain).await {
-                        Ok(status) => *counts.by_status.entry(status).or_default() += 1,
+                        Ok(status) => {
+                            first_response.get_or_insert_with(Instant::now);
+                            *counts.by_status.entry(status).or_default() += 1;
+                        }
                         Err(err) => {
                             counts.errors += 1;
                             if counts.first_error.is_none() {
@@ -314,21 +361,42 @@ impl Client {
                         }
                     }
                 }
-                (slot, counts)
+                (slot, (counts, first_response, last_sent))
             }
         });
+        let finished = per_connection.len();
         let mut counts = StatusCounts::default();
-        for part in per_connection {
+        let mut first_response: Option<Instant> = None;
+        let mut last_sent: Option<Instant> = None;
+        for (part, first, last) in per_connection {
             counts.merge(part);
+            first_response = match (first_response, first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            last_sent = last_sent.max(last);
         }
-        let unsent = total.saturating_sub(counts.responses() + counts.errors);
-        if unsent > 0 {
-            counts.errors += unsent;
-            counts
-                .first_error
-                .get_or_insert_with(|| format!("{unsent} requests not sent: the run timed out"));
+        if finished < self.connections {
+            // The run timeout aborted some connections' work, and their counts with it.
+            let stuck = self.connections - finished;
+            counts.errors += 1;
+            counts.first_error.get_or_insert_with(|| {
+                format!("{stuck} connections did not finish: the run timed out")
+            });
+        } else if deadline.is_none() {
+            let unsent = total.saturating_sub(counts.responses() + counts.errors);
+            if unsent > 0 {
+                counts.errors += unsent;
+                counts.first_error.get_or_insert_with(|| {
+                    format!("{unsent} requests not sent: the run timed out")
+                });
+            }
         }
         counts.elapsed = started.elapsed();
+        counts.busy = match (first_response, last_sent) {
+            (Some(first), Some(last)) => last.saturating_duration_since(first),
+            _ => Duration::ZERO,
+        };
         counts
     }
 

@@ -119,6 +119,8 @@ pub struct Envoy {
     keep_dir: bool,
     config_path: PathBuf,
     log_path: PathBuf,
+    /// Worker threads.
+    concurrency: usize,
 }
 
 impl Envoy {
@@ -207,6 +209,7 @@ impl Envoy {
             keep_dir: false,
             config_path,
             log_path,
+            concurrency: options.concurrency,
         };
         match envoy.wait_ready(&admin_path, options.ready_timeout) {
             Ok(()) => Ok(envoy),
@@ -333,6 +336,11 @@ impl Envoy {
     pub fn stat(&self, name: &str) -> Option<u64> {
         let exact = format!("^{}$", regex_escape(name));
         self.stats_matching(&exact).remove(name)
+    }
+
+    /// Envoy's worker threads (`--concurrency`).
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
     }
 
     /// A counter that must exist. The filter's counters are `wasmcustom.NAME`, summed over

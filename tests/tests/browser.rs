@@ -101,8 +101,10 @@ async fn sign_in(web: &Web, token: &str) -> Result<()> {
 }
 
 /// Waits until the proxy runs ruleset `version` (it reports it on its next poll, which
-/// follows the push at once), then a little longer for the workers' 100 ms tick.
-async fn wait_proxy_version(admin: &AdminServer, version: u64) -> Result<()> {
+/// follows the push at once), then until every worker has applied it. Each version is
+/// waited for before the next is made, so each worker applies each one once: after
+/// version v, the workers' applied count is `workers × v`.
+async fn wait_proxy_version(admin: &AdminServer, envoy: &Envoy, version: u64) -> Result<()> {
     eventually(
         &format!("the proxy to run ruleset v{version}"),
         Duration::from_secs(15),
@@ -116,8 +118,18 @@ async fn wait_proxy_version(admin: &AdminServer, version: u64) -> Result<()> {
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    Ok(())
+    let workers = u64::try_from(envoy.concurrency()).unwrap_or(u64::MAX);
+    eventually(
+        &format!("every worker to apply ruleset v{version}"),
+        Duration::from_secs(15),
+        async || {
+            let applied = tokio::task::block_in_place(|| {
+                envoy.counter("wasmcustom.sluice_rulesets_applied_total")
+            });
+            (applied >= workers * version).then_some(())
+        },
+    )
+    .await
 }
 
 fn current_version(admin: &AdminServer) -> Result<u64> {
@@ -158,7 +170,7 @@ async fn the_dashboard_end_to_end() -> Result<()> {
             ..Default::default()
         })
     });
-    wait_proxy_version(&admin, 0).await?;
+    wait_proxy_version(&admin, &envoy, 0).await?;
 
     let browser = Browser::start().await?;
     let web = browser.client();
@@ -224,7 +236,7 @@ async fn scenario(
     wait_text(web, "[data-rule=api-per-key] [data-test=limits]", "5/min").await?;
     let v1 = current_version(admin)?;
     assert_eq!(v1, 1);
-    wait_proxy_version(admin, v1).await?;
+    wait_proxy_version(admin, envoy, v1).await?;
 
     // Throttle a client: 5 of 20 get through.
     assert_eq!(
@@ -280,7 +292,7 @@ async fn scenario(
     wait_text(web, "[data-rule=api-per-key] [data-test=limits]", "20/min").await?;
     let v2 = current_version(admin)?;
     assert_eq!(v2, 2);
-    wait_proxy_version(admin, v2).await?;
+    wait_proxy_version(admin, envoy, v2).await?;
     assert_eq!(
         traffic(envoy, "alice", 25),
         5,
@@ -304,7 +316,7 @@ async fn scenario(
     assert_eq!(v3, 3);
     let rule = admin.get_json("/api/v1/rules/api-per-key")?;
     assert_eq!(rule["spec"]["limits"][0]["requests"], Value::from(5));
-    wait_proxy_version(admin, v3).await?;
+    wait_proxy_version(admin, envoy, v3).await?;
     assert_eq!(
         traffic(envoy, "bob", 10),
         5,

@@ -12,6 +12,8 @@ mod envoy;
 mod libtest;
 mod lint;
 mod postgres;
+mod redis;
+mod server_dir;
 mod suite;
 mod toolchain;
 mod upstream;

@@ -3,10 +3,12 @@
 //!
 //! With `DATABASE_URL` (or `SLUICE_TEST_POSTGRES_URL`) set to a `postgres://` URL, that server
 //! is used as it is. Otherwise: Debian's `postgresql` is installed if no server binaries are
-//! found, a cluster is created with `initdb` under `target/postgres-test/`, started on
+//! found, a cluster is created with `initdb` in a private folder under the system's temporary
+//! folder (see [`crate::server_dir`]: PostgreSQL runs as its own account when we are root, and
+//! must reach its data whatever the permissions of the checkout's parents), started on
 //! 127.0.0.1 with a free port (and its unix socket in that folder, not in /var/run), given a
-//! `sluice_test` database, and stopped again when the suite ends, whether it passed or not.
-//! Tests create one database per test on that server.
+//! `sluice_test` database, and stopped and removed again when the suite ends, whether it
+//! passed or not. Tests create one database per test on that server.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::apt;
 use crate::cmd::{self, note, step};
+use crate::server_dir::{self, ServerDir};
 
 /// Where the tests find the server: a URL of a database they may create databases from.
 pub const URL_ENV: &str = "SLUICE_TEST_POSTGRES_URL";
@@ -26,6 +29,8 @@ pub const REQUIRE_ENV: &str = "SLUICE_REQUIRE_POSTGRES";
 const DATABASE: &str = "sluice_test";
 /// The unprivileged account PostgreSQL runs as when we are root (it refuses to run as root).
 const POSTGRES_USER: &str = "postgres";
+/// The name of the cluster's folder in [`server_dir`].
+const SERVER_NAME: &str = "postgres";
 
 /// A PostgreSQL server for one test run; a cluster we started is stopped on drop.
 #[derive(Debug)]
@@ -48,6 +53,9 @@ struct Cluster {
     data: PathBuf,
     /// Run the server's tools through `runuser -u postgres --` (we are root).
     as_postgres: bool,
+    /// Holds the data, the socket and the log; removed (log kept) after the server stops,
+    /// since fields drop after [`Cluster`]'s own `drop`.
+    _dir: ServerDir,
 }
 
 impl Cluster {
@@ -67,11 +75,6 @@ impl Drop for Cluster {
             .stdout(Stdio::null());
         if let Err(err) = cmd::run(&mut stop) {
             note(format!("could not stop it: {err:#}"));
-            return;
-        }
-        // Only the data goes: the server log stays for a look after a failed run.
-        if let Err(err) = std::fs::remove_dir_all(&self.data) {
-            note(format!("could not remove {}: {err}", self.data.display()));
         }
     }
 }
@@ -146,34 +149,33 @@ fn free_port() -> Result<u16> {
 
 fn start_cluster(bin: PathBuf) -> Result<TestPostgres> {
     let as_postgres = is_root();
-    let base = cmd::project_root().join("target").join("postgres-test");
-    let data = base.join("data");
 
     // A cluster left by an interrupted run may still be running: stop it, start afresh.
-    if data.join("postmaster.pid").exists() {
-        note("stopping a cluster left by an earlier run");
+    if let Some(stale) = ServerDir::left_by_earlier_run(SERVER_NAME) {
+        note(format!(
+            "stopping a cluster left by an earlier run in {}",
+            stale.display()
+        ));
         let _ = tool(&bin, "pg_ctl", as_postgres)
             .arg("-D")
-            .arg(&data)
+            .arg(stale.join("data"))
             .args(["-m", "immediate", "-w", "stop"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        server_dir::remove_stale(SERVER_NAME, &stale);
     }
-    if base.exists() {
-        std::fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
-    }
-    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    let owner = as_postgres.then_some(POSTGRES_USER);
     if as_postgres {
         note(format!(
-            "running as root: the server runs as the `{POSTGRES_USER}` user, which owns {}",
-            base.display()
+            "running as root: the server runs as the `{POSTGRES_USER}` user, which owns its folder"
         ));
-        cmd::run(
-            Command::new("chown")
-                .arg(format!("{POSTGRES_USER}:"))
-                .arg(&base),
-        )?;
+    }
+    let mut dir = ServerDir::create(SERVER_NAME, owner)?;
+    let base = dir.path().to_path_buf();
+    let log = dir.keep_log("postgres.log");
+    let data = base.join("data");
+    if as_postgres {
         let writable = Command::new("runuser")
             .args(["-u", POSTGRES_USER, "--", "test", "-w"])
             .arg(&base)
@@ -181,8 +183,9 @@ fn start_cluster(bin: PathBuf) -> Result<TestPostgres> {
             .is_ok_and(|s| s.success());
         if !writable {
             bail!(
-                "the `{POSTGRES_USER}` user cannot write {} (is a parent folder closed to other \
-                 users?); set DATABASE_URL to a PostgreSQL server instead",
+                "the `{POSTGRES_USER}` user cannot write {} (is TMPDIR closed to other users?); \
+                 point TMPDIR at a folder it can reach, or set DATABASE_URL to a PostgreSQL \
+                 server instead",
                 base.display()
             );
         }
@@ -206,20 +209,21 @@ fn start_cluster(bin: PathBuf) -> Result<TestPostgres> {
         bin,
         data,
         as_postgres,
+        _dir: dir,
     };
     let mut start = cluster.tool("pg_ctl");
     start
         .arg("-D")
         .arg(&cluster.data)
         .arg("-l")
-        .arg(base.join("postgres.log"))
+        .arg(&log)
         .args(["-w", "-t", "60", "-o", &options, "start"])
         .stdout(Stdio::null());
     // From here on `cluster` is dropped (and the server stopped) on any error.
     cmd::run(&mut start).with_context(|| {
         format!(
-            "starting PostgreSQL (its log: {})",
-            base.join("postgres.log").display()
+            "starting PostgreSQL (its log is kept at {})",
+            cluster._dir.kept_log_path().display()
         )
     })?;
 

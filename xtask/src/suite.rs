@@ -1,11 +1,19 @@
 //! `cargo xtask test`: the whole suite, as CI runs it.
+//!
+//! Order: the lint checks first (formatting and clippy on the host and for wasm32: what
+//! ARCHITECTURE.md says is enforced), then the build, the servers the tests need, the unit
+//! and property tests of the host crates, and the integration tests against real Envoys.
+//! Any failing step fails the run; the summary ends with each step's duration, so a slow
+//! step shows in a CI log.
+
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::cmd::{self, step};
+use crate::cmd::{self, note, step};
 use crate::libtest::{self, TestCounts};
-use crate::{dashboard, dist, envoy, postgres};
+use crate::{dashboard, dist, envoy, lint, postgres, redis};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -14,6 +22,10 @@ pub struct TestArgs {
     /// Skip the unit and property tests of the host crates.
     #[arg(long)]
     pub skip_unit: bool,
+
+    /// Skip the formatting and clippy checks (for a quick local rerun; CI never skips them).
+    #[arg(long)]
+    pub skip_lint: bool,
 
     /// Passed to the integration test binary after `--`: a test-name filter such as
     /// `accuracy`, or libtest flags such as `--nocapture`.
@@ -27,7 +39,9 @@ pub struct TestArgs {
 
 pub fn test(args: &TestArgs) -> Result<()> {
     let mut counts = TestCounts::default();
-    let result = run_suite(args, &mut counts);
+    let mut timings = Timings::default();
+    let result = run_suite(args, &mut counts, &mut timings);
+    timings.print();
     // One plain closing line for the whole run: cargo's last `test result:` line only covers the
     // last test binary (often an empty doc-test run).
     let TestCounts {
@@ -41,22 +55,70 @@ pub fn test(args: &TestArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
-    let dist = dist::build().context("step `build` failed")?;
-    let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
-    let (chromium, chromedriver) =
-        dashboard::ensure_browser().context("step `provision Chromium` failed")?;
+/// How long each step of the run took, in order.
+#[derive(Debug, Default)]
+struct Timings {
+    steps: Vec<(&'static str, Duration)>,
+    started: Option<Instant>,
+}
+
+impl Timings {
+    /// Runs one step, recording its duration whether it passes or fails, and naming it in
+    /// the error when it fails.
+    fn time<T>(&mut self, name: &'static str, run: impl FnOnce() -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        self.started.get_or_insert(started);
+        let result = run();
+        self.steps.push((name, started.elapsed()));
+        result.with_context(|| format!("step `{name}` failed"))
+    }
+
+    fn print(&self) {
+        let Some(started) = self.started else { return };
+        step("step durations");
+        for (name, took) in &self.steps {
+            note(format!("{:>7.1} s  {name}", took.as_secs_f64()));
+        }
+        note(format!(
+            "{:>7.1} s  in all",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) -> Result<()> {
+    if args.skip_lint {
+        step("lint: skipped (--skip-lint)");
+    } else {
+        timings.time("lint", lint::lint)?;
+    }
+    let dist = timings.time("build", dist::build)?;
+    let envoy = timings.time("provision Envoy", envoy::ensure_envoy)?;
+    let (chromium, chromedriver) = timings.time("provision Chromium", dashboard::ensure_browser)?;
     // Lives until the suite ends, passed or failed: dropping it stops the server.
-    let postgres = postgres::for_tests().context("step `provision PostgreSQL` failed")?;
+    let postgres = timings.time("provision PostgreSQL", postgres::for_tests)?;
+    let redis_server = timings.time("provision Redis", redis::ensure_server)?;
+    let redis_env = [
+        (redis::SERVER_ENV, redis_server.as_os_str()),
+        (redis::REQUIRE_ENV, "1".as_ref()),
+    ];
 
     if args.skip_unit {
         step("unit and property tests: skipped (--skip-unit)");
     } else {
-        // Plain `cargo test` runs the workspace's default members: every host crate, but neither
-        // the wasm-only filter nor the Envoy-driven integration tests.
+        // Plain `cargo test` runs the workspace's default members: every host crate (the
+        // dashboard's logic included, in `sluice-dashboard-model`), but neither the wasm-only
+        // filter nor the Envoy-driven integration tests.
         step("unit and property tests (cargo test, default members)");
-        libtest::run_tests(cmd::cargo().arg("test").envs(postgres.env()), counts)
-            .context("step `unit and property tests` failed")?;
+        timings.time("unit and property tests", || {
+            libtest::run_tests(
+                cmd::cargo()
+                    .arg("test")
+                    .envs(postgres.env())
+                    .envs(redis_env),
+                counts,
+            )
+        })?;
     }
 
     step(format!(
@@ -77,6 +139,9 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts) -> Result<()> {
         .env(envoy::ENVOY_ENV, &envoy)
         .env(dashboard::CHROMIUM_ENV, &chromium)
         .env(dashboard::CHROMEDRIVER_ENV, &chromedriver)
-        .envs(postgres.env());
-    libtest::run_tests(&mut integration, counts).context("step `integration tests` failed")
+        .envs(postgres.env())
+        .envs(redis_env);
+    timings.time("integration tests", || {
+        libtest::run_tests(&mut integration, counts)
+    })
 }

@@ -1,0 +1,154 @@
+//! A throwaway Redis server.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// The `redis-server` binary to run; `redis-server` on `PATH` when unset.
+pub const REDIS_SERVER_ENV: &str = "SLUICE_REDIS_SERVER";
+
+/// How long a fresh server may take to answer `PING`.
+const START_LIMIT: Duration = Duration::from_secs(20);
+
+/// A `redis-server` on 127.0.0.1 with its files in a private temporary folder. Nothing is
+/// persisted, so a restart starts empty (as a Redis without persistence does after a crash).
+/// Stopped on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    binary: PathBuf,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port; panics with its log if it does not come up.
+    pub fn start() -> RedisServer {
+        RedisServer::try_start().unwrap_or_else(|err| panic!("{err:#}"))
+    }
+
+    pub fn try_start() -> Result<RedisServer> {
+        let binary = std::env::var_os(REDIS_SERVER_ENV)
+            .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-redis-")
+            .tempdir()
+            .context("creating a folder for Redis")?;
+        // The port is free when we look; Redis binds it a moment later. A clash fails
+        // loudly at start-up rather than silently.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context("finding a free port for Redis")?;
+        let mut server = RedisServer {
+            binary,
+            addr,
+            dir,
+            child: None,
+        };
+        server.try_restart()?;
+        Ok(server)
+    }
+
+    /// `redis://127.0.0.1:PORT`, the form `sluice serve --redis` takes.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether the server process is running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would; its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.try_restart().unwrap_or_else(|err| panic!("{err:#}"));
+    }
+
+    fn try_restart(&mut self) -> Result<()> {
+        self.kill();
+        let log = self.dir.path().join("redis.log");
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.addr.port().to_string())
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            // A throwaway server: nothing written to disk, nothing kept across a restart.
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = command.spawn().with_context(|| {
+            format!(
+                "starting {} (install Debian's redis-server, or set {REDIS_SERVER_ENV}; \
+                 `cargo xtask test` does both)",
+                self.binary.display()
+            )
+        })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            if ping(self.addr) {
+                return Ok(());
+            }
+            if !self.is_running() || Instant::now() >= deadline {
+                let tail = log_tail(&log);
+                self.kill();
+                bail!("Redis did not start on {}; its log:\n{tail}", self.addr);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The folder holding the server's log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether a Redis answers `PING` on `addr`. Written out rather than through a client
+/// crate: this is the one command the launcher needs, and the product's code uses a real
+/// client.
+fn ping(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 7];
+    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}

@@ -69,6 +69,18 @@ impl FromStr for Upstream {
     }
 }
 
+/// The protocol Envoy speaks to the upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, whatever the client spoke (Envoy's default).
+    #[default]
+    Http1,
+    /// HTTP/2 (cleartext) for every request: a gRPC upstream.
+    Http2,
+    /// The client's protocol: HTTP/2 for HTTP/2 clients (gRPC), HTTP/1.1 for the others.
+    Downstream,
+}
+
 /// Where the admin API is: `--admin-url http://HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminUrl {
@@ -209,6 +221,8 @@ pub struct EnvoyConfigOptions {
     pub config_path: Option<PathBuf>,
     /// Rules pushed from the admin API: adds the control service and its cluster.
     pub admin: Option<AdminConnection>,
+    /// What Envoy speaks to a cluster upstream.
+    pub upstream_protocol: UpstreamProtocol,
 }
 
 impl EnvoyConfigOptions {
@@ -222,6 +236,7 @@ impl EnvoyConfigOptions {
             envoy_admin: DEFAULT_ENVOY_ADMIN,
             config_path: None,
             admin: None,
+            upstream_protocol: UpstreamProtocol::default(),
         }
     }
 }
@@ -296,7 +311,7 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
     let mut clusters = Vec::new();
     let route = match options.upstream {
         Upstream::Cluster(addr) => {
-            clusters.push(json!({
+            let mut cluster = json!({
                 "name": UPSTREAM_CLUSTER,
                 "type": "STATIC",
                 "connect_timeout": "1s",
@@ -306,7 +321,13 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
                         "lb_endpoints": [{ "endpoint": { "address": socket_address(addr) } }],
                     }],
                 },
-            }));
+            });
+            if let Some(protocol) = upstream_protocol_options(options.upstream_protocol) {
+                cluster["typed_extension_protocol_options"] = json!({
+                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": protocol,
+                });
+            }
+            clusters.push(cluster);
             json!({ "match": { "prefix": "/" }, "route": { "cluster": UPSTREAM_CLUSTER } })
         }
         Upstream::Direct => json!({
@@ -365,6 +386,26 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
         header: header(options),
         config,
     })
+}
+
+/// The cluster's `HttpProtocolOptions` for `protocol`, or `None` for Envoy's default
+/// (HTTP/1.1).
+fn upstream_protocol_options(protocol: UpstreamProtocol) -> Option<Value> {
+    let kind = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+    match protocol {
+        UpstreamProtocol::Http1 => None,
+        UpstreamProtocol::Http2 => Some(json!({
+            "@type": kind,
+            "explicit_http_config": { "http2_protocol_options": {} },
+        })),
+        UpstreamProtocol::Downstream => Some(json!({
+            "@type": kind,
+            "use_downstream_protocol_config": {
+                "http_protocol_options": {},
+                "http2_protocol_options": {},
+            },
+        })),
+    }
 }
 
 fn plugin_json(plugin: &PluginConfig) -> Result<String, EnvoyConfigError> {
@@ -647,6 +688,37 @@ mod tests {
         assert_eq!(wasm["root_id"], PLUGIN_NAME);
         assert_eq!(wasm["vm_config"]["vm_id"], PLUGIN_NAME);
         assert_eq!(wasm["vm_config"]["runtime"], "envoy.wasm.runtime.v8");
+    }
+
+    #[test]
+    fn the_upstream_protocol_sets_the_cluster_protocol_options() {
+        let upstream = Upstream::Cluster("127.0.0.1:50051".parse().unwrap());
+        let options_of = |protocol| {
+            let mut opts = options(upstream);
+            opts.upstream_protocol = protocol;
+            let config = parse(&render(&opts).unwrap());
+            config
+                .pointer("/static_resources/clusters/0")
+                .unwrap()
+                .clone()
+        };
+        let key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+        assert!(
+            options_of(UpstreamProtocol::Http1)
+                .get("typed_extension_protocol_options")
+                .is_none(),
+            "HTTP/1.1 is Envoy's default"
+        );
+        let http2 = options_of(UpstreamProtocol::Http2);
+        assert_eq!(
+            http2["typed_extension_protocol_options"][key]["explicit_http_config"],
+            json!({"http2_protocol_options": {}})
+        );
+        let downstream = options_of(UpstreamProtocol::Downstream);
+        assert_eq!(
+            downstream["typed_extension_protocol_options"][key]["use_downstream_protocol_config"],
+            json!({"http_protocol_options": {}, "http2_protocol_options": {}})
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use sluice_admin::api::AppState;
 use sluice_admin::client::ApiClient;
 use sluice_admin::envoy_config::{
     self, AdminConnection, AdminUrl, DEFAULT_ENVOY_ADMIN, EnvoyConfigError, EnvoyConfigOptions,
-    PluginConfig, Upstream,
+    PluginConfig, Upstream, UpstreamProtocol,
 };
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::rules_file::{self, RulesFormat};
@@ -168,6 +168,11 @@ struct EnvoyConfigArgs {
     /// 200 "ok" itself (benchmarks, memory tests).
     #[arg(long, value_name = "IP:PORT|direct")]
     upstream: Upstream,
+
+    /// What Envoy speaks to the upstream: `http2` for a gRPC upstream, `downstream` for the
+    /// client's own protocol (gRPC and plain HTTP side by side).
+    #[arg(long, value_enum, default_value_t = UpstreamProtocol::Http1)]
+    upstream_protocol: UpstreamProtocol,
 
     /// The built filter (sluice_filter.wasm); written into the config as an absolute path.
     #[arg(long, value_name = "PATH.wasm")]
@@ -583,6 +588,7 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     let mut options = EnvoyConfigOptions::new(args.listen, args.upstream, filter);
     options.plugin = PluginConfig::Spec(spec);
     options.concurrency = args.concurrency;
+    options.upstream_protocol = args.upstream_protocol;
     options.envoy_admin = args.envoy_admin;
     options.config_path = args.output.clone();
     if let (Some(url), Some(token)) = (&args.admin_url, &args.proxy_token) {

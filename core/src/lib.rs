@@ -6,7 +6,7 @@
 //! * [`gcra`]: token buckets as one theoretical-arrival-time per bucket.
 //! * [`slot`], [`store`] and [`limiter`]: the fixed-size bucket table in shared data,
 //!   compare-and-swap updates and all-or-nothing charging.
-//! * [`response`]: the headers and body clients see.
+//! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
 //! * [`config`]: the filter's plugin configuration.
 //!
 //! Architecture invariant: nothing here performs I/O or reads a clock. Every `now` is an
@@ -27,6 +27,7 @@
 
 pub mod config;
 pub mod gcra;
+pub mod grpc;
 pub mod hash;
 pub mod limiter;
 pub mod report;

@@ -15,8 +15,8 @@ use regex::Regex;
 use crate::gcra::{Gcra, GcraError, NANOS_PER_SECOND};
 use crate::request::RequestAttributes;
 use crate::spec::{
-    CostSpec, FailureMode, HeaderMatchSpec, KeySpec, LimitSpec, MatchSpec, Mode, OverrideSpec,
-    RuleSpec,
+    CostSpec, FailureMode, GrpcStatus, HeaderMatchSpec, KeySpec, LimitSpec, MatchSpec, Mode,
+    OverrideSpec, RuleSpec,
 };
 
 /// Most limits (tiers) one rule or override may have.
@@ -612,6 +612,8 @@ pub struct Rule {
     pub failure_mode: Option<FailureMode>,
     pub status: u16,
     pub rate_limit_headers: bool,
+    /// What a denied gRPC call gets in `grpc-status`.
+    pub grpc_status: GrpcStatus,
     /// The spec this rule was built from, kept for export and diffs.
     pub spec: RuleSpec,
 }
@@ -658,6 +660,7 @@ impl TryFrom<RuleSpec> for Rule {
             failure_mode: spec.failure_mode,
             status: spec.response.status,
             rate_limit_headers: spec.response.rate_limit_headers,
+            grpc_status: spec.response.grpc_status,
             spec,
         })
     }

@@ -217,6 +217,45 @@ pub struct ResponseSpec {
     /// Whether to send `RateLimit-Policy`, `RateLimit` and `X-RateLimit-*` headers.
     #[serde(default = "yes")]
     pub rate_limit_headers: bool,
+    /// The status a denied gRPC call gets (`status` is for plain HTTP). RESOURCE_EXHAUSTED
+    /// by default, as Envoy's own rate-limit filters answer: gRPC clients and meshes treat
+    /// UNAVAILABLE as retryable at once, the opposite of what a rate limiter wants.
+    #[serde(default, skip_serializing_if = "GrpcStatus::is_default")]
+    pub grpc_status: GrpcStatus,
+}
+
+/// A gRPC status code other than OK, by its name in the gRPC specification (snake case).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrpcStatus {
+    Cancelled = 1,
+    Unknown = 2,
+    InvalidArgument = 3,
+    DeadlineExceeded = 4,
+    NotFound = 5,
+    AlreadyExists = 6,
+    PermissionDenied = 7,
+    #[default]
+    ResourceExhausted = 8,
+    FailedPrecondition = 9,
+    Aborted = 10,
+    OutOfRange = 11,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+    DataLoss = 15,
+    Unauthenticated = 16,
+}
+
+impl GrpcStatus {
+    /// The number sent in `grpc-status`.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    fn is_default(&self) -> bool {
+        *self == GrpcStatus::default()
+    }
 }
 
 fn too_many_requests() -> u16 {
@@ -228,6 +267,7 @@ impl Default for ResponseSpec {
         Self {
             status: too_many_requests(),
             rate_limit_headers: true,
+            grpc_status: GrpcStatus::default(),
         }
     }
 }

@@ -8,10 +8,12 @@ use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, MapType};
+use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
+use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
 use sluice_core::response::{self, HeaderList};
 use sluice_core::ruleset::{Decision, Outcome};
+use sluice_core::spec::GrpcStatus;
 
 use crate::metrics::Metrics;
 use crate::request::LazyRequest;
@@ -78,6 +80,16 @@ impl SluiceHttp {
             }
             Outcome::Denied(limited) => {
                 metrics.denied.inc();
+                let headers_on = config.rate_limit_headers && limited.rule.rate_limit_headers;
+                // Only a denial pays for reading the content type: allowed requests never do.
+                if let Some((flavour, content_type)) = grpc_request() {
+                    return send_grpc_error(
+                        metrics,
+                        flavour,
+                        &content_type,
+                        &grpc::denial(&limited, headers_on),
+                    );
+                }
                 let status = limited.rule.status;
                 let mut headers: HeaderList = vec![
                     (
@@ -86,7 +98,7 @@ impl SluiceHttp {
                     ),
                     ("content-type", "application/problem+json".to_string()),
                 ];
-                if config.rate_limit_headers && limited.rule.rate_limit_headers {
+                if headers_on {
                     headers.extend(response::rate_limit_headers(&limited, true));
                 }
                 send_local_response(
@@ -98,6 +110,14 @@ impl SluiceHttp {
             }
             Outcome::FailedClosed(rule) => {
                 metrics.fail_closed.inc();
+                if let Some((flavour, content_type)) = grpc_request() {
+                    return send_grpc_error(
+                        metrics,
+                        flavour,
+                        &content_type,
+                        &grpc::failed_closed(rule),
+                    );
+                }
                 let headers: HeaderList =
                     vec![("content-type", "application/problem+json".to_string())];
                 send_local_response(
@@ -164,6 +184,76 @@ fn mark_shadow_denials(header: &str, decision: &Decision<'_>) {
             .collect();
         let _ =
             hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(&names.join(",")));
+    }
+}
+
+/// The request's gRPC flavour and content type, if it is a gRPC or gRPC-Web call.
+fn grpc_request() -> Option<(GrpcFlavour, String)> {
+    let bytes =
+        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, "content-type").ok()??;
+    let flavour = GrpcFlavour::of(&bytes)?;
+    // `of` accepted it, so it starts with ASCII; anything odd after that is replaced.
+    Some((flavour, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// Answers a gRPC call with an error status instead of an HTTP error, which a gRPC client
+/// would read as UNAVAILABLE (retry at once). Plain gRPC goes through Envoy's gRPC local
+/// reply (trailers-only, `grpc-status` as given); gRPC-Web gets the same as headers.
+fn send_grpc_error(
+    metrics: &Metrics,
+    flavour: GrpcFlavour,
+    content_type: &str,
+    answer: &GrpcAnswer,
+) -> Action {
+    let sent = match flavour {
+        GrpcFlavour::Grpc => {
+            let metadata: Vec<(&str, &[u8])> = answer
+                .metadata
+                .iter()
+                .map(|(n, v)| (*n, v.as_bytes()))
+                .collect();
+            hostcalls::send_grpc_response(
+                grpc_status_code(answer.status),
+                Some(&answer.message),
+                metadata,
+            )
+        }
+        GrpcFlavour::GrpcWeb => {
+            let headers = answer.grpc_web_headers(content_type);
+            let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            hostcalls::send_http_response(200, pairs, None)
+        }
+    };
+    match sent {
+        Ok(()) => Action::Pause,
+        Err(status) => {
+            log::error!("cannot send the gRPC error ({status:?}); letting the request through");
+            metrics.errors.inc();
+            metrics.fail_open.inc();
+            Action::Continue
+        }
+    }
+}
+
+/// The SDK's name for a status code.
+fn grpc_status_code(status: GrpcStatus) -> GrpcStatusCode {
+    match status {
+        GrpcStatus::Cancelled => GrpcStatusCode::Cancelled,
+        GrpcStatus::Unknown => GrpcStatusCode::Unknown,
+        GrpcStatus::InvalidArgument => GrpcStatusCode::InvalidArgument,
+        GrpcStatus::DeadlineExceeded => GrpcStatusCode::DeadlineExceeded,
+        GrpcStatus::NotFound => GrpcStatusCode::NotFound,
+        GrpcStatus::AlreadyExists => GrpcStatusCode::AlreadyExists,
+        GrpcStatus::PermissionDenied => GrpcStatusCode::PermissionDenied,
+        GrpcStatus::ResourceExhausted => GrpcStatusCode::ResourceExhausted,
+        GrpcStatus::FailedPrecondition => GrpcStatusCode::FailedPrecondition,
+        GrpcStatus::Aborted => GrpcStatusCode::Aborted,
+        GrpcStatus::OutOfRange => GrpcStatusCode::OutOfRange,
+        GrpcStatus::Unimplemented => GrpcStatusCode::Unimplemented,
+        GrpcStatus::Internal => GrpcStatusCode::Internal,
+        GrpcStatus::Unavailable => GrpcStatusCode::Unavailable,
+        GrpcStatus::DataLoss => GrpcStatusCode::DataLoss,
+        GrpcStatus::Unauthenticated => GrpcStatusCode::Unauthenticated,
     }
 }
 

@@ -24,6 +24,7 @@ use crate::artifacts::Artifacts;
 /// Where allowed requests go: `Target::Cluster(addr)` (see [`crate::Upstream::target`]) or
 /// `Target::Direct` for Envoy to answer 200 "ok" itself.
 pub use sluice_admin::envoy_config::Upstream as Target;
+pub use sluice_admin::envoy_config::UpstreamProtocol;
 
 /// How long one admin request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,6 +42,8 @@ pub struct EnvoyOptions {
     pub slots: Option<u32>,
     pub failure_mode: FailureMode,
     pub upstream: Target,
+    /// What Envoy speaks to a `Target::Cluster` upstream (HTTP/2 for a gRPC server).
+    pub upstream_protocol: UpstreamProtocol,
     /// Other plugin configuration fields, merged over the ones above, e.g.
     /// `json!({"rate_limit_headers": false, "shadow_header": null})`.
     pub plugin_settings: Value,
@@ -65,6 +68,7 @@ impl Default for EnvoyOptions {
             slots: None,
             failure_mode: FailureMode::Open,
             upstream: Target::Direct,
+            upstream_protocol: UpstreamProtocol::Http1,
             plugin_settings: json!({}),
             raw_plugin_config: None,
             wasm_filter: true,
@@ -164,6 +168,7 @@ impl Envoy {
             .and_then(NonZeroU32::new);
         config.config_path = Some(config_path.clone());
         config.admin = options.admin.clone();
+        config.upstream_protocol = options.upstream_protocol;
         let mut bootstrap = envoy_config::build(&config).context("generating the Envoy config")?;
         if !options.wasm_filter {
             bootstrap

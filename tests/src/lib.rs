@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 pub use admin::{ADMIN_TOKEN, AdminServer};
 pub use artifacts::{Artifacts, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV, workspace_root};
 pub use client::{Client, Req, Resp, StatusCounts};
-pub use envoy::{Envoy, EnvoyOptions, Target, admin_request, parse_stats};
+pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol, admin_request, parse_stats};
 pub use hyper::Method;
 pub use sluice_core::spec::FailureMode;
 pub use upstream::Upstream;

@@ -121,8 +121,7 @@ fn the_documented_rule_gives_each_key_its_own_buckets_and_tiers() {
     // slow enough for the 5/s tier to refill during the burst.
     let burst = |key: &'static str| {
         let started = Instant::now();
-        let (ok, limited) =
-            statuses(&client.run((0..30).map(move |_| keyed("/api/items", key))));
+        let (ok, limited) = statuses(&client.run((0..30).map(move |_| keyed("/api/items", key))));
         let slack = refills(5.0, started.elapsed());
         assert!(
             (10..=10 + slack).contains(&ok),

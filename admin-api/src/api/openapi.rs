@@ -239,6 +239,15 @@ fn rule_spec_schema() -> serde_json::Value {
                 "properties": {
                     "status": {"type": "integer", "minimum": 400, "maximum": 599, "default": 429},
                     "rate_limit_headers": {"type": "boolean", "default": true},
+                    "grpc_status": {
+                        "type": "string", "default": "resource_exhausted",
+                        "description": "The gRPC status of a denied gRPC call",
+                        "enum": ["cancelled", "unknown", "invalid_argument", "deadline_exceeded",
+                                 "not_found", "already_exists", "permission_denied",
+                                 "resource_exhausted", "failed_precondition", "aborted",
+                                 "out_of_range", "unimplemented", "internal", "unavailable",
+                                 "data_loss", "unauthenticated"],
+                    },
                 },
             },
         },
@@ -274,7 +283,7 @@ mod tests {
             "cost": {"header": {"name": "c", "max": 5, "default": 2}},
             "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
             "failure_mode": "closed",
-            "response": {"status": 503, "rate_limit_headers": false},
+            "response": {"status": 503, "rate_limit_headers": false, "grpc_status": "unavailable"},
         }))
         .unwrap();
         let written = serde_json::to_value(&full).unwrap();

@@ -372,6 +372,7 @@ impl Draft {
             response: ResponseSpec {
                 status,
                 rate_limit_headers: self.rate_limit_headers.get(),
+                ..ResponseSpec::default()
             },
         };
         (spec, problems)

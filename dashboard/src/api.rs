@@ -13,11 +13,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Request, RequestCredentials, RequestInit, Response};
 
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
+pub use sluice_dashboard_model::FieldError;
 
 /// A failed call: the problem document's parts, or a network failure (status 0).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -152,3 +152,44 @@ fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set by `cargo xtask test`: a missing Redis is then a failure, not a skip.
+    const REQUIRE_ENV: &str = "SLUICE_REQUIRE_REDIS";
+
+    fn available() -> bool {
+        let binary = std::env::var_os(REDIS_SERVER_ENV)
+            .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
+        let found = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            found || std::env::var_os(REQUIRE_ENV).is_none(),
+            "{REQUIRE_ENV} is set but {} does not run",
+            binary.display()
+        );
+        found
+    }
+
+    #[test]
+    fn a_server_answers_dies_and_comes_back_on_its_port() {
+        if !available() {
+            eprintln!("skipped: no redis-server (cargo xtask test installs it)");
+            return;
+        }
+        let mut server = RedisServer::start();
+        assert!(ping(server.addr()));
+        assert!(server.url().starts_with("redis://127.0.0.1:"));
+        let addr = server.addr();
+        server.kill();
+        assert!(!server.is_running());
+        assert!(!ping(addr), "a killed server answers nothing");
+        server.restart();
+        assert_eq!(server.addr(), addr, "the same port after a restart");
+        assert!(ping(addr));
+    }
+}

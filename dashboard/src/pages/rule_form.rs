@@ -10,10 +10,9 @@ use leptos::task::spawn_local;
 use leptos_router::NavigateOptions;
 use leptos_router::components::A;
 use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
-use sluice_core::rule::Rule;
-use sluice_core::spec::{
-    ClientIpSpec, CostSpec, FailureMode, HeaderCostSpec, HeaderMatchSpec, KeySpec, LimitSpec,
-    MatchSpec, Mode, NamedPeriod, OverrideSpec, PeriodSpec, ResponseSpec, RuleSpec,
+use sluice_core::spec::{GrpcStatus, KeySpec, LimitSpec, Mode, RuleSpec};
+use sluice_dashboard_model::draft::{
+    self as model, HeaderDraft, LimitDraft, OverrideDraft, blank, validate,
 };
 
 use crate::api::{self, FieldError, RuleView, enc};
@@ -43,31 +42,26 @@ struct LimitRow {
 
 impl LimitRow {
     fn new(spec: Option<&LimitSpec>) -> LimitRow {
-        let (period, seconds) = match spec.map(|s| s.period) {
-            None => ("second".to_string(), String::new()),
-            Some(PeriodSpec::Named(n)) => (named(n).to_string(), String::new()),
-            Some(PeriodSpec::Seconds(s)) => ("custom".to_string(), s.to_string()),
-        };
+        LimitRow::from_draft(LimitDraft::from_spec(spec))
+    }
+
+    fn from_draft(d: LimitDraft) -> LimitRow {
         LimitRow {
             id: row_id(),
-            requests: text(spec.map(|s| s.requests.to_string()).unwrap_or_default()),
-            period: text(period),
-            seconds: text(seconds),
-            burst: text(
-                spec.and_then(|s| s.burst)
-                    .map(|b| b.to_string())
-                    .unwrap_or_default(),
-            ),
+            requests: text(d.requests),
+            period: text(d.period),
+            seconds: text(d.seconds),
+            burst: text(d.burst),
         }
     }
-}
 
-fn named(n: NamedPeriod) -> &'static str {
-    match n {
-        NamedPeriod::Second => "second",
-        NamedPeriod::Minute => "minute",
-        NamedPeriod::Hour => "hour",
-        NamedPeriod::Day => "day",
+    fn draft(&self) -> LimitDraft {
+        LimitDraft {
+            requests: self.requests.get(),
+            period: self.period.get(),
+            seconds: self.seconds.get(),
+            burst: self.burst.get(),
+        }
     }
 }
 
@@ -87,7 +81,8 @@ struct OverrideRow {
     limits: RwSignal<Vec<LimitRow>>,
 }
 
-/// The form's state, one signal per input.
+/// The form's state, one signal per input. What the inputs mean is decided by the plain
+/// [`model::Draft`] they are read into (tested on the host, in `sluice-dashboard-model`).
 #[derive(Debug, Clone, Copy)]
 struct Draft {
     id: RwSignal<String>,
@@ -118,303 +113,116 @@ struct Draft {
     failure: RwSignal<String>,
     status: RwSignal<String>,
     rate_limit_headers: RwSignal<bool>,
-}
-
-fn opt(s: &Option<String>) -> String {
-    s.clone().unwrap_or_default()
+    /// No input shows it; kept so that saving the form does not reset it.
+    grpc_status: RwSignal<GrpcStatus>,
 }
 
 impl Draft {
     fn from_spec(spec: &RuleSpec) -> Draft {
-        let (key_kind, key_value, hops) = match &spec.key {
-            KeySpec::Header(h) => ("header", h.clone(), "0".to_string()),
-            KeySpec::ClientIp(ip) => ("client_ip", String::new(), ip.trusted_hops.to_string()),
-            KeySpec::Query(q) => ("query", q.clone(), "0".to_string()),
-            KeySpec::Path => ("path", String::new(), "0".to_string()),
-            KeySpec::Global | KeySpec::Composite(_) => ("global", String::new(), "0".to_string()),
-        };
-        let (cost_kind, fixed, header, max, default) = match &spec.cost {
-            CostSpec::Fixed(n) => (
-                "fixed",
-                n.to_string(),
-                String::new(),
-                "100".to_string(),
-                "1".to_string(),
-            ),
-            CostSpec::Header(h) => (
-                "header",
-                "1".to_string(),
-                h.name.clone(),
-                h.max.to_string(),
-                h.default.to_string(),
-            ),
-        };
+        let d = model::Draft::from_spec(spec);
+        let rows = |ls: Vec<LimitDraft>| ls.into_iter().map(LimitRow::from_draft).collect();
         Draft {
-            id: text(opt(&spec.id)),
-            name: text(spec.name.clone()),
-            description: text(spec.description.clone()),
-            priority: text(spec.priority.to_string()),
-            enabled: RwSignal::new(spec.enabled),
-            shadow: RwSignal::new(spec.mode == Mode::Shadow),
-            host: text(opt(&spec.matcher.host)),
-            path_prefix: text(opt(&spec.matcher.path_prefix)),
-            path_exact: text(opt(&spec.matcher.path_exact)),
-            path_regex: text(opt(&spec.matcher.path_regex)),
-            methods: text(spec.matcher.methods.join(", ")),
+            id: text(d.id),
+            name: text(d.name),
+            description: text(d.description),
+            priority: text(d.priority),
+            enabled: RwSignal::new(d.enabled),
+            shadow: RwSignal::new(d.shadow),
+            host: text(d.host),
+            path_prefix: text(d.path_prefix),
+            path_exact: text(d.path_exact),
+            path_regex: text(d.path_regex),
+            methods: text(d.methods),
             headers: RwSignal::new(
-                spec.matcher
-                    .headers
-                    .iter()
+                d.headers
+                    .into_iter()
                     .map(|h| HeaderRow {
                         id: row_id(),
-                        name: text(h.name.clone()),
-                        kind: text(match (h.present, &h.equals) {
-                            (_, Some(_)) => "equals",
-                            (Some(false), None) => "absent",
-                            _ => "present",
-                        }),
-                        value: text(opt(&h.equals)),
+                        name: text(h.name),
+                        kind: text(h.kind),
+                        value: text(h.value),
                     })
                     .collect(),
             ),
-            key_kind: text(key_kind),
-            key_value: text(key_value),
-            hops: text(hops),
-            limits: RwSignal::new(spec.limits.iter().map(|l| LimitRow::new(Some(l))).collect()),
-            cost_kind: text(cost_kind),
-            cost_fixed: text(fixed),
-            cost_header: text(header),
-            cost_max: text(max),
-            cost_default: text(default),
+            key_kind: text(d.key_kind),
+            key_value: text(d.key_value),
+            hops: text(d.hops),
+            limits: RwSignal::new(rows(d.limits)),
+            cost_kind: text(d.cost_kind),
+            cost_fixed: text(d.cost_fixed),
+            cost_header: text(d.cost_header),
+            cost_max: text(d.cost_max),
+            cost_default: text(d.cost_default),
             overrides: RwSignal::new(
-                spec.overrides
-                    .iter()
+                d.overrides
+                    .into_iter()
                     .map(|o| OverrideRow {
                         id: row_id(),
-                        client: text(o.client.clone()),
-                        limits: RwSignal::new(
-                            o.limits.iter().map(|l| LimitRow::new(Some(l))).collect(),
-                        ),
+                        client: text(o.client),
+                        limits: RwSignal::new(rows(o.limits)),
                     })
                     .collect(),
             ),
-            failure: text(match spec.failure_mode {
-                None => "",
-                Some(FailureMode::Open) => "open",
-                Some(FailureMode::Closed) => "closed",
-            }),
-            status: text(spec.response.status.to_string()),
-            rate_limit_headers: RwSignal::new(spec.response.rate_limit_headers),
+            failure: text(d.failure),
+            status: text(d.status),
+            rate_limit_headers: RwSignal::new(d.rate_limit_headers),
+            grpc_status: RwSignal::new(d.grpc_status),
+        }
+    }
+
+    /// The inputs' current values (tracked, so a memo over this re-runs as they change).
+    fn read(&self) -> model::Draft {
+        let limits = |rows: &[LimitRow]| rows.iter().map(LimitRow::draft).collect();
+        model::Draft {
+            id: self.id.get(),
+            name: self.name.get(),
+            description: self.description.get(),
+            priority: self.priority.get(),
+            enabled: self.enabled.get(),
+            shadow: self.shadow.get(),
+            host: self.host.get(),
+            path_prefix: self.path_prefix.get(),
+            path_exact: self.path_exact.get(),
+            path_regex: self.path_regex.get(),
+            methods: self.methods.get(),
+            headers: self
+                .headers
+                .get()
+                .iter()
+                .map(|h| HeaderDraft {
+                    name: h.name.get(),
+                    kind: h.kind.get(),
+                    value: h.value.get(),
+                })
+                .collect(),
+            key_kind: self.key_kind.get(),
+            key_value: self.key_value.get(),
+            hops: self.hops.get(),
+            limits: limits(&self.limits.get()),
+            cost_kind: self.cost_kind.get(),
+            cost_fixed: self.cost_fixed.get(),
+            cost_header: self.cost_header.get(),
+            cost_max: self.cost_max.get(),
+            cost_default: self.cost_default.get(),
+            overrides: self
+                .overrides
+                .get()
+                .iter()
+                .map(|o| OverrideDraft {
+                    client: o.client.get(),
+                    limits: limits(&o.limits.get()),
+                })
+                .collect(),
+            failure: self.failure.get(),
+            status: self.status.get(),
+            rate_limit_headers: self.rate_limit_headers.get(),
+            grpc_status: self.grpc_status.get(),
         }
     }
 
     /// The spec the inputs describe, and the inputs that are not even numbers.
     fn to_spec(self) -> (RuleSpec, Vec<FieldError>) {
-        let mut problems = Vec::new();
-        let mut number = |value: String, field: String, required: bool| -> Option<u64> {
-            let v = value.trim();
-            if v.is_empty() {
-                if required {
-                    problems.push(FieldError {
-                        field,
-                        message: "is required".to_string(),
-                    });
-                }
-                return None;
-            }
-            match v.replace([',', '_'], "").parse::<u64>() {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    problems.push(FieldError {
-                        field,
-                        message: "must be a whole number".to_string(),
-                    });
-                    None
-                }
-            }
-        };
-        let limits_of =
-            |rows: &[LimitRow],
-             prefix: &str,
-             number: &mut dyn FnMut(String, String, bool) -> Option<u64>| {
-                rows.iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        let field = format!("{prefix}[{i}]");
-                        let requests = number(r.requests.get(), format!("{field}.requests"), true)
-                            .unwrap_or(0);
-                        let period = match r.period.get().as_str() {
-                            "minute" => PeriodSpec::Named(NamedPeriod::Minute),
-                            "hour" => PeriodSpec::Named(NamedPeriod::Hour),
-                            "day" => PeriodSpec::Named(NamedPeriod::Day),
-                            "custom" => PeriodSpec::Seconds(
-                                number(r.seconds.get(), format!("{field}.period"), true)
-                                    .unwrap_or(0),
-                            ),
-                            _ => PeriodSpec::Named(NamedPeriod::Second),
-                        };
-                        let burst = number(r.burst.get(), format!("{field}.burst"), false);
-                        LimitSpec {
-                            requests,
-                            period,
-                            burst,
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            };
-        let limits = limits_of(&self.limits.get(), "limits", &mut number);
-        let overrides = self
-            .overrides
-            .get()
-            .iter()
-            .enumerate()
-            .map(|(i, o)| OverrideSpec {
-                client: o.client.get(),
-                limits: limits_of(
-                    &o.limits.get(),
-                    &format!("overrides[{i}].limits"),
-                    &mut number,
-                ),
-            })
-            .collect();
-        let key = match self.key_kind.get().as_str() {
-            "header" => KeySpec::Header(self.key_value.get().trim().to_string()),
-            "query" => KeySpec::Query(self.key_value.get().trim().to_string()),
-            "client_ip" => KeySpec::ClientIp(ClientIpSpec {
-                trusted_hops: number(self.hops.get(), "key.client_ip.trusted_hops".into(), false)
-                    .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-            }),
-            "path" => KeySpec::Path,
-            _ => KeySpec::Global,
-        };
-        let cost = if self.cost_kind.get() == "header" {
-            CostSpec::Header(HeaderCostSpec {
-                name: self.cost_header.get().trim().to_string(),
-                max: number(self.cost_max.get(), "cost.header.max".into(), true).unwrap_or(0),
-                default: number(self.cost_default.get(), "cost.header.default".into(), false)
-                    .unwrap_or(1),
-            })
-        } else {
-            CostSpec::Fixed(number(self.cost_fixed.get(), "cost.fixed".into(), true).unwrap_or(0))
-        };
-        let status = number(self.status.get(), "response.status".into(), true)
-            .map_or(0, |n| u16::try_from(n).unwrap_or(0));
-        let priority = {
-            let p = self.priority.get();
-            let p = p.trim();
-            if p.is_empty() {
-                0
-            } else {
-                p.parse::<i32>().unwrap_or_else(|_| {
-                    problems.push(FieldError {
-                        field: "priority".into(),
-                        message: "must be a whole number".into(),
-                    });
-                    0
-                })
-            }
-        };
-        let nonempty = |s: RwSignal<String>| {
-            let v = s.get().trim().to_string();
-            (!v.is_empty()).then_some(v)
-        };
-        let spec = RuleSpec {
-            id: nonempty(self.id),
-            name: self.name.get().trim().to_string(),
-            description: self.description.get().trim().to_string(),
-            enabled: self.enabled.get(),
-            priority,
-            mode: if self.shadow.get() {
-                Mode::Shadow
-            } else {
-                Mode::Enforce
-            },
-            matcher: MatchSpec {
-                host: nonempty(self.host),
-                path_exact: nonempty(self.path_exact),
-                path_prefix: nonempty(self.path_prefix),
-                path_regex: nonempty(self.path_regex),
-                methods: self
-                    .methods
-                    .get()
-                    .split([',', ' '])
-                    .map(str::trim)
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_ascii_uppercase)
-                    .collect(),
-                headers: self
-                    .headers
-                    .get()
-                    .iter()
-                    .map(|h| {
-                        let kind = h.kind.get();
-                        HeaderMatchSpec {
-                            name: h.name.get().trim().to_string(),
-                            present: match kind.as_str() {
-                                "absent" => Some(false),
-                                "present" => Some(true),
-                                _ => None,
-                            },
-                            equals: (kind == "equals").then(|| h.value.get()),
-                        }
-                    })
-                    .collect(),
-            },
-            key,
-            limits,
-            cost,
-            overrides,
-            failure_mode: match self.failure.get().as_str() {
-                "open" => Some(FailureMode::Open),
-                "closed" => Some(FailureMode::Closed),
-                _ => None,
-            },
-            response: ResponseSpec {
-                status,
-                rate_limit_headers: self.rate_limit_headers.get(),
-                ..ResponseSpec::default()
-            },
-        };
-        (spec, problems)
-    }
-}
-
-/// Every problem with a spec: ours (not a number) first, then the core's, without
-/// repeating a field we already flagged.
-fn validate(spec: RuleSpec, mut problems: Vec<FieldError>) -> Vec<FieldError> {
-    if let Err(errors) = Rule::try_from(spec) {
-        for e in errors.0 {
-            if !problems.iter().any(|p| p.field == e.field) {
-                problems.push(FieldError {
-                    field: e.field,
-                    message: e.message,
-                });
-            }
-        }
-    }
-    problems
-}
-
-/// A new rule's starting point: a per-API-key limit under /api/.
-fn blank() -> RuleSpec {
-    RuleSpec {
-        id: None,
-        name: String::new(),
-        description: String::new(),
-        enabled: true,
-        priority: 0,
-        mode: Mode::Enforce,
-        matcher: MatchSpec::default(),
-        key: KeySpec::Header("x-api-key".to_string()),
-        limits: vec![LimitSpec {
-            requests: 10,
-            period: PeriodSpec::Named(NamedPeriod::Second),
-            burst: None,
-        }],
-        cost: CostSpec::default(),
-        overrides: Vec::new(),
-        failure_mode: None,
-        response: ResponseSpec::default(),
+        self.read().to_spec()
     }
 }
 
@@ -832,6 +640,7 @@ fn copy_draft(from: &Draft, into: &Draft) {
     into.shadow.set(from.shadow.get_untracked());
     into.rate_limit_headers
         .set(from.rate_limit_headers.get_untracked());
+    into.grpc_status.set(from.grpc_status.get_untracked());
     into.headers.set(from.headers.get_untracked());
     into.limits.set(from.limits.get_untracked());
     into.overrides.set(from.overrides.get_untracked());

@@ -1,0 +1,242 @@
+//! Numbers, rates, durations and rule summaries as people read them: the parts that need
+//! no browser (clock times, which need the browser's time zone, stay in the dashboard).
+
+use sluice_core::spec::{KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeriodSpec, RuleSpec};
+
+/// `1234` → `1,234`; `1_234_567` → `1.23M`.
+pub fn count(n: u64) -> String {
+    if n >= 1_000_000 {
+        return format!("{}M", trim(n as f64 / 1e6, 2));
+    }
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A rate per second: `0`, `0.4`, `12.5`, `1.2k`.
+pub fn rate(x: f64) -> String {
+    if !x.is_finite() || x <= 0.0 {
+        "0".to_string()
+    } else if x >= 1000.0 {
+        format!("{}k", trim(x / 1000.0, 1))
+    } else if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        trim(x, 1)
+    } else {
+        trim(x, 2)
+    }
+}
+
+/// An axis label: like [`rate`] but never more than 3 significant digits.
+pub fn axis(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{}M", trim(x / 1e6, 1))
+    } else if x >= 1000.0 {
+        format!("{}k", trim(x / 1000.0, 1))
+    } else {
+        trim(x, 2)
+    }
+}
+
+fn trim(x: f64, decimals: usize) -> String {
+    let text = format!("{x:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// `0.1234` → `12.3%`.
+pub fn percent(ratio: f64) -> String {
+    if !ratio.is_finite() || ratio <= 0.0 {
+        "0%".to_string()
+    } else if ratio < 0.001 {
+        "<0.1%".to_string()
+    } else {
+        format!("{}%", trim(ratio * 100.0, 1))
+    }
+}
+
+/// How long ago something was, from its age in seconds: `just now`, `5 min ago`, `3 h ago`,
+/// `2 days ago`.
+pub fn ago_text(seconds: u64) -> String {
+    match seconds {
+        0..=9 => "just now".to_string(),
+        10..=59 => format!("{seconds} s ago"),
+        60..=3599 => format!("{} min ago", seconds / 60),
+        3600..=86_399 => format!("{} h ago", seconds / 3600),
+        _ => match seconds / 86_400 {
+            1 => "yesterday".to_string(),
+            d => format!("{d} days ago"),
+        },
+    }
+}
+
+/// A window length: `5 min`, `1 h`, `24 h`.
+pub fn window(seconds: u64) -> String {
+    if seconds >= 3600 && seconds % 3600 == 0 {
+        format!("{} h", seconds / 3600)
+    } else if seconds >= 60 {
+        format!("{} min", seconds / 60)
+    } else {
+        format!("{seconds} s")
+    }
+}
+
+pub fn period(p: &PeriodSpec) -> String {
+    match p {
+        PeriodSpec::Named(NamedPeriod::Second) => "s".to_string(),
+        PeriodSpec::Named(NamedPeriod::Minute) => "min".to_string(),
+        PeriodSpec::Named(NamedPeriod::Hour) => "h".to_string(),
+        PeriodSpec::Named(NamedPeriod::Day) => "day".to_string(),
+        PeriodSpec::Seconds(s) => format!("{s} s"),
+    }
+}
+
+/// `5/s, burst 10`.
+pub fn limit(l: &LimitSpec) -> String {
+    let base = match l.period {
+        PeriodSpec::Seconds(_) => format!("{} per {}", count(l.requests), period(&l.period)),
+        _ => format!("{}/{}", count(l.requests), period(&l.period)),
+    };
+    match l.burst {
+        Some(b) if b != l.requests => format!("{base}, burst {}", count(b)),
+        _ => base,
+    }
+}
+
+pub fn limits(ls: &[LimitSpec]) -> String {
+    ls.iter().map(limit).collect::<Vec<_>>().join(" · ")
+}
+
+pub fn key(k: &KeySpec) -> String {
+    match k {
+        KeySpec::Header(h) => format!("header {h}"),
+        KeySpec::ClientIp(ip) if ip.trusted_hops == 0 => "client IP".to_string(),
+        KeySpec::ClientIp(ip) => format!("client IP ({} hops)", ip.trusted_hops),
+        KeySpec::Query(q) => format!("query {q}"),
+        KeySpec::Path => "path".to_string(),
+        KeySpec::Global => "everyone (global)".to_string(),
+        KeySpec::Composite(parts) => parts.iter().map(key).collect::<Vec<_>>().join(" + "),
+    }
+}
+
+/// What a rule matches, in a few words.
+pub fn matcher(m: &MatchSpec) -> String {
+    let mut parts = Vec::new();
+    if !m.methods.is_empty() {
+        parts.push(m.methods.join(","));
+    }
+    if let Some(h) = &m.host {
+        parts.push(h.clone());
+    }
+    if let Some(p) = &m.path_exact {
+        parts.push(p.clone());
+    }
+    if let Some(p) = &m.path_prefix {
+        parts.push(format!("{p}*"));
+    }
+    if let Some(p) = &m.path_regex {
+        parts.push(format!("~{p}"));
+    }
+    for h in &m.headers {
+        parts.push(match (&h.equals, h.present) {
+            (Some(v), _) => format!("{}={v}", h.name),
+            (None, Some(false)) => format!("no {}", h.name),
+            _ => format!("has {}", h.name),
+        });
+    }
+    if parts.is_empty() {
+        "all requests".to_string()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// The rule's id as the API names it.
+pub fn rule_id(spec: &RuleSpec) -> &str {
+    spec.id.as_deref().unwrap_or(&spec.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::spec::{ClientIpSpec, HeaderMatchSpec};
+
+    #[test]
+    fn counts_rates_and_percentages_read_naturally() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_234), "1,234");
+        assert_eq!(count(123_456), "123,456");
+        assert_eq!(count(1_234_567), "1.23M");
+        assert_eq!(rate(0.0), "0");
+        assert_eq!(rate(f64::NAN), "0");
+        assert_eq!(rate(0.4), "0.4");
+        assert_eq!(rate(12.54), "12.5");
+        assert_eq!(rate(250.4), "250");
+        assert_eq!(rate(1_234.0), "1.2k");
+        assert_eq!(axis(2_500_000.0), "2.5M");
+        assert_eq!(axis(0.25), "0.25");
+        assert_eq!(percent(0.1234), "12.3%");
+        assert_eq!(percent(0.0004), "<0.1%");
+        assert_eq!(percent(-1.0), "0%");
+    }
+
+    #[test]
+    fn ages_and_windows() {
+        assert_eq!(ago_text(3), "just now");
+        assert_eq!(ago_text(42), "42 s ago");
+        assert_eq!(ago_text(300), "5 min ago");
+        assert_eq!(ago_text(3 * 3600), "3 h ago");
+        assert_eq!(ago_text(86_400 + 5), "yesterday");
+        assert_eq!(ago_text(3 * 86_400), "3 days ago");
+        assert_eq!(window(30), "30 s");
+        assert_eq!(window(300), "5 min");
+        assert_eq!(window(86_400), "24 h");
+    }
+
+    #[test]
+    fn limits_keys_and_matchers_in_a_few_words() {
+        let per_second: LimitSpec =
+            serde_json::from_str(r#"{"requests":5,"period":"second","burst":10}"#).unwrap();
+        let custom: LimitSpec = serde_json::from_str(r#"{"requests":1000,"period":90}"#).unwrap();
+        assert_eq!(limit(&per_second), "5/s, burst 10");
+        assert_eq!(limit(&custom), "1,000 per 90 s");
+        assert_eq!(
+            limits(&[per_second, custom]),
+            "5/s, burst 10 · 1,000 per 90 s"
+        );
+        assert_eq!(
+            key(&KeySpec::ClientIp(ClientIpSpec { trusted_hops: 2 })),
+            "client IP (2 hops)"
+        );
+        assert_eq!(
+            key(&KeySpec::Composite(vec![
+                KeySpec::Header("x-api-key".into()),
+                KeySpec::Path
+            ])),
+            "header x-api-key + path"
+        );
+        let matcher_spec = MatchSpec {
+            methods: vec!["GET".into()],
+            path_prefix: Some("/api/".into()),
+            headers: vec![HeaderMatchSpec {
+                name: "x-beta".into(),
+                present: Some(false),
+                equals: None,
+            }],
+            ..MatchSpec::default()
+        };
+        assert_eq!(matcher(&matcher_spec), "GET /api/* no x-beta");
+        assert_eq!(matcher(&MatchSpec::default()), "all requests");
+    }
+}

@@ -1,11 +1,12 @@
 //! Plain SVG charts drawn by Leptos views: a time-series chart with axes, units, legend
 //! and a hover read-out, and sparklines. No charting dependency: the bundle stays small.
+//! Every coordinate and path comes from `sluice_dashboard_model::scale`; this draws them.
 
 use leptos::ev;
 use leptos::html::Div;
 use leptos::prelude::*;
 
-use sluice_dashboard_model::scale::{nice, time_step};
+use sluice_dashboard_model::scale::{MARGIN_LEFT, MARGIN_TOP, Plot, nearest_time, sparkline};
 
 use crate::format;
 
@@ -19,11 +20,6 @@ pub struct Line {
     pub fill: bool,
     pub dashed: bool,
 }
-
-const MARGIN_LEFT: f64 = 52.0;
-const MARGIN_RIGHT: f64 = 14.0;
-const MARGIN_TOP: f64 = 10.0;
-const MARGIN_BOTTOM: f64 = 26.0;
 
 /// A time-series chart that fills its container's width.
 #[component]
@@ -61,86 +57,57 @@ pub fn TimeChart(
     let hover = RwSignal::new(None::<f64>);
 
     let geometry = Memo::new(move |_| {
-        let (from, to) = window.get();
-        let span = (to - from).max(1);
-        let w = width.get();
-        let plot_w = (w - MARGIN_LEFT - MARGIN_RIGHT).max(10.0);
-        let plot_h = height - MARGIN_TOP - MARGIN_BOTTOM;
         let max = lines.with(|ls| {
             ls.iter()
                 .flat_map(|l| l.points.iter().map(|p| p.1))
                 .fold(0.0_f64, f64::max)
         });
-        let y_step = nice((max * 1.1).max(0.4) / 4.0);
-        let y_max = y_step * 4.0;
-        (from, span, w, plot_w, plot_h, y_max, y_step)
+        Plot::new(window.get(), width.get(), height, max)
     });
-    let x_of = move |t: i64| {
-        let (from, span, _, plot_w, ..) = geometry.get();
-        MARGIN_LEFT + (t - from) as f64 / span as f64 * plot_w
-    };
-    let y_of = move |v: f64| {
-        let (.., plot_h, y_max, _) = geometry.get();
-        MARGIN_TOP + plot_h - (v / y_max).min(1.0) * plot_h
-    };
 
     let grid = move || {
-        let (from, span, w, plot_w, plot_h, y_max, y_step) = geometry.get();
-        let mut y_ticks = Vec::new();
-        let mut v = 0.0;
-        while v <= y_max + 1e-9 {
-            let y = MARGIN_TOP + plot_h - v / y_max * plot_h;
-            y_ticks.push(view! {
-                <line class="grid" x1=MARGIN_LEFT x2=w - MARGIN_RIGHT y1=y y2=y />
-                <text class="tick" x=MARGIN_LEFT - 6.0 y=y + 4.0 text-anchor="end">{format::axis(v)}</text>
-            });
-            v += y_step;
-        }
-        let step = time_step(span, plot_w);
-        let mut x_ticks = Vec::new();
-        let mut t = (from / step + 1) * step;
-        while t < from + span {
-            let x = MARGIN_LEFT + (t - from) as f64 / span as f64 * plot_w;
-            let label = if step < 60_000 {
-                format::clock_seconds(t)
-            } else {
-                format::clock(t)
-            };
-            x_ticks.push(view! {
-                <line class="axis" x1=x x2=x y1=MARGIN_TOP + plot_h y2=MARGIN_TOP + plot_h + 4.0 />
-                <text class="tick" x=x y=MARGIN_TOP + plot_h + 17.0 text-anchor="middle">{label}</text>
-            });
-            t += step;
-        }
+        let p = geometry.get();
+        let y_ticks = p
+            .y_ticks()
+            .into_iter()
+            .map(|(v, y)| {
+                view! {
+                    <line class="grid" x1=MARGIN_LEFT x2=p.right() y1=y y2=y />
+                    <text class="tick" x=MARGIN_LEFT - 6.0 y=y + 4.0 text-anchor="end">{format::axis(v)}</text>
+                }
+            })
+            .collect_view();
+        let (step, ticks) = p.time_ticks();
+        let x_ticks = ticks
+            .into_iter()
+            .map(|(t, x)| {
+                let label = if step < 60_000 {
+                    format::clock_seconds(t)
+                } else {
+                    format::clock(t)
+                };
+                view! {
+                    <line class="axis" x1=x x2=x y1=p.bottom() y2=p.bottom() + 4.0 />
+                    <text class="tick" x=x y=p.bottom() + 17.0 text-anchor="middle">{label}</text>
+                }
+            })
+            .collect_view();
         view! {
             {y_ticks}
-            <line class="axis" x1=MARGIN_LEFT x2=w - MARGIN_RIGHT y1=MARGIN_TOP + plot_h y2=MARGIN_TOP + plot_h />
+            <line class="axis" x1=MARGIN_LEFT x2=p.right() y1=p.bottom() y2=p.bottom() />
             {x_ticks}
         }
     };
 
     let paths = move || {
-        let (.., plot_h, _, _) = geometry.get();
-        let bottom = MARGIN_TOP + plot_h;
+        let p = geometry.get();
         lines
             .get()
             .into_iter()
             .filter(|l| !l.points.is_empty())
             .map(|l| {
-                let mut d = String::new();
-                for (i, (t, v)) in l.points.iter().enumerate() {
-                    let cmd = if i == 0 { 'M' } else { 'L' };
-                    d.push_str(&format!("{cmd}{:.1} {:.1} ", x_of(*t), y_of(*v)));
-                }
-                let area = l.fill.then(|| {
-                    let first = l.points.first().map_or(0, |p| p.0);
-                    let last = l.points.last().map_or(0, |p| p.0);
-                    format!(
-                        "{d}L{:.1} {bottom:.1} L{:.1} {bottom:.1} Z",
-                        x_of(last),
-                        x_of(first)
-                    )
-                });
+                let d = p.line_path(&l.points);
+                let area = l.fill.then(|| p.area_path(&l.points));
                 view! {
                     {area.map(|a| view! { <path d=a fill=l.color fill-opacity="0.12" stroke="none" /> })}
                     <path d=d fill="none" stroke=l.color stroke-width="2" stroke-linejoin="round"
@@ -152,25 +119,20 @@ pub fn TimeChart(
 
     // The hover read-out: the nearest point of each line to the pointer's time.
     let readout = move || {
-        let x = hover.get()?;
-        let (from, span, w, plot_w, plot_h, ..) = geometry.get();
-        if x < MARGIN_LEFT || x > MARGIN_LEFT + plot_w {
-            return None;
-        }
-        let t = from + ((x - MARGIN_LEFT) / plot_w * span as f64) as i64;
+        let p = geometry.get();
+        let t = p.time_at(hover.get()?)?;
         let ls = lines.get();
-        let nearest = ls
-            .iter()
-            .find_map(|l| l.points.iter().min_by_key(|p| (p.0 - t).abs()).map(|p| p.0))?;
-        let px = x_of(nearest);
+        let nearest = ls.iter().find_map(|l| nearest_time(&l.points, t))?;
+        let px = p.x(nearest);
+        let w = p.width;
         let rows = ls
             .iter()
             .filter_map(|l| {
-                let p = l.points.iter().find(|p| p.0 == nearest)?;
+                let point = l.points.iter().find(|pt| pt.0 == nearest)?;
                 Some(view! {
                     <div class="tip-row">
                         <span class="swatch" style=format!("background:{}", l.color)></span>
-                        {l.label}": "<b>{format::rate(p.1)}</b>
+                        {l.label}": "<b>{format::rate(point.1)}</b>
                     </div>
                 })
             })
@@ -178,8 +140,8 @@ pub fn TimeChart(
         let dots = ls
             .iter()
             .filter_map(|l| {
-                let p = l.points.iter().find(|p| p.0 == nearest)?;
-                Some(view! { <circle cx=px cy=y_of(p.1) r="3.5" fill=l.color /> })
+                let point = l.points.iter().find(|pt| pt.0 == nearest)?;
+                Some(view! { <circle cx=px cy=p.y(point.1) r="3.5" fill=l.color /> })
             })
             .collect_view();
         let left = if px > w / 2.0 {
@@ -189,7 +151,7 @@ pub fn TimeChart(
         };
         Some(view! {
             <svg class="chart-overlay" width=w height=height>
-                <line class="cursor" x1=px x2=px y1=MARGIN_TOP y2=MARGIN_TOP + plot_h />
+                <line class="cursor" x1=px x2=px y1=MARGIN_TOP y2=p.bottom() />
                 {dots}
             </svg>
             <div class="tip" style=left>
@@ -252,29 +214,7 @@ pub fn Sparkline(
     #[prop(default = 110.0)] width: f64,
     #[prop(default = 26.0)] height: f64,
 ) -> impl IntoView {
-    let max = values.iter().copied().max().unwrap_or(0).max(1) as f64;
-    let n = values.len().max(2) - 1;
-    let points: Vec<(f64, f64)> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            (
-                i as f64 / n as f64 * (width - 2.0) + 1.0,
-                height - 2.0 - *v as f64 / max * (height - 4.0),
-            )
-        })
-        .collect();
-    let line: String = points
-        .iter()
-        .enumerate()
-        .map(|(i, (x, y))| format!("{}{x:.1} {y:.1} ", if i == 0 { 'M' } else { 'L' }))
-        .collect();
-    let area = match (points.first(), points.last()) {
-        (Some(first), Some(last)) => {
-            format!("{line}L{:.1} {height} L{:.1} {height} Z", last.0, first.0)
-        }
-        _ => String::new(),
-    };
+    let (line, area) = sparkline(&values, width, height);
     let quiet = values.iter().all(|v| *v == 0);
     let color = if quiet { "#c2c8d0" } else { color };
     view! {

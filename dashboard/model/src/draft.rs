@@ -49,6 +49,22 @@ impl LimitDraft {
                 .unwrap_or_default(),
         }
     }
+
+    /// The inputs of a limit added below `last`: rules usually stack a short and a longer
+    /// window, so after a per-second limit comes a per-minute one, after any other an hourly
+    /// one.
+    pub fn after(last: Option<&LimitDraft>) -> LimitDraft {
+        let mut next = LimitDraft::from_spec(None);
+        if let Some(last) = last {
+            next.period = if last.period == "second" {
+                "minute"
+            } else {
+                "hour"
+            }
+            .to_string();
+        }
+        next
+    }
 }
 
 /// The form's name of a named period.
@@ -201,6 +217,20 @@ impl Draft {
         }
     }
 
+    /// Adds an override for `client` that starts from the rule's own limits (the rules page
+    /// links here to raise one client's limits), unless the client already has one: then
+    /// nothing changes and this returns `false`.
+    pub fn add_override_for(&mut self, client: &str) -> bool {
+        if self.overrides.iter().any(|o| o.client == client) {
+            return false;
+        }
+        self.overrides.push(OverrideDraft {
+            client: client.to_string(),
+            limits: self.limits.clone(),
+        });
+        true
+    }
+
     /// The spec the inputs describe, and the inputs that are not even numbers (with the
     /// field paths the core uses, so the form shows both kinds of problem the same way).
     pub fn to_spec(&self) -> (RuleSpec, Vec<FieldError>) {
@@ -273,13 +303,7 @@ impl Draft {
                 path_exact: nonempty(&self.path_exact),
                 path_prefix: nonempty(&self.path_prefix),
                 path_regex: nonempty(&self.path_regex),
-                methods: self
-                    .methods
-                    .split([',', ' '])
-                    .map(str::trim)
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_ascii_uppercase)
-                    .collect(),
+                methods: methods(&self.methods),
                 headers: self
                     .headers
                     .iter()
@@ -311,6 +335,25 @@ impl Draft {
         };
         (spec, numbers.problems)
     }
+}
+
+/// The methods a methods input lists, as the spec holds them.
+fn methods(text: &str) -> Vec<String> {
+    text.split([',', ' '])
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(str::to_ascii_uppercase)
+        .collect()
+}
+
+/// The field path whose problem the methods input (holding `text`) shows. The core names
+/// each method (`match.methods[2]`) but the form has one input for all of them, so it
+/// follows the first method the core refuses.
+pub fn methods_field(text: &str) -> String {
+    let bad = methods(text)
+        .iter()
+        .position(|m| !m.bytes().all(|b| b.is_ascii_alphabetic()));
+    format!("match.methods[{}]", bad.unwrap_or(0))
 }
 
 /// Reads numeric inputs, collecting what is missing or not a number.
@@ -538,5 +581,278 @@ mod tests {
         let mut draft = Draft::from_spec(&blank());
         draft.methods = " get,post  Put ".into();
         assert_eq!(draft.to_spec().0.matcher.methods, ["GET", "POST", "PUT"]);
+    }
+
+    #[test]
+    fn each_key_kind_reads_back_from_its_inputs() {
+        let mut draft = Draft::from_spec(&blank());
+        let mut key = |kind: &str, value: &str, hops: &str| {
+            draft.key_kind = kind.into();
+            draft.key_value = value.into();
+            draft.hops = hops.into();
+            draft.to_spec()
+        };
+        assert_eq!(
+            key("header", " x-user ", "").0.key,
+            KeySpec::Header("x-user".into())
+        );
+        assert_eq!(
+            key("query", "token", "").0.key,
+            KeySpec::Query("token".into())
+        );
+        assert_eq!(key("path", "ignored", "").0.key, KeySpec::Path);
+        assert_eq!(key("global", "", "").0.key, KeySpec::Global);
+        let (spec, problems) = key("client_ip", "", "3");
+        assert_eq!(
+            spec.key,
+            KeySpec::ClientIp(ClientIpSpec { trusted_hops: 3 })
+        );
+        assert!(problems.is_empty());
+        let (spec, problems) = key("client_ip", "", "");
+        assert_eq!(
+            spec.key,
+            KeySpec::ClientIp(ClientIpSpec { trusted_hops: 0 }),
+            "no hops: the TCP peer"
+        );
+        assert!(problems.is_empty(), "hops are optional");
+        let (_, problems) = key("client_ip", "", "two");
+        assert_eq!(problems[0].field, "key.client_ip.trusted_hops");
+    }
+
+    #[test]
+    fn a_composite_key_is_not_shown_by_the_form() {
+        // The page opens such a rule in JSON mode and refuses to switch to the form, because
+        // the form would save it as a global key.
+        let rule = spec(
+            r#"{"name":"c","key":{"composite":[{"header":"x-tenant"},"path"]},
+                "limits":[{"requests":1,"period":"second"}]}"#,
+        );
+        assert_eq!(Draft::from_spec(&rule).key_kind, "global");
+    }
+
+    #[test]
+    fn costs_read_back_with_their_defaults_and_problems() {
+        let mut draft = Draft::from_spec(&blank());
+        assert_eq!(
+            (draft.cost_kind.as_str(), draft.cost_fixed.as_str()),
+            ("fixed", "1")
+        );
+        assert_eq!(
+            (draft.cost_max.as_str(), draft.cost_default.as_str()),
+            ("100", "1"),
+            "switching to a header cost starts from sensible bounds"
+        );
+        draft.cost_kind = "header".into();
+        draft.cost_header = " x-cost ".into();
+        draft.cost_default = String::new();
+        let (spec, problems) = draft.to_spec();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            spec.cost,
+            CostSpec::Header(HeaderCostSpec {
+                name: "x-cost".into(),
+                max: 100,
+                default: 1,
+            })
+        );
+        draft.cost_max = String::new();
+        draft.cost_default = "-1".into();
+        let fields: Vec<String> = draft.to_spec().1.into_iter().map(|p| p.field).collect();
+        assert_eq!(fields, ["cost.header.max", "cost.header.default"]);
+        draft.cost_kind = "fixed".into();
+        draft.cost_fixed = "1.5".into();
+        assert_eq!(draft.to_spec().1[0].field, "cost.fixed");
+    }
+
+    #[test]
+    fn empty_texts_are_absent_and_header_conditions_keep_their_kind() {
+        let mut draft = Draft::from_spec(&blank());
+        draft.id = "  ".into();
+        draft.name = " api ".into();
+        draft.host = String::new();
+        draft.path_prefix = " /api/ ".into();
+        draft.headers = vec![
+            HeaderDraft {
+                name: " x-a ".into(),
+                kind: "present".into(),
+                value: "ignored".into(),
+            },
+            HeaderDraft {
+                name: "x-b".into(),
+                kind: "absent".into(),
+                value: String::new(),
+            },
+            HeaderDraft {
+                name: "x-c".into(),
+                kind: "equals".into(),
+                value: " v ".into(),
+            },
+        ];
+        let (spec, _) = draft.to_spec();
+        assert_eq!(spec.id, None);
+        assert_eq!(spec.name, "api");
+        assert_eq!(spec.matcher.host, None);
+        assert_eq!(spec.matcher.path_prefix.as_deref(), Some("/api/"));
+        let headers: Vec<(&str, Option<bool>, Option<&str>)> = spec
+            .matcher
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.present, h.equals.as_deref()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("x-a", Some(true), None),
+                ("x-b", Some(false), None),
+                ("x-c", None, Some(" v ")),
+            ],
+            "a header value is compared as typed"
+        );
+    }
+
+    #[test]
+    fn a_new_limit_follows_the_last_one() {
+        assert_eq!(LimitDraft::after(None), LimitDraft::from_spec(None));
+        assert_eq!(LimitDraft::after(None).period, "second");
+        let per = |period: &str| LimitDraft {
+            period: period.into(),
+            ..LimitDraft::default()
+        };
+        assert_eq!(LimitDraft::after(Some(&per("second"))).period, "minute");
+        assert_eq!(LimitDraft::after(Some(&per("minute"))).period, "hour");
+        assert_eq!(LimitDraft::after(Some(&per("custom"))).period, "hour");
+        assert_eq!(LimitDraft::after(Some(&per("second"))).requests, "");
+    }
+
+    #[test]
+    fn an_override_for_a_client_starts_from_the_rules_limits_once() {
+        let rule = spec(
+            r#"{"name":"api","key":{"header":"x-api-key"},
+                "limits":[{"requests":5,"period":"second","burst":10},{"requests":90,"period":60}],
+                "overrides":[{"client":"beta","limits":[{"requests":1,"period":"second"}]}]}"#,
+        );
+        let mut draft = Draft::from_spec(&rule);
+        assert!(draft.add_override_for("acme"));
+        assert!(!draft.add_override_for("beta"), "beta already has one");
+        assert!(!draft.add_override_for("acme"));
+        let (saved, problems) = draft.to_spec();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(saved.overrides.len(), 2);
+        assert_eq!(saved.overrides[1].client, "acme");
+        assert_eq!(saved.overrides[1].limits, rule.limits);
+        assert_eq!(
+            saved.overrides[0], rule.overrides[0],
+            "the existing override is untouched"
+        );
+    }
+
+    #[test]
+    fn the_methods_input_follows_the_first_refused_method() {
+        let mut draft = Draft::from_spec(&blank());
+        draft.name = "m".into();
+        draft.methods = "get, p0st, 7".into();
+        assert_eq!(methods_field(&draft.methods), "match.methods[1]");
+        let (spec, problems) = draft.to_spec();
+        let all = validate(spec, problems);
+        let fields: Vec<&str> = all.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["match.methods[1]", "match.methods[2]"]);
+        assert_eq!(methods_field("GET"), "match.methods[0]");
+    }
+
+    /// The fields the core names for a draft of the blank rule changed by `edit`.
+    fn fields_after(edit: impl FnOnce(&mut Draft)) -> Vec<String> {
+        let mut draft = Draft::from_spec(&blank());
+        draft.name = "ok".into();
+        edit(&mut draft);
+        let (spec, problems) = draft.to_spec();
+        validate(spec, problems)
+            .into_iter()
+            .map(|p| p.field)
+            .collect()
+    }
+
+    #[test]
+    fn each_input_gets_the_cores_problems_about_it() {
+        assert!(fields_after(|_| {}).is_empty());
+        assert_eq!(fields_after(|d| d.name = String::new()), ["name"]);
+        assert_eq!(fields_after(|d| d.id = "no spaces".into()), ["id"]);
+        assert_eq!(fields_after(|d| d.host = "a/b".into()), ["match.host"]);
+        assert_eq!(
+            fields_after(|d| d.path_prefix = "api".into()),
+            ["match.path_prefix"]
+        );
+        assert_eq!(
+            fields_after(|d| d.path_exact = "api".into()),
+            ["match.path_exact"]
+        );
+        assert_eq!(
+            fields_after(|d| d.path_regex = "(".into()),
+            ["match.path_regex"]
+        );
+        assert_eq!(
+            fields_after(|d| d.headers.push(HeaderDraft {
+                name: String::new(),
+                kind: "present".into(),
+                value: String::new(),
+            })),
+            ["match.headers[0].name"]
+        );
+        assert_eq!(
+            fields_after(|d| d.key_value = "no spaces".into()),
+            ["key.header"]
+        );
+        assert_eq!(
+            fields_after(|d| {
+                d.key_kind = "query".into();
+                d.key_value = String::new();
+            }),
+            ["key.query"]
+        );
+        assert_eq!(
+            fields_after(|d| {
+                d.key_kind = "client_ip".into();
+                d.hops = "17".into();
+            }),
+            ["key.client_ip.trusted_hops"]
+        );
+        assert_eq!(
+            fields_after(|d| {
+                d.limits[0].period = "custom".into();
+                d.limits[0].seconds = "0".into();
+            }),
+            ["limits[0].period"]
+        );
+        assert_eq!(
+            fields_after(|d| d.limits[0].burst = "0".into()),
+            ["limits[0].burst"]
+        );
+        assert_eq!(fields_after(|d| d.limits.clear()), ["limits"]);
+        assert_eq!(fields_after(|d| d.cost_fixed = "0".into()), ["cost.fixed"]);
+        assert_eq!(
+            fields_after(|d| {
+                d.cost_kind = "header".into();
+                d.cost_header = "bad name".into();
+            }),
+            ["cost.header.name"]
+        );
+        assert_eq!(
+            fields_after(|d| {
+                d.overrides.push(OverrideDraft {
+                    client: String::new(),
+                    limits: vec![LimitDraft {
+                        requests: "0".into(),
+                        ..LimitDraft::from_spec(None)
+                    }],
+                });
+            }),
+            ["overrides[0].client", "overrides[0].limits[0].requests"]
+        );
+        assert_eq!(
+            fields_after(|d| {
+                assert!(d.add_override_for("acme"));
+                d.overrides.push(d.overrides[0].clone());
+            }),
+            ["overrides[1].client"]
+        );
     }
 }

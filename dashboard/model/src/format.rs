@@ -239,4 +239,78 @@ mod tests {
         assert_eq!(matcher(&matcher_spec), "GET /api/* no x-beta");
         assert_eq!(matcher(&MatchSpec::default()), "all requests");
     }
+
+    #[test]
+    fn periods_windows_and_edges() {
+        assert_eq!(period(&PeriodSpec::Named(NamedPeriod::Second)), "s");
+        assert_eq!(period(&PeriodSpec::Named(NamedPeriod::Minute)), "min");
+        assert_eq!(period(&PeriodSpec::Named(NamedPeriod::Hour)), "h");
+        assert_eq!(period(&PeriodSpec::Named(NamedPeriod::Day)), "day");
+        assert_eq!(period(&PeriodSpec::Seconds(45)), "45 s");
+        assert_eq!(window(3600), "1 h");
+        assert_eq!(window(5400), "90 min", "not a whole number of hours");
+        assert_eq!(window(90), "1 min");
+        assert_eq!(count(1_000_000), "1M");
+        assert_eq!(rate(1_000.0), "1k");
+        assert_eq!(rate(99.95), "100", "rounding up to three digits");
+        assert_eq!(axis(1_000.0), "1k");
+        assert_eq!(percent(1.0), "100%");
+    }
+
+    #[test]
+    fn a_burst_equal_to_the_rate_is_not_repeated() {
+        let same: LimitSpec =
+            serde_json::from_str(r#"{"requests":100,"period":"hour","burst":100}"#).unwrap();
+        assert_eq!(limit(&same), "100/h");
+        assert_eq!(limits(&[]), "");
+    }
+
+    #[test]
+    fn every_key_kind_and_condition_has_words() {
+        assert_eq!(
+            key(&KeySpec::Header("x-api-key".into())),
+            "header x-api-key"
+        );
+        assert_eq!(
+            key(&KeySpec::ClientIp(ClientIpSpec { trusted_hops: 0 })),
+            "client IP"
+        );
+        assert_eq!(key(&KeySpec::Query("user".into())), "query user");
+        assert_eq!(key(&KeySpec::Path), "path");
+        assert_eq!(key(&KeySpec::Global), "everyone (global)");
+        let m = MatchSpec {
+            methods: vec!["GET".into(), "POST".into()],
+            host: Some("*.example.com".into()),
+            path_exact: Some("/login".into()),
+            path_regex: Some("/v[0-9]+/.*".into()),
+            headers: vec![
+                HeaderMatchSpec {
+                    name: "x-tier".into(),
+                    present: None,
+                    equals: Some("gold".into()),
+                },
+                HeaderMatchSpec {
+                    name: "x-beta".into(),
+                    present: Some(true),
+                    equals: None,
+                },
+            ],
+            ..MatchSpec::default()
+        };
+        assert_eq!(
+            matcher(&m),
+            "GET,POST *.example.com /login ~/v[0-9]+/.* x-tier=gold has x-beta"
+        );
+    }
+
+    #[test]
+    fn a_rule_is_named_by_its_id_or_else_its_name() {
+        let mut spec: RuleSpec = serde_json::from_str(
+            r#"{"name":"api","key":"global","limits":[{"requests":1,"period":"second"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(rule_id(&spec), "api");
+        spec.id = Some("stable".into());
+        assert_eq!(rule_id(&spec), "stable");
+    }
 }

@@ -10,9 +10,9 @@ use leptos::task::spawn_local;
 use leptos_router::NavigateOptions;
 use leptos_router::components::A;
 use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
-use sluice_core::spec::{GrpcStatus, KeySpec, LimitSpec, Mode, RuleSpec};
+use sluice_core::spec::{GrpcStatus, KeySpec, Mode, RuleSpec};
 use sluice_dashboard_model::draft::{
-    self as model, HeaderDraft, LimitDraft, OverrideDraft, blank, validate,
+    self as model, HeaderDraft, LimitDraft, OverrideDraft, blank, methods_field, validate,
 };
 
 use crate::api::{self, FieldError, RuleView, enc};
@@ -41,10 +41,6 @@ struct LimitRow {
 }
 
 impl LimitRow {
-    fn new(spec: Option<&LimitSpec>) -> LimitRow {
-        LimitRow::from_draft(LimitDraft::from_spec(spec))
-    }
-
     fn from_draft(d: LimitDraft) -> LimitRow {
         LimitRow {
             id: row_id(),
@@ -118,8 +114,7 @@ struct Draft {
 }
 
 impl Draft {
-    fn from_spec(spec: &RuleSpec) -> Draft {
-        let d = model::Draft::from_spec(spec);
+    fn from_model(d: model::Draft) -> Draft {
         let rows = |ls: Vec<LimitDraft>| ls.into_iter().map(LimitRow::from_draft).collect();
         Draft {
             id: text(d.id),
@@ -321,12 +316,8 @@ fn Limits(rows: RwSignal<Vec<LimitRow>>, #[prop(into)] prefix: Signal<String>) -
                 }
             </For>
             <button type="button" class="btn small" on:click=move |_| {
-                let last = rows.with(|r| r.last().map(|l| (l.requests.get(), l.period.get())));
-                let new = LimitRow::new(None);
-                if let Some((_, period)) = last {
-                    new.period.set(if period == "second" { "minute".into() } else { "hour".into() });
-                }
-                rows.update(|r| r.push(new));
+                let last = rows.with(|r| r.last().map(LimitRow::draft));
+                rows.update(|r| r.push(LimitRow::from_draft(LimitDraft::after(last.as_ref()))));
             }>"+ Add a limit"</button>
         </div>
     }
@@ -348,39 +339,16 @@ fn RuleEditor(
 ) -> impl IntoView {
     let ctx = Ctx::get();
     let navigate = use_navigate();
-    let draft = Draft::from_spec(&initial);
+    let mut plain = model::Draft::from_spec(&initial);
     let mut notice = None;
     if let Some(client) = prefill_override.filter(|c| !c.is_empty()) {
-        let exists = draft
-            .overrides
-            .with_untracked(|os| os.iter().any(|o| o.client.get_untracked() == client));
-        if exists {
-            notice = Some(format!(
-                "{client} already has an override on this rule: it is below."
-            ));
-        } else {
-            let limits = draft.limits.with_untracked(|ls| {
-                ls.iter()
-                    .map(|l| LimitRow {
-                        id: row_id(),
-                        requests: text(l.requests.get_untracked()),
-                        period: text(l.period.get_untracked()),
-                        seconds: text(l.seconds.get_untracked()),
-                        burst: text(l.burst.get_untracked()),
-                    })
-                    .collect()
-            });
-            draft.overrides.update_untracked(|os| {
-                os.push(OverrideRow {
-                    id: row_id(),
-                    client: text(client.clone()),
-                    limits: RwSignal::new(limits),
-                })
-            });
-            notice = Some(format!(
+        notice = Some(if plain.add_override_for(&client) {
+            format!(
                 "Added an override for client {client}, starting from the rule's limits: set its limits below, then save."
-            ));
-        }
+            )
+        } else {
+            format!("{client} already has an override on this rule: it is below.")
+        });
         // Bring the overrides into view once they are on the page.
         let _ = set_timeout_with_handle(
             || {
@@ -395,6 +363,7 @@ fn RuleEditor(
             std::time::Duration::from_millis(400),
         );
     }
+    let draft = Draft::from_model(plain);
     // JSON mode: for what the form cannot express (composite keys), or by choice.
     let composite = matches!(initial.key, KeySpec::Composite(_));
     let json_mode = RwSignal::new(composite);
@@ -526,7 +495,7 @@ fn RuleEditor(
                     ctx.flash(false, "Composite keys can only be edited as JSON.");
                 }
                 Ok(spec) => {
-                    let fresh = Draft::from_spec(&spec);
+                    let fresh = Draft::from_model(model::Draft::from_spec(&spec));
                     copy_draft(&fresh, &draft);
                     json_mode.set(false);
                 }
@@ -717,10 +686,7 @@ fn FormBody(draft: Draft, is_new: bool) -> impl IntoView {
                 <Field label="Exact path" path="match.path_exact">{input(d.path_exact, "match.path_exact", "")}</Field>
                 <Field label="Path regex" path="match.path_regex" hint="must match the whole path">{input(d.path_regex, "match.path_regex", "")}</Field>
                 <Field label="Host" path="match.host">{input(d.host, "match.host", "api.example.com or *.example.com")}</Field>
-                <Field label="Methods" path=Signal::derive(move || {
-                    let bad = d.methods.get().split([',', ' ']).filter(|m| !m.trim().is_empty()).position(|m| !m.bytes().all(|b| b.is_ascii_alphabetic()));
-                    format!("match.methods[{}]", bad.unwrap_or(0))
-                }) hint="comma-separated; empty = any">
+                <Field label="Methods" path=Signal::derive(move || d.methods.with(|m| methods_field(m))) hint="comma-separated; empty = any">
                     {input(d.methods, "match.methods", "GET, POST")}
                 </Field>
             </div>
@@ -802,7 +768,7 @@ fn FormBody(draft: Draft, is_new: bool) -> impl IntoView {
                 }
             </For>
             <button type="button" class="btn small" data-test="add-override" on:click=move |_| d.overrides.update(|os| os.push(OverrideRow {
-                id: row_id(), client: text(""), limits: RwSignal::new(vec![LimitRow::new(None)]),
+                id: row_id(), client: text(""), limits: RwSignal::new(vec![LimitRow::from_draft(LimitDraft::from_spec(None))]),
             }))>"+ Override for a client"</button>
         </section>
 

@@ -7,6 +7,7 @@
 //! * [`slot`], [`store`] and [`limiter`]: the fixed-size bucket table in shared data,
 //!   compare-and-swap updates and all-or-nothing charging.
 //! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
+//! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
 //!
 //! Architecture invariant: nothing here performs I/O or reads a clock. Every `now` is an
@@ -27,6 +28,7 @@
 
 pub mod config;
 pub mod gcra;
+pub mod global;
 pub mod grpc;
 pub mod hash;
 pub mod limiter;

@@ -1,0 +1,383 @@
+//! The coordinator's side of one global bucket.
+//!
+//! A bucket is a GCRA theoretical arrival time (`tat`, on the coordinator's clock) plus a
+//! decayed sum of the tokens the fleet attempted (`demand`). Each proxy's sync settles its
+//! usage of the bucket in one step ([`settle`]): what it admitted without a lease is
+//! debited, what it gave back is refunded, its attempts feed the demand, and a grant is
+//! taken from the bucket at once. Taking grants up front (*pre-debit*) is what makes the
+//! fleet-wide bound hold: a token can sit in one proxy's lease or in the bucket, never in
+//! both, so leases can never add up to more than `burst + rate × elapsed`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::gcra::Gcra;
+
+/// The state the coordinator keeps per global bucket (in memory, or in Redis as three
+/// fields of one hash).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BucketState {
+    /// GCRA theoretical arrival time, ns on the coordinator's clock. `0` is a full bucket.
+    pub tat: u64,
+    /// Tokens attempted fleet-wide, decayed with time constant `demand_tau_ns`.
+    pub demand: f64,
+    /// When `demand` was last decayed.
+    pub demand_at: u64,
+    /// When the coordinator first saw the bucket: a young bucket's decayed sum has not yet
+    /// reached its steady level, and the shares correct for that.
+    pub born_at: u64,
+}
+
+/// One proxy's usage of one bucket since its previous successful sync.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens requested, admitted or not: the demand signal.
+    pub attempts: u64,
+    /// Tokens admitted without a lease (new-bucket allowance or fallback share): spending
+    /// the coordinator has not seen yet.
+    pub unleased: u64,
+    /// Lease tokens the proxy zeroed and gives back.
+    pub returned: u64,
+    /// Tokens the proxy would like to hold after this sync.
+    pub want: u64,
+}
+
+impl Usage {
+    /// Folds a later usage into one that could not be sent: counts add up, and the wish is
+    /// the latest one.
+    pub fn merge(&mut self, later: &Usage) {
+        self.attempts = self.attempts.saturating_add(later.attempts);
+        self.unleased = self.unleased.saturating_add(later.unleased);
+        self.returned = self.returned.saturating_add(later.returned);
+        self.want = later.want;
+    }
+}
+
+/// What one proxy gets back for one bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Tokens added to the proxy's lease, already taken from the bucket.
+    pub granted: u64,
+    /// The proxy's share of the fleet's recent demand for this bucket, in parts per
+    /// million: what it may admit on its own while the coordinator is out of reach.
+    pub share_ppm: u32,
+    /// How long until the bucket is full again if nobody takes more. A proxy may forget
+    /// the bucket (and later spend a new-bucket allowance on it) only after this.
+    pub full_in_ns: u64,
+}
+
+/// Parts per million: the unit of shares on the wire and in shared data.
+pub const PPM: u32 = 1_000_000;
+
+/// The coordinator's settings that every settlement uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// The proxies' sync interval: one proxy's attempts cover this much time.
+    pub sync_interval_ns: u64,
+    /// Time constant of the decayed demand.
+    pub demand_tau_ns: u64,
+    /// While true no tokens are granted: leases granted before a restart that lost the
+    /// coordinator's state may still be spent, so the buckets are not known to be full.
+    pub warming_up: bool,
+}
+
+impl Settings {
+    /// The defaults for a sync interval (see the constants in [`super`]).
+    pub fn for_interval(sync_interval_ns: u64) -> Self {
+        Self {
+            sync_interval_ns,
+            demand_tau_ns: (sync_interval_ns as f64 * super::DEMAND_TAU_INTERVALS) as u64,
+            warming_up: false,
+        }
+    }
+}
+
+/// Settles one proxy's usage of one bucket at `now` and returns its grant.
+///
+/// `limit` is the limit the proxy enforces for this bucket (it sends it with the usage, so
+/// the coordinator needs no copy of the rules or overrides); `covers_ns` is how long the
+/// usage covers (the time since the proxy's last successful sync).
+pub fn settle(
+    state: &mut BucketState,
+    limit: &Gcra,
+    usage: &Usage,
+    covers_ns: u64,
+    now: u64,
+    settings: &Settings,
+) -> Grant {
+    // 1. Gave back: never beyond full.
+    state.tat = limit.refund(state.tat, now, usage.returned);
+    // 2. Spent without a lease: debited, but at most down to empty. Spending the
+    //    coordinator never saw (new-bucket allowances, fallback during an outage) must not
+    //    leave a debt that would then starve the whole fleet.
+    let start = state.tat.max(now);
+    let debit = usage.unleased.saturating_mul(limit.interval_ns());
+    state.tat = start
+        .saturating_add(debit)
+        .min(now.saturating_add(limit.capacity_ns()));
+
+    // 3. Demand: decay to now, add this proxy's attempts.
+    let share_ppm = record_demand(state, usage.attempts, covers_ns, now, settings);
+
+    // 4. Grant what the bucket holds now, up to the wish, and take it at once.
+    let granted = if settings.warming_up {
+        0
+    } else {
+        let backlog = state.tat.max(now) - now;
+        let available =
+            (limit.capacity_ns() - backlog.min(limit.capacity_ns())) / limit.interval_ns();
+        usage.want.min(available)
+    };
+    state.tat = state.tat.max(now) + granted * limit.interval_ns();
+
+    Grant {
+        granted,
+        share_ppm,
+        full_in_ns: state.tat.max(now) - now,
+    }
+}
+
+/// Decays the bucket's demand to `now`, adds `attempts`, and returns this proxy's share of
+/// the fleet's demand rate in parts per million.
+fn record_demand(
+    state: &mut BucketState,
+    attempts: u64,
+    covers_ns: u64,
+    now: u64,
+    settings: &Settings,
+) -> u32 {
+    let tau = settings.demand_tau_ns.max(1) as f64;
+    let interval = settings.sync_interval_ns.max(1) as f64;
+    let covers = covers_ns.clamp(1, settings.demand_tau_ns.max(1)) as f64;
+    if state.demand_at == 0 {
+        state.born_at = now.saturating_sub(covers_ns);
+        state.demand_at = now;
+    }
+    let elapsed = now.saturating_sub(state.demand_at) as f64;
+    // The attempts arrived spread over the time they cover, not all at once: decayed as
+    // such, they weigh `τ/c × (1 − e^(−c/τ))` each. Adding them whole would make the sum
+    // peak right after each proxy's own sync and bias every share low.
+    let spread = tau / covers * (1.0 - (-covers / tau).exp());
+    state.demand = state.demand * (-elapsed / tau).exp() + attempts as f64 * spread;
+    state.demand_at = now.max(state.demand_at);
+    // A steady fleet rate R makes the sum `w × R` with `w = τ × (1 − e^(−age/τ))` (just
+    // `τ` once the bucket is a few τ old), except that the other proxies have not reported
+    // their traffic since their own last syncs: on average half an interval of it, with
+    // sync phases spread over the interval. So `sum ≈ w × R − (R − own) × T/2`, solved
+    // for R. (Without the correction a proxy syncing just after the busiest one would see
+    // its share over-estimated by a tenth or more.)
+    let age = now.saturating_sub(state.born_at) as f64;
+    let weight = (tau * (1.0 - (-age / tau).exp())).max(interval);
+    let own_rate = attempts as f64 / covers;
+    let fleet_rate =
+        ((state.demand - own_rate * interval / 2.0) / (weight - interval / 2.0)).max(own_rate);
+    if fleet_rate <= 0.0 {
+        return 0;
+    }
+    let share = (own_rate / fleet_rate).clamp(0.0, 1.0);
+    (share * f64::from(PPM)).round() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+
+    use super::*;
+    use crate::gcra::NANOS_PER_SECOND as S;
+
+    fn limit(per_second: u64, burst: u64) -> Gcra {
+        Gcra::new(
+            NonZeroU64::new(per_second).unwrap(),
+            NonZeroU64::new(S).unwrap(),
+            NonZeroU64::new(burst).unwrap(),
+        )
+        .unwrap()
+    }
+
+    const T: u64 = S / 2;
+
+    fn want(want: u64) -> Usage {
+        Usage {
+            want,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_new_bucket_grants_up_to_its_burst_and_takes_the_grant_at_once() {
+        let l = limit(10, 20);
+        let mut state = BucketState::default();
+        let now = 100 * S;
+        let settings = Settings::for_interval(T);
+        let first = settle(&mut state, &l, &want(15), T, now, &settings);
+        assert_eq!(first.granted, 15);
+        let second = settle(&mut state, &l, &want(15), T, now, &settings);
+        assert_eq!(second.granted, 5, "only the burst's rest is left");
+        let third = settle(&mut state, &l, &want(15), T, now, &settings);
+        assert_eq!(third.granted, 0);
+        assert_eq!(third.full_in_ns, 2 * S, "20 tokens at 10/s refill in 2 s");
+        // Half a second later five tokens have refilled.
+        let later = settle(&mut state, &l, &want(15), T, now + S / 2, &settings);
+        assert_eq!(later.granted, 5);
+    }
+
+    #[test]
+    fn spending_without_a_lease_is_debited_but_never_below_empty() {
+        let l = limit(10, 20);
+        let now = 100 * S;
+        let settings = Settings::for_interval(T);
+        let mut state = BucketState::default();
+        let g = settle(
+            &mut state,
+            &l,
+            &Usage {
+                unleased: 8,
+                want: 100,
+                ..Usage::default()
+            },
+            T,
+            now,
+            &settings,
+        );
+        assert_eq!(g.granted, 12, "20 minus the 8 spent unleased");
+
+        // A fallback period that spent far more than the bucket holds leaves it empty,
+        // not in debt: half a second later the fleet gets the refill again.
+        let mut state = BucketState::default();
+        let g = settle(
+            &mut state,
+            &l,
+            &Usage {
+                unleased: 1_000,
+                ..Usage::default()
+            },
+            T,
+            now,
+            &settings,
+        );
+        assert_eq!(g.full_in_ns, 2 * S);
+        assert_eq!(
+            settle(&mut state, &l, &want(100), T, now + S / 2, &settings).granted,
+            5
+        );
+    }
+
+    #[test]
+    fn returned_tokens_go_back_but_never_beyond_full() {
+        let l = limit(10, 20);
+        let now = 100 * S;
+        let settings = Settings::for_interval(T);
+        let mut state = BucketState::default();
+        assert_eq!(
+            settle(&mut state, &l, &want(20), T, now, &settings).granted,
+            20
+        );
+        let back = Usage {
+            returned: 15,
+            want: 0,
+            ..Usage::default()
+        };
+        settle(&mut state, &l, &back, T, now, &settings);
+        assert_eq!(
+            settle(&mut state, &l, &want(100), T, now, &settings).granted,
+            15
+        );
+
+        let mut full = BucketState::default();
+        let back = Usage {
+            returned: 50,
+            ..Usage::default()
+        };
+        settle(&mut full, &l, &back, T, now, &settings);
+        assert_eq!(
+            settle(&mut full, &l, &want(100), T, now, &settings).granted,
+            20
+        );
+    }
+
+    #[test]
+    fn warming_up_grants_nothing_but_still_learns_demand_and_debits() {
+        let l = limit(10, 20);
+        let now = 100 * S;
+        let mut settings = Settings::for_interval(T);
+        settings.warming_up = true;
+        let mut state = BucketState::default();
+        let g = settle(
+            &mut state,
+            &l,
+            &Usage {
+                attempts: 5,
+                unleased: 5,
+                want: 10,
+                returned: 0,
+            },
+            T,
+            now,
+            &settings,
+        );
+        assert_eq!(g.granted, 0);
+        assert_eq!(
+            g.share_ppm, PPM,
+            "the only proxy seen so far has all the demand"
+        );
+        settings.warming_up = false;
+        assert_eq!(
+            settle(&mut state, &l, &want(100), T, now, &settings).granted,
+            15
+        );
+    }
+
+    #[test]
+    fn shares_follow_each_proxys_part_of_the_demand() {
+        // Three proxies with a 70/20/10 split of 200 attempts per second, syncing every
+        // interval, staggered: after a few seconds each share is near its part.
+        let l = limit(100, 100);
+        let settings = Settings::for_interval(T);
+        let mut state = BucketState::default();
+        let parts = [0.7, 0.2, 0.1];
+        let mut last = [0u32; 3];
+        for round in 0..40u64 {
+            for (p, part) in parts.iter().enumerate() {
+                let now = 100 * S + round * T + p as u64 * T / 3;
+                let attempts = (200.0 * part * 0.5) as u64;
+                let usage = Usage {
+                    attempts,
+                    want: attempts,
+                    ..Usage::default()
+                };
+                last[p] = settle(&mut state, &l, &usage, T, now, &settings).share_ppm;
+            }
+        }
+        for (p, part) in parts.iter().enumerate() {
+            let share = f64::from(last[p]) / f64::from(PPM);
+            assert!(
+                (share - part).abs() < 0.05,
+                "proxy {p}: share {share}, part {part}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_usage_folds_into_one_that_could_not_be_sent() {
+        let mut pending = Usage {
+            attempts: 3,
+            unleased: 2,
+            returned: 1,
+            want: 9,
+        };
+        pending.merge(&Usage {
+            attempts: 4,
+            unleased: 1,
+            returned: 0,
+            want: 5,
+        });
+        assert_eq!(
+            pending,
+            Usage {
+                attempts: 7,
+                unleased: 3,
+                returned: 1,
+                want: 5
+            }
+        );
+    }
+}

@@ -1,0 +1,549 @@
+//! A proxy's view of one global bucket, and the arithmetic of spending from it.
+//!
+//! Workers spend from a [`LeaseEntry`] kept in shared data, exactly as they spend from a
+//! local bucket: read, decide, compare-and-swap. A request is admitted from, in order:
+//!
+//! 1. the **lease**: tokens the coordinator granted (already taken from the fleet's
+//!    bucket), while the lease has not expired;
+//! 2. the **local share**, a GCRA with this proxy's share of the rate and of the burst:
+//!    - for a bucket the coordinator has not answered for yet, an even share
+//!      (`1 / fleet size`), so the fleet together cannot exceed `burst + rate × elapsed`
+//!      before the first sync settles the bucket;
+//!    - while the coordinator is out of reach (or warming up), the proxy's last known
+//!      share of the fleet's demand (the *fallback*).
+//!
+//! Anything else is denied until the next sync brings a lease. Every attempt and every
+//! token admitted without a lease is counted in the entry; the control service takes those
+//! counts ([`LeaseEntry::collect`]) for its next sync, and applies the answer
+//! ([`LeaseEntry::apply`]).
+
+use std::num::NonZeroU64;
+
+use super::coordinator::{Grant, PPM, Usage};
+use super::{LEASE_TTL_INTERVALS, WANT_HORIZON_INTERVALS};
+use crate::gcra::{Gcra, MAX_CAPACITY_NS};
+
+/// What every worker knows about the fleet, published by the control service after each
+/// sync attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetView {
+    /// Proxies that synced recently, from the last answer; `0` before the first answer (a
+    /// proxy that never heard from the coordinator enforces the whole limit alone).
+    pub fleet_size: u32,
+    /// Whether proxies must rely on their fallback shares: the last sync failed, or the
+    /// coordinator is warming up.
+    pub fallback: bool,
+    pub sync_interval_ns: u64,
+}
+
+impl FleetView {
+    /// How long a lease lasts after the answer that refreshed it.
+    pub fn lease_ttl_ns(&self) -> u64 {
+        self.sync_interval_ns.saturating_mul(LEASE_TTL_INTERVALS)
+    }
+}
+
+/// Where an admitted request's tokens came from, or why it was denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// From the lease.
+    Lease,
+    /// From the even local share of a bucket the coordinator has not answered for yet.
+    NewBucket,
+    /// From the fallback share while the coordinator is out of reach.
+    Fallback,
+    /// Nothing to spend: the lease is spent (the next answer brings more if the fleet's
+    /// bucket has tokens), or so is the local share.
+    Denied { retry_after_ns: u64 },
+}
+
+impl Spend {
+    pub fn admitted(&self) -> bool {
+        !matches!(self, Spend::Denied { .. })
+    }
+}
+
+/// One global bucket as this proxy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseEntry {
+    /// The bucket's fleet-wide identity (the coordinator's key).
+    pub bucket: u64,
+    /// The limit enforced, sent with each sync so the coordinator needs no rules.
+    pub interval_ns: u64,
+    pub burst: u64,
+    /// Whether the coordinator has answered for this bucket: from then on, tokens come
+    /// from leases (or the fallback share) only.
+    pub settled: bool,
+    /// Leased tokens not yet spent.
+    pub balance: u64,
+    /// The lease is spendable while `now < expires_at` (this proxy's clock).
+    pub expires_at: u64,
+    /// This proxy's share of the fleet's demand, parts per million; `0` when unknown.
+    pub share_ppm: u32,
+    /// The local share's GCRA theoretical arrival time.
+    pub local_tat: u64,
+    /// Tokens attempted since the control service last collected.
+    pub attempts: u64,
+    /// Tokens admitted without a lease since the control service last collected.
+    pub unleased: u64,
+    /// When the coordinator's bucket is full again if nobody takes more: after this the
+    /// entry may be forgotten without losing anything.
+    pub full_at: u64,
+    /// When this proxy first saw the bucket: a new bucket's attempts cover only the time
+    /// since, not a whole sync interval.
+    pub born_at: u64,
+}
+
+/// A fleet's fallback share never drops below this fraction of an even split, so a proxy
+/// whose traffic for a bucket was zero still admits a little during an outage. It bounds
+/// the fleet's fallback admission at `(1 + MIN_SHARE_OF_EVEN) × rate`.
+pub const MIN_SHARE_OF_EVEN: f64 = 0.1;
+
+impl LeaseEntry {
+    /// A bucket this proxy sees for the first time at `now`.
+    pub fn new(bucket: u64, limit: &Gcra, now: u64) -> Self {
+        Self {
+            bucket,
+            interval_ns: limit.interval_ns(),
+            burst: limit.burst(),
+            settled: false,
+            balance: 0,
+            expires_at: 0,
+            share_ppm: 0,
+            local_tat: 0,
+            attempts: 0,
+            unleased: 0,
+            full_at: 0,
+            born_at: now,
+        }
+    }
+
+    /// Spends `cost` tokens at `now`, or says why not.
+    pub fn spend(&mut self, cost: u64, now: u64, view: &FleetView) -> Spend {
+        self.attempts = self.attempts.saturating_add(cost);
+        if now < self.expires_at && self.balance >= cost {
+            self.balance -= cost;
+            return Spend::Lease;
+        }
+        if self.settled && !view.fallback {
+            // The next answer brings a lease if the fleet's bucket has tokens.
+            return Spend::Denied {
+                retry_after_ns: view.sync_interval_ns,
+            };
+        }
+        let Some(local) = self.local_limit(view) else {
+            return Spend::Denied {
+                retry_after_ns: view.sync_interval_ns,
+            };
+        };
+        let verdict = local.check(self.local_tat, now, cost);
+        if !verdict.allowed {
+            return Spend::Denied {
+                retry_after_ns: verdict.retry_after_ns,
+            };
+        }
+        self.local_tat = verdict.new_tat;
+        self.unleased = self.unleased.saturating_add(cost);
+        if self.settled {
+            Spend::Fallback
+        } else {
+            Spend::NewBucket
+        }
+    }
+
+    /// Gives back what [`Self::spend`] took, when another limit of the same request denied
+    /// it. The attempt stays counted: it was demand.
+    pub fn undo(&mut self, cost: u64, spent: Spend, now: u64, view: &FleetView) {
+        match spent {
+            Spend::Lease => self.balance = self.balance.saturating_add(cost),
+            Spend::NewBucket | Spend::Fallback => {
+                if let Some(local) = self.local_limit(view) {
+                    self.local_tat = local.refund(self.local_tat, now, cost);
+                }
+                self.unleased = self.unleased.saturating_sub(cost);
+            }
+            Spend::Denied { .. } => {}
+        }
+    }
+
+    /// Whole tokens this proxy could admit now without asking anyone.
+    pub fn remaining(&self, now: u64, view: &FleetView) -> u64 {
+        let leased = if now < self.expires_at {
+            self.balance
+        } else {
+            0
+        };
+        let local = if self.settled && !view.fallback {
+            0
+        } else {
+            self.local_limit(view)
+                .map_or(0, |l| l.check(self.local_tat, now, 0).remaining)
+        };
+        leased.saturating_add(local)
+    }
+
+    /// This proxy's local share of the limit: its known share of the fleet's demand, or an
+    /// even split before it has one, never below [`MIN_SHARE_OF_EVEN`] of an even split.
+    /// The share applies to the rate and to the burst (at least one token), so the local
+    /// GCRA has the fleet bucket's capacity in time. `None` only for an entry whose bytes
+    /// describe no valid limit.
+    pub fn local_limit(&self, view: &FleetView) -> Option<Gcra> {
+        let even = 1.0 / f64::from(view.fleet_size.max(1));
+        let known = f64::from(self.share_ppm) / f64::from(PPM);
+        let share = if self.share_ppm == 0 { even } else { known }
+            .max(even * MIN_SHARE_OF_EVEN)
+            .min(1.0);
+        // Clamped so that `burst × interval` stays representable: a share so small that
+        // it cannot be represented still gets one token now and then.
+        let interval = ((self.interval_ns as f64 / share).ceil() as u64).clamp(1, MAX_CAPACITY_NS);
+        let burst =
+            ((self.burst as f64 * share).floor() as u64).clamp(1, MAX_CAPACITY_NS / interval);
+        Gcra::new(
+            NonZeroU64::MIN,
+            NonZeroU64::new(interval)?,
+            NonZeroU64::new(burst)?,
+        )
+        .ok()
+    }
+
+    /// Takes the counts for the next sync, `covers_ns` after the previous collection:
+    /// attempts and unleased spending are zeroed, the wish is this proxy's attempt rate over
+    /// [`WANT_HORIZON_INTERVALS`] sync intervals, and a balance nobody used since the
+    /// previous collection goes back to the fleet. A lease that expired is dropped without
+    /// being returned: after a coordinator restart its tokens may already be counted as
+    /// refilled.
+    pub fn collect(&mut self, now: u64, covers_ns: u64, view: &FleetView) -> Usage {
+        let attempts = std::mem::take(&mut self.attempts);
+        let unleased = std::mem::take(&mut self.unleased);
+        let leased = now < self.expires_at;
+        if !leased {
+            self.balance = 0;
+        }
+        let returned = if attempts == 0 && leased {
+            std::mem::take(&mut self.balance)
+        } else {
+            0
+        };
+        let horizon_ns = view.sync_interval_ns as f64 * WANT_HORIZON_INTERVALS;
+        // A new bucket's rate is judged over its life so far (at least a millisecond): a
+        // hot new bucket must ask for enough at once, or the fleet's bucket sits full and
+        // its refill is lost until the proxy's wish catches up. Asking too much costs
+        // nothing lasting: the grant is capped by what the fleet's bucket holds, and an
+        // unused lease goes back after one idle interval.
+        let covers = covers_ns
+            .min(now.saturating_sub(self.born_at))
+            .max(1_000_000.min(covers_ns))
+            .max(1);
+        let horizon = (attempts as f64 * horizon_ns / covers as f64).ceil() as u64;
+        Usage {
+            attempts,
+            unleased,
+            returned,
+            want: horizon.saturating_sub(self.balance),
+        }
+    }
+
+    /// Applies the coordinator's answer for this bucket, received at `now`.
+    pub fn apply(&mut self, grant: &Grant, now: u64, view: &FleetView) {
+        self.settled = true;
+        self.balance = self.balance.saturating_add(grant.granted);
+        self.expires_at = now.saturating_add(view.lease_ttl_ns());
+        self.share_ppm = grant.share_ppm.max(1);
+        self.full_at = now.saturating_add(grant.full_in_ns);
+        // The local GCRA has the fleet bucket's capacity in time, so starting it as full as
+        // the fleet's bucket is now continues the fleet's limit where it stands if the
+        // coordinator is lost, instead of handing every proxy a fresh burst.
+        self.local_tat = now.saturating_add(grant.full_in_ns);
+    }
+
+    /// Whether the entry can be dropped without losing anything: nothing left to report,
+    /// no lease to spend, and the fleet's bucket is full again.
+    pub fn forgettable(&self, now: u64) -> bool {
+        self.attempts == 0
+            && self.unleased == 0
+            && (self.balance == 0 || now >= self.expires_at)
+            && now >= self.full_at
+    }
+}
+
+/// The first byte of an encoded [`LeaseEntry`]; bumped whenever the layout changes, so a
+/// reloaded VM never misreads an older layout (it starts the entry afresh instead).
+pub const ENTRY_FORMAT: u8 = 1;
+
+const WORDS: usize = 10;
+
+/// Bytes of an encoded [`LeaseEntry`]: the format byte, the `settled` byte, ten `u64` and
+/// one `u32`.
+pub const ENTRY_LEN: usize = 2 + WORDS * 8 + 4;
+
+impl LeaseEntry {
+    /// The entry's bytes in shared data (little-endian, fixed layout).
+    pub fn encode(&self) -> [u8; ENTRY_LEN] {
+        let mut out = [0u8; ENTRY_LEN];
+        let words: [u64; WORDS] = [
+            self.bucket,
+            self.interval_ns,
+            self.burst,
+            self.balance,
+            self.expires_at,
+            self.local_tat,
+            self.attempts,
+            self.unleased,
+            self.full_at,
+            self.born_at,
+        ];
+        let (head, rest) = out.split_at_mut(2);
+        head.copy_from_slice(&[ENTRY_FORMAT, u8::from(self.settled)]);
+        let (body, share) = rest.split_at_mut(WORDS * 8);
+        for (chunk, word) in body.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        share.copy_from_slice(&self.share_ppm.to_le_bytes());
+        out
+    }
+
+    /// Reads an entry's bytes; `None` for any other length or format (a corrupt or older
+    /// entry, which the caller replaces).
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != ENTRY_LEN {
+            return None;
+        }
+        let (head, rest) = bytes.split_at_checked(2)?;
+        let settled = match head {
+            [ENTRY_FORMAT, 0] => false,
+            [ENTRY_FORMAT, 1] => true,
+            _ => return None,
+        };
+        let (body, share) = rest.split_at_checked(WORDS * 8)?;
+        let mut words = body
+            .chunks_exact(8)
+            .map_while(|c| c.try_into().ok().map(u64::from_le_bytes));
+        let mut next = || words.next();
+        let entry = Self {
+            bucket: next()?,
+            interval_ns: next()?,
+            burst: next()?,
+            settled,
+            balance: next()?,
+            expires_at: next()?,
+            local_tat: next()?,
+            attempts: next()?,
+            unleased: next()?,
+            full_at: next()?,
+            born_at: next()?,
+            share_ppm: u32::from_le_bytes(share.try_into().ok()?),
+        };
+        (entry.interval_ns > 0 && entry.burst > 0).then_some(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gcra::NANOS_PER_SECOND as S;
+
+    const T: u64 = S / 2;
+
+    fn limit(per_second: u64, burst: u64) -> Gcra {
+        Gcra::new(
+            NonZeroU64::new(per_second).unwrap(),
+            NonZeroU64::new(S).unwrap(),
+            NonZeroU64::new(burst).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn leasing(fleet_size: u32) -> FleetView {
+        FleetView {
+            fleet_size,
+            fallback: false,
+            sync_interval_ns: T,
+        }
+    }
+
+    fn grant(granted: u64, share_ppm: u32, full_in_ns: u64) -> Grant {
+        Grant {
+            granted,
+            share_ppm,
+            full_in_ns,
+        }
+    }
+
+    #[test]
+    fn a_new_bucket_spends_an_even_share_then_waits_for_a_lease() {
+        let view = leasing(3);
+        let mut entry = LeaseEntry::new(7, &limit(10, 10), 0);
+        let now = 100 * S;
+        for _ in 0..3 {
+            assert_eq!(entry.spend(1, now, &view), Spend::NewBucket);
+        }
+        assert!(
+            !entry.spend(1, now, &view).admitted(),
+            "10 / 3 proxies, rounded down"
+        );
+        // The even share refills at a third of the rate: one token per 300 ms.
+        assert_eq!(entry.spend(1, now + 300_000_000, &view), Spend::NewBucket);
+        let usage = entry.collect(now, T, &view);
+        assert_eq!(usage.attempts, 5);
+        assert_eq!(usage.unleased, 4);
+        assert_eq!(usage.want, 8, "1.5 intervals of this interval's attempts");
+        entry.apply(&grant(6, 500_000, S), now, &view);
+        assert!(entry.settled);
+        assert_eq!(entry.spend(2, now, &view), Spend::Lease);
+        assert_eq!(entry.remaining(now, &view), 4);
+        assert_eq!(entry.remaining(now + 3 * T, &view), 0, "the lease expired");
+        for _ in 0..4 {
+            assert_eq!(entry.spend(1, now, &view), Spend::Lease);
+        }
+        assert_eq!(
+            entry.spend(1, now, &view),
+            Spend::Denied { retry_after_ns: T },
+            "settled: only leases while the coordinator answers"
+        );
+    }
+
+    #[test]
+    fn sparse_keys_get_whole_tokens_only_where_demand_is() {
+        // 5 per minute across 20 proxies: an even share of the burst is a quarter token,
+        // rounded up to one, refilled at 1/20 of the rate (one per 4 minutes).
+        let l = Gcra::new(
+            NonZeroU64::new(5).unwrap(),
+            NonZeroU64::new(60 * S).unwrap(),
+            NonZeroU64::new(5).unwrap(),
+        )
+        .unwrap();
+        let view = leasing(20);
+        let mut entry = LeaseEntry::new(1, &l, 0);
+        assert_eq!(entry.spend(1, 0, &view), Spend::NewBucket);
+        assert!(!entry.spend(1, 0, &view).admitted());
+        let usage = entry.collect(0, T, &view);
+        assert_eq!(usage.attempts, 2);
+        assert!(usage.want >= 2, "the denied attempt still asks for a lease");
+    }
+
+    #[test]
+    fn an_idle_lease_goes_back_and_an_expired_one_is_dropped() {
+        let view = leasing(2);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
+        entry.apply(&grant(5, PPM, S), 0, &view);
+        let usage = entry.collect(T, T, &view);
+        assert_eq!(usage.returned, 5, "no attempts for a whole interval");
+        assert_eq!(entry.balance, 0);
+
+        entry.apply(&grant(5, PPM, S), T, &view);
+        let usage = entry.collect(T + view.lease_ttl_ns(), T, &view);
+        assert_eq!(
+            usage.returned, 0,
+            "an expired lease is dropped, not returned"
+        );
+        assert_eq!(entry.balance, 0);
+    }
+
+    #[test]
+    fn the_fallback_spends_the_lease_then_this_proxys_share() {
+        let mut view = leasing(4);
+        let l = limit(100, 100);
+        let mut entry = LeaseEntry::new(1, &l, 0);
+        entry.apply(&grant(2, 700_000, 0), 0, &view);
+        view.fallback = true;
+        assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
+        assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
+        let admitted = (0..1_000)
+            .filter(|_| entry.spend(1, 1, &view) == Spend::Fallback)
+            .count();
+        assert_eq!(admitted, 70, "70% of the burst of 100");
+        // One second later 70% of 100/s has refilled (the interval rounds up: 69 whole).
+        let refilled = (0..1_000)
+            .filter(|_| entry.spend(1, 1 + S, &view).admitted())
+            .count();
+        assert_eq!(refilled, 69);
+        assert_eq!(entry.collect(1 + S, T, &view).unleased, 70 + 69);
+    }
+
+    #[test]
+    fn the_local_share_starts_as_full_as_the_fleets_bucket() {
+        let view = leasing(2);
+        let mut entry = LeaseEntry::new(1, &limit(100, 100), 0);
+        // The fleet's bucket needs 0.8 s to refill: 20 of 100 tokens left.
+        entry.apply(&grant(0, 500_000, 800_000_000), 0, &view);
+        let fallback = FleetView {
+            fallback: true,
+            ..view
+        };
+        let admitted = (0..1_000)
+            .filter(|_| entry.spend(1, 0, &fallback).admitted())
+            .count();
+        assert_eq!(admitted, 10, "half of the 20 the fleet has left");
+    }
+
+    #[test]
+    fn a_proxy_without_a_known_share_splits_evenly_with_a_floor() {
+        let view = leasing(4);
+        let entry = LeaseEntry::new(1, &limit(100, 100), 0);
+        assert_eq!(entry.local_limit(&view).unwrap().burst(), 25);
+        let mut quiet = entry;
+        quiet.share_ppm = 1;
+        assert_eq!(
+            quiet.local_limit(&view).unwrap().burst(),
+            2,
+            "a tenth of an even split"
+        );
+        let alone = LeaseEntry::new(1, &limit(100, 100), 0);
+        assert_eq!(
+            alone.local_limit(&leasing(0)).unwrap().burst(),
+            100,
+            "before the first answer a proxy enforces the whole limit"
+        );
+    }
+
+    #[test]
+    fn undo_gives_back_exactly_what_was_taken() {
+        let view = leasing(1);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
+        let before = entry.remaining(0, &view);
+        let spent = entry.spend(3, 0, &view);
+        assert_eq!(spent, Spend::NewBucket);
+        entry.undo(3, spent, 0, &view);
+        assert_eq!(entry.remaining(0, &view), before);
+        assert_eq!(entry.unleased, 0);
+        assert_eq!(entry.attempts, 3, "the attempt stays counted as demand");
+
+        entry.apply(&grant(5, PPM, 0), 0, &view);
+        let spent = entry.spend(2, 0, &view);
+        entry.undo(2, spent, 0, &view);
+        assert_eq!(entry.balance, 5);
+    }
+
+    #[test]
+    fn entries_round_trip_through_their_bytes_and_reject_others() {
+        let view = leasing(3);
+        let mut entry = LeaseEntry::new(0xfeed, &limit(10, 20), 0);
+        entry.spend(2, 5, &view);
+        entry.apply(&grant(4, 123_456, 99), 5, &view);
+        let bytes = entry.encode();
+        assert_eq!(LeaseEntry::decode(&bytes), Some(entry));
+        assert_eq!(LeaseEntry::decode(&bytes[..ENTRY_LEN - 1]), None);
+        let mut other = bytes;
+        other[0] = ENTRY_FORMAT + 1;
+        assert_eq!(LeaseEntry::decode(&other), None);
+        let mut other = bytes;
+        other[1] = 2;
+        assert_eq!(LeaseEntry::decode(&other), None);
+        assert_eq!(LeaseEntry::decode(&[]), None);
+    }
+
+    #[test]
+    fn a_forgotten_entry_loses_nothing() {
+        let view = leasing(2);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
+        entry.spend(1, 0, &view);
+        assert!(!entry.forgettable(0), "an attempt is still to be reported");
+        entry.collect(0, T, &view);
+        entry.apply(&grant(0, PPM, S), 0, &view);
+        assert!(
+            !entry.forgettable(S / 2),
+            "the fleet's bucket is not full yet"
+        );
+        assert!(entry.forgettable(S));
+    }
+}

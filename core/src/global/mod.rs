@@ -1,0 +1,44 @@
+//! Fleet-wide ("global") buckets: one limit across every Envoy that follows one admin API,
+//! with every request still decided locally.
+//!
+//! The shape is *pre-debited leases with a demand-weighted fallback*
+//! (`docs/global-limits.md` has the whole design and its bounds):
+//!
+//! * [`coordinator`]: the coordinator's arithmetic for one bucket (a GCRA plus a decayed
+//!   demand sum). A grant is taken from the bucket the moment it is made, so every token is
+//!   spent once fleet-wide, however many proxies hold leases.
+//! * [`lease`]: a proxy's view of one global bucket (lease balance and expiry, the
+//!   new-bucket allowance, the fallback share and its local GCRA, and the deltas still to
+//!   report), and the arithmetic of spending from it.
+//! * [`schedule`]: when a proxy syncs (every interval, sooner for new buckets).
+//! * [`sync`]: the one batched request a proxy sends per sync interval, and its answer.
+//!
+//! Like the rest of the core, nothing here performs I/O or reads a clock; `now` is always
+//! an argument in nanoseconds. Proxies and coordinator never compare clocks: every
+//! duration crosses the wire as a length of time, never as an instant.
+
+pub mod coordinator;
+pub mod lease;
+pub mod schedule;
+pub mod sync;
+
+use crate::gcra::NANOS_PER_SECOND;
+
+/// How often each proxy's control service syncs its global buckets, by default.
+pub const DEFAULT_SYNC_INTERVAL_NS: u64 = NANOS_PER_SECOND / 2;
+
+/// How long a lease stays spendable after the answer that refreshed it, in sync intervals:
+/// one missed sync does not expire it, two do.
+pub const LEASE_TTL_INTERVALS: u64 = 3;
+
+/// How far ahead a proxy asks for tokens, in sync intervals: enough to last until the next
+/// answer arrives even when that sync is late by half an interval.
+pub const WANT_HORIZON_INTERVALS: f64 = 1.5;
+
+/// The coordinator's demand memory, in sync intervals: long enough to smooth one proxy's
+/// jitter, short enough to follow a shift of traffic within a couple of seconds.
+pub const DEMAND_TAU_INTERVALS: f64 = 4.0;
+
+/// Proxies count toward the fleet while their last sync is younger than this many
+/// intervals.
+pub const FLEET_MEMORY_INTERVALS: u64 = 3;

@@ -1,0 +1,90 @@
+//! When a proxy's control service syncs its global buckets.
+
+/// The control service syncs every interval, and sooner (but at most once per
+/// [`EARLY_SYNC_NS`]) while a bucket new to this proxy waits for its first answer: until
+/// then the bucket is held to an even local share, and the fleet's refill beyond what those
+/// shares spend is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncSchedule {
+    interval_ns: u64,
+    /// When the last sync was sent, answered or not.
+    last_attempt: Option<u64>,
+    /// When the last answered sync was sent: the usage collected since then is what the
+    /// next sync covers.
+    last_success: Option<u64>,
+}
+
+/// The shortest gap between two syncs: the workers' tick, so a new bucket is settled within
+/// a couple of ticks of its first request.
+pub const EARLY_SYNC_NS: u64 = 100_000_000;
+
+impl SyncSchedule {
+    pub fn new(interval_ns: u64) -> Self {
+        Self {
+            interval_ns,
+            last_attempt: None,
+            last_success: None,
+        }
+    }
+
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+
+    /// Whether to sync at `now`; `new_buckets` says whether any bucket waits for its first
+    /// answer.
+    pub fn due(&self, now: u64, new_buckets: bool) -> bool {
+        let Some(last) = self.last_attempt else {
+            return true;
+        };
+        let since = now.saturating_sub(last);
+        since >= self.interval_ns || (new_buckets && since >= EARLY_SYNC_NS)
+    }
+
+    /// How long the usage collected at `now` covers: the time since the last answered sync
+    /// (one interval before the first).
+    pub fn covers(&self, now: u64) -> u64 {
+        self.last_success
+            .map_or(self.interval_ns, |last| now.saturating_sub(last))
+            .max(1)
+    }
+
+    /// Records a sync sent at `now` and whether it was answered.
+    pub fn record(&mut self, now: u64, answered: bool) {
+        self.last_attempt = Some(now);
+        if answered {
+            self.last_success = Some(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 500_000_000;
+
+    #[test]
+    fn syncs_every_interval_and_early_for_new_buckets() {
+        let mut schedule = SyncSchedule::new(T);
+        assert!(schedule.due(0, false), "the first sync is at once");
+        schedule.record(0, true);
+        assert!(!schedule.due(T - 1, false));
+        assert!(schedule.due(T, false));
+        assert!(!schedule.due(EARLY_SYNC_NS - 1, true));
+        assert!(schedule.due(EARLY_SYNC_NS, true));
+    }
+
+    #[test]
+    fn usage_covers_the_time_since_the_last_answer() {
+        let mut schedule = SyncSchedule::new(T);
+        assert_eq!(schedule.covers(7), T);
+        schedule.record(10, true);
+        schedule.record(10 + T, false);
+        assert_eq!(
+            schedule.covers(10 + 2 * T),
+            2 * T,
+            "a failed sync does not count"
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! The sync exchange between a proxy's control service and the coordinator:
+//! `POST /api/v1/quota/sync`, once per sync interval per proxy, whatever the request rate.
+//!
+//! One request carries every active global bucket of the proxy; the answer carries one
+//! grant per bucket, in the same order. Only lengths of time cross the wire, never
+//! instants, so the proxies' and the coordinator's clocks need not agree.
+
+use serde::{Deserialize, Serialize};
+
+use super::coordinator::{Grant, Usage};
+
+/// A proxy's usage of its active global buckets since its last successful sync.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncRequest {
+    /// The proxy's identity (its Envoy node id), as in its reports.
+    pub proxy: String,
+    /// How often this proxy syncs: its attempts cover this long.
+    pub interval_ms: u64,
+    pub buckets: Vec<BucketUsage>,
+}
+
+/// One bucket's usage, and the limit the proxy enforces for it. (Unknown fields cannot be
+/// refused here: serde does not combine that with the flattened usage.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketUsage {
+    /// The bucket's fleet-wide identity, as 16 hex digits (JSON numbers lose precision
+    /// above 2^53).
+    #[serde(with = "hex_u64")]
+    pub bucket: u64,
+    /// The limit: one token per `interval_ns`, at most `burst` tokens.
+    pub interval_ns: u64,
+    pub burst: u64,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// The coordinator's answer: one grant per bucket of the request, in its order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncResponse {
+    /// Proxies that synced recently, this one included.
+    pub fleet_size: u32,
+    /// True while the coordinator grants nothing after losing its state (leases granted
+    /// before may still be spent): proxies keep to their fallback shares meanwhile.
+    pub warming_up: bool,
+    pub grants: Vec<Grant>,
+}
+
+/// `u64` as 16 lower-case hex digits.
+pub mod hex_u64 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("{value:016x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        if text.is_empty() || text.len() > 16 {
+            return Err(D::Error::custom("a bucket is 1 to 16 hex digits"));
+        }
+        u64::from_str_radix(&text, 16).map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_format_is_pinned() {
+        let request = SyncRequest {
+            proxy: "edge-1".into(),
+            interval_ms: 500,
+            buckets: vec![BucketUsage {
+                bucket: 0x00ab_cdef_0123_4567,
+                interval_ns: 10_000_000,
+                burst: 100,
+                usage: Usage {
+                    attempts: 12,
+                    unleased: 3,
+                    returned: 0,
+                    want: 18,
+                },
+            }],
+        };
+        let json = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "proxy": "edge-1",
+                "interval_ms": 500,
+                "buckets": [{
+                    "bucket": "00abcdef01234567",
+                    "interval_ns": 10_000_000,
+                    "burst": 100,
+                    "attempts": 12,
+                    "unleased": 3,
+                    "returned": 0,
+                    "want": 18
+                }]
+            })
+        );
+        assert_eq!(
+            serde_json::from_value::<SyncRequest>(json).unwrap(),
+            request
+        );
+    }
+
+    #[test]
+    fn bad_bucket_ids_are_refused() {
+        for bad in ["", "xyz", "00000000000000000"] {
+            let json = serde_json::json!({
+                "proxy": "p", "interval_ms": 500,
+                "buckets": [{"bucket": bad, "interval_ns": 1, "burst": 1,
+                             "attempts": 0, "unleased": 0, "returned": 0, "want": 0}]
+            });
+            assert!(
+                serde_json::from_value::<SyncRequest>(json).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+}

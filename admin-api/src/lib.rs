@@ -15,6 +15,7 @@ pub mod client;
 pub mod envoy_config;
 pub mod ingest_bench;
 pub mod pipeline;
+pub mod quota;
 pub mod rules_file;
 pub mod server;
 pub mod store;

@@ -33,6 +33,8 @@ pub enum Permission {
     ManageTokens,
     /// `POST /api/v1/reports`: a proxy's decision statistics.
     SendReports,
+    /// `POST /api/v1/quota/sync`: a proxy's leases of global buckets.
+    SyncQuota,
 }
 
 impl Permission {
@@ -44,6 +46,7 @@ impl Permission {
             Permission::PollRuleset => "poll the ruleset",
             Permission::ManageTokens => "manage tokens",
             Permission::SendReports => "send reports",
+            Permission::SyncQuota => "sync global buckets",
         }
     }
 }
@@ -54,12 +57,12 @@ pub fn allows(role: Role, permission: Permission) -> bool {
         Role::Admin => true,
         Role::Editor => !matches!(
             permission,
-            Permission::ManageTokens | Permission::SendReports
+            Permission::ManageTokens | Permission::SendReports | Permission::SyncQuota
         ),
         Role::Viewer => matches!(permission, Permission::Read | Permission::PollRuleset),
         Role::Proxy => matches!(
             permission,
-            Permission::PollRuleset | Permission::SendReports
+            Permission::PollRuleset | Permission::SendReports | Permission::SyncQuota
         ),
     }
 }
@@ -79,6 +82,8 @@ pub struct PollRuleset;
 pub struct ManageTokens;
 #[derive(Debug)]
 pub struct SendReports;
+#[derive(Debug)]
+pub struct SyncQuota;
 
 impl Need for Read {
     const PERMISSION: Permission = Permission::Read;
@@ -94,6 +99,9 @@ impl Need for ManageTokens {
 }
 impl Need for SendReports {
     const PERMISSION: Permission = Permission::SendReports;
+}
+impl Need for SyncQuota {
+    const PERMISSION: Permission = Permission::SyncQuota;
 }
 
 /// An authenticated caller whose role has permission `N`.
@@ -232,14 +240,21 @@ mod tests {
     fn the_role_matrix() {
         use Permission::*;
         let table = [
-            (Role::Admin, [true, true, true, true, true]),
-            (Role::Editor, [true, true, true, false, false]),
-            (Role::Viewer, [true, false, true, false, false]),
-            (Role::Proxy, [false, false, true, false, true]),
+            (Role::Admin, [true, true, true, true, true, true]),
+            (Role::Editor, [true, true, true, false, false, false]),
+            (Role::Viewer, [true, false, true, false, false, false]),
+            (Role::Proxy, [false, false, true, false, true, true]),
         ];
         for (role, expected) in table {
-            let got =
-                [Read, WriteRules, PollRuleset, ManageTokens, SendReports].map(|p| allows(role, p));
+            let got = [
+                Read,
+                WriteRules,
+                PollRuleset,
+                ManageTokens,
+                SendReports,
+                SyncQuota,
+            ]
+            .map(|p| allows(role, p));
             assert_eq!(got, expected, "{role}");
         }
     }

@@ -55,7 +55,7 @@ fn is_json(media_type: &str) -> bool {
     media_type == "application/json" || media_type.ends_with("+json")
 }
 
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     match media_type(headers) {
         Some(t) if is_json(&t) => Ok(()),
         Some(t) => Err(ApiError::UnsupportedMediaType(format!(

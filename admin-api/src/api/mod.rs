@@ -19,6 +19,8 @@ pub mod openapi;
 #[allow(unused_qualifications)]
 mod proxies;
 #[allow(unused_qualifications)]
+mod quota;
+#[allow(unused_qualifications)]
 mod reports;
 #[allow(unused_qualifications)]
 mod rules;
@@ -47,6 +49,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::pipeline::{MetricsConfig, Pipeline};
+use crate::quota::Coordinator;
 use crate::store::{Store, StoreError};
 pub use error::ApiError;
 use metrics::Metrics;
@@ -76,6 +79,8 @@ struct Inner {
     document: Mutex<Option<(u64, Bytes)>>,
     /// Proxies' reports, aggregated in memory until flushed (see [`crate::pipeline`]).
     pipeline: Arc<Pipeline>,
+    /// Fleet-wide buckets (see [`crate::quota`]).
+    coordinator: Coordinator,
 }
 
 impl AppState {
@@ -92,6 +97,7 @@ impl AppState {
         let version = store.current_version().await?;
         let mut metrics = Metrics::new();
         let pipeline = Arc::new(Pipeline::new(config, metrics.registry_mut()));
+        let coordinator = Coordinator::in_memory(metrics.registry_mut());
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
@@ -101,6 +107,7 @@ impl AppState {
                 polling: Mutex::new(HashMap::new()),
                 document: Mutex::new(None),
                 pipeline,
+                coordinator,
             }),
         })
     }
@@ -108,6 +115,11 @@ impl AppState {
     /// The metrics pipeline: reports in, time series out.
     pub fn pipeline(&self) -> &Arc<Pipeline> {
         &self.inner.pipeline
+    }
+
+    /// The coordinator of global buckets.
+    pub fn coordinator(&self) -> &Coordinator {
+        &self.inner.coordinator
     }
 
     pub fn store(&self) -> &Store {
@@ -168,6 +180,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(ruleset::get_ruleset))
         .routes(routes!(proxies::list_proxies))
         .routes(routes!(reports::post_report))
+        .routes(routes!(quota::sync_quota))
         .routes(routes!(metrics_api::metrics_series))
         .routes(routes!(metrics_api::metrics_rules))
         .routes(routes!(metrics_api::metrics_clients))
@@ -254,8 +267,9 @@ async fn observe(
         tracing::warn!(%method, %route, status = status.as_u16(), ms, "request failed");
     } else if method == axum::http::Method::GET
         || method == axum::http::Method::HEAD
-        // Every proxy reports every ~2 s: accepted reports would drown the log.
-        || (route == "/api/v1/reports" && status.is_success())
+        // Every proxy reports every ~2 s and syncs every ~500 ms: accepted ones would
+        // drown the log.
+        || ((route == "/api/v1/reports" || route == "/api/v1/quota/sync") && status.is_success())
     {
         tracing::debug!(%method, %route, status = status.as_u16(), ms, "request");
     } else {

@@ -31,6 +31,7 @@ use super::error::{FieldErrorSchema, Problem};
         (name = "ruleset", description = "The proxies' long-poll"),
         (name = "proxies", description = "Connected Envoys"),
         (name = "metrics", description = "Proxies' reports in; throttle metrics out: series, rules, clients, overview, live stream"),
+        (name = "quota", description = "Fleet-wide buckets: each proxy's sync of its leases, once per interval"),
         (name = "audit", description = "Who changed what"),
         (name = "tokens", description = "API tokens (admin)"),
     ),

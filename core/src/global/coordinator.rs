@@ -54,6 +54,7 @@ impl Usage {
 
 /// What one proxy gets back for one bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Grant {
     /// Tokens added to the proxy's lease, already taken from the bucket.
     pub granted: u64,

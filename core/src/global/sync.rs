@@ -11,32 +11,72 @@ use super::coordinator::{Grant, Usage};
 
 /// A proxy's usage of its active global buckets since its last successful sync.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncRequest {
     /// The proxy's identity (its Envoy node id), as in its reports.
     pub proxy: String,
-    /// How often this proxy syncs: its attempts cover this long.
+    /// How often this proxy syncs.
     pub interval_ms: u64,
+    /// How long the usage covers: the time since the proxy's last answered sync.
+    pub covers_ms: u64,
     pub buckets: Vec<BucketUsage>,
 }
 
-/// One bucket's usage, and the limit the proxy enforces for it. (Unknown fields cannot be
-/// refused here: serde does not combine that with the flattened usage.)
+/// One bucket's usage ([`Usage`], spelled out so that unknown fields are refused), and the
+/// limit the proxy enforces for it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct BucketUsage {
     /// The bucket's fleet-wide identity, as 16 hex digits (JSON numbers lose precision
     /// above 2^53).
     #[serde(with = "hex_u64")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9a-f]{1,16}$"))]
     pub bucket: u64,
     /// The limit: one token per `interval_ns`, at most `burst` tokens.
     pub interval_ns: u64,
     pub burst: u64,
-    #[serde(flatten)]
-    pub usage: Usage,
+    /// Tokens requested, admitted or not.
+    #[serde(default)]
+    pub attempts: u64,
+    /// Tokens admitted without a lease.
+    #[serde(default)]
+    pub unleased: u64,
+    /// Lease tokens given back.
+    #[serde(default)]
+    pub returned: u64,
+    /// Tokens the proxy would like to hold after this sync.
+    #[serde(default)]
+    pub want: u64,
+}
+
+impl BucketUsage {
+    pub fn new(bucket: u64, interval_ns: u64, burst: u64, usage: &Usage) -> Self {
+        Self {
+            bucket,
+            interval_ns,
+            burst,
+            attempts: usage.attempts,
+            unleased: usage.unleased,
+            returned: usage.returned,
+            want: usage.want,
+        }
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            attempts: self.attempts,
+            unleased: self.unleased,
+            returned: self.returned,
+            want: self.want,
+        }
+    }
 }
 
 /// The coordinator's answer: one grant per bucket of the request, in its order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncResponse {
     /// Proxies that synced recently, this one included.
@@ -73,17 +113,18 @@ mod tests {
         let request = SyncRequest {
             proxy: "edge-1".into(),
             interval_ms: 500,
-            buckets: vec![BucketUsage {
-                bucket: 0x00ab_cdef_0123_4567,
-                interval_ns: 10_000_000,
-                burst: 100,
-                usage: Usage {
+            covers_ms: 480,
+            buckets: vec![BucketUsage::new(
+                0x00ab_cdef_0123_4567,
+                10_000_000,
+                100,
+                &Usage {
                     attempts: 12,
                     unleased: 3,
                     returned: 0,
                     want: 18,
                 },
-            }],
+            )],
         };
         let json = serde_json::to_value(&request).unwrap();
         assert_eq!(
@@ -91,6 +132,7 @@ mod tests {
             serde_json::json!({
                 "proxy": "edge-1",
                 "interval_ms": 500,
+                "covers_ms": 480,
                 "buckets": [{
                     "bucket": "00abcdef01234567",
                     "interval_ns": 10_000_000,
@@ -112,7 +154,7 @@ mod tests {
     fn bad_bucket_ids_are_refused() {
         for bad in ["", "xyz", "00000000000000000"] {
             let json = serde_json::json!({
-                "proxy": "p", "interval_ms": 500,
+                "proxy": "p", "interval_ms": 500, "covers_ms": 500,
                 "buckets": [{"bucket": bad, "interval_ns": 1, "burst": 1,
                              "attempts": 0, "unleased": 0, "returned": 0, "want": 0}]
             });

@@ -1,0 +1,322 @@
+//! The coordinator of fleet-wide (global) buckets: the server side of
+//! `POST /api/v1/quota/sync`.
+//!
+//! The arithmetic is the core's ([`sluice_core::global::coordinator::settle`]); this module
+//! checks a sync request, keeps the buckets' state, counts the fleet, and answers. State
+//! lives in this process ([`memory::MemoryBuckets`]): one `sluice serve` coordinates the
+//! whole fleet, with nothing else to run. A coordinator that starts without its buckets'
+//! state *warms up* for one lease TTL (grants nothing; proxies keep to their fallback
+//! shares), because leases granted before the restart may still be spent.
+
+pub mod memory;
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use sluice_core::gcra::Gcra;
+use sluice_core::global::coordinator::{Grant, Settings, Usage};
+use sluice_core::global::sync::{SyncRequest, SyncResponse};
+use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
+use sluice_core::rule::{FieldError, ValidationErrors};
+
+use memory::MemoryBuckets;
+
+/// Shortest and longest sync interval a proxy may use.
+pub const MIN_INTERVAL_MS: u64 = 50;
+pub const MAX_INTERVAL_MS: u64 = 10_000;
+/// Most buckets in one sync: 50,000 active global buckets per proxy (about 7 MB of JSON).
+pub const MAX_SYNC_BUCKETS: usize = 50_000;
+/// Largest sync body accepted.
+pub const MAX_SYNC_BYTES: usize = 16 * 1024 * 1024;
+/// Longest proxy id (visible ASCII), as for reports.
+pub const MAX_PROXY_ID_LEN: usize = 128;
+/// Largest count in one bucket's usage: far beyond what a proxy admits between syncs, and
+/// small enough that the coordinator's sums cannot overflow.
+pub const MAX_COUNT: u64 = 1_000_000_000_000;
+/// Problems listed in one answer.
+const MAX_PROBLEMS: usize = 20;
+
+/// A sync request that passed every check.
+#[derive(Debug)]
+pub struct ValidSync {
+    pub proxy: String,
+    pub interval_ns: u64,
+    pub covers_ns: u64,
+    pub buckets: Vec<(u64, Gcra, Usage)>,
+}
+
+/// Checks a sync request; every problem is named by its field path.
+pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
+    let mut problems = Vec::new();
+    let mut problem = |field: String, message: String| {
+        if problems.len() < MAX_PROBLEMS {
+            problems.push(FieldError { field, message });
+        }
+    };
+    let id = &request.proxy;
+    if id.is_empty() || id.len() > MAX_PROXY_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        problem(
+            "proxy".into(),
+            format!("must be 1 to {MAX_PROXY_ID_LEN} visible ASCII characters"),
+        );
+    }
+    if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&request.interval_ms) {
+        problem(
+            "interval_ms".into(),
+            format!("must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS}"),
+        );
+    }
+    if request.covers_ms > 60 * MAX_INTERVAL_MS {
+        problem(
+            "covers_ms".into(),
+            format!("must be at most {}", 60 * MAX_INTERVAL_MS),
+        );
+    }
+    if request.buckets.len() > MAX_SYNC_BUCKETS {
+        problem(
+            "buckets".into(),
+            format!("at most {MAX_SYNC_BUCKETS} buckets per sync"),
+        );
+    }
+    let mut buckets = Vec::with_capacity(request.buckets.len().min(MAX_SYNC_BUCKETS));
+    for (i, b) in request.buckets.iter().enumerate().take(MAX_SYNC_BUCKETS) {
+        let limit = NonZeroU64::new(b.interval_ns)
+            .zip(NonZeroU64::new(b.burst))
+            .and_then(|(interval, burst)| Gcra::new(NonZeroU64::MIN, interval, burst).ok());
+        let Some(limit) = limit else {
+            problem(
+                format!("buckets[{i}]"),
+                "interval_ns and burst must be positive, and burst × interval_ns at most 2^62"
+                    .into(),
+            );
+            continue;
+        };
+        let usage = b.usage();
+        for (name, value) in [
+            ("attempts", usage.attempts),
+            ("unleased", usage.unleased),
+            ("returned", usage.returned),
+            ("want", usage.want),
+        ] {
+            if value > MAX_COUNT {
+                problem(
+                    format!("buckets[{i}].{name}"),
+                    format!("must be at most {MAX_COUNT}"),
+                );
+            }
+        }
+        buckets.push((b.bucket, limit, usage));
+    }
+    if !problems.is_empty() {
+        return Err(ValidationErrors(problems));
+    }
+    Ok(ValidSync {
+        proxy: request.proxy,
+        interval_ns: request.interval_ms * 1_000_000,
+        covers_ns: request.covers_ms.max(1) * 1_000_000,
+        buckets,
+    })
+}
+
+/// The coordinator: bucket state, the fleet's members, and its metrics.
+#[derive(Debug)]
+pub struct Coordinator {
+    buckets: MemoryBuckets,
+    /// When each proxy last synced.
+    fleet: Mutex<HashMap<String, Instant>>,
+    /// When this coordinator's bucket state began (its process start, for memory).
+    state_since: Instant,
+    metrics: QuotaMetrics,
+}
+
+#[derive(Debug, Default)]
+struct QuotaMetrics {
+    syncs: Counter,
+    buckets_settled: Counter,
+    granted: Counter,
+    unleased: Counter,
+    active_buckets: Gauge,
+    fleet: Gauge,
+}
+
+impl Coordinator {
+    /// An in-memory coordinator, its metrics registered in `registry`.
+    pub fn in_memory(registry: &mut Registry) -> Self {
+        let metrics = QuotaMetrics::default();
+        registry.register(
+            "sluice_quota_syncs",
+            "Sync requests answered (one per proxy per sync interval)",
+            metrics.syncs.clone(),
+        );
+        registry.register(
+            "sluice_quota_bucket_settlements",
+            "Buckets settled in sync requests",
+            metrics.buckets_settled.clone(),
+        );
+        registry.register(
+            "sluice_quota_granted_tokens",
+            "Tokens granted to proxies' leases",
+            metrics.granted.clone(),
+        );
+        registry.register(
+            "sluice_quota_unleased_tokens",
+            "Tokens proxies admitted without a lease (new buckets, fallback), debited later",
+            metrics.unleased.clone(),
+        );
+        registry.register(
+            "sluice_quota_active_buckets",
+            "Global buckets the coordinator holds state for",
+            metrics.active_buckets.clone(),
+        );
+        registry.register(
+            "sluice_quota_fleet_size",
+            "Proxies that synced within the last three intervals",
+            metrics.fleet.clone(),
+        );
+        Self {
+            buckets: MemoryBuckets::new(),
+            fleet: Mutex::new(HashMap::new()),
+            state_since: Instant::now(),
+            metrics,
+        }
+    }
+
+    /// Settles one proxy's sync at `now` and answers it.
+    pub fn sync(&self, sync: &ValidSync, now: Instant) -> SyncResponse {
+        let lease_ttl = Duration::from_nanos(sync.interval_ns * LEASE_TTL_INTERVALS);
+        let mut settings = Settings::for_interval(sync.interval_ns);
+        settings.warming_up = now.saturating_duration_since(self.state_since) < lease_ttl;
+        let fleet_size = self.count_fleet(
+            &sync.proxy,
+            now,
+            Duration::from_nanos(sync.interval_ns * FLEET_MEMORY_INTERVALS),
+        );
+        let grants: Vec<Grant> =
+            self.buckets
+                .settle_all(&sync.buckets, sync.covers_ns, self.clock(now), &settings);
+
+        self.metrics.syncs.inc();
+        self.metrics.buckets_settled.inc_by(grants.len() as u64);
+        self.metrics
+            .granted
+            .inc_by(grants.iter().map(|g| g.granted).sum());
+        self.metrics
+            .unleased
+            .inc_by(sync.buckets.iter().map(|(_, _, u)| u.unleased).sum());
+        self.metrics.active_buckets.set(self.buckets.count() as i64);
+        SyncResponse {
+            fleet_size,
+            warming_up: settings.warming_up,
+            grants,
+        }
+    }
+
+    /// The coordinator's clock in nanoseconds: monotonic, and far enough from zero that a
+    /// bucket's zero state reads as full.
+    fn clock(&self, now: Instant) -> u64 {
+        const OFFSET_NS: u64 = 1 << 40;
+        OFFSET_NS + now.saturating_duration_since(self.state_since).as_nanos() as u64
+    }
+
+    /// Records `proxy`'s sync and counts the proxies seen within `memory`.
+    fn count_fleet(&self, proxy: &str, now: Instant, memory: Duration) -> u32 {
+        let mut fleet = self
+            .fleet
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        fleet.insert(proxy.to_string(), now);
+        // Forget proxies gone for much longer than any interval, so the map stays small.
+        fleet.retain(|_, seen| now.saturating_duration_since(*seen) < Duration::from_secs(600));
+        let size = fleet
+            .values()
+            .filter(|seen| now.saturating_duration_since(**seen) <= memory)
+            .count();
+        self.metrics.fleet.set(size as i64);
+        u32::try_from(size).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// Proxies that synced within `within`, with the time of their last sync.
+    pub fn members(&self, within: Duration) -> HashMap<String, Instant> {
+        let now = Instant::now();
+        self.fleet
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, seen)| now.saturating_duration_since(**seen) <= within)
+            .map(|(id, seen)| (id.clone(), *seen))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::global::sync::BucketUsage;
+
+    fn request(proxy: &str, buckets: Vec<BucketUsage>) -> SyncRequest {
+        SyncRequest {
+            proxy: proxy.into(),
+            interval_ms: 500,
+            covers_ms: 500,
+            buckets,
+        }
+    }
+
+    fn usage(bucket: u64, want: u64) -> BucketUsage {
+        BucketUsage::new(
+            bucket,
+            10_000_000,
+            100,
+            &Usage {
+                want,
+                ..Usage::default()
+            },
+        )
+    }
+
+    #[test]
+    fn bad_requests_name_every_problem() {
+        let mut bad = request("", vec![usage(1, 1), BucketUsage::default()]);
+        bad.interval_ms = 5;
+        bad.buckets[0].want = MAX_COUNT + 1;
+        let problems = validate(bad).unwrap_err().0;
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["proxy", "interval_ms", "buckets[0].want", "buckets[1]"]
+        );
+    }
+
+    #[test]
+    fn a_coordinator_warms_up_then_grants_and_counts_the_fleet() {
+        let mut registry = Registry::default();
+        let coordinator = Coordinator::in_memory(&mut registry);
+        let start = coordinator.state_since;
+        let sync = validate(request("a", vec![usage(7, 30)])).unwrap();
+        let answer = coordinator.sync(&sync, start);
+        assert!(answer.warming_up);
+        assert_eq!(answer.grants[0].granted, 0);
+        assert_eq!(answer.fleet_size, 1);
+
+        let later = start + Duration::from_millis(1_500);
+        let answer = coordinator.sync(&sync, later);
+        assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
+        assert_eq!(answer.grants[0].granted, 30);
+        let other = validate(request("b", vec![usage(7, 100)])).unwrap();
+        let answer = coordinator.sync(&other, later);
+        assert_eq!(answer.fleet_size, 2);
+        assert_eq!(answer.grants[0].granted, 70, "pre-debited: 100 − 30");
+
+        let gone = later + Duration::from_secs(2);
+        assert_eq!(
+            coordinator.sync(&other, gone).fleet_size,
+            1,
+            "a left the fleet"
+        );
+    }
+}

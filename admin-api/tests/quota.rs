@@ -1,0 +1,205 @@
+//! `POST /api/v1/quota/sync`: the coordinator of global buckets as proxies see it: who may
+//! sync, what is refused, the warm-up after a start, pre-debited grants shared by a fleet,
+//! and the OpenAPI description. (The arithmetic itself is tested in `sluice-core`.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, TestApp, TestDb};
+use serde_json::{Value, json};
+use sluice_admin::store::Role;
+
+/// Bounds every wait in this file.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn sync_body(proxy: &str, buckets: Value) -> Value {
+    json!({"proxy": proxy, "interval_ms": 500, "covers_ms": 500, "buckets": buckets})
+}
+
+/// One bucket of 10/s with a burst of 100, asking for `want` tokens.
+fn bucket(id: &str, want: u64) -> Value {
+    json!({"bucket": id, "interval_ns": 100_000_000, "burst": 100, "attempts": want, "want": want})
+}
+
+async fn app() -> (TestDb, TestApp) {
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    let api = TestApp::new(&db).await;
+    (db, api)
+}
+
+/// Syncs until the coordinator has warmed up (one lease TTL after it started).
+async fn warmed_up(api: &TestApp, token: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = api
+            .post("/api/v1/quota/sync")
+            .token(token)
+            .json(&sync_body("probe", json!([])))
+            .send()
+            .await
+            .expect(200)
+            .json();
+        if answer["warming_up"] == json!(false) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still warming up after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn only_proxy_and_admin_tokens_may_sync() {
+    let (db, api) = app().await;
+    let body = sync_body("edge-1", json!([]));
+    api.post("/api/v1/quota/sync")
+        .no_token()
+        .json(&body)
+        .send()
+        .await
+        .expect(401);
+    for role in [Role::Viewer, Role::Editor] {
+        let token = db.token(role).await;
+        api.post("/api/v1/quota/sync")
+            .token(&token)
+            .json(&body)
+            .send()
+            .await
+            .expect(403);
+    }
+    let proxy = db.token(Role::Proxy).await;
+    for token in [&proxy, &api.admin] {
+        api.post("/api/v1/quota/sync")
+            .token(token)
+            .json(&body)
+            .send()
+            .await
+            .expect(200);
+    }
+}
+
+#[tokio::test]
+async fn bad_syncs_are_refused_with_every_problem_named() {
+    let (db, api) = app().await;
+    let proxy = db.token(Role::Proxy).await;
+    let mut body = sync_body(
+        "",
+        json!([bucket("00000000000000ab", 1),
+               {"bucket": "1", "interval_ns": 0, "burst": 5}]),
+    );
+    body["interval_ms"] = json!(10);
+    let refused = api
+        .post("/api/v1/quota/sync")
+        .token(&proxy)
+        .json(&body)
+        .send()
+        .await
+        .expect(422);
+    assert_eq!(refused.fields(), ["proxy", "interval_ms", "buckets[1]"]);
+
+    let shape = api
+        .post("/api/v1/quota/sync")
+        .token(&proxy)
+        .json(&sync_body(
+            "p",
+            json!([{"bucket": "zz", "interval_ns": 1, "burst": 1}]),
+        ))
+        .send()
+        .await
+        .expect(422);
+    assert_eq!(shape.fields(), ["buckets[0].bucket"]);
+
+    api.post("/api/v1/quota/sync")
+        .token(&proxy)
+        .raw("text/plain", "{}")
+        .send()
+        .await
+        .expect(415);
+}
+
+#[tokio::test]
+async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
+    let (db, api) = app().await;
+    let proxy = db.token(Role::Proxy).await;
+    warmed_up(&api, &proxy).await;
+
+    let started = Instant::now();
+    let sync = |name: &'static str, want: u64| {
+        let api = api.clone();
+        let proxy = proxy.clone();
+        async move {
+            api.post("/api/v1/quota/sync")
+                .token(&proxy)
+                .json(&sync_body(name, json!([bucket("00000000000000c1", want)])))
+                .send()
+                .await
+                .expect(200)
+                .json()
+        }
+    };
+    let first = sync("edge-1", 80).await;
+    let second = sync("edge-2", 80).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let a = first["grants"][0]["granted"].as_u64().unwrap();
+    let b = second["grants"][0]["granted"].as_u64().unwrap();
+    assert_eq!(a, 80, "the bucket starts full: {first}");
+    // Whatever the machine's speed: the second proxy gets what is left plus the refill
+    // since, never a second full burst.
+    let ceiling = 100 + (10.0 * elapsed).floor() as u64;
+    assert!(a + b <= ceiling, "granted {a} + {b} of at most {ceiling}");
+    assert!(
+        b >= 20,
+        "the rest of the burst goes to the second proxy: {second}"
+    );
+    assert_eq!(
+        second["fleet_size"],
+        json!(3),
+        "the probe, edge-1 and edge-2"
+    );
+    let share = second["grants"][0]["share_ppm"].as_u64().unwrap();
+    assert!(share > 0 && share <= 1_000_000, "{share}");
+
+    // Tokens given back are granted again.
+    let mut back = bucket("00000000000000c1", 0);
+    back["returned"] = json!(a);
+    back["attempts"] = json!(0);
+    api.post("/api/v1/quota/sync")
+        .token(&proxy)
+        .json(&sync_body("edge-1", json!([back])))
+        .send()
+        .await
+        .expect(200);
+    let again = sync("edge-2", 80).await;
+    assert!(again["grants"][0]["granted"].as_u64().unwrap() >= 80 - 1);
+
+    let metrics = api.get("/metrics").send().await.expect(200).text();
+    assert!(metrics.contains("sluice_quota_syncs_total"), "{metrics}");
+    assert!(
+        metrics.contains("sluice_quota_active_buckets 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_the_sync() {
+    let (_db, api) = app().await;
+    let doc = api
+        .get("/api/v1/openapi.json")
+        .send()
+        .await
+        .expect(200)
+        .json();
+    let op = &doc["paths"]["/api/v1/quota/sync"]["post"];
+    assert_eq!(op["tags"], json!(["quota"]));
+    let schemas = &doc["components"]["schemas"];
+    for name in ["SyncRequest", "BucketUsage", "SyncResponse", "Grant"] {
+        assert!(schemas[name].is_object(), "{name} missing");
+    }
+    assert_eq!(
+        schemas["BucketUsage"]["properties"]["bucket"]["type"],
+        json!("string")
+    );
+}

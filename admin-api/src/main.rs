@@ -16,6 +16,8 @@ use sluice_admin::envoy_config::{
     PluginConfig, Upstream, UpstreamProtocol,
 };
 use sluice_admin::pipeline::MetricsConfig;
+use sluice_admin::quota::Backend;
+use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::rules_file::{self, RulesFormat};
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
 use sluice_admin::store::{Actor, Role, Store, StoreError, rfc3339};
@@ -85,6 +87,11 @@ struct ServeArgs {
     /// How long 1-hour metric buckets are kept.
     #[arg(long = "retention-1h", value_name = "DURATION", default_value = "400d", value_parser = humantime::parse_duration)]
     retention_1h: Duration,
+
+    /// Keep global (fleet-wide) buckets in this Redis instead of in memory, so several
+    /// `sluice serve` replicas share them and they survive restarts.
+    #[arg(long, env = "SLUICE_REDIS", value_name = "redis://HOST:PORT[/DB]")]
+    redis: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -357,7 +364,17 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         retention_1h: args.retention_1h,
         ..MetricsConfig::default()
     };
-    let state = AppState::with_metrics_config(store.clone(), metrics)
+    let quota = match &args.redis {
+        None => Backend::Memory,
+        Some(url) => {
+            let redis = RedisBuckets::connect(url)
+                .await
+                .with_context(|| format!("connecting to Redis at {url}"))?;
+            tracing::info!(%url, "global buckets are kept in Redis");
+            Backend::Redis(redis)
+        }
+    };
+    let state = AppState::with_options(store.clone(), metrics, quota)
         .await
         .context("reading the current ruleset version")?;
     let server = server::start(state, args.listen)

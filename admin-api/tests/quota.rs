@@ -1,6 +1,7 @@
 //! `POST /api/v1/quota/sync`: the coordinator of global buckets as proxies see it: who may
 //! sync, what is refused, the warm-up after a start, pre-debited grants shared by a fleet,
-//! and the OpenAPI description. (The arithmetic itself is tested in `sluice-core`.)
+//! two replicas sharing one real Redis, a Redis outage, and the OpenAPI description. (The
+//! arithmetic itself is tested in `sluice-core`.)
 
 mod common;
 
@@ -8,7 +9,12 @@ use std::time::{Duration, Instant};
 
 use common::{Backend, TestApp, TestDb};
 use serde_json::{Value, json};
+use sluice_admin::api::AppState;
+use sluice_admin::pipeline::MetricsConfig;
+use sluice_admin::quota;
+use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::store::Role;
+use sluice_testkit::{RedisServer, redis_available};
 
 /// Bounds every wait in this file.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -26,6 +32,33 @@ async fn app() -> (TestDb, TestApp) {
     let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
     let api = TestApp::new(&db).await;
     (db, api)
+}
+
+/// An app whose global buckets live in the Redis at `url` (one `sluice serve` replica).
+async fn replica(db: &TestDb, url: &str) -> TestApp {
+    let redis = RedisBuckets::connect(url).await.expect("redis");
+    let state = AppState::with_options(
+        db.store.clone(),
+        MetricsConfig::default(),
+        quota::Backend::Redis(redis),
+    )
+    .await
+    .expect("state");
+    TestApp::over(db, state).await
+}
+
+async fn sync(api: &TestApp, token: &str, proxy: &str, bucket_id: &str, want: u64) -> Value {
+    api.post("/api/v1/quota/sync")
+        .token(token)
+        .json(&sync_body(proxy, json!([bucket(bucket_id, want)])))
+        .send()
+        .await
+        .expect(200)
+        .json()
+}
+
+fn granted(answer: &Value) -> u64 {
+    answer["grants"][0]["granted"].as_u64().unwrap()
 }
 
 /// Syncs until the coordinator has warmed up (one lease TTL after it started).
@@ -181,6 +214,110 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
         metrics.contains("sluice_quota_active_buckets 1"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    let (one, two) = (
+        replica(&db, &redis.url()).await,
+        replica(&db, &redis.url()).await,
+    );
+    let proxy = db.token(Role::Proxy).await;
+    warmed_up(&one, &proxy).await;
+
+    let started = Instant::now();
+    let first = sync(&one, &proxy, "edge-1", "00000000000000d1", 80).await;
+    let second = sync(&two, &proxy, "edge-2", "00000000000000d1", 80).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let (a, b) = (granted(&first), granted(&second));
+    assert_eq!(a, 80);
+    let ceiling = 100 + (10.0 * elapsed).floor() as u64;
+    assert!(a + b <= ceiling, "granted {a} + {b} of at most {ceiling}");
+    assert!(b >= 20, "{second}");
+    assert_eq!(
+        second["fleet_size"],
+        json!(3),
+        "the probe, edge-1 and edge-2"
+    );
+
+    // Concurrent syncs through both replicas never grant a token twice.
+    let burst = |api: TestApp, proxy: String, name: &'static str| async move {
+        let mut total = 0;
+        for _ in 0..5 {
+            total += granted(&sync(&api, &proxy, name, "00000000000000d2", 30).await);
+        }
+        total
+    };
+    let started = Instant::now();
+    let (x, y) = tokio::join!(
+        burst(one.clone(), proxy.clone(), "edge-1"),
+        burst(two.clone(), proxy.clone(), "edge-2")
+    );
+    let ceiling = 100 + (10.0 * started.elapsed().as_secs_f64()).floor() as u64;
+    assert!(x + y <= ceiling, "granted {x} + {y} of at most {ceiling}");
+    assert!(x + y >= 100, "the whole burst was asked for: {x} + {y}");
+
+    let metrics = two.get("/metrics").send().await.expect(200).text();
+    assert!(
+        metrics.contains("sluice_quota_redis_commands_total"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
+    if !redis_available() {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    let api = replica(&db, &redis.url()).await;
+    let proxy = db.token(Role::Proxy).await;
+    warmed_up(&api, &proxy).await;
+
+    redis.kill();
+    let asked = Instant::now();
+    let refused = api
+        .post("/api/v1/quota/sync")
+        .token(&proxy)
+        .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
+        .send()
+        .await
+        .expect(503);
+    // The connection and response timeouts are one second each: a proxy's sync is never
+    // held for long, and the proxy keeps to its fallback shares meanwhile.
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(refused.text().contains("Redis"), "{}", refused.text());
+
+    // Redis comes back empty (no persistence): the coordinator reconnects by itself and
+    // warms up, because leases granted before may still be spent.
+    redis.restart();
+    let deadline = Instant::now() + PATIENCE;
+    let answer = loop {
+        let response = api
+            .post("/api/v1/quota/sync")
+            .token(&proxy)
+            .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
+            .send()
+            .await;
+        if response.status == axum::http::StatusCode::OK {
+            break response.json();
+        }
+        assert!(Instant::now() < deadline, "no answer after Redis came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(answer["warming_up"], json!(true), "{answer}");
+    assert_eq!(granted(&answer), 0);
+    warmed_up(&api, &proxy).await;
 }
 
 #[tokio::test]

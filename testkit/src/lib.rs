@@ -9,4 +9,4 @@
 
 mod redis;
 
-pub use redis::{REDIS_SERVER_ENV, RedisServer};
+pub use redis::{REDIS_SERVER_ENV, REQUIRE_REDIS_ENV, RedisServer, redis_available};

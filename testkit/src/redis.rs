@@ -153,32 +153,40 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
+/// Set by `cargo xtask test`: a missing Redis is then a failure, not a skip.
+pub const REQUIRE_REDIS_ENV: &str = "SLUICE_REQUIRE_REDIS";
+
+/// Whether `redis-server` runs here. Tests that need Redis skip (with a notice) when it
+/// does not, unless [`REQUIRE_REDIS_ENV`] is set, as under `cargo xtask test`: then this
+/// panics.
+pub fn redis_available() -> bool {
+    let binary = std::env::var_os(REDIS_SERVER_ENV)
+        .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
+    let found = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found || std::env::var_os(REQUIRE_REDIS_ENV).is_none(),
+        "{REQUIRE_REDIS_ENV} is set but {} does not run",
+        binary.display()
+    );
+    if !found {
+        eprintln!(
+            "skipped: {} does not run (cargo xtask test installs it, or set {REDIS_SERVER_ENV})",
+            binary.display()
+        );
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Set by `cargo xtask test`: a missing Redis is then a failure, not a skip.
-    const REQUIRE_ENV: &str = "SLUICE_REQUIRE_REDIS";
-
-    fn available() -> bool {
-        let binary = std::env::var_os(REDIS_SERVER_ENV)
-            .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
-        let found = Command::new(&binary)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        assert!(
-            found || std::env::var_os(REQUIRE_ENV).is_none(),
-            "{REQUIRE_ENV} is set but {} does not run",
-            binary.display()
-        );
-        found
-    }
-
     #[test]
     fn a_server_answers_dies_and_comes_back_on_its_port() {
-        if !available() {
-            eprintln!("skipped: no redis-server (cargo xtask test installs it)");
+        if !redis_available() {
             return;
         }
         let mut server = RedisServer::start();

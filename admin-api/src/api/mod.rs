@@ -49,7 +49,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::pipeline::{MetricsConfig, Pipeline};
-use crate::quota::Coordinator;
+use crate::quota::{Backend, Coordinator};
 use crate::store::{Store, StoreError};
 pub use error::ApiError;
 use metrics::Metrics;
@@ -94,10 +94,19 @@ impl AppState {
         store: Store,
         config: MetricsConfig,
     ) -> Result<AppState, StoreError> {
+        AppState::with_options(store, config, Backend::Memory).await
+    }
+
+    /// [`AppState::with_metrics_config`], with global buckets kept in `quota`.
+    pub async fn with_options(
+        store: Store,
+        config: MetricsConfig,
+        quota: Backend,
+    ) -> Result<AppState, StoreError> {
         let version = store.current_version().await?;
         let mut metrics = Metrics::new();
         let pipeline = Arc::new(Pipeline::new(config, metrics.registry_mut()));
-        let coordinator = Coordinator::in_memory(metrics.registry_mut());
+        let coordinator = Coordinator::new(quota, metrics.registry_mut());
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,

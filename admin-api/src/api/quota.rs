@@ -21,6 +21,8 @@ use crate::quota::{MAX_SYNC_BYTES, validate};
                        answered sync and the limit it enforces (at most 50,000 buckets, 16 MiB)"),
     responses(
         (status = 200, description = "One grant per bucket, in the request's order", body = SyncResponse),
+        (status = 503, description = "The coordinator's Redis is unreachable: keep to the fallback shares and sync again next interval",
+         body = super::error::Problem, content_type = "application/problem+json"),
         WriteErrors,
         AuthErrors,
     ),
@@ -42,5 +44,10 @@ pub async fn sync_quota(
         })?;
     let body: SyncRequest = parse_json(&bytes)?;
     let sync = validate(body).map_err(ApiError::Invalid)?;
-    Ok(Json(state.coordinator().sync(&sync, Instant::now())))
+    let answer = state
+        .coordinator()
+        .sync(&sync, Instant::now())
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    Ok(Json(answer))
 }

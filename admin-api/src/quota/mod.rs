@@ -3,12 +3,15 @@
 //!
 //! The arithmetic is the core's ([`sluice_core::global::coordinator::settle`]); this module
 //! checks a sync request, keeps the buckets' state, counts the fleet, and answers. State
-//! lives in this process ([`memory::MemoryBuckets`]): one `sluice serve` coordinates the
-//! whole fleet, with nothing else to run. A coordinator that starts without its buckets'
-//! state *warms up* for one lease TTL (grants nothing; proxies keep to their fallback
-//! shares), because leases granted before the restart may still be spent.
+//! lives in this process by default ([`memory::MemoryBuckets`]: one `sluice serve`
+//! coordinates the whole fleet, with nothing else to run), or in Redis
+//! ([`redis::RedisBuckets`], `sluice serve --redis URL`: any number of replicas share it).
+//! A coordinator that starts without its buckets' state *warms up* for one lease TTL
+//! (grants nothing; proxies keep to their fallback shares), because leases granted before
+//! the restart may still be spent.
 
 pub mod memory;
+pub mod redis;
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -19,7 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use sluice_core::gcra::Gcra;
-use sluice_core::global::coordinator::{Grant, Settings, Usage};
+use sluice_core::global::coordinator::{Settings, Usage};
 use sluice_core::global::sync::{SyncRequest, SyncResponse};
 use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
 use sluice_core::rule::{FieldError, ValidationErrors};
@@ -123,16 +126,37 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
     })
 }
 
+/// Where the buckets' state lives.
+#[derive(Debug)]
+pub enum Backend {
+    Memory,
+    Redis(redis::RedisBuckets),
+}
+
 /// The coordinator: bucket state, the fleet's members, and its metrics.
 #[derive(Debug)]
 pub struct Coordinator {
-    buckets: MemoryBuckets,
-    /// When each proxy last synced.
-    fleet: Mutex<HashMap<String, Instant>>,
-    /// When this coordinator's bucket state began (its process start, for memory).
-    state_since: Instant,
+    state: State,
     metrics: QuotaMetrics,
 }
+
+#[derive(Debug)]
+enum State {
+    Memory {
+        buckets: MemoryBuckets,
+        /// When each proxy last synced.
+        fleet: Mutex<HashMap<String, Instant>>,
+        /// When the buckets' state began: this process's start.
+        since: Instant,
+    },
+    Redis(redis::RedisBuckets),
+}
+
+/// The coordinator could not answer (its Redis is unreachable): proxies keep to their
+/// fallback shares until it answers again.
+#[derive(Debug, thiserror::Error)]
+#[error("global buckets are unavailable: Redis: {0}")]
+pub struct Unavailable(#[from] ::redis::RedisError);
 
 #[derive(Debug, Default)]
 struct QuotaMetrics {
@@ -142,35 +166,52 @@ struct QuotaMetrics {
     unleased: Counter,
     active_buckets: Gauge,
     fleet: Gauge,
+    redis_commands: Counter,
+    contended: Counter,
 }
 
 impl Coordinator {
-    /// An in-memory coordinator, its metrics registered in `registry`.
-    pub fn in_memory(registry: &mut Registry) -> Self {
+    /// A coordinator over `backend`, its metrics registered in `registry`.
+    pub fn new(backend: Backend, registry: &mut Registry) -> Self {
         let metrics = QuotaMetrics::default();
-        registry.register(
-            "sluice_quota_syncs",
-            "Sync requests answered (one per proxy per sync interval)",
-            metrics.syncs.clone(),
-        );
-        registry.register(
-            "sluice_quota_bucket_settlements",
-            "Buckets settled in sync requests",
-            metrics.buckets_settled.clone(),
-        );
-        registry.register(
-            "sluice_quota_granted_tokens",
-            "Tokens granted to proxies' leases",
-            metrics.granted.clone(),
-        );
-        registry.register(
-            "sluice_quota_unleased_tokens",
-            "Tokens proxies admitted without a lease (new buckets, fallback), debited later",
-            metrics.unleased.clone(),
-        );
+        let counters = [
+            (
+                "sluice_quota_syncs",
+                "Sync requests answered (one per proxy per sync interval)",
+                &metrics.syncs,
+            ),
+            (
+                "sluice_quota_bucket_settlements",
+                "Buckets settled in sync requests",
+                &metrics.buckets_settled,
+            ),
+            (
+                "sluice_quota_granted_tokens",
+                "Tokens granted to proxies' leases",
+                &metrics.granted,
+            ),
+            (
+                "sluice_quota_unleased_tokens",
+                "Tokens proxies admitted without a lease (new buckets, fallback), debited later",
+                &metrics.unleased,
+            ),
+            (
+                "sluice_quota_redis_commands",
+                "Redis commands sent for syncs (about two per bucket per sync, never per request)",
+                &metrics.redis_commands,
+            ),
+            (
+                "sluice_quota_contended_buckets",
+                "Buckets granted nothing because other replicas kept changing them during a sync",
+                &metrics.contended,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
         registry.register(
             "sluice_quota_active_buckets",
-            "Global buckets the coordinator holds state for",
+            "Global buckets held in memory (with Redis: settled by the last sync)",
             metrics.active_buckets.clone(),
         );
         registry.register(
@@ -178,79 +219,105 @@ impl Coordinator {
             "Proxies that synced within the last three intervals",
             metrics.fleet.clone(),
         );
-        Self {
-            buckets: MemoryBuckets::new(),
-            fleet: Mutex::new(HashMap::new()),
-            state_since: Instant::now(),
-            metrics,
-        }
+        let state = match backend {
+            Backend::Memory => State::Memory {
+                buckets: MemoryBuckets::new(),
+                fleet: Mutex::new(HashMap::new()),
+                since: Instant::now(),
+            },
+            Backend::Redis(redis) => State::Redis(redis),
+        };
+        Self { state, metrics }
     }
 
-    /// Settles one proxy's sync at `now` and answers it.
-    pub fn sync(&self, sync: &ValidSync, now: Instant) -> SyncResponse {
-        let lease_ttl = Duration::from_nanos(sync.interval_ns * LEASE_TTL_INTERVALS);
-        let mut settings = Settings::for_interval(sync.interval_ns);
-        settings.warming_up = now.saturating_duration_since(self.state_since) < lease_ttl;
-        let fleet_size = self.count_fleet(
-            &sync.proxy,
-            now,
-            Duration::from_nanos(sync.interval_ns * FLEET_MEMORY_INTERVALS),
-        );
-        let grants: Vec<Grant> =
-            self.buckets
-                .settle_all(&sync.buckets, sync.covers_ns, self.clock(now), &settings);
-
+    /// Settles one proxy's sync and answers it. `now` is this process's clock (the memory
+    /// backend's); with Redis, Redis's clock is used so replicas agree.
+    pub async fn sync(&self, sync: &ValidSync, now: Instant) -> Result<SyncResponse, Unavailable> {
+        let lease_ttl_ns = sync.interval_ns * LEASE_TTL_INTERVALS;
+        let fleet_memory_ns = sync.interval_ns * FLEET_MEMORY_INTERVALS;
+        let settings = Settings::for_interval(sync.interval_ns);
+        let answer = match &self.state {
+            State::Memory {
+                buckets,
+                fleet,
+                since,
+            } => {
+                let settings = Settings {
+                    warming_up: now.saturating_duration_since(*since)
+                        < Duration::from_nanos(lease_ttl_ns),
+                    ..settings
+                };
+                let fleet_size = count_fleet(
+                    fleet,
+                    &sync.proxy,
+                    now,
+                    Duration::from_nanos(fleet_memory_ns),
+                );
+                // Monotonic, and far enough from zero that a bucket's zero state reads as
+                // full.
+                let clock = (1 << 40) + now.saturating_duration_since(*since).as_nanos() as u64;
+                let grants = buckets.settle_all(&sync.buckets, sync.covers_ns, clock, &settings);
+                self.metrics.active_buckets.set(buckets.count() as i64);
+                SyncResponse {
+                    fleet_size,
+                    warming_up: settings.warming_up,
+                    grants,
+                }
+            }
+            State::Redis(redis) => {
+                let settled = redis
+                    .settle_all(
+                        &sync.proxy,
+                        &sync.buckets,
+                        sync.covers_ns,
+                        settings,
+                        lease_ttl_ns,
+                        fleet_memory_ns,
+                    )
+                    .await?;
+                self.metrics.redis_commands.inc_by(settled.commands);
+                self.metrics.contended.inc_by(settled.contended);
+                self.metrics.active_buckets.set(settled.grants.len() as i64);
+                SyncResponse {
+                    fleet_size: settled.fleet_size,
+                    warming_up: settled.warming_up,
+                    grants: settled.grants,
+                }
+            }
+        };
         self.metrics.syncs.inc();
-        self.metrics.buckets_settled.inc_by(grants.len() as u64);
+        self.metrics.fleet.set(i64::from(answer.fleet_size));
+        self.metrics
+            .buckets_settled
+            .inc_by(answer.grants.len() as u64);
         self.metrics
             .granted
-            .inc_by(grants.iter().map(|g| g.granted).sum());
+            .inc_by(answer.grants.iter().map(|g| g.granted).sum());
         self.metrics
             .unleased
             .inc_by(sync.buckets.iter().map(|(_, _, u)| u.unleased).sum());
-        self.metrics.active_buckets.set(self.buckets.count() as i64);
-        SyncResponse {
-            fleet_size,
-            warming_up: settings.warming_up,
-            grants,
-        }
+        Ok(answer)
     }
+}
 
-    /// The coordinator's clock in nanoseconds: monotonic, and far enough from zero that a
-    /// bucket's zero state reads as full.
-    fn clock(&self, now: Instant) -> u64 {
-        const OFFSET_NS: u64 = 1 << 40;
-        OFFSET_NS + now.saturating_duration_since(self.state_since).as_nanos() as u64
-    }
-
-    /// Records `proxy`'s sync and counts the proxies seen within `memory`.
-    fn count_fleet(&self, proxy: &str, now: Instant, memory: Duration) -> u32 {
-        let mut fleet = self
-            .fleet
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        fleet.insert(proxy.to_string(), now);
-        // Forget proxies gone for much longer than any interval, so the map stays small.
-        fleet.retain(|_, seen| now.saturating_duration_since(*seen) < Duration::from_secs(600));
-        let size = fleet
-            .values()
-            .filter(|seen| now.saturating_duration_since(**seen) <= memory)
-            .count();
-        self.metrics.fleet.set(size as i64);
-        u32::try_from(size).unwrap_or(u32::MAX).max(1)
-    }
-
-    /// Proxies that synced within `within`, with the time of their last sync.
-    pub fn members(&self, within: Duration) -> HashMap<String, Instant> {
-        let now = Instant::now();
-        self.fleet
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .filter(|(_, seen)| now.saturating_duration_since(**seen) <= within)
-            .map(|(id, seen)| (id.clone(), *seen))
-            .collect()
-    }
+/// Records `proxy`'s sync and counts the proxies seen within `memory`.
+fn count_fleet(
+    fleet: &Mutex<HashMap<String, Instant>>,
+    proxy: &str,
+    now: Instant,
+    memory: Duration,
+) -> u32 {
+    let mut fleet = fleet
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    fleet.insert(proxy.to_string(), now);
+    // Forget proxies gone for much longer than any interval, so the map stays small.
+    fleet.retain(|_, seen| now.saturating_duration_since(*seen) < Duration::from_secs(600));
+    let size = fleet
+        .values()
+        .filter(|seen| now.saturating_duration_since(**seen) <= memory)
+        .count();
+    u32::try_from(size).unwrap_or(u32::MAX).max(1)
 }
 
 #[cfg(test)]
@@ -292,31 +359,30 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_coordinator_warms_up_then_grants_and_counts_the_fleet() {
+    #[tokio::test]
+    async fn a_coordinator_warms_up_then_grants_and_counts_the_fleet() {
         let mut registry = Registry::default();
-        let coordinator = Coordinator::in_memory(&mut registry);
-        let start = coordinator.state_since;
+        let coordinator = Coordinator::new(Backend::Memory, &mut registry);
+        let State::Memory { since: start, .. } = coordinator.state else {
+            unreachable!()
+        };
         let sync = validate(request("a", vec![usage(7, 30)])).unwrap();
-        let answer = coordinator.sync(&sync, start);
+        let answer = coordinator.sync(&sync, start).await.unwrap();
         assert!(answer.warming_up);
         assert_eq!(answer.grants[0].granted, 0);
         assert_eq!(answer.fleet_size, 1);
 
         let later = start + Duration::from_millis(1_500);
-        let answer = coordinator.sync(&sync, later);
+        let answer = coordinator.sync(&sync, later).await.unwrap();
         assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
         assert_eq!(answer.grants[0].granted, 30);
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
-        let answer = coordinator.sync(&other, later);
+        let answer = coordinator.sync(&other, later).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
         assert_eq!(answer.grants[0].granted, 70, "pre-debited: 100 − 30");
 
         let gone = later + Duration::from_secs(2);
-        assert_eq!(
-            coordinator.sync(&other, gone).fleet_size,
-            1,
-            "a left the fleet"
-        );
+        let answer = coordinator.sync(&other, gone).await.unwrap();
+        assert_eq!(answer.fleet_size, 1, "a left the fleet");
     }
 }

@@ -207,6 +207,11 @@ pub struct TestApp {
 impl TestApp {
     pub async fn new(db: &TestDb) -> TestApp {
         let state = AppState::new(db.store.clone()).await.expect("state");
+        TestApp::over(db, state).await
+    }
+
+    /// An app over `state` (built by the test), with an admin token of `db`.
+    pub async fn over(db: &TestDb, state: AppState) -> TestApp {
         TestApp {
             app: api::app(state.clone()),
             admin: db.token(Role::Admin).await,

@@ -11,6 +11,7 @@
 //!   new-bucket allowance, the fallback share and its local GCRA, and the deltas still to
 //!   report), and the arithmetic of spending from it.
 //! * [`schedule`]: when a proxy syncs (every interval, sooner for new buckets).
+//! * [`table`]: the lease entries in shared data (placement, compare-and-swap).
 //! * [`sync`]: the one batched request a proxy sends per sync interval, and its answer.
 //!
 //! Like the rest of the core, nothing here performs I/O or reads a clock; `now` is always
@@ -21,6 +22,7 @@ pub mod coordinator;
 pub mod lease;
 pub mod schedule;
 pub mod sync;
+pub mod table;
 
 use crate::gcra::NANOS_PER_SECOND;
 

@@ -1,0 +1,391 @@
+//! The lease table: every global bucket a proxy tracks, one [`LeaseEntry`] per numbered
+//! shared-data key (`sluice.lease.N` in Envoy), updated by compare-and-swap like the slot
+//! table.
+//!
+//! A bucket's entry goes in the first usable key of a short probe sequence starting at
+//! `bucket mod slots`: the key that already holds it, else the first that is vacant,
+//! unreadable, or holds an entry that can be forgotten without losing anything
+//! ([`LeaseEntry::forgettable`]). Unlike local buckets, two global buckets cannot share
+//! one entry; when every probed entry is busy the bucket cannot be tracked, which is a
+//! typed failure the rule's failure mode decides (and the filter counts).
+//!
+//! Workers call [`LeaseTable::spend`] and [`LeaseTable::undo`]; the control service calls
+//! [`LeaseTable::collect`] before a sync and [`LeaseTable::apply`] with its answer.
+
+use std::num::NonZeroU32;
+
+use super::coordinator::{Grant, Usage};
+use super::lease::{FleetView, LeaseEntry, Spend};
+use crate::gcra::Gcra;
+use crate::limiter::{MAX_PROBES, MAX_WRITE_ATTEMPTS};
+use crate::store::{SharedStore, StoreError, WriteCondition, WriteOutcome};
+
+/// The fixed-size table of lease entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTable {
+    slots: u32,
+    probes: u32,
+}
+
+/// Why a global bucket could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseFailure {
+    /// Every probed entry belongs to another active bucket.
+    TableFull,
+    /// Other workers kept winning the compare-and-swap.
+    Contention,
+    /// The host refused a shared-data call.
+    Store(StoreError),
+}
+
+/// A spend and where it was made, so that it can be undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spent {
+    pub slot: u32,
+    pub spend: Spend,
+    /// Tokens this proxy can still admit for the bucket without asking anyone.
+    pub remaining: u64,
+}
+
+/// One entry's usage, taken for a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collected {
+    pub slot: u32,
+    pub bucket: u64,
+    pub interval_ns: u64,
+    pub burst: u64,
+    pub usage: Usage,
+}
+
+/// Where a bucket's entry is, or can go.
+struct Located {
+    slot: u32,
+    condition: WriteCondition,
+    entry: Option<LeaseEntry>,
+}
+
+impl LeaseTable {
+    pub fn new(slots: NonZeroU32) -> Self {
+        Self {
+            slots: slots.get(),
+            probes: MAX_PROBES.min(slots.get()),
+        }
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Spends `cost` tokens of `bucket` (enforcing `limit`) at `now`.
+    pub fn spend(
+        &self,
+        store: &impl SharedStore,
+        bucket: u64,
+        limit: &Gcra,
+        cost: u64,
+        now: u64,
+        view: &FleetView,
+    ) -> Result<Spent, LeaseFailure> {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let located = self.locate(store, bucket, now)?;
+            let mut entry = located
+                .entry
+                .unwrap_or_else(|| LeaseEntry::new(bucket, limit, now));
+            let spend = entry.spend(cost, now, view);
+            let written = store
+                .write(located.slot, &entry.encode(), located.condition)
+                .map_err(LeaseFailure::Store)?;
+            if written == WriteOutcome::Written {
+                return Ok(Spent {
+                    slot: located.slot,
+                    spend,
+                    remaining: entry.remaining(now, view),
+                });
+            }
+        }
+        Err(LeaseFailure::Contention)
+    }
+
+    /// Gives back what a [`Self::spend`] took, when another limit of the same request
+    /// denied it. Best effort: a lost undo errs toward limiting. Returns whether it was
+    /// written.
+    pub fn undo(
+        &self,
+        store: &impl SharedStore,
+        bucket: u64,
+        cost: u64,
+        spent: &Spent,
+        now: u64,
+        view: &FleetView,
+    ) -> bool {
+        self.update(store, spent.slot, bucket, |entry| {
+            entry.undo(cost, spent.spend, now, view);
+        })
+    }
+
+    /// Takes the usage of every entry with something to report (attempts, unleased
+    /// spending, a balance, or a bucket the coordinator has not answered for yet), zeroing
+    /// its counts. `covers_ns` is the time since the last answered sync.
+    pub fn collect(
+        &self,
+        store: &impl SharedStore,
+        now: u64,
+        covers_ns: u64,
+        view: &FleetView,
+    ) -> Vec<Collected> {
+        let mut collected = Vec::new();
+        for slot in 0..self.slots {
+            let Ok(Some((bytes, _))) = store.read(slot) else {
+                continue;
+            };
+            let Some(entry) = LeaseEntry::decode(&bytes) else {
+                continue;
+            };
+            let reportable =
+                entry.attempts > 0 || entry.unleased > 0 || entry.balance > 0 || !entry.settled;
+            if !reportable {
+                continue;
+            }
+            let mut usage = Usage::default();
+            let written = self.update(store, slot, entry.bucket, |e| {
+                usage = e.collect(now, covers_ns, view);
+            });
+            if written {
+                collected.push(Collected {
+                    slot,
+                    bucket: entry.bucket,
+                    interval_ns: entry.interval_ns,
+                    burst: entry.burst,
+                    usage,
+                });
+            }
+        }
+        collected
+    }
+
+    /// Applies the coordinator's grant for a collected entry. Returns whether it was
+    /// written (an entry reclaimed meanwhile by another bucket is left alone: its grant is
+    /// lost, which errs toward limiting).
+    pub fn apply(
+        &self,
+        store: &impl SharedStore,
+        collected: &Collected,
+        grant: &Grant,
+        now: u64,
+        view: &FleetView,
+    ) -> bool {
+        self.update(store, collected.slot, collected.bucket, |entry| {
+            entry.apply(grant, now, view);
+        })
+    }
+
+    /// Changes the entry of `bucket` at `slot` with compare-and-swap retries.
+    fn update(
+        &self,
+        store: &impl SharedStore,
+        slot: u32,
+        bucket: u64,
+        mut change: impl FnMut(&mut LeaseEntry),
+    ) -> bool {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let Ok(Some((bytes, cas))) = store.read(slot) else {
+                return false;
+            };
+            let Some(mut entry) = LeaseEntry::decode(&bytes).filter(|e| e.bucket == bucket) else {
+                return false;
+            };
+            change(&mut entry);
+            match store.write(slot, &entry.encode(), WriteCondition::Unchanged(cas)) {
+                Ok(WriteOutcome::Written) => return true,
+                Ok(WriteOutcome::Conflict) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Finds the entry of `bucket`, or the first key it may claim.
+    fn locate(
+        &self,
+        store: &impl SharedStore,
+        bucket: u64,
+        now: u64,
+    ) -> Result<Located, LeaseFailure> {
+        let start = bucket % u64::from(self.slots);
+        let mut free: Option<Located> = None;
+        for probe in 0..self.probes {
+            let slot = ((start + u64::from(probe)) % u64::from(self.slots)) as u32;
+            let Some((bytes, cas)) = store.read(slot).map_err(LeaseFailure::Store)? else {
+                // Nothing was ever placed past a vacant key.
+                return Ok(free.unwrap_or(Located {
+                    slot,
+                    condition: WriteCondition::Absent,
+                    entry: None,
+                }));
+            };
+            let claimable = Located {
+                slot,
+                condition: WriteCondition::Unchanged(cas),
+                entry: None,
+            };
+            match LeaseEntry::decode(&bytes) {
+                Some(entry) if entry.bucket == bucket => {
+                    return Ok(Located {
+                        entry: Some(entry),
+                        ..claimable
+                    });
+                }
+                Some(entry) if !entry.forgettable(now) => {}
+                // Unreadable, or nothing to lose: reusable.
+                _ => {
+                    free.get_or_insert(claimable);
+                }
+            }
+        }
+        free.ok_or(LeaseFailure::TableFull)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::gcra::NANOS_PER_SECOND as S;
+    use crate::global::coordinator::PPM;
+    use crate::store::MemoryStore;
+
+    const T: u64 = S / 2;
+
+    fn limit(per_second: u64, burst: u64) -> Gcra {
+        Gcra::new(
+            NonZeroU64::new(per_second).unwrap(),
+            NonZeroU64::new(S).unwrap(),
+            NonZeroU64::new(burst).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn view(fleet_size: u32) -> FleetView {
+        FleetView {
+            fleet_size,
+            fallback: false,
+            sync_interval_ns: T,
+        }
+    }
+
+    fn table(slots: u32) -> LeaseTable {
+        LeaseTable::new(NonZeroU32::new(slots).unwrap())
+    }
+
+    #[test]
+    fn spend_collect_apply_round_trip_through_shared_data() {
+        let (store, table, v, l) = (MemoryStore::new(), table(64), view(2), limit(10, 10));
+        let first = table.spend(&store, 7, &l, 1, 0, &v).unwrap();
+        assert_eq!(first.spend, Spend::NewBucket);
+        assert_eq!(first.remaining, 4, "half of the burst of 10, one spent");
+
+        let collected = table.collect(&store, 0, T, &v);
+        assert_eq!(collected.len(), 1);
+        let c = collected[0];
+        assert_eq!((c.bucket, c.burst, c.interval_ns), (7, 10, l.interval_ns()));
+        assert_eq!((c.usage.attempts, c.usage.unleased), (1, 1));
+        let grant = Grant {
+            granted: 6,
+            share_ppm: PPM,
+            full_in_ns: S,
+        };
+        assert!(table.apply(&store, &c, &grant, 0, &v));
+        let spent = table.spend(&store, 7, &l, 2, 1, &v).unwrap();
+        assert_eq!(spent.spend, Spend::Lease);
+        assert_eq!(spent.remaining, 4);
+        assert!(table.undo(&store, 7, 2, &spent, 1, &v));
+        assert_eq!(
+            table.spend(&store, 7, &l, 6, 1, &v).unwrap().spend,
+            Spend::Lease
+        );
+        assert!(
+            !table
+                .spend(&store, 7, &l, 1, 1, &v)
+                .unwrap()
+                .spend
+                .admitted()
+        );
+
+        // The attempts since are reported next time; counts were zeroed by the collection.
+        let again = table.collect(&store, T, T, &v);
+        assert_eq!(
+            again[0].usage.attempts,
+            2 + 6 + 1,
+            "an undone spend was still demand"
+        );
+        assert_eq!(again[0].usage.unleased, 0);
+    }
+
+    #[test]
+    fn buckets_take_their_own_entries_and_a_full_table_is_a_failure() {
+        let (store, table, v, l) = (MemoryStore::new(), table(4), view(1), limit(10, 10));
+        // Four busy buckets (each with an attempt to report) fill a table of four.
+        let slots: Vec<u32> = (0..4)
+            .map(|b| table.spend(&store, b, &l, 1, 0, &v).unwrap().slot)
+            .collect();
+        let mut distinct = slots.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "{slots:?}");
+        assert_eq!(
+            table.spend(&store, 99, &l, 1, 0, &v),
+            Err(LeaseFailure::TableFull)
+        );
+        // Reported, answered and refilled: the entries can be forgotten, and reused.
+        for c in table.collect(&store, 0, T, &v) {
+            let grant = Grant {
+                granted: 0,
+                share_ppm: PPM,
+                full_in_ns: S,
+            };
+            assert!(table.apply(&store, &c, &grant, 0, &v));
+        }
+        assert!(table.spend(&store, 99, &l, 1, S, &v).is_ok());
+    }
+
+    #[test]
+    fn corrupt_entries_are_reclaimed() {
+        let (store, table, v, l) = (MemoryStore::new(), table(1), view(1), limit(10, 10));
+        store.write(0, b"junk", WriteCondition::Absent).unwrap();
+        assert!(table.spend(&store, 5, &l, 1, 0, &v).is_ok());
+        assert!(table.collect(&store, 0, T, &v).len() == 1);
+    }
+
+    #[test]
+    fn racing_workers_never_spend_a_leased_token_twice() {
+        let store = Arc::new(MemoryStore::new());
+        let (table, v, l) = (table(16), view(1), limit(1, 1_000));
+        // Settle the bucket with a lease of 500 and nothing else to spend.
+        table.spend(&*store, 3, &l, 1, 0, &v).unwrap();
+        let c = table.collect(&*store, 0, T, &v)[0];
+        let grant = Grant {
+            granted: 500,
+            share_ppm: PPM,
+            full_in_ns: S,
+        };
+        assert!(table.apply(&*store, &c, &grant, 0, &v));
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    (0..400)
+                        .filter(|_| {
+                            table
+                                .spend(&*store, 3, &l, 1, 1, &v)
+                                .is_ok_and(|s| s.spend.admitted())
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let admitted: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        assert_eq!(admitted, 500);
+    }
+}

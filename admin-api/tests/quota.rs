@@ -14,6 +14,7 @@ use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::quota;
 use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::store::Role;
+use sluice_core::global::coordinator::YOUNG_NS;
 use sluice_testkit::{RedisServer, redis_available};
 
 /// Bounds every wait in this file.
@@ -159,7 +160,6 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&api, &proxy).await;
 
-    let started = Instant::now();
     let sync = |name: &'static str, want: u64| {
         let api = api.clone();
         let proxy = proxy.clone();
@@ -173,6 +173,11 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
                 .json()
         }
     };
+    // While a bucket is young the coordinator keeps the other proxies' even shares for
+    // their first reports: let it age first, so the whole burst is anyone's.
+    sync("edge-1", 0).await;
+    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
+    let started = Instant::now();
     let first = sync("edge-1", 80).await;
     let second = sync("edge-2", 80).await;
     let elapsed = started.elapsed().as_secs_f64();
@@ -230,6 +235,8 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&one, &proxy).await;
 
+    sync(&one, &proxy, "edge-1", "00000000000000d1", 0).await;
+    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
     let started = Instant::now();
     let first = sync(&one, &proxy, "edge-1", "00000000000000d1", 80).await;
     let second = sync(&two, &proxy, "edge-2", "00000000000000d1", 80).await;
@@ -253,6 +260,8 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
         }
         total
     };
+    sync(&one, &proxy, "edge-1", "00000000000000d2", 0).await;
+    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
     let started = Instant::now();
     let (x, y) = tokio::join!(
         burst(one.clone(), proxy.clone(), "edge-1"),

@@ -123,6 +123,12 @@ fn time(
     stage: Stage,
 ) -> (f64, f64, usize) {
     let store = MemoryStore::new();
+    let leases = MemoryStore::new();
+    let global = sluice_core::ruleset::GlobalBuckets {
+        table: &config.lease_table,
+        store: &leases,
+        view: sluice_core::global::lease::FleetView::ALONE,
+    };
     let peer = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let pairs: Vec<Vec<(String, String)>> = (0..scenario.clients).map(header_pairs).collect();
     let mut now: u64 = 1_800_000_000_000_000_000;
@@ -141,10 +147,14 @@ fn time(
             sink += black_box(&request).headers.len();
             continue;
         }
-        let decision =
-            config
-                .ruleset
-                .decide(&request, &store, &config.table, now, config.failure_mode);
+        let decision = config.ruleset.decide(
+            &request,
+            &store,
+            &config.table,
+            &global,
+            now,
+            config.failure_mode,
+        );
         if decision.is_allowed() {
             allowed += 1;
         }

@@ -8,6 +8,7 @@ use std::num::NonZeroU32;
 
 use serde::{Deserialize, Serialize};
 
+use crate::global::table::LeaseTable;
 use crate::limiter::SlotTable;
 use crate::rule::ValidationErrors;
 use crate::ruleset::Ruleset;
@@ -19,6 +20,10 @@ pub const DEFAULT_SLOTS: u32 = 65_536;
 /// Bounds on the slot table size.
 pub const MIN_SLOTS: u32 = 16;
 pub const MAX_SLOTS: u32 = 4_194_304;
+/// Default size of the lease table (global buckets a proxy tracks at once). The control
+/// service reads every entry once per sync interval, so this also bounds that scan.
+pub const DEFAULT_GLOBAL_SLOTS: u32 = 4_096;
+pub const MAX_GLOBAL_SLOTS: u32 = 65_536;
 /// The header set on requests forwarded upstream when a shadow rule would have denied.
 pub const DEFAULT_SHADOW_HEADER: &str = "x-sluice-shadow-denied";
 
@@ -35,6 +40,10 @@ pub struct FilterConfigSpec {
     /// Number of bucket slots: the bound on Envoy memory used for buckets.
     #[serde(default = "default_slots")]
     pub slots: u32,
+    /// Number of lease-table entries: the most global buckets (clients of `scope: global`
+    /// limits) this proxy tracks at once.
+    #[serde(default = "default_global_slots")]
+    pub global_slots: u32,
     /// Master switch for `RateLimit*` / `X-RateLimit-*` headers (rules can also opt out).
     #[serde(default = "yes")]
     pub rate_limit_headers: bool,
@@ -46,6 +55,10 @@ pub struct FilterConfigSpec {
 
 fn default_slots() -> u32 {
     DEFAULT_SLOTS
+}
+
+fn default_global_slots() -> u32 {
+    DEFAULT_GLOBAL_SLOTS
 }
 
 fn yes() -> bool {
@@ -62,6 +75,7 @@ impl Default for FilterConfigSpec {
             rules: Vec::new(),
             failure_mode: FailureMode::Open,
             slots: DEFAULT_SLOTS,
+            global_slots: DEFAULT_GLOBAL_SLOTS,
             rate_limit_headers: true,
             shadow_header: default_shadow_header(),
         }
@@ -74,6 +88,7 @@ pub struct FilterConfig {
     pub ruleset: Ruleset,
     pub failure_mode: FailureMode,
     pub table: SlotTable,
+    pub lease_table: LeaseTable,
     pub rate_limit_headers: bool,
     pub shadow_header: Option<String>,
 }
@@ -116,6 +131,14 @@ impl TryFrom<FilterConfigSpec> for FilterConfig {
                 format!("must be between {MIN_SLOTS} and {MAX_SLOTS}"),
             );
         }
+        let global_slots = NonZeroU32::new(spec.global_slots)
+            .filter(|s| (MIN_SLOTS..=MAX_GLOBAL_SLOTS).contains(&s.get()));
+        if global_slots.is_none() {
+            problems.add(
+                "global_slots",
+                format!("must be between {MIN_SLOTS} and {MAX_GLOBAL_SLOTS}"),
+            );
+        }
         if let Some(h) = &spec.shadow_header {
             if h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
                 problems.add(
@@ -125,14 +148,17 @@ impl TryFrom<FilterConfigSpec> for FilterConfig {
             }
         }
         let ruleset = Ruleset::from_specs(spec.rules).map_err(|e| problems.nest_top(e));
-        match (ruleset, slots) {
-            (Ok(ruleset), Some(slots)) if problems.is_empty() => Ok(FilterConfig {
-                ruleset,
-                failure_mode: spec.failure_mode,
-                table: SlotTable::new(slots),
-                rate_limit_headers: spec.rate_limit_headers,
-                shadow_header: spec.shadow_header.map(|h| h.to_ascii_lowercase()),
-            }),
+        match (ruleset, slots, global_slots) {
+            (Ok(ruleset), Some(slots), Some(global_slots)) if problems.is_empty() => {
+                Ok(FilterConfig {
+                    ruleset,
+                    failure_mode: spec.failure_mode,
+                    table: SlotTable::new(slots),
+                    lease_table: LeaseTable::new(global_slots),
+                    rate_limit_headers: spec.rate_limit_headers,
+                    shadow_header: spec.shadow_header.map(|h| h.to_ascii_lowercase()),
+                })
+            }
             _ => Err(ConfigError::Invalid(problems.into_errors())),
         }
     }
@@ -198,6 +224,13 @@ pub struct ControlConfigSpec {
     /// How often decision statistics are sent to the admin API.
     #[serde(default = "default_report_seconds")]
     pub report_interval_seconds: u32,
+    /// How often global buckets are synced with the admin API (50 to 10,000 ms).
+    #[serde(default = "default_sync_interval_ms")]
+    pub sync_interval_ms: u32,
+}
+
+fn default_sync_interval_ms() -> u32 {
+    (crate::global::DEFAULT_SYNC_INTERVAL_NS / 1_000_000) as u32
 }
 
 fn default_report_seconds() -> u32 {
@@ -232,6 +265,9 @@ impl ControlConfigSpec {
         }
         if !(1..=300).contains(&spec.report_interval_seconds) {
             problems.add("report_interval_seconds", "must be between 1 and 300");
+        }
+        if !(50..=10_000).contains(&spec.sync_interval_ms) {
+            problems.add("sync_interval_ms", "must be between 50 and 10000");
         }
         if problems.is_empty() {
             Ok(spec)

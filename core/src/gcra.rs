@@ -65,6 +65,17 @@ impl Gcra {
         })
     }
 
+    /// `requests` tokens per second, holding at most `burst`; `None` when either is zero or
+    /// the rate cannot be represented.
+    pub fn per_second(requests: u64, burst: u64) -> Option<Self> {
+        Self::new(
+            NonZeroU64::new(requests)?,
+            NonZeroU64::new(NANOS_PER_SECOND)?,
+            NonZeroU64::new(burst)?,
+        )
+        .ok()
+    }
+
     /// Nanoseconds between two tokens.
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns

@@ -29,6 +29,16 @@ pub fn client_fingerprint(rule_id: &str, client: &str) -> u64 {
     h.digest().max(1)
 }
 
+/// Identifies one client's bucket of one global limit across the fleet: the coordinator's
+/// key, the same on every proxy.
+pub fn global_bucket(limit_identity: u64, client_fingerprint: u64) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(b"global\0");
+    h.update(&limit_identity.to_le_bytes());
+    h.update(&client_fingerprint.to_le_bytes());
+    h.digest()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,6 +49,9 @@ mod tests {
         // change them only on purpose, together with the slot format version.
         assert_eq!(client_fingerprint("api", "alice"), 0xd364_dcae_9220_f5a5);
         assert_eq!(limit_identity("r", 5, 1, 10), 0xb33d_cddc_79d2_02bf);
+        // The fleet's proxies (and the coordinator's stored buckets) must agree on this one.
+        assert_eq!(global_bucket(1, 2), 0x122a_dd1a_5aac_5a9b);
+        assert_ne!(global_bucket(1, 2), global_bucket(2, 1));
         assert_ne!(
             client_fingerprint("api", "alice"),
             client_fingerprint("api", "bob")

@@ -286,6 +286,10 @@ impl SlotTable {
         let mut binding: Option<TierVerdict> = None;
         let mut verdicts = [None; crate::rule::MAX_LIMITS_PER_RULE];
         for (tier, limit) in request.limits.iter().enumerate() {
+            if limit.global {
+                // Charged in the lease table by the caller, not in a slot.
+                continue;
+            }
             let tat = next.tat_of(limit.identity).unwrap_or(0);
             let verdict = limit.gcra.check(tat, now, request.cost);
             let tv = TierVerdict { tier, verdict };
@@ -307,7 +311,8 @@ impl SlotTable {
             (Some(b), _) => PlanResult::Denied(b),
             (None, Some(t)) => {
                 next.drop_full(now);
-                for (limit, verdict) in request.limits.iter().zip(verdicts.iter().flatten()) {
+                for (limit, verdict) in request.limits.iter().zip(verdicts.iter()) {
+                    let Some(verdict) = verdict else { continue };
                     if next.set(limit.identity, verdict.new_tat, now) {
                         counters.evictions += 1;
                     }
@@ -485,6 +490,7 @@ mod tests {
     fn limit(identity: u64, requests: u64, period_s: u64, burst: u64) -> Limit {
         let nz = |v| NonZeroU64::new(v).unwrap();
         Limit {
+            global: false,
             requests,
             period_seconds: period_s,
             burst,

@@ -113,6 +113,8 @@ pub struct Limit {
     /// Identifies this bucket inside a slot: a hash of the rule id and the limit's own
     /// parameters, so editing one limit resets only that limit's buckets.
     pub identity: u64,
+    /// One bucket per client for the whole fleet (kept in the lease table, not in a slot).
+    pub global: bool,
 }
 
 impl Limit {
@@ -170,6 +172,7 @@ impl Limit {
             burst,
             gcra,
             identity,
+            global: spec.scope == crate::spec::Scope::Global,
         })
     }
 

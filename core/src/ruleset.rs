@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use smallvec::SmallVec;
 
 use crate::gcra::Verdict;
-use crate::hash::client_fingerprint;
+use crate::global::lease::{FleetView, Spend};
+use crate::global::table::{LeaseFailure, LeaseTable, Spent};
+use crate::hash::{client_fingerprint, global_bucket};
 use crate::limiter::{
     Acquisition, BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, SlotTable,
     TierVerdict,
@@ -131,26 +133,34 @@ impl Ruleset {
         request: &impl RequestAttributes,
         store: &impl SharedStore,
         table: &SlotTable,
+        global: &GlobalBuckets<'_, impl SharedStore>,
         now: u64,
         default_failure: FailureMode,
     ) -> Decision<'r> {
-        self.decide_observed(request, store, table, now, default_failure, &mut ())
+        self.decide_observed(request, store, table, global, now, default_failure, &mut ())
     }
 
     /// [`Ruleset::decide`], also telling `sink` what happened for each matching rule (for
     /// per-rule and per-client statistics).
+    ///
+    /// Global limits are spent from the lease table first (each can be undone); then the
+    /// proxy limits of every enforce-mode rule are charged all-or-nothing in the slot table.
+    /// A denial anywhere undoes every global spend of the request (its attempts stay
+    /// counted: they are demand).
+    #[allow(clippy::too_many_arguments)] // The request, its two stores and the clock.
     pub fn decide_observed<'r>(
         &'r self,
         request: &impl RequestAttributes,
         store: &impl SharedStore,
         table: &SlotTable,
+        global: &GlobalBuckets<'_, impl SharedStore>,
         now: u64,
         default_failure: FailureMode,
         sink: &mut impl DecisionSink,
     ) -> Decision<'r> {
         let mut decision = Decision::default();
-        let mut enforced: SmallVec<[(&'r Rule, BucketRequest<'r>, Cow<'_, str>); INLINE_BUCKETS]> =
-            SmallVec::new();
+        let mut enforced: SmallVec<[Enforced<'r, '_>; INLINE_BUCKETS]> = SmallVec::new();
+        let mut spends = GlobalSpends::default();
         for rule in self
             .rules
             .iter()
@@ -169,24 +179,19 @@ impl Ruleset {
                 on_failure: rule.failure_mode_or(default_failure),
             };
             match rule.mode {
-                Mode::Enforce => enforced.push((rule, bucket, client)),
+                Mode::Enforce => enforced.push(Enforced {
+                    rule,
+                    bucket,
+                    client,
+                    global: None,
+                }),
                 Mode::Shadow => {
-                    let acquisition = table.acquire(store, now, &[bucket]);
-                    decision.absorb_counters(&acquisition);
-                    let outcome = match acquisition.buckets.first() {
-                        Some(BucketResult::Denied { .. } | BucketResult::FailedClosed(_)) => {
-                            decision.shadow_denied.push(rule);
-                            RuleOutcome::ShadowDenied
-                        }
-                        Some(BucketResult::FailedOpen(_)) => {
-                            decision.failed_open += 1;
-                            RuleOutcome::FailedOpen
-                        }
-                        Some(BucketResult::Allowed { tightest }) => RuleOutcome::Allowed {
-                            near_limit: is_near_limit(bucket.limits, tightest),
-                        },
-                        Some(BucketResult::Skipped) | None => RuleOutcome::NotCharged,
-                    };
+                    let outcome = self.shadow(&bucket, store, table, global, now, &mut decision);
+                    match outcome {
+                        RuleOutcome::ShadowDenied => decision.shadow_denied.push(rule),
+                        RuleOutcome::FailedOpen => decision.failed_open += 1,
+                        _ => {}
+                    }
                     sink.record(rule, outcome, &client);
                 }
             }
@@ -194,41 +199,290 @@ impl Ruleset {
         if enforced.is_empty() {
             return decision;
         }
-        let buckets: SmallVec<[BucketRequest<'r>; INLINE_BUCKETS]> =
-            enforced.iter().map(|(_, b, _)| *b).collect();
-        let acquisition = table.acquire(store, now, &buckets);
-        decision.absorb_counters(&acquisition);
-        for ((rule, bucket, client), result) in enforced.iter().zip(&acquisition.buckets) {
-            let outcome = match result {
-                BucketResult::Allowed { tightest } if acquisition.allowed => {
-                    decision.note_allowed(rule, bucket.limits, *tightest);
-                    RuleOutcome::Allowed {
-                        near_limit: is_near_limit(bucket.limits, tightest),
+
+        // Phase 1: every enforce-mode rule's global limits.
+        for i in 0..enforced.len() {
+            let Some(entry) = enforced.get(i) else { break };
+            let (rule, bucket) = (entry.rule, entry.bucket);
+            match spends.charge(&bucket, global, now, &mut decision) {
+                Ok(tightest) => {
+                    if let Some(e) = enforced.get_mut(i) {
+                        e.global = tightest;
                     }
                 }
-                // Charged, then refunded because another rule denied the request.
-                BucketResult::Allowed { .. } | BucketResult::Skipped => RuleOutcome::NotCharged,
-                BucketResult::Denied { binding } => {
+                Err(GlobalDenial::Denied(binding)) => {
+                    spends.undo_all(global, now);
                     decision.outcome = Outcome::Denied(Limited {
                         rule,
                         limits: bucket.limits,
+                        tier: binding,
+                    });
+                    return finish_early(decision, &enforced, i, RuleOutcome::Denied, sink);
+                }
+                Err(GlobalDenial::Failed) => match bucket.on_failure {
+                    FailureMode::Open => decision.failed_open += 1,
+                    FailureMode::Closed => {
+                        spends.undo_all(global, now);
+                        decision.outcome = Outcome::FailedClosed(rule);
+                        return finish_early(
+                            decision,
+                            &enforced,
+                            i,
+                            RuleOutcome::FailedClosed,
+                            sink,
+                        );
+                    }
+                },
+            }
+        }
+
+        // Phase 2: the proxy limits, all-or-nothing, in the slot table.
+        let local: SmallVec<[BucketRequest<'r>; INLINE_BUCKETS]> = enforced
+            .iter()
+            .filter(|e| has_proxy_limits(e.bucket.limits))
+            .map(|e| e.bucket)
+            .collect();
+        let acquisition = table.acquire(store, now, &local);
+        decision.absorb_counters(&acquisition);
+        if !acquisition.allowed {
+            spends.undo_all(global, now);
+        }
+        let mut results = acquisition.buckets.iter();
+        for e in &enforced {
+            let result = if has_proxy_limits(e.bucket.limits) {
+                results.next()
+            } else {
+                None
+            };
+            let outcome = match result {
+                None if acquisition.allowed => {
+                    if let Some(tightest) = e.global {
+                        decision.note_allowed(e.rule, e.bucket.limits, tightest);
+                    }
+                    RuleOutcome::Allowed {
+                        near_limit: e.global.is_some_and(|t| is_near_limit(e.bucket.limits, &t)),
+                    }
+                }
+                None => RuleOutcome::NotCharged,
+                Some(BucketResult::Allowed { tightest }) if acquisition.allowed => {
+                    let tightest = tighter_of(*tightest, e.global);
+                    decision.note_allowed(e.rule, e.bucket.limits, tightest);
+                    RuleOutcome::Allowed {
+                        near_limit: is_near_limit(e.bucket.limits, &tightest),
+                    }
+                }
+                // Charged, then refunded because another rule denied the request.
+                Some(BucketResult::Allowed { .. } | BucketResult::Skipped) => {
+                    RuleOutcome::NotCharged
+                }
+                Some(BucketResult::Denied { binding }) => {
+                    decision.outcome = Outcome::Denied(Limited {
+                        rule: e.rule,
+                        limits: e.bucket.limits,
                         tier: *binding,
                     });
                     RuleOutcome::Denied
                 }
-                BucketResult::FailedOpen(_) => {
+                Some(BucketResult::FailedOpen(_)) => {
                     decision.failed_open += 1;
                     RuleOutcome::FailedOpen
                 }
-                BucketResult::FailedClosed(_) => {
-                    decision.outcome = Outcome::FailedClosed(rule);
+                Some(BucketResult::FailedClosed(_)) => {
+                    decision.outcome = Outcome::FailedClosed(e.rule);
                     RuleOutcome::FailedClosed
                 }
             };
-            sink.record(rule, outcome, client);
+            sink.record(e.rule, outcome, &e.client);
         }
         decision
     }
+
+    /// Charges one shadow-mode rule on its own: global limits, then proxy limits. It never
+    /// denies; the outcome says what it would have done.
+    fn shadow(
+        &self,
+        bucket: &BucketRequest<'_>,
+        store: &impl SharedStore,
+        table: &SlotTable,
+        global: &GlobalBuckets<'_, impl SharedStore>,
+        now: u64,
+        decision: &mut Decision<'_>,
+    ) -> RuleOutcome {
+        let mut spends = GlobalSpends::default();
+        let global_tightest = match spends.charge(bucket, global, now, decision) {
+            Ok(tightest) => tightest,
+            Err(GlobalDenial::Denied(_)) => return RuleOutcome::ShadowDenied,
+            Err(GlobalDenial::Failed) => return RuleOutcome::FailedOpen,
+        };
+        if !has_proxy_limits(bucket.limits) {
+            return RuleOutcome::Allowed {
+                near_limit: global_tightest.is_some_and(|t| is_near_limit(bucket.limits, &t)),
+            };
+        }
+        let acquisition = table.acquire(store, now, std::slice::from_ref(bucket));
+        decision.absorb_counters(&acquisition);
+        match acquisition.buckets.first() {
+            Some(BucketResult::Denied { .. } | BucketResult::FailedClosed(_)) => {
+                spends.undo_all(global, now);
+                RuleOutcome::ShadowDenied
+            }
+            Some(BucketResult::FailedOpen(_)) => RuleOutcome::FailedOpen,
+            Some(BucketResult::Allowed { tightest }) => RuleOutcome::Allowed {
+                near_limit: is_near_limit(bucket.limits, &tighter_of(*tightest, global_tightest)),
+            },
+            Some(BucketResult::Skipped) | None => RuleOutcome::NotCharged,
+        }
+    }
+}
+
+/// The fleet-wide side of a decision: the lease table, the shared data it lives in, and
+/// what the control service last told the workers about the fleet.
+#[derive(Debug)]
+pub struct GlobalBuckets<'a, S> {
+    pub table: &'a LeaseTable,
+    pub store: &'a S,
+    pub view: FleetView,
+}
+
+/// An enforce-mode rule that matched, its bucket set, and its tightest global verdict.
+struct Enforced<'r, 'c> {
+    rule: &'r Rule,
+    bucket: BucketRequest<'r>,
+    client: Cow<'c, str>,
+    global: Option<TierVerdict>,
+}
+
+/// Why a rule's global limits did not admit the request.
+enum GlobalDenial {
+    Denied(TierVerdict),
+    /// The lease table could not be used (full, contended, or a host error).
+    Failed,
+}
+
+/// The global spends of one request, kept so that a later denial can undo them.
+#[derive(Default)]
+struct GlobalSpends {
+    spent: SmallVec<[(u64, u64, Spent); INLINE_BUCKETS]>,
+}
+
+impl GlobalSpends {
+    /// Spends `bucket`'s cost from each of its global limits; on a denial or a failure the
+    /// rule's own spends are undone. Returns the tightest global verdict, if any.
+    fn charge(
+        &mut self,
+        bucket: &BucketRequest<'_>,
+        global: &GlobalBuckets<'_, impl SharedStore>,
+        now: u64,
+        decision: &mut Decision<'_>,
+    ) -> Result<Option<TierVerdict>, GlobalDenial> {
+        let first_of_rule = self.spent.len();
+        let mut tightest: Option<TierVerdict> = None;
+        for (tier, limit) in bucket.limits.iter().enumerate().filter(|(_, l)| l.global) {
+            let id = global_bucket(limit.identity, bucket.fingerprint);
+            let spent = global.table.spend(
+                global.store,
+                id,
+                &limit.gcra,
+                bucket.cost,
+                now,
+                &global.view,
+            );
+            let denial = match spent {
+                Ok(spent) => match spent.spend {
+                    Spend::Denied { retry_after_ns } => GlobalDenial::Denied(TierVerdict {
+                        tier,
+                        verdict: Verdict {
+                            allowed: false,
+                            new_tat: 0,
+                            remaining: 0,
+                            reset_ns: retry_after_ns,
+                            retry_after_ns,
+                        },
+                    }),
+                    spend => {
+                        if spend == Spend::Fallback {
+                            decision.global_fallback += 1;
+                        }
+                        decision.global_created += u32::from(spent.created);
+                        self.spent.push((id, bucket.cost, spent));
+                        let verdict = TierVerdict {
+                            tier,
+                            verdict: Verdict {
+                                allowed: true,
+                                new_tat: 0,
+                                remaining: spent.remaining,
+                                // As this proxy sees it: the time its share takes to refill.
+                                reset_ns: limit
+                                    .burst
+                                    .saturating_sub(spent.remaining)
+                                    .saturating_mul(limit.gcra.interval_ns()),
+                                retry_after_ns: 0,
+                            },
+                        };
+                        if tightest.is_none_or(|t| verdict.verdict.remaining < t.verdict.remaining)
+                        {
+                            tightest = Some(verdict);
+                        }
+                        continue;
+                    }
+                },
+                Err(failure) => {
+                    decision.global_failures += 1;
+                    if failure == LeaseFailure::TableFull {
+                        decision.global_table_full += 1;
+                    }
+                    GlobalDenial::Failed
+                }
+            };
+            self.undo_from(first_of_rule, global, now);
+            return Err(denial);
+        }
+        Ok(tightest)
+    }
+
+    fn undo_all(&mut self, global: &GlobalBuckets<'_, impl SharedStore>, now: u64) {
+        self.undo_from(0, global, now);
+    }
+
+    fn undo_from(&mut self, first: usize, global: &GlobalBuckets<'_, impl SharedStore>, now: u64) {
+        for (id, cost, spent) in self.spent.drain(first..) {
+            global
+                .table
+                .undo(global.store, id, cost, &spent, now, &global.view);
+        }
+    }
+}
+
+fn has_proxy_limits(limits: &[Limit]) -> bool {
+    limits.iter().any(|l| !l.global)
+}
+
+/// The tighter of a proxy limit's verdict and a global one.
+fn tighter_of(local: TierVerdict, global: Option<TierVerdict>) -> TierVerdict {
+    match global {
+        Some(g) if g.verdict.remaining < local.verdict.remaining => g,
+        _ => local,
+    }
+}
+
+/// Ends a decision that a rule decided before the slot table was charged: that rule gets
+/// `outcome`, the others are not charged.
+fn finish_early<'r>(
+    decision: Decision<'r>,
+    enforced: &[Enforced<'r, '_>],
+    decided: usize,
+    outcome: RuleOutcome,
+    sink: &mut impl DecisionSink,
+) -> Decision<'r> {
+    for (i, e) in enforced.iter().enumerate() {
+        let o = if i == decided {
+            outcome
+        } else {
+            RuleOutcome::NotCharged
+        };
+        sink.record(e.rule, o, &e.client);
+    }
+    decision
 }
 
 /// A limit of a rule and its verdict: what the rate-limit headers describe.
@@ -278,6 +532,14 @@ pub struct Decision<'r> {
     /// Whether an allowed request left some limit at least [`NEAR_LIMIT_PERCENT`] used.
     pub near_limit: bool,
     pub counters: LimiterCounters,
+    /// Global limits admitted from the fallback share (the coordinator out of reach).
+    pub global_fallback: u32,
+    /// Global limits that could not be evaluated (the rule's failure mode decided).
+    pub global_failures: u32,
+    /// Of those, how many because the lease table was full.
+    pub global_table_full: u32,
+    /// Global buckets this request was the first on this proxy to use.
+    pub global_created: u32,
 }
 
 impl<'r> Decision<'r> {

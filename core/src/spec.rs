@@ -136,6 +136,26 @@ pub struct LimitSpec {
     /// The bucket's capacity; defaults to `requests`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
+    /// `proxy` (default): each Envoy keeps its own bucket per client. `global`: one bucket
+    /// per client for the whole fleet of Envoys that follow one admin API, still decided
+    /// inside each Envoy from leases (see `docs/global-limits.md`).
+    #[serde(default, skip_serializing_if = "Scope::is_proxy")]
+    pub scope: Scope,
+}
+
+/// Whose bucket a limit is: one per Envoy, or one for the fleet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    #[default]
+    Proxy,
+    Global,
+}
+
+impl Scope {
+    pub fn is_proxy(&self) -> bool {
+        *self == Scope::Proxy
+    }
 }
 
 /// A period: `second`, `minute`, `hour`, `day`, or a number of seconds.

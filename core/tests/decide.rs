@@ -2,9 +2,11 @@
 
 use sluice_core::config::FilterConfig;
 use sluice_core::gcra::NANOS_PER_SECOND;
+use sluice_core::global::lease::FleetView;
+use sluice_core::hash::{client_fingerprint, global_bucket};
 use sluice_core::request::HttpRequest;
 use sluice_core::response::{problem_body, rate_limit_headers, retry_after_seconds};
-use sluice_core::ruleset::{Decision, Outcome};
+use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::store::MemoryStore;
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
@@ -12,6 +14,8 @@ const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 struct Harness {
     config: FilterConfig,
     store: MemoryStore,
+    leases: MemoryStore,
+    view: FleetView,
 }
 
 impl Harness {
@@ -20,6 +24,16 @@ impl Harness {
         Self {
             config,
             store: MemoryStore::new(),
+            leases: MemoryStore::new(),
+            view: FleetView::ALONE,
+        }
+    }
+
+    fn global(&self) -> GlobalBuckets<'_, MemoryStore> {
+        GlobalBuckets {
+            table: &self.config.lease_table,
+            store: &self.leases,
+            view: self.view,
         }
     }
 
@@ -28,6 +42,7 @@ impl Harness {
             request,
             &self.store,
             &self.config.table,
+            &self.global(),
             now,
             self.config.failure_mode,
         )
@@ -209,6 +224,7 @@ fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
             request,
             &h.store,
             &h.config.table,
+            &h.global(),
             T0,
             h.config.failure_mode,
             &mut stats,
@@ -269,4 +285,94 @@ fn a_ruleset_lists_exactly_the_request_attributes_its_rules_read() {
         },
         "disabled rules read nothing"
     );
+}
+
+const GLOBAL: &str = r#"[{"name":"fleet","key":{"header":"x-api-key"},
+    "limits":[{"requests":5,"period":"second","burst":10,"scope":"global"}]}]"#;
+
+#[test]
+fn a_global_limit_without_a_coordinator_is_enforced_by_this_proxy_alone() {
+    let h = Harness::new(GLOBAL);
+    assert!(h.config.ruleset.rules()[0].limits[0].global);
+    assert_eq!(h.count_allowed(&api("alice"), T0, 20), 10);
+    assert_eq!(h.count_allowed(&api("alice"), T0 + NANOS_PER_SECOND, 20), 5);
+    let d = h.decide(&api("alice"), T0 + NANOS_PER_SECOND);
+    let Outcome::Denied(limited) = d.outcome else {
+        panic!("denied")
+    };
+    assert!(limited.verdict().retry_after_ns > 0);
+    assert_eq!(limited.limit().unwrap().requests, 5);
+    assert_eq!(
+        h.store.slots_used(),
+        0,
+        "a global limit takes no bucket slot"
+    );
+}
+
+#[test]
+fn a_global_limit_in_a_fleet_spends_an_even_share_then_waits_for_leases() {
+    let mut h = Harness::new(GLOBAL);
+    h.view = FleetView {
+        fleet_size: 2,
+        fallback: false,
+        ..FleetView::ALONE
+    };
+    assert_eq!(
+        h.count_allowed(&api("bob"), T0, 20),
+        5,
+        "half the burst of 10"
+    );
+    let allowed = h.decide(&api("carol"), T0);
+    let headers = rate_limit_headers(&allowed.tightest.unwrap(), false);
+    let remaining = headers.iter().find(|(n, _)| *n == "x-ratelimit-remaining");
+    assert_eq!(remaining.map(|(_, v)| v.as_str()), Some("4"));
+}
+
+#[test]
+fn a_denial_by_another_rule_gives_the_global_token_back() {
+    // "both": a global limit of 3 and a proxy limit of 5; "tight": a proxy limit of 2 that
+    // denies the third request after "both" spent its global token.
+    let h = Harness::new(
+        r#"[{"name":"both","key":{"header":"x-api-key"},
+             "limits":[{"requests":3,"period":"minute","scope":"global"},{"requests":5,"period":"minute"}]},
+            {"name":"tight","key":{"header":"x-api-key"},"limits":[{"requests":2,"period":"minute"}]}]"#,
+    );
+    assert_eq!(h.count_allowed(&api("dave"), T0, 10), 2);
+    let both = h
+        .config
+        .ruleset
+        .rules()
+        .iter()
+        .find(|r| r.name == "both")
+        .unwrap();
+    let bucket = global_bucket(
+        both.limits[0].identity,
+        client_fingerprint(&both.id, "dave"),
+    );
+    let spend = |now| {
+        h.config
+            .lease_table
+            .spend(&h.leases, bucket, &both.limits[0].gcra, 1, now, &h.view)
+            .unwrap()
+            .spend
+            .admitted()
+    };
+    assert!(
+        spend(T0),
+        "one of 3 global tokens is left: the denials gave theirs back"
+    );
+    assert!(!spend(T0));
+}
+
+#[test]
+fn a_global_denial_names_the_global_limit() {
+    let h = Harness::new(
+        r#"[{"name":"both","key":{"header":"x-api-key"},
+             "limits":[{"requests":2,"period":"minute","scope":"global"},{"requests":5,"period":"minute"}]}]"#,
+    );
+    assert_eq!(h.count_allowed(&api("erin"), T0, 10), 2);
+    let Outcome::Denied(limited) = h.decide(&api("erin"), T0).outcome else {
+        panic!("denied")
+    };
+    assert!(limited.limit().unwrap().global);
 }

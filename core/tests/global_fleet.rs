@@ -4,7 +4,6 @@
 //! and deterministically, including outages, in milliseconds.
 
 use std::collections::HashMap;
-use std::num::NonZeroU64;
 
 use proptest::prelude::*;
 use sluice_core::gcra::{Gcra, NANOS_PER_SECOND as S};
@@ -59,7 +58,10 @@ impl Fleet {
                 .collect(),
             coordinator: Coordinator {
                 buckets: HashMap::new(),
-                settings: Settings::for_interval(interval),
+                settings: Settings {
+                    fleet_size: proxies as u32,
+                    ..Settings::for_interval(interval)
+                },
                 up: true,
             },
             limit,
@@ -123,12 +125,7 @@ impl Fleet {
 }
 
 fn limit(per_second: u64, burst: u64) -> Gcra {
-    Gcra::new(
-        NonZeroU64::new(per_second).unwrap(),
-        NonZeroU64::new(S).unwrap(),
-        NonZeroU64::new(burst).unwrap(),
-    )
-    .unwrap()
+    Gcra::per_second(per_second, burst).unwrap()
 }
 
 /// Deterministic arrivals: each proxy sends `demand × split[p]` requests per second, spread

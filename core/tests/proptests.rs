@@ -68,6 +68,7 @@ fn arrivals() -> impl Strategy<Value = Vec<(u64, u64)>> {
 
 fn limit_of(g: Gcra, identity: u64) -> Limit {
     Limit {
+        global: false,
         requests: 1,
         period_seconds: 1,
         burst: g.burst(),
@@ -191,6 +192,12 @@ proptest! {
             peer_ip: None,
         };
         let store = MemoryStore::new();
-        let _ = config.ruleset.decide(&request, &store, &config.table, T0, config.failure_mode);
+        let leases = MemoryStore::new();
+        let global = sluice_core::ruleset::GlobalBuckets {
+            table: &config.lease_table,
+            store: &leases,
+            view: sluice_core::global::lease::FleetView::ALONE,
+        };
+        let _ = config.ruleset.decide(&request, &store, &config.table, &global, T0, config.failure_mode);
     }
 }

@@ -24,11 +24,13 @@ use sluice_core::wire::{
     RulesetDocument,
 };
 
+use crate::global_sync::GlobalSync;
 use crate::metrics::ControlMetrics;
 use crate::{report_channel, ruleset_channel};
 
-/// How often the service checks whether a retry is due.
-pub const TICK: Duration = Duration::from_millis(250);
+/// How often the service checks whether a retry or a sync is due: the workers' tick, so a
+/// new global bucket is synced within a couple of ticks.
+pub const TICK: Duration = Duration::from_millis(100);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 // Short enough that a restarted admin API is followed again within seconds.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -56,6 +58,7 @@ pub struct ControlService {
     retry_at: Duration,
     backoff: Duration,
     reports: Reports,
+    global: GlobalSync,
     metrics: ControlMetrics,
 }
 
@@ -87,6 +90,7 @@ impl ControlService {
             config.admin_cluster
         );
         ControlService {
+            global: GlobalSync::new(&config),
             config,
             proxy_id,
             running_version,
@@ -115,6 +119,8 @@ impl ControlService {
         if self.poll_call.is_none() && now >= self.retry_at {
             self.poll();
         }
+        self.global
+            .on_tick(nanos(now), &self.config, &self.proxy_id, &self.metrics);
         let interval = Duration::from_secs(u64::from(self.config.report_interval_seconds));
         if now >= self.reports.interval_start + interval {
             self.finish_report(now);
@@ -248,6 +254,15 @@ impl ControlService {
         if self.reports.call == Some(token) {
             return self.on_report_response();
         }
+        if self.global.owns(token) {
+            let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+                .ok()
+                .flatten();
+            let status = response_status();
+            return self
+                .global
+                .on_response(nanos(now()), status, body, &self.metrics);
+        }
         if self.poll_call != Some(token) {
             return;
         }
@@ -353,6 +368,10 @@ fn register_queue() -> Option<u32> {
 
 fn millis(t: Duration) -> u64 {
     u64::try_from(t.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Envoy's node id when it has one, else an id made from the start time.

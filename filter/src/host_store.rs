@@ -1,7 +1,8 @@
 //! The core's [`SharedStore`] over proxy-wasm shared data.
 //!
-//! Slot `n` is the shared-data key `sluice.slot.<n>`. Keys can never be deleted, so the
-//! table's size (a configuration value) bounds how many keys Envoy ever holds.
+//! Slot `n` of the bucket table is the shared-data key `sluice.slot.<n>`; entry `n` of the
+//! lease table (global buckets) is `sluice.lease.<n>`. Keys can never be deleted, so the
+//! tables' sizes (configuration values) bound how many keys Envoy ever holds.
 //!
 //! The first-write race: a key that was never set has no CAS, and CAS 0 means an
 //! unconditional write, so two workers creating one key at once could lose an update.
@@ -22,18 +23,36 @@ use sluice_core::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutc
 /// The CAS passed to create a key only if nobody else has.
 pub const CREATE_CAS: u32 = u32::MAX;
 
-/// Shared-data slots of the bucket table.
-#[derive(Debug, Default)]
+/// Numbered shared-data keys under one prefix.
+#[derive(Debug)]
 pub struct HostStore {
+    prefix: &'static str,
     /// Reused key buffer, so building a key does not allocate per request.
     key: RefCell<String>,
 }
 
 impl HostStore {
+    /// The bucket table's slots.
+    pub fn slots() -> Self {
+        Self::with_prefix("sluice.slot.")
+    }
+
+    /// The lease table's entries.
+    pub fn leases() -> Self {
+        Self::with_prefix("sluice.lease.")
+    }
+
+    fn with_prefix(prefix: &'static str) -> Self {
+        Self {
+            prefix,
+            key: RefCell::new(String::with_capacity(prefix.len() + 10)),
+        }
+    }
+
     fn with_key<T>(&self, slot: u32, f: impl FnOnce(&str) -> T) -> T {
         let mut key = self.key.borrow_mut();
         key.clear();
-        let _ = write!(key, "sluice.slot.{slot}");
+        let _ = write!(key, "{}{slot}", self.prefix);
         f(&key)
     }
 }

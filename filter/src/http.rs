@@ -12,9 +12,10 @@ use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
 use sluice_core::response::{self, HeaderList};
-use sluice_core::ruleset::{Decision, Outcome};
+use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 
+use crate::global_channel;
 use crate::metrics::Metrics;
 use crate::request::LazyRequest;
 use crate::root::Shared;
@@ -54,15 +55,24 @@ impl SluiceHttp {
         };
         let request = LazyRequest::new(config.ruleset.needs());
         let (store, table, failure) = (&self.shared.store, &config.table, config.failure_mode);
+        let global = GlobalBuckets {
+            table: &config.lease_table,
+            store: &self.shared.leases,
+            view: self.shared.view.get(),
+        };
         let decision = config.ruleset.decide_observed(
             &request,
             store,
             table,
+            &global,
             now,
             failure,
             &mut *self.shared.statistics.borrow_mut(),
         );
         record(metrics, &decision);
+        if decision.global_created > 0 {
+            global_channel::note_new_buckets(now);
+        }
         if let Some(header) = &config.shadow_header {
             if config.ruleset.has_shadow_rules() {
                 mark_shadow_denials(header, &decision);
@@ -169,6 +179,15 @@ fn record(metrics: &Metrics, decision: &Decision<'_>) {
         .shadow_denied
         .add(u64::from(!decision.shadow_denied.is_empty()));
     metrics.near_limit.add(u64::from(decision.near_limit));
+    metrics
+        .global_fallback
+        .add(u64::from(decision.global_fallback));
+    metrics
+        .global_failures
+        .add(u64::from(decision.global_failures));
+    metrics
+        .global_table_full
+        .add(u64::from(decision.global_table_full));
 }
 
 /// Tells the upstream which shadow rules would have denied this request. The header is

@@ -3,9 +3,13 @@
 //! * [`root`]: root contexts: one per worker VM (configuration, compiled ruleset), or
 //!   the control service's singleton on the main thread.
 //! * [`control`]: the control service: long-polls the admin API, validates rulesets and
-//!   publishes them through [`ruleset_channel`] (shared data) to every worker.
+//!   publishes them through [`ruleset_channel`] (shared data) to every worker, reports
+//!   statistics, and syncs global buckets ([`global_sync`]).
 //! * [`http`]: one per request; asks the core for a decision and answers or forwards.
-//! * [`host_store`]: the core's `SharedStore` over proxy-wasm shared data.
+//! * [`host_store`]: the core's `SharedStore` over proxy-wasm shared data (bucket slots
+//!   and lease entries).
+//! * [`global_channel`]: the fleet view and the lease table's size, between the control
+//!   service and the workers.
 //! * [`metrics`]: Envoy counters.
 //!
 //! Architecture invariant: this crate holds no rate-limiting logic. It reads the host
@@ -20,6 +24,8 @@
 #![deny(clippy::indexing_slicing)]
 
 pub mod control;
+pub mod global_channel;
+pub mod global_sync;
 pub mod host_store;
 pub mod http;
 pub mod metrics;

@@ -131,6 +131,18 @@ pub struct ControlMetrics {
     pub reports_sent: Counter,
     /// Reports dropped: the unsent buffer was full, or the admin API refused them.
     pub reports_dropped: Counter,
+    /// Syncs of global buckets answered by the admin API.
+    pub syncs: Counter,
+    /// Syncs that failed (unreachable, refused, or a bad answer): the proxy then keeps
+    /// to its fallback shares.
+    pub sync_failures: Counter,
+    /// Global buckets in the last sync.
+    pub global_buckets: Gauge,
+    /// Proxies in the fleet, from the last answered sync.
+    pub fleet_size: Gauge,
+    /// 1 while global limits run on this proxy's fallback shares (syncs failing, or the
+    /// coordinator warming up), else 0.
+    pub global_fallback: Gauge,
 }
 
 impl ControlMetrics {
@@ -143,6 +155,8 @@ impl ControlMetrics {
             &self.refused,
             &self.reports_sent,
             &self.reports_dropped,
+            &self.syncs,
+            &self.sync_failures,
         ] {
             counter.flush();
         }
@@ -157,6 +171,11 @@ impl ControlMetrics {
             version: Gauge::define("sluice_control_ruleset_version"),
             reports_sent: Counter::define("sluice_control_reports_sent_total"),
             reports_dropped: Counter::define("sluice_control_reports_dropped_total"),
+            syncs: Counter::define("sluice_control_syncs_total"),
+            sync_failures: Counter::define("sluice_control_sync_failures_total"),
+            global_buckets: Gauge::define("sluice_control_global_buckets"),
+            fleet_size: Gauge::define("sluice_control_fleet_size"),
+            global_fallback: Gauge::define("sluice_control_global_fallback"),
         }
     }
 }
@@ -196,6 +215,13 @@ pub struct Metrics {
     pub rulesets_applied: Counter,
     /// Statistics batches a worker could not hand to a running control service.
     pub batches_dropped: Counter,
+    /// Global limits admitted from the proxy's fallback share (coordinator out of reach or
+    /// warming up).
+    pub global_fallback: Counter,
+    /// Global limits that could not be evaluated (the rule's failure mode decided).
+    pub global_failures: Counter,
+    /// Of those, because every probed lease-table entry belonged to another active bucket.
+    pub global_table_full: Counter,
 }
 
 impl Metrics {
@@ -217,6 +243,9 @@ impl Metrics {
             config_errors: Counter::define("sluice_config_errors_total"),
             rulesets_applied: Counter::define("sluice_rulesets_applied_total"),
             batches_dropped: Counter::define("sluice_report_batches_dropped_total"),
+            global_fallback: Counter::define("sluice_global_fallback_total"),
+            global_failures: Counter::define("sluice_global_failures_total"),
+            global_table_full: Counter::define("sluice_global_table_full_total"),
         }
     }
 
@@ -239,6 +268,9 @@ impl Metrics {
             &self.config_errors,
             &self.rulesets_applied,
             &self.batches_dropped,
+            &self.global_fallback,
+            &self.global_failures,
+            &self.global_table_full,
         ] {
             counter.flush();
         }

@@ -6,7 +6,7 @@
 //! * anything else: the HTTP filter, one root per worker VM, owning what every request
 //!   of that worker shares: the configuration in force, the metrics and the store.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -15,13 +15,14 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::config::{ControlConfigSpec, FilterConfig, FilterConfigSpec};
+use sluice_core::global::lease::FleetView;
 use sluice_core::report::Aggregate;
 
 use crate::control::{self, ControlService};
 use crate::host_store::HostStore;
 use crate::http::SluiceHttp;
 use crate::metrics::{Metrics, RuleCounters};
-use crate::{report_channel, ruleset_channel};
+use crate::{global_channel, report_channel, ruleset_channel};
 
 /// The root id of the control service in the generated Envoy configuration.
 pub const CONTROL_ROOT_ID: &str = "sluice_control";
@@ -33,15 +34,32 @@ const TICKS_PER_FLUSH: u32 = 10;
 
 /// State shared by a worker's root context and its request contexts (one VM, one
 /// thread).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Shared {
     /// The configuration in force; `None` until a valid one arrives. Replaced whole, so
     /// a request keeps the `Rc` it started with.
     config: RefCell<Option<Rc<FilterConfig>>>,
     pub metrics: RefCell<Metrics>,
     pub store: HostStore,
+    /// The lease table's entries (global buckets).
+    pub leases: HostStore,
+    /// What the control service last said about the fleet (read on every tick).
+    pub view: Cell<FleetView>,
     /// Decision statistics since the last flush: per-rule counts and throttled clients.
     pub statistics: RefCell<Aggregate>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            config: RefCell::default(),
+            metrics: RefCell::default(),
+            store: HostStore::slots(),
+            leases: HostStore::leases(),
+            view: Cell::new(FleetView::ALONE),
+            statistics: RefCell::default(),
+        }
+    }
 }
 
 impl Shared {
@@ -119,6 +137,7 @@ impl RootContext for SluiceRoot {
         match &mut self.part {
             Part::Filter(filter) => {
                 filter.follow_pushed_ruleset();
+                filter.follow_fleet_view();
                 filter.flush_statistics();
                 filter.shared.metrics().flush();
             }
@@ -192,6 +211,10 @@ impl FilterRoot {
                     config.ruleset.rules().len(),
                     config.table.slots()
                 );
+                if let Err(e) = global_channel::publish_slots(config.lease_table.slots()) {
+                    log::warn!("{e}");
+                    metrics.errors.inc();
+                }
                 *self.shared.config.borrow_mut() = Some(Rc::new(config.clone()));
                 self.base = Some(config);
             }
@@ -211,6 +234,7 @@ impl FilterRoot {
         // tick, nor fall back to static rules in between.
         self.pushed_version = None;
         self.follow_pushed_ruleset();
+        self.follow_fleet_view();
     }
 
     /// Once a second: adds the statistics gathered since the last flush to the per-rule
@@ -244,6 +268,17 @@ impl FilterRoot {
         if let Err(e) = report_channel::send(&batch) {
             log::warn!("cannot hand statistics to the control service: {e}");
             self.shared.metrics().batches_dropped.inc();
+        }
+    }
+
+    /// Takes the fleet view the control service last published (one small read).
+    fn follow_fleet_view(&mut self) {
+        match global_channel::view() {
+            Ok(view) => self.shared.view.set(view),
+            Err(e) => {
+                log::warn!("cannot read the fleet view: {e}");
+                self.shared.metrics().errors.inc();
+            }
         }
     }
 

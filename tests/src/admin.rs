@@ -102,6 +102,13 @@ impl AdminServer {
         (resp.status, value)
     }
 
+    /// The server's own Prometheus metrics (`/metrics`, no token needed).
+    pub fn metrics_text(&self) -> String {
+        let resp = Client::connect(self.addr, 1).send(Req::get("/metrics"));
+        assert_eq!(resp.status, 200, "{}", resp.body);
+        resp.body
+    }
+
     /// Creates a token with `role` and returns its secret.
     pub fn create_token(&self, role: &str, name: &str) -> String {
         let (status, body) = self.call(

@@ -161,6 +161,8 @@ fn rule_spec_schema() -> serde_json::Value {
             "period": period,
             "burst": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64,
                       "description": "The bucket's capacity; defaults to `requests`"},
+            "scope": {"type": "string", "enum": ["proxy", "global"], "default": "proxy",
+                      "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"},
         },
     });
     let limits = json!({"type": "array", "minItems": 1, "maxItems": 8, "items": limit});
@@ -280,7 +282,7 @@ mod tests {
             "match": {"host": "h", "path_exact": "/a", "path_prefix": "/", "path_regex": ".*",
                       "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}]},
             "key": {"composite": [{"header": "x"}, {"client_ip": {"trusted_hops": 1}}]},
-            "limits": [{"requests": 1, "period": 5, "burst": 2}],
+            "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"}],
             "cost": {"header": {"name": "c", "max": 5, "default": 2}},
             "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
             "failure_mode": "closed",

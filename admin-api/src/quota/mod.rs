@@ -242,17 +242,18 @@ impl Coordinator {
                 fleet,
                 since,
             } => {
-                let settings = Settings {
-                    warming_up: now.saturating_duration_since(*since)
-                        < Duration::from_nanos(lease_ttl_ns),
-                    ..settings
-                };
                 let fleet_size = count_fleet(
                     fleet,
                     &sync.proxy,
                     now,
                     Duration::from_nanos(fleet_memory_ns),
                 );
+                let settings = Settings {
+                    warming_up: now.saturating_duration_since(*since)
+                        < Duration::from_nanos(lease_ttl_ns),
+                    fleet_size,
+                    ..settings
+                };
                 // Monotonic, and far enough from zero that a bucket's zero state reads as
                 // full.
                 let clock = (1 << 40) + now.saturating_duration_since(*since).as_nanos() as u64;
@@ -323,6 +324,7 @@ fn count_fleet(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::global::coordinator::YOUNG_NS;
     use sluice_core::global::sync::BucketUsage;
 
     fn request(proxy: &str, buckets: Vec<BucketUsage>) -> SyncRequest {
@@ -334,10 +336,11 @@ mod tests {
         }
     }
 
+    /// A bucket of 10/s with a burst of 100, asking for `want` tokens.
     fn usage(bucket: u64, want: u64) -> BucketUsage {
         BucketUsage::new(
             bucket,
-            10_000_000,
+            100_000_000,
             100,
             &Usage {
                 want,
@@ -376,12 +379,19 @@ mod tests {
         let answer = coordinator.sync(&sync, later).await.unwrap();
         assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
         assert_eq!(answer.grants[0].granted, 30);
+        // Once the bucket is no longer young (no even shares left to reserve), the second
+        // proxy gets what the first left, plus the refill since: never a second burst.
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
-        let answer = coordinator.sync(&other, later).await.unwrap();
+        let young_no_more = later + Duration::from_nanos(YOUNG_NS);
+        let answer = coordinator.sync(&other, young_no_more).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
-        assert_eq!(answer.grants[0].granted, 70, "pre-debited: 100 − 30");
+        assert_eq!(
+            answer.grants[0].granted,
+            70 + 3,
+            "pre-debited: 100 − 30, + 0.3 s at 10/s"
+        );
 
-        let gone = later + Duration::from_secs(2);
+        let gone = young_no_more + Duration::from_secs(2);
         let answer = coordinator.sync(&other, gone).await.unwrap();
         assert_eq!(answer.fleet_size, 1, "a left the fleet");
     }

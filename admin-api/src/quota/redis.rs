@@ -119,8 +119,10 @@ impl RedisBuckets {
             .query_async(&mut con)
             .await?;
         let epoch = epoch.unwrap_or(now);
+        let fleet_size = u32::try_from(fleet).unwrap_or(u32::MAX).max(1);
         let settings = Settings {
             warming_up: now < epoch.saturating_add(lease_ttl_ns),
+            fleet_size,
             ..settings
         };
         let mut commands = 5;
@@ -176,7 +178,7 @@ impl RedisBuckets {
         }
         Ok(Settled {
             grants,
-            fleet_size: u32::try_from(fleet).unwrap_or(u32::MAX).max(1),
+            fleet_size,
             warming_up: settings.warming_up,
             commands,
             contended: pending.len() as u64,

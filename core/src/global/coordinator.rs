@@ -22,9 +22,13 @@ pub struct BucketState {
     pub demand: f64,
     /// When `demand` was last decayed.
     pub demand_at: u64,
-    /// When the coordinator first saw the bucket: a young bucket's decayed sum has not yet
-    /// reached its steady level, and the shares correct for that.
+    /// When the bucket's recorded demand begins (its first usage's start): a young
+    /// bucket's decayed sum has not yet reached its steady level, and the shares correct
+    /// for that.
     pub born_at: u64,
+    /// When the coordinator first settled the bucket.
+    #[serde(default)]
+    pub first_seen: u64,
 }
 
 /// One proxy's usage of one bucket since its previous successful sync.
@@ -79,7 +83,17 @@ pub struct Settings {
     /// While true no tokens are granted: leases granted before a restart that lost the
     /// coordinator's state may still be spent, so the buckets are not known to be full.
     pub warming_up: bool,
+    /// Proxies in the fleet now (at least 1).
+    pub fleet_size: u32,
 }
+
+/// How long a bucket counts as young after the coordinator first saw it: long enough for
+/// every proxy that saw the bucket at about the same time to report it (a new bucket makes
+/// a proxy sync within one or two 100 ms ticks). While young, the other proxies may still be
+/// spending their even shares without having reported them. Reports later than this are
+/// still debited (into a debt of at most one burst); the reserve only keeps a brand-new
+/// bucket's first moment within its burst.
+pub const YOUNG_NS: u64 = 300_000_000;
 
 impl Settings {
     /// The defaults for a sync interval (see the constants in [`super`]).
@@ -88,6 +102,7 @@ impl Settings {
             sync_interval_ns,
             demand_tau_ns: (sync_interval_ns as f64 * super::DEMAND_TAU_INTERVALS) as u64,
             warming_up: false,
+            fleet_size: 1,
         }
     }
 }
@@ -107,25 +122,37 @@ pub fn settle(
 ) -> Grant {
     // 1. Gave back: never beyond full.
     state.tat = limit.refund(state.tat, now, usage.returned);
-    // 2. Spent without a lease: debited, but at most down to empty. Spending the
-    //    coordinator never saw (new-bucket allowances, fallback during an outage) must not
-    //    leave a debt that would then starve the whole fleet.
+    // 2. Spent without a lease: debited, into a debt of at most one burst. A debt is paid
+    //    back by the refill before anything more is granted, so spending the coordinator
+    //    had not seen (a new bucket's even shares, fallback during an outage) is made up
+    //    for; capping it keeps a long outage from starving the fleet afterwards.
     let start = state.tat.max(now);
     let debit = usage.unleased.saturating_mul(limit.interval_ns());
     state.tat = start
         .saturating_add(debit)
-        .min(now.saturating_add(limit.capacity_ns()));
+        .min(now.saturating_add(limit.capacity_ns().saturating_mul(2)));
 
     // 3. Demand: decay to now, add this proxy's attempts.
     let share_ppm = record_demand(state, usage.attempts, covers_ns, now, settings);
 
-    // 4. Grant what the bucket holds now, up to the wish, and take it at once.
+    // 4. Grant what the bucket holds now, up to the wish, and take it at once. A young
+    //    bucket grants only this proxy's even part of its capacity: the other proxies'
+    //    even shares may already be spent and not yet reported, and their debits must
+    //    find those tokens still in the bucket.
     let granted = if settings.warming_up {
         0
     } else {
+        let young = now < state.first_seen.saturating_add(YOUNG_NS);
+        let capacity = if young {
+            // This proxy's own unreported spending is accounted already: reserve only
+            // the others' even shares.
+            (limit.capacity_ns() / u64::from(settings.fleet_size.max(1))).saturating_add(debit)
+        } else {
+            limit.capacity_ns()
+        }
+        .min(limit.capacity_ns());
         let backlog = state.tat.max(now) - now;
-        let available =
-            (limit.capacity_ns() - backlog.min(limit.capacity_ns())) / limit.interval_ns();
+        let available = (capacity - backlog.min(capacity)) / limit.interval_ns();
         usage.want.min(available)
     };
     state.tat = state.tat.max(now) + granted * limit.interval_ns();
@@ -152,6 +179,7 @@ fn record_demand(
     if state.demand_at == 0 {
         state.born_at = now.saturating_sub(covers_ns);
         state.demand_at = now;
+        state.first_seen = now;
     }
     let elapsed = now.saturating_sub(state.demand_at) as f64;
     // The attempts arrived spread over the time they cover, not all at once: decayed as
@@ -180,21 +208,10 @@ fn record_demand(
 
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroU64;
 
     use super::*;
     use crate::gcra::NANOS_PER_SECOND as S;
-
-    fn limit(per_second: u64, burst: u64) -> Gcra {
-        Gcra::new(
-            NonZeroU64::new(per_second).unwrap(),
-            NonZeroU64::new(S).unwrap(),
-            NonZeroU64::new(burst).unwrap(),
-        )
-        .unwrap()
-    }
-
-    const T: u64 = S / 2;
+    use crate::global::test_support::{T, limit};
 
     fn want(want: u64) -> Usage {
         Usage {
@@ -222,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn spending_without_a_lease_is_debited_but_never_below_empty() {
+    fn spending_without_a_lease_is_debited_into_at_most_one_burst_of_debt() {
         let l = limit(10, 20);
         let now = 100 * S;
         let settings = Settings::for_interval(T);
@@ -241,8 +258,9 @@ mod tests {
         );
         assert_eq!(g.granted, 12, "20 minus the 8 spent unleased");
 
-        // A fallback period that spent far more than the bucket holds leaves it empty,
-        // not in debt: half a second later the fleet gets the refill again.
+        // A fallback period that spent far more than the bucket holds leaves one burst of
+        // debt, not more: it is paid back in 2 s (20 tokens at 10/s), then the fleet gets
+        // the refill again.
         let mut state = BucketState::default();
         let g = settle(
             &mut state,
@@ -255,11 +273,50 @@ mod tests {
             now,
             &settings,
         );
-        assert_eq!(g.full_in_ns, 2 * S);
+        assert_eq!(g.full_in_ns, 4 * S);
+        let paying = settle(&mut state, &l, &want(100), T, now + S, &settings);
+        assert_eq!(paying.granted, 0, "still paying back");
         assert_eq!(
-            settle(&mut state, &l, &want(100), T, now + S / 2, &settings).granted,
+            settle(
+                &mut state,
+                &l,
+                &want(100),
+                T,
+                now + 2 * S + S / 2,
+                &settings
+            )
+            .granted,
             5
         );
+    }
+
+    #[test]
+    fn a_young_bucket_keeps_the_other_proxies_even_shares_for_their_debits() {
+        // Three proxies each spent their even share (20 / 3 = 6) of a new bucket before
+        // syncing. The first to sync must not be granted what the others already spent.
+        let l = limit(10, 20);
+        let now = 100 * S;
+        let mut settings = Settings::for_interval(T);
+        settings.fleet_size = 3;
+        let mut state = BucketState::default();
+        let spent = Usage {
+            attempts: 20,
+            unleased: 6,
+            want: 100,
+            returned: 0,
+        };
+        let first = settle(&mut state, &l, &spent, T, now, &settings);
+        assert_eq!(
+            first.granted, 6,
+            "its own third (6.67, rounded down), beside its 6 spent"
+        );
+        assert_eq!(settle(&mut state, &l, &spent, T, now, &settings).granted, 0);
+        // 18 spent unleased + 6 granted = 24: 4 of debt. A second later the refill (10)
+        // pays it back and 6 are left: 30 in all, exactly `burst + rate × elapsed`.
+        settle(&mut state, &l, &spent, T, now, &settings);
+        let later = now + S;
+        let grant = settle(&mut state, &l, &want(100), T, later, &settings);
+        assert_eq!(grant.granted, 6, "{grant:?}");
     }
 
     #[test]

@@ -37,9 +37,41 @@ pub struct FleetView {
 }
 
 impl FleetView {
+    /// A proxy that has not heard from a coordinator (or has none): every global limit is
+    /// enforced by this proxy alone, like a proxy-scoped one.
+    pub const ALONE: FleetView = FleetView {
+        fleet_size: 0,
+        fallback: true,
+        sync_interval_ns: super::DEFAULT_SYNC_INTERVAL_NS,
+    };
+
     /// How long a lease lasts after the answer that refreshed it.
     pub fn lease_ttl_ns(&self) -> u64 {
         self.sync_interval_ns.saturating_mul(LEASE_TTL_INTERVALS)
+    }
+
+    /// The view's bytes in shared data: fleet size (`u32`), fallback (`u8`), sync interval
+    /// (`u64`), little-endian.
+    pub fn encode(&self) -> [u8; 13] {
+        let mut out = [0u8; 13];
+        let (size, rest) = out.split_at_mut(4);
+        size.copy_from_slice(&self.fleet_size.to_le_bytes());
+        let (fallback, interval) = rest.split_at_mut(1);
+        fallback.fill(u8::from(self.fallback));
+        interval.copy_from_slice(&self.sync_interval_ns.to_le_bytes());
+        out
+    }
+
+    /// Reads a view's bytes; `None` for anything else.
+    pub fn decode(bytes: &[u8]) -> Option<FleetView> {
+        let bytes: &[u8; 13] = bytes.try_into().ok()?;
+        let (size, rest) = bytes.split_at(4);
+        let (fallback, interval) = rest.split_at(1);
+        Some(FleetView {
+            fleet_size: u32::from_le_bytes(size.try_into().ok()?),
+            fallback: *fallback.first()? != 0,
+            sync_interval_ns: u64::from_le_bytes(interval.try_into().ok()?).max(1),
+        })
     }
 }
 
@@ -224,6 +256,13 @@ impl LeaseEntry {
         } else {
             0
         };
+        if attempts == 0 && self.balance == 0 && self.settled && now >= self.full_at {
+            // Idle, nothing held, and the fleet's bucket is full again: the next request
+            // is treated as the first (an even local share until the next answer) instead
+            // of being denied while the fleet has tokens to spare. This is the "new to this
+            // proxy" case of the bound, once per time the bucket is full.
+            self.settled = false;
+        }
         let horizon_ns = view.sync_interval_ns as f64 * WANT_HORIZON_INTERVALS;
         // A new bucket's rate is judged over its life so far (at least a millisecond): a
         // hot new bucket must ask for enough at once, or the fleet's bucket sits full and
@@ -341,25 +380,7 @@ impl LeaseEntry {
 mod tests {
     use super::*;
     use crate::gcra::NANOS_PER_SECOND as S;
-
-    const T: u64 = S / 2;
-
-    fn limit(per_second: u64, burst: u64) -> Gcra {
-        Gcra::new(
-            NonZeroU64::new(per_second).unwrap(),
-            NonZeroU64::new(S).unwrap(),
-            NonZeroU64::new(burst).unwrap(),
-        )
-        .unwrap()
-    }
-
-    fn leasing(fleet_size: u32) -> FleetView {
-        FleetView {
-            fleet_size,
-            fallback: false,
-            sync_interval_ns: T,
-        }
-    }
+    use crate::global::test_support::{T, leasing, limit};
 
     fn grant(granted: u64, share_ppm: u32, full_in_ns: u64) -> Grant {
         Grant {
@@ -515,6 +536,17 @@ mod tests {
     }
 
     #[test]
+    fn fleet_views_round_trip_through_their_bytes() {
+        let view = FleetView {
+            fleet_size: 3,
+            fallback: true,
+            sync_interval_ns: T,
+        };
+        assert_eq!(FleetView::decode(&view.encode()), Some(view));
+        assert_eq!(FleetView::decode(&[1, 2]), None);
+    }
+
+    #[test]
     fn entries_round_trip_through_their_bytes_and_reject_others() {
         let view = leasing(3);
         let mut entry = LeaseEntry::new(0xfeed, &limit(10, 20), 0);
@@ -530,6 +562,21 @@ mod tests {
         other[1] = 2;
         assert_eq!(LeaseEntry::decode(&other), None);
         assert_eq!(LeaseEntry::decode(&[]), None);
+    }
+
+    #[test]
+    fn an_idle_bucket_starts_afresh_once_the_fleets_bucket_is_full() {
+        let view = leasing(2);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
+        assert_eq!(entry.spend(1, 0, &view), Spend::NewBucket);
+        entry.collect(0, T, &view);
+        entry.apply(&grant(1, PPM, S), 0, &view);
+        assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
+        entry.collect(T, T, &view);
+        assert!(entry.settled, "the fleet's bucket is not full yet");
+        entry.collect(S, T, &view);
+        assert!(!entry.settled, "idle and full: a slow client is not denied");
+        assert_eq!(entry.spend(1, 2 * S, &view), Spend::NewBucket);
     }
 
     #[test]

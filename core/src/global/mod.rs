@@ -44,3 +44,26 @@ pub const DEMAND_TAU_INTERVALS: f64 = 4.0;
 /// Proxies count toward the fleet while their last sync is younger than this many
 /// intervals.
 pub const FLEET_MEMORY_INTERVALS: u64 = 3;
+
+/// What the global module's unit tests share.
+#[cfg(test)]
+mod test_support {
+    use super::lease::FleetView;
+    use crate::gcra::{Gcra, NANOS_PER_SECOND};
+
+    /// The sync interval of every test.
+    pub const T: u64 = NANOS_PER_SECOND / 2;
+
+    pub fn limit(per_second: u64, burst: u64) -> Gcra {
+        Gcra::per_second(per_second, burst).unwrap()
+    }
+
+    /// A fleet of `fleet_size` proxies whose coordinator answers.
+    pub fn leasing(fleet_size: u32) -> FleetView {
+        FleetView {
+            fleet_size,
+            fallback: false,
+            sync_interval_ns: T,
+        }
+    }
+}

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::coordinator::{Grant, Usage};
 
+/// Where proxies send their syncs.
+pub const SYNC_PATH: &str = "/api/v1/quota/sync";
+
 /// A proxy's usage of its active global buckets since its last successful sync.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -21,6 +24,21 @@ pub struct SyncRequest {
     /// How long the usage covers: the time since the proxy's last answered sync.
     pub covers_ms: u64,
     pub buckets: Vec<BucketUsage>,
+}
+
+impl SyncRequest {
+    /// The request body.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Plain data with string keys: serialising cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+impl SyncResponse {
+    /// Reads an answer body.
+    pub fn from_json(bytes: &[u8]) -> Result<SyncResponse, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
 }
 
 /// One bucket's usage ([`Usage`], spelled out so that unknown fields are refused), and the

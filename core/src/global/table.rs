@@ -45,6 +45,9 @@ pub struct Spent {
     pub spend: Spend,
     /// Tokens this proxy can still admit for the bucket without asking anyone.
     pub remaining: u64,
+    /// Whether this spend created the bucket's entry (the control service syncs early
+    /// when new buckets appear).
+    pub created: bool,
 }
 
 /// One entry's usage, taken for a sync.
@@ -88,6 +91,7 @@ impl LeaseTable {
     ) -> Result<Spent, LeaseFailure> {
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let located = self.locate(store, bucket, now)?;
+            let created = located.entry.is_none();
             let mut entry = located
                 .entry
                 .unwrap_or_else(|| LeaseEntry::new(bucket, limit, now));
@@ -100,6 +104,7 @@ impl LeaseTable {
                     slot: located.slot,
                     spend,
                     remaining: entry.remaining(now, view),
+                    created,
                 });
             }
         }
@@ -124,8 +129,7 @@ impl LeaseTable {
     }
 
     /// Takes the usage of every entry with something to report (attempts, unleased
-    /// spending, a balance, or a bucket the coordinator has not answered for yet), zeroing
-    /// its counts. `covers_ns` is the time since the last answered sync.
+    /// spending, or a balance), zeroing its counts. `covers_ns` is the time since the last answered sync.
     pub fn collect(
         &self,
         store: &impl SharedStore,
@@ -141,8 +145,9 @@ impl LeaseTable {
             let Some(entry) = LeaseEntry::decode(&bytes) else {
                 continue;
             };
-            let reportable =
-                entry.attempts > 0 || entry.unleased > 0 || entry.balance > 0 || !entry.settled;
+            // An idle entry (no attempts, nothing unleased, nothing held) has nothing to
+            // say; a bucket waiting for its first answer always has an attempt.
+            let reportable = entry.attempts > 0 || entry.unleased > 0 || entry.balance > 0;
             if !reportable {
                 continue;
             }
@@ -248,32 +253,13 @@ impl LeaseTable {
 
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroU64;
     use std::sync::Arc;
 
     use super::*;
     use crate::gcra::NANOS_PER_SECOND as S;
     use crate::global::coordinator::PPM;
+    use crate::global::test_support::{T, leasing as view, limit};
     use crate::store::MemoryStore;
-
-    const T: u64 = S / 2;
-
-    fn limit(per_second: u64, burst: u64) -> Gcra {
-        Gcra::new(
-            NonZeroU64::new(per_second).unwrap(),
-            NonZeroU64::new(S).unwrap(),
-            NonZeroU64::new(burst).unwrap(),
-        )
-        .unwrap()
-    }
-
-    fn view(fleet_size: u32) -> FleetView {
-        FleetView {
-            fleet_size,
-            fallback: false,
-            sync_interval_ns: T,
-        }
-    }
 
     fn table(slots: u32) -> LeaseTable {
         LeaseTable::new(NonZeroU32::new(slots).unwrap())

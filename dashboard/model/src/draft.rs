@@ -10,6 +10,7 @@ use sluice_core::rule::Rule;
 use sluice_core::spec::{
     ClientIpSpec, CostSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec, KeySpec,
     LimitSpec, MatchSpec, Mode, NamedPeriod, OverrideSpec, PeriodSpec, ResponseSpec, RuleSpec,
+    Scope,
 };
 
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
@@ -29,6 +30,8 @@ pub struct LimitDraft {
     pub seconds: String,
     /// Empty: the burst defaults to `requests`.
     pub burst: String,
+    /// One bucket per client for the whole fleet (`scope: global`) rather than per proxy.
+    pub global: bool,
 }
 
 impl LimitDraft {
@@ -47,6 +50,7 @@ impl LimitDraft {
                 .and_then(|s| s.burst)
                 .map(|b| b.to_string())
                 .unwrap_or_default(),
+            global: spec.is_some_and(|s| s.scope == Scope::Global),
         }
     }
 
@@ -412,6 +416,11 @@ impl Numbers {
                     requests,
                     period,
                     burst,
+                    scope: if r.global {
+                        Scope::Global
+                    } else {
+                        Scope::Proxy
+                    },
                 }
             })
             .collect()
@@ -449,6 +458,7 @@ pub fn blank() -> RuleSpec {
             requests: 10,
             period: PeriodSpec::Named(NamedPeriod::Second),
             burst: None,
+            scope: Scope::Proxy,
         }],
         cost: CostSpec::default(),
         overrides: Vec::new(),
@@ -492,6 +502,9 @@ mod tests {
                 "overrides":[{"client":"acme","limits":[{"requests":500,"period":"second","burst":600}]},
                              {"client":"beta","limits":[{"requests":1,"period":60}]}]}"#,
             r#"{"name":"all","key":"global","limits":[{"requests":1000,"period":"second"}],"failure_mode":"open"}"#,
+            r#"{"name":"fleet","key":{"header":"x-api-key"},
+                "limits":[{"requests":100,"period":"minute","scope":"global"},{"requests":10,"period":"second"}],
+                "overrides":[{"client":"acme","limits":[{"requests":1000,"period":"minute","scope":"global"}]}]}"#,
         ] {
             round_trip(&spec(json));
         }
@@ -519,6 +532,7 @@ mod tests {
             period: "custom".into(),
             seconds: String::new(),
             burst: "x".into(),
+            global: false,
         });
         draft.overrides.push(OverrideDraft {
             client: "acme".into(),

@@ -1,7 +1,7 @@
 //! Numbers, rates, durations and rule summaries as people read them: the parts that need
 //! no browser (clock times, which need the browser's time zone, stay in the dashboard).
 
-use sluice_core::spec::{KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeriodSpec, RuleSpec};
+use sluice_core::spec::{KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeriodSpec, RuleSpec, Scope};
 
 /// `1234` → `1,234`; `1_234_567` → `1.23M`.
 pub fn count(n: u64) -> String {
@@ -107,9 +107,14 @@ pub fn limit(l: &LimitSpec) -> String {
         PeriodSpec::Seconds(_) => format!("{} per {}", count(l.requests), period(&l.period)),
         _ => format!("{}/{}", count(l.requests), period(&l.period)),
     };
-    match l.burst {
+    let base = match l.burst {
         Some(b) if b != l.requests => format!("{base}, burst {}", count(b)),
         _ => base,
+    };
+    if l.scope == Scope::Global {
+        format!("{base}, fleet-wide")
+    } else {
+        base
     }
 }
 
@@ -263,6 +268,9 @@ mod tests {
             serde_json::from_str(r#"{"requests":100,"period":"hour","burst":100}"#).unwrap();
         assert_eq!(limit(&same), "100/h");
         assert_eq!(limits(&[]), "");
+        let fleet: LimitSpec =
+            serde_json::from_str(r#"{"requests":100,"period":"minute","scope":"global"}"#).unwrap();
+        assert_eq!(limit(&fleet), "100/min, fleet-wide");
     }
 
     #[test]

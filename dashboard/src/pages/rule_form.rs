@@ -38,6 +38,7 @@ struct LimitRow {
     period: RwSignal<String>,
     seconds: RwSignal<String>,
     burst: RwSignal<String>,
+    global: RwSignal<bool>,
 }
 
 impl LimitRow {
@@ -48,6 +49,7 @@ impl LimitRow {
             period: text(d.period),
             seconds: text(d.seconds),
             burst: text(d.burst),
+            global: RwSignal::new(d.global),
         }
     }
 
@@ -57,6 +59,7 @@ impl LimitRow {
             period: self.period.get(),
             seconds: self.seconds.get(),
             burst: self.burst.get(),
+            global: self.global.get(),
         }
     }
 }
@@ -308,6 +311,9 @@ fn Limits(rows: RwSignal<Vec<LimitRow>>, #[prop(into)] prefix: Signal<String>) -
                             <Field label="Burst" path=path("burst") hint="capacity; default = requests">
                                 {input(row.burst, path("burst"), "")}
                             </Field>
+                            <label class="check" title="One bucket per client for every Envoy that follows this admin API, instead of one per Envoy">
+                                <input type="checkbox" name=move || path("scope").get() bind:checked=row.global />" Fleet-wide"
+                            </label>
                             <button type="button" class="icon-btn" title="Remove this limit" aria-label="Remove limit"
                                 disabled=move || rows.with(|r| r.len() <= 1)
                                 on:click=move |_| rows.update(|r| r.retain(|x| x.id != row.id))>"×"</button>

@@ -1,0 +1,176 @@
+//! Fleet-wide limits with real parts: three Envoys (two workers each) following one real
+//! admin API, one `scope: global` limit, skewed load on all three at once. The fleet admits
+//! what one bucket would, and without the admin API each Envoy keeps to its share.
+//!
+//! Load runs for a duration, never a count, and every assertion is a bound on
+//! `burst + rate × elapsed` with the windows the load client measures, so the outcome does
+//! not depend on how fast the machine is.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, StatusCounts, wait_for};
+
+const RATE: u64 = 20;
+const BURST: u64 = 20;
+/// Connections per Envoy: a 70/20/10 split of closed-loop load.
+const SPLIT: [usize; 3] = [7, 2, 1];
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn rule() -> Value {
+    json!({
+        "name": "fleet", "match": {"path_prefix": "/g/"}, "key": "global",
+        "limits": [{"requests": RATE, "period": "second", "burst": BURST, "scope": "global"}]
+    })
+}
+
+struct Fleet {
+    admin: AdminServer,
+    envoys: Vec<Envoy>,
+}
+
+fn fleet() -> Fleet {
+    let admin = AdminServer::start();
+    let token = admin.create_token("proxy", "fleet");
+    let envoys: Vec<Envoy> = (0..3)
+        .map(|i| {
+            Envoy::start(EnvoyOptions {
+                admin: Some(admin.connection(&token, &format!("edge-{i}"))),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule()));
+    assert_eq!(status, 201, "{body}");
+    let fleet = Fleet { admin, envoys };
+    fleet.wait_until_coordinated();
+    fleet
+}
+
+impl Fleet {
+    /// Every Envoy runs the rule, knows the whole fleet, and spends leases (the
+    /// coordinator has warmed up).
+    fn wait_until_coordinated(&self) {
+        for envoy in &self.envoys {
+            wait_for("every worker to run the rule", PATIENCE, || {
+                envoy.counter("wasmcustom.sluice_rulesets_applied_total")
+                    >= envoy.concurrency() as u64
+            });
+            wait_for("the fleet to be coordinated", PATIENCE, || {
+                envoy.stat("wasmcustom.sluice_control_fleet_size") == Some(3)
+                    && envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(0)
+            });
+        }
+    }
+
+    /// Skewed load on all three Envoys at once for `duration`. Returns each Envoy's counts
+    /// and the window that holds every decision.
+    fn load(&self, duration: Duration) -> (Vec<StatusCounts>, Duration) {
+        let started = Instant::now();
+        let counts = std::thread::scope(|scope| {
+            let runs: Vec<_> = self
+                .envoys
+                .iter()
+                .zip(SPLIT)
+                .map(|(envoy, connections)| {
+                    let addr = envoy.listener_addr();
+                    scope.spawn(move || {
+                        Client::connect(addr, connections).run_for(duration, |_| Req::get("/g/x"))
+                    })
+                })
+                .collect();
+            runs.into_iter()
+                .map(|r| r.join().expect("load thread"))
+                .collect::<Vec<_>>()
+        });
+        (counts, started.elapsed())
+    }
+}
+
+fn admitted_by_all(counts: &[StatusCounts]) -> u64 {
+    counts.iter().map(|c| c.get(200)).sum()
+}
+
+fn check_only_200_and_429(counts: &[StatusCounts]) {
+    for c in counts {
+        assert_eq!(c.get(200) + c.get(429), c.responses(), "{c:?}");
+        assert_eq!(c.errors, 0, "{:?}", c.first_error);
+    }
+}
+
+#[test]
+fn three_envoys_admit_one_global_limit_together() {
+    let f = fleet();
+    let (counts, outer) = f.load(Duration::from_secs(4));
+    check_only_200_and_429(&counts);
+    let admitted = admitted_by_all(&counts);
+    let demand: u64 = counts.iter().map(StatusCounts::responses).sum();
+    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    // The shortest window in which every Envoy was busy: the fleet's bucket refilled at
+    // least this long under load.
+    let inner = counts.iter().map(|c| c.busy).min().unwrap_or_default();
+    let floor = (0.75 * RATE as f64 * inner.as_secs_f64()) as u64;
+    assert!(
+        demand > 2 * ceiling,
+        "the load must exceed the limit: {demand} requests"
+    );
+    assert!(
+        admitted <= ceiling,
+        "fleet-wide {admitted} admitted, at most {ceiling} allowed in {outer:?}: {counts:?}"
+    );
+    assert!(
+        admitted >= floor,
+        "fleet-wide {admitted} admitted, at least {floor} expected over {inner:?}: {counts:?}"
+    );
+    // Each Envoy alone would have admitted the whole limit: together they shared one.
+    for (envoy, c) in f.envoys.iter().zip(&counts) {
+        assert!(c.get(429) > 0, "{c:?}");
+        assert!(
+            envoy.counter("wasmcustom.sluice_control_syncs_total") > 0,
+            "the control service synced"
+        );
+    }
+    let metrics = f.admin.metrics_text();
+    assert!(metrics.contains("sluice_quota_fleet_size 3"), "{metrics}");
+}
+
+#[test]
+fn without_the_admin_api_each_envoy_keeps_its_global_share_and_coordination_resumes() {
+    let mut f = fleet();
+    // Shares are learnt from traffic: a little skewed load first.
+    f.load(Duration::from_secs(2));
+
+    f.admin.stop();
+    for envoy in &f.envoys {
+        wait_for("the Envoys to notice", PATIENCE, || {
+            envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(1)
+        });
+    }
+    let (counts, outer) = f.load(Duration::from_secs(3));
+    check_only_200_and_429(&counts);
+    let admitted = admitted_by_all(&counts);
+    // Each Envoy admits its share of the rate and burst (at least a tenth of an even
+    // split), plus what is left of its lease: the fleet stays near one limit, far from
+    // the three it would admit alone.
+    let one_limit = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    assert!(
+        admitted as f64 <= 1.25 * one_limit as f64 + 3.0,
+        "fleet-wide {admitted} admitted during the outage, one limit is {one_limit}: {counts:?}"
+    );
+    let fallback: u64 = f
+        .envoys
+        .iter()
+        .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
+        .sum();
+    assert!(fallback > 0, "fallback admissions are counted");
+
+    f.admin.restart();
+    f.wait_until_coordinated();
+    let (counts, outer) = f.load(Duration::from_secs(3));
+    let admitted = admitted_by_all(&counts);
+    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    assert!(
+        admitted <= ceiling,
+        "after recovery: {admitted} of {ceiling}"
+    );
+}

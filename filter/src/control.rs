@@ -171,20 +171,11 @@ impl ControlService {
             return;
         };
         let body = report.to_json();
-        let authorization = format!("Bearer {}", self.config.token);
-        let headers = vec![
-            (":method", "POST"),
-            (":path", REPORTS_PATH),
-            (":authority", self.config.admin_authority.as_str()),
-            ("authorization", authorization.as_str()),
-            ("content-type", "application/json"),
-            (PROXY_ID_HEADER, self.proxy_id.as_str()),
-        ];
-        match hostcalls::dispatch_http_call(
-            &self.config.admin_cluster,
-            headers,
-            Some(&body),
-            vec![],
+        match post_json(
+            &self.config,
+            &self.proxy_id,
+            REPORTS_PATH,
+            &body,
             REPORT_TIMEOUT,
         ) {
             Ok(token) => self.reports.call = Some(token),
@@ -342,6 +333,26 @@ impl ControlService {
         self.retry_at = now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// POSTs a JSON `body` to the admin API at `path` as this proxy; returns the call's token.
+pub fn post_json(
+    config: &ControlConfigSpec,
+    proxy_id: &str,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<u32, proxy_wasm::types::Status> {
+    let authorization = format!("Bearer {}", config.token);
+    let headers = vec![
+        (":method", "POST"),
+        (":path", path),
+        (":authority", config.admin_authority.as_str()),
+        ("authorization", authorization.as_str()),
+        ("content-type", "application/json"),
+        (PROXY_ID_HEADER, proxy_id),
+    ];
+    hostcalls::dispatch_http_call(&config.admin_cluster, headers, Some(body), vec![], timeout)
 }
 
 /// The `:status` of the HTTP call being answered; `None` when the call failed.

@@ -11,15 +11,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use proxy_wasm::hostcalls;
 use sluice_core::config::ControlConfigSpec;
 use sluice_core::global::coordinator::Usage;
 use sluice_core::global::lease::FleetView;
 use sluice_core::global::schedule::SyncSchedule;
 use sluice_core::global::sync::{BucketUsage, SYNC_PATH, SyncRequest, SyncResponse};
 use sluice_core::global::table::{Collected, LeaseTable};
-use sluice_core::wire::PROXY_ID_HEADER;
 
+use crate::control::post_json;
 use crate::global_channel;
 use crate::host_store::HostStore;
 use crate::metrics::ControlMetrics;
@@ -117,25 +116,10 @@ impl GlobalSync {
         };
         metrics.global_buckets.set(buckets.len() as u64);
         let body = request.to_json();
-        let authorization = format!("Bearer {}", config.token);
-        let headers = vec![
-            (":method", "POST"),
-            (":path", SYNC_PATH),
-            (":authority", config.admin_authority.as_str()),
-            ("authorization", authorization.as_str()),
-            ("content-type", "application/json"),
-            (PROXY_ID_HEADER, proxy_id),
-        ];
         // An answer later than two intervals is no use: the next sync carries the usage.
         let timeout = Duration::from_nanos(2 * self.schedule.interval_ns())
             .clamp(Duration::from_millis(500), Duration::from_secs(5));
-        match hostcalls::dispatch_http_call(
-            &config.admin_cluster,
-            headers,
-            Some(&body),
-            vec![],
-            timeout,
-        ) {
+        match post_json(config, proxy_id, SYNC_PATH, &body, timeout) {
             Ok(token) => {
                 self.call = Some(InFlight {
                     token,

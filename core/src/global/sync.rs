@@ -47,10 +47,10 @@ impl SyncResponse {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BucketUsage {
-    /// The bucket's fleet-wide identity, as 16 hex digits (JSON numbers lose precision
-    /// above 2^53).
+    /// The bucket's fleet-wide identity, as 1 to 16 hex digits (sent as 16 lower-case ones;
+    /// JSON numbers lose precision above 2^53).
     #[serde(with = "hex_u64")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9a-f]{1,16}$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9a-fA-F]{1,16}$"))]
     pub bucket: u64,
     /// The limit: one token per `interval_ns`, at most `burst` tokens.
     pub interval_ns: u64,

@@ -48,6 +48,9 @@ pub async fn start(state: AppState, listen: SocketAddr) -> io::Result<Server> {
             .run(background.store(), background.shutting_down())
             .await;
     });
+    // Replicas sharing one database learn of each other's rule changes.
+    let follower = state.clone();
+    tokio::spawn(async move { follower.follow_versions().await });
     Ok(Server {
         addr,
         state,

@@ -20,6 +20,7 @@ on_every_backend!(
     tokens_are_managed_through_the_api_and_never_leak,
     rules_are_listed_with_filters_and_pages,
     polls_record_the_proxy,
+    a_change_through_one_replica_reaches_the_other_replicas_polls,
     the_audit_log_names_who_did_what,
     metrics_count_requests_by_route,
     openapi_health_and_readiness,
@@ -1130,4 +1131,36 @@ async fn openapi_health_and_readiness(db: TestDb) {
     db.store.close().await;
     let not_ready = api.get("/readyz").no_token().send().await.expect(503);
     assert_eq!(not_ready.json()["type"], "urn:sluice:unavailable");
+}
+
+/// Two servers on one database (replicas behind a load balancer): a poll held by the
+/// second wakes for a change committed through the first, within the follow interval.
+async fn a_change_through_one_replica_reaches_the_other_replicas_polls(db: TestDb) {
+    let first = TestApp::new(&db).await;
+    let second = TestApp::new(&db).await;
+    let follower = second.state.clone();
+    let following = tokio::spawn(async move { follower.follow_versions().await });
+    let proxy = db.token(Role::Proxy).await;
+    let held = {
+        let poll = second.get("/api/v1/ruleset?after=0&wait=20").token(&proxy);
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            (poll.send().await, started.elapsed())
+        })
+    };
+    first
+        .post("/api/v1/rules")
+        .json(&rule("shared"))
+        .send()
+        .await
+        .expect(201);
+    let (answer, waited) = held.await.expect("poll task");
+    let doc = answer.expect(200).json();
+    assert_eq!(doc["version"], 1);
+    assert!(
+        waited < sluice_admin::api::VERSION_FOLLOW_INTERVAL * 5,
+        "woken by the follower, not the 20 s hold: {waited:?}"
+    );
+    second.state.shutdown();
+    following.await.expect("the follower stops at shutdown");
 }

@@ -41,6 +41,11 @@ pub struct TestPostgres {
 }
 
 impl TestPostgres {
+    /// `postgres://…` of the server.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The environment the test commands need.
     pub fn env(&self) -> [(&'static str, &str); 2] {
         [(URL_ENV, self.url.as_str()), (REQUIRE_ENV, "1")]

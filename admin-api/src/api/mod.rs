@@ -35,7 +35,7 @@ mod versions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -147,7 +147,8 @@ impl AppState {
         let _ = rx.wait_for(|down| *down).await;
     }
 
-    /// Wakes the long-polls after a committed change.
+    /// Wakes the long-polls after a committed change (here, or through another replica
+    /// sharing the database: see [`AppState::follow_versions`]).
     fn committed(&self, version: u64) {
         self.inner.version.send_if_modified(|current| {
             if version > *current {
@@ -159,6 +160,26 @@ impl AppState {
         });
     }
 
+    /// Follows the database's ruleset version until shutdown, so that a change committed
+    /// through another replica sharing the database wakes this replica's long-polls within
+    /// [`VERSION_FOLLOW_INTERVAL`]. One indexed single-row read per interval.
+    pub async fn follow_versions(&self) {
+        let mut tick = tokio::time::interval(VERSION_FOLLOW_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stopping = self.shutting_down();
+        tokio::pin!(stopping);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = &mut stopping => return,
+            }
+            match self.store().current_version().await {
+                Ok(version) => self.committed(version),
+                Err(err) => tracing::debug!(%err, "could not read the ruleset version"),
+            }
+        }
+    }
+
     fn polling_now(&self, proxy: &str) -> bool {
         self.inner
             .polling
@@ -167,6 +188,10 @@ impl AppState {
             .unwrap_or(false)
     }
 }
+
+/// How often a server re-reads the database's ruleset version (see
+/// [`AppState::follow_versions`]).
+pub const VERSION_FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The `/api/v1` routes, with their OpenAPI description.
 fn api_routes() -> OpenApiRouter<AppState> {

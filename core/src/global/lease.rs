@@ -251,6 +251,15 @@ impl LeaseEntry {
         if !leased {
             self.balance = 0;
         }
+        if attempts > 0 || unleased > 0 {
+            // Until the answer says how full the fleet's bucket is, assume what was just
+            // reported may have drained it: the entry is not forgettable before a full
+            // refill. Otherwise another bucket could reclaim its key while the sync is in
+            // flight, and this bucket would start afresh with a new even share, admitting
+            // its burst again. The answer replaces this with the fleet's own figure.
+            let refill_ns = self.burst.saturating_mul(self.interval_ns);
+            self.full_at = self.full_at.max(now.saturating_add(refill_ns));
+        }
         let returned = if attempts == 0 && leased {
             std::mem::take(&mut self.balance)
         } else {
@@ -573,10 +582,24 @@ mod tests {
         entry.apply(&grant(1, PPM, S), 0, &view);
         assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
         entry.collect(T, T, &view);
+        entry.apply(&grant(0, PPM, S - T), T, &view);
         assert!(entry.settled, "the fleet's bucket is not full yet");
         entry.collect(S, T, &view);
         assert!(!entry.settled, "idle and full: a slow client is not denied");
         assert_eq!(entry.spend(1, 2 * S, &view), Spend::NewBucket);
+    }
+
+    #[test]
+    fn an_entry_awaiting_its_answer_is_not_forgettable() {
+        let view = leasing(3);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
+        entry.spend(1, 0, &view);
+        entry.collect(T, T, &view);
+        // Nothing left to report, but the sync is in flight: reclaiming the key now would
+        // let this bucket start afresh with a new even share.
+        assert!(!entry.forgettable(2 * T));
+        // Unanswered, it may go once a full refill (10 tokens at 10/s) has passed.
+        assert!(entry.forgettable(T + S));
     }
 
     #[test]

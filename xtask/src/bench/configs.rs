@@ -71,18 +71,7 @@ impl Generator {
             .args(["--envoy-admin", "127.0.0.1:0"])
             .arg("--output")
             .arg(&yaml_path);
-        let command = cmd::display(&generate);
-        // The generator says "wrote FILE" on stderr; keep the bench's log quiet.
-        let out = generate
-            .output()
-            .with_context(|| format!("running `{command}`"))?;
-        if !out.status.success() {
-            anyhow::bail!(
-                "`{command}` failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        let command = run_generator(&mut generate)?;
         if chain == FilterChain::Sluice {
             return Ok(Bootstrap {
                 path: yaml_path,
@@ -100,6 +89,31 @@ impl Generator {
             path: json_path,
             command,
         })
+    }
+
+    /// Writes a bootstrap at `path` for an Envoy that follows the admin API at `admin_url`
+    /// (rules, reports and global syncs) as `proxy_id`, answering requests itself.
+    pub fn write_following(
+        &self,
+        path: &Path,
+        admin_url: &str,
+        proxy_token: &str,
+        proxy_id: &str,
+        concurrency: u32,
+    ) -> Result<String> {
+        let mut generate = Command::new(&self.sluice_bin);
+        generate
+            .arg("envoy-config")
+            .args(["--listen", "127.0.0.1:0", "--upstream", "direct"])
+            .arg("--filter")
+            .arg(&self.filter_wasm)
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--envoy-admin", "127.0.0.1:0"])
+            .args(["--admin-url", admin_url, "--proxy-token", proxy_token])
+            .args(["--proxy-id", proxy_id])
+            .arg("--output")
+            .arg(path);
+        run_generator(&mut generate)
     }
 
     fn replace_filter(&self, config: &mut Value, chain: FilterChain) -> Result<()> {
@@ -161,6 +175,23 @@ pub fn native_local_ratelimit() -> Value {
             "local_rate_limit_per_downstream_connection": false,
         },
     })
+}
+
+/// Runs `sluice envoy-config …`; returns its command line for the report.
+fn run_generator(generate: &mut Command) -> Result<String> {
+    let command = cmd::display(generate);
+    // The generator says "wrote FILE" on stderr; keep the bench's log quiet.
+    let out = generate
+        .output()
+        .with_context(|| format!("running `{command}`"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "`{command}` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(command)
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {

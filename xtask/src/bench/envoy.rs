@@ -133,6 +133,10 @@ impl Envoy {
         format!("http://{}{path}", self.listener)
     }
 
+    pub fn listener(&self) -> SocketAddr {
+        self.listener
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -248,22 +252,41 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// One request to Envoy's admin interface, blocking: `(status, body)`. HTTP/1.1 with
-/// `Connection: close`, because Envoy answers HTTP/1.0 with 426 Upgrade Required.
+/// One request to Envoy's admin interface, blocking: `(status, body)`.
 pub fn admin_request(admin: SocketAddr, method: &str, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&admin, ADMIN_TIMEOUT)
-        .with_context(|| format!("connecting to Envoy's admin at {admin}"))?;
+    http_request(admin, method, path, &[], "")
+        .with_context(|| format!("Envoy's admin interface at {admin}"))
+}
+
+/// One blocking HTTP/1.1 request on loopback with `Connection: close` (Envoy answers
+/// HTTP/1.0 with 426 Upgrade Required): `(status, body)`, chunked bodies decoded.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, ADMIN_TIMEOUT)
+        .with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(ADMIN_TIMEOUT))?;
     stream.set_write_timeout(Some(ADMIN_TIMEOUT))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )
-    .context("sending the admin request")?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body.as_bytes()))
+        .with_context(|| format!("sending {method} {path}"))?;
     let mut response = Vec::new();
     stream
         .read_to_end(&mut response)
-        .context("reading the admin response")?;
+        .with_context(|| format!("reading the answer to {method} {path}"))?;
     parse_http_response(&response).with_context(|| format!("{method} {path}"))
 }
 

@@ -15,8 +15,11 @@
 //! interleaved run, medians with min–max over rounds, never absolute claims.
 
 mod accuracy;
+mod admin;
 mod configs;
 mod envoy;
+mod fleet_load;
+mod global;
 mod ingest;
 mod machine;
 mod memory;
@@ -75,6 +78,9 @@ pub enum Section {
     Ingest,
     /// Rule changes from the admin API to every Envoy worker (written beside the report).
     Propagation,
+    /// Fleet-wide limits: three Envoys sharing global limits through the admin API, with
+    /// faults (written beside the report).
+    Global,
 }
 
 /// Durations and sizes of one run.
@@ -149,6 +155,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             all.push(Section::Ingest);
         }
         all.push(Section::Propagation);
+        all.push(Section::Global);
         all
     } else {
         args.only.clone()
@@ -233,7 +240,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 results.profile.as_ref().map(|r| r.as_ref().err())
             }
             // These run after the main report is written, into files beside it.
-            Section::Ingest | Section::Propagation => None,
+            Section::Ingest | Section::Propagation | Section::Global => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
@@ -268,18 +275,32 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     };
     let md_path = out_dir.join(format!("{name}.md"));
     let json_path = out_dir.join(format!("{name}.json"));
-    std::fs::write(&md_path, report.markdown())
-        .with_context(|| format!("writing {}", md_path.display()))?;
-    std::fs::write(
-        &json_path,
-        serde_json::to_string_pretty(&report.json())? + "\n",
-    )
-    .with_context(|| format!("writing {}", json_path.display()))?;
-    step("report written");
+    // The sections written beside the report alone do not make a report.
+    let main_report = sections.iter().any(|s| {
+        matches!(
+            s,
+            Section::Path | Section::Accuracy | Section::Memory | Section::Profile
+        )
+    });
+    if main_report {
+        std::fs::write(&md_path, report.markdown())
+            .with_context(|| format!("writing {}", md_path.display()))?;
+        std::fs::write(
+            &json_path,
+            serde_json::to_string_pretty(&report.json())? + "\n",
+        )
+        .with_context(|| format!("writing {}", json_path.display()))?;
+        step("report written");
+    }
     if sections.contains(&Section::Propagation) {
         let changes = if bench.settings.quick { 30 } else { 100 };
         if let Err(err) = propagation::run(&bench, &out_dir, &name, changes) {
             note(format!("section Propagation failed: {err:#}"));
+        }
+    }
+    if sections.contains(&Section::Global) {
+        if let Err(err) = global::run(&bench, &out_dir, &name) {
+            note(format!("section Global failed: {err:#}"));
         }
     }
     if sections.contains(&Section::Ingest) {
@@ -288,9 +309,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             note(format!("section Ingest failed: {err:#}"));
         }
     }
-    note(md_path.display());
-    note(json_path.display());
-    println!("\n{}", report.readme_section());
+    if main_report {
+        note(md_path.display());
+        note(json_path.display());
+        println!("\n{}", report.readme_section());
+    }
 
     let failed: Vec<&str> = [
         ("path", results.path.as_ref().is_some_and(Result::is_err)),

@@ -7,38 +7,22 @@
 //! filter root that swapped the ruleset in) has risen by the number of roots. Written
 //! beside the main report.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::Bench;
+use super::admin::{AdminApi, Serve, wait_until};
 use super::envoy::{Envoy, EnvoySpec};
 use crate::cmd::{note, step};
 
-const ADMIN_TOKEN: &str = "slc_bench_admin_token_0123456789abcdef";
 const APPLIED: &str = "wasmcustom.sluice_rulesets_applied_total";
 const WORKERS: u32 = 2;
 /// Longest a single change may take before the run is abandoned.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `sluice serve`, killed when dropped.
-struct AdminApi {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for AdminApi {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const WAIT_LIMIT: Duration = Duration::from_secs(15);
 
 /// Measures `changes` rule changes and writes `<out_dir>/<name>-propagation.md`.
 pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<PathBuf> {
@@ -50,39 +34,16 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
     let database = format!("sqlite://{}/propagation.db", dir.display());
     let sluice = &bench.generator.sluice_bin;
 
-    let admin = start_admin(sluice, &database)?;
-    let proxy_token = output(
-        Command::new(sluice)
-            .args(["token", "create", "--role", "proxy", "--name", "bench"])
-            .args(["--database", &database]),
-    )?;
+    let admin = AdminApi::start(&Serve {
+        sluice: sluice.clone(),
+        database,
+        redis: None,
+    })?;
+    let proxy_token = admin.proxy_token("bench")?;
     let yaml = dir.join("propagation.yaml");
-    output(
-        Command::new(sluice)
-            .args([
-                "envoy-config",
-                "--listen",
-                "127.0.0.1:0",
-                "--upstream",
-                "direct",
-                "--filter",
-            ])
-            .arg(&bench.generator.filter_wasm)
-            .args([
-                "--concurrency",
-                &WORKERS.to_string(),
-                "--envoy-admin",
-                "127.0.0.1:0",
-            ])
-            .args([
-                "--admin-url",
-                &format!("http://{}", admin.addr),
-                "--proxy-token",
-                proxy_token.trim(),
-            ])
-            .arg("--output")
-            .arg(&yaml),
-    )?;
+    bench
+        .generator
+        .write_following(&yaml, &admin.url(), &proxy_token, "bench", WORKERS)?;
     let envoy = Envoy::start(&EnvoySpec {
         envoy: &bench.envoy,
         config: &yaml,
@@ -91,19 +52,14 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
         dir: &dir,
         name: "propagation",
     })?;
-    wait("the control service to poll", || {
+    wait_until("the control service to poll", WAIT_LIMIT, || {
         Ok(envoy.stat("wasmcustom.sluice_control_polls_total")? > 0)
     })?;
 
-    let rule = |requests: usize| {
-        json!({"name": "bench", "key": "global", "limits": [{"requests": requests, "period": "minute"}]}).to_string()
-    };
+    let rule = |requests: usize| json!({"name": "bench", "key": "global", "limits": [{"requests": requests, "period": "minute"}]});
     // The first change tells how many filter roots apply each ruleset.
-    let status = call(admin.addr, "POST", "/api/v1/rules", &rule(1))?;
-    if status != 201 {
-        bail!("creating the rule answered HTTP {status}");
-    }
-    wait("the first ruleset to be applied", || {
+    admin.create_rule(&rule(1))?;
+    wait_until("the first ruleset to be applied", WAIT_LIMIT, || {
         Ok(envoy.stat(APPLIED)? > 0)
     })?;
     std::thread::sleep(Duration::from_millis(500));
@@ -114,7 +70,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
     for i in 0..changes {
         let target = envoy.stat(APPLIED)? + roots;
         let sent = Instant::now();
-        let status = call(admin.addr, "PUT", "/api/v1/rules/bench", &rule(i + 2))?;
+        let (status, _) = admin.call("PUT", "/api/v1/rules/bench", &rule(i + 2).to_string())?;
         let saved = Instant::now();
         puts_ms.push((saved - sent).as_secs_f64() * 1e3);
         if status != 200 {
@@ -172,80 +128,4 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
         path.display()
     ));
     Ok(path)
-}
-
-fn start_admin(sluice: &Path, database: &str) -> Result<AdminApi> {
-    let mut child = Command::new(sluice)
-        .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
-        .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting `sluice serve`")?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let _ = tx.send(addr.trim().to_string());
-            }
-        }
-    });
-    match rx
-        .recv_timeout(Duration::from_secs(20))
-        .ok()
-        .and_then(|a| a.parse().ok())
-    {
-        Some(addr) => Ok(AdminApi { child, addr }),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(anyhow!("`sluice serve` did not report its address"))
-        }
-    }
-}
-
-/// Runs a command and returns its standard output.
-fn output(command: &mut Command) -> Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{command:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// One request to the admin API with the bootstrap token; returns the status.
-fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> Result<u16> {
-    let mut stream = TcpStream::connect(addr).context("connecting to the admin API")?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("the admin API sent no status line"))
-}
-
-fn wait(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !check()? {
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }

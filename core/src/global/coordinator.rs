@@ -126,7 +126,19 @@ pub fn settle(
     //    back by the refill before anything more is granted, so spending the coordinator
     //    had not seen (a new bucket's even shares, fallback during an outage) is made up
     //    for; capping it keeps a long outage from starving the fleet afterwards.
-    let start = state.tat.max(now);
+    //    The spending happened over the `covers_ns` the sync reports on, while the bucket
+    //    refilled: it is booked from the start of that window, not all at once now, or
+    //    a proxy back from a long outage would put the fleet into debt for spending that
+    //    its fallback share already kept to the rate. Not for a bucket new to the fleet
+    //    (unless the coordinator lost its state): it did not exist for the whole window,
+    //    and its spending is its proxies' even shares of a full bucket, booked as such.
+    let new_to_the_fleet = state.demand_at == 0 || now < state.first_seen.saturating_add(YOUNG_NS);
+    let window_ns = if new_to_the_fleet && !settings.warming_up {
+        0
+    } else {
+        covers_ns
+    };
+    let start = state.tat.max(now.saturating_sub(window_ns));
     let debit = usage.unleased.saturating_mul(limit.interval_ns());
     state.tat = start
         .saturating_add(debit)
@@ -152,14 +164,21 @@ pub fn settle(
         }
         .min(limit.capacity_ns());
         let backlog = state.tat.max(now) - now;
-        let available = (capacity - backlog.min(capacity)) / limit.interval_ns();
-        usage.want.min(available)
+        let available_ns = capacity - backlog.min(capacity);
+        usage.want.min(available_ns / limit.interval_ns())
     };
-    state.tat = state.tat.max(now) + granted * limit.interval_ns();
+    // A TAT in the past (the bucket full) is kept as it is, not moved up to now: the next
+    //    proxy's unleased spending is booked from the start of its own window (step 2),
+    //    and the refill in that window belongs to it.
+    if granted > 0 {
+        state.tat = state.tat.max(now) + granted * limit.interval_ns();
+    }
 
     Grant {
         granted,
-        share_ppm,
+        // A coordinator warming up has heard from only some proxies since it started:
+        // shares computed now would favour whoever synced first.
+        share_ppm: if settings.warming_up { 0 } else { share_ppm },
         full_in_ns: state.tat.max(now) - now,
     }
 }
@@ -175,7 +194,9 @@ fn record_demand(
 ) -> u32 {
     let tau = settings.demand_tau_ns.max(1) as f64;
     let interval = settings.sync_interval_ns.max(1) as f64;
-    let covers = covers_ns.clamp(1, settings.demand_tau_ns.max(1)) as f64;
+    // Not capped: attempts spread over a long window (after an outage) weigh `τ/c` each,
+    // so they add the window's rate once, not a burst of it.
+    let covers = covers_ns.max(1) as f64;
     if state.demand_at == 0 {
         state.born_at = now.saturating_sub(covers_ns);
         state.demand_at = now;
@@ -256,7 +277,10 @@ mod tests {
             now,
             &settings,
         );
-        assert_eq!(g.granted, 12, "20 minus the 8 spent unleased");
+        assert_eq!(
+            g.granted, 12,
+            "20 minus the 8 spent unleased (a new bucket: no refill credited)"
+        );
 
         // A fallback period that spent far more than the bucket holds leaves one burst of
         // debt, not more: it is paid back in 2 s (20 tokens at 10/s), then the fleet gets
@@ -312,11 +336,19 @@ mod tests {
         );
         assert_eq!(settle(&mut state, &l, &spent, T, now, &settings).granted, 0);
         // 18 spent unleased + 6 granted = 24: 4 of debt. A second later the refill (10)
-        // pays it back and 6 are left: 30 in all, exactly `burst + rate × elapsed`.
+        // pays it back and 6 are left for the three: 30 in all, exactly
+        // `burst + rate × elapsed`.
         settle(&mut state, &l, &spent, T, now, &settings);
         let later = now + S;
-        let grant = settle(&mut state, &l, &want(100), T, later, &settings);
-        assert_eq!(grant.granted, 6, "{grant:?}");
+        let asking = Usage {
+            attempts: 20,
+            want: 100,
+            ..Usage::default()
+        };
+        let granted: u64 = (0..3)
+            .map(|_| settle(&mut state, &l, &asking, S, later, &settings).granted)
+            .sum();
+        assert_eq!(granted, 6);
     }
 
     #[test]
@@ -374,13 +406,20 @@ mod tests {
         );
         assert_eq!(g.granted, 0);
         assert_eq!(
-            g.share_ppm, PPM,
-            "the only proxy seen so far has all the demand"
+            g.share_ppm, 0,
+            "no share yet: only some proxies have been heard from since the start"
         );
         settings.warming_up = false;
+        let more = Usage {
+            attempts: 5,
+            want: 100,
+            ..Usage::default()
+        };
+        let g = settle(&mut state, &l, &more, T, now, &settings);
+        assert!(g.share_ppm > 0, "shares again once warmed up");
         assert_eq!(
-            settle(&mut state, &l, &want(100), T, now, &settings).granted,
-            15
+            g.granted, 20,
+            "the 5 spent over the half second refilled meanwhile"
         );
     }
 

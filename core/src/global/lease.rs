@@ -296,12 +296,18 @@ impl LeaseEntry {
         self.settled = true;
         self.balance = self.balance.saturating_add(grant.granted);
         self.expires_at = now.saturating_add(view.lease_ttl_ns());
-        self.share_ppm = grant.share_ppm.max(1);
+        // No share (0): the coordinator does not know the fleet's demand yet (it is
+        // warming up); the last known share stays.
+        if grant.share_ppm > 0 {
+            self.share_ppm = grant.share_ppm;
+        }
         self.full_at = now.saturating_add(grant.full_in_ns);
-        // The local GCRA has the fleet bucket's capacity in time, so starting it as full as
-        // the fleet's bucket is now continues the fleet's limit where it stands if the
-        // coordinator is lost, instead of handing every proxy a fresh burst.
-        self.local_tat = now.saturating_add(grant.full_in_ns);
+        // The local GCRA has the fleet bucket's capacity in time, so making it at most as
+        // full as the fleet's bucket is now continues the fleet's limit where it stands if
+        // the coordinator is lost, instead of handing every proxy a fresh burst. Never
+        // fuller than it is: while on fallback shares, the coordinator has not yet heard
+        // of this proxy's latest spending.
+        self.local_tat = self.local_tat.max(now.saturating_add(grant.full_in_ns));
     }
 
     /// Whether the entry can be dropped without losing anything: nothing left to report,

@@ -58,6 +58,25 @@ async fn sync(api: &TestApp, token: &str, proxy: &str, bucket_id: &str, want: u6
         .json()
 }
 
+/// A poll as `proxy`, so that it is listed at `/api/v1/proxies`.
+async fn poll_as(api: &TestApp, token: &str, proxy: &str) {
+    api.get("/api/v1/ruleset?after=0&wait=0")
+        .token(token)
+        .header("x-sluice-proxy-id", proxy)
+        .send()
+        .await;
+}
+
+/// What `/api/v1/proxies` says of `proxy`'s global syncs.
+async fn global_sync_of(api: &TestApp, proxy: &str) -> Value {
+    let list = api.get("/api/v1/proxies").send().await.expect(200).json();
+    list["proxies"]
+        .as_array()
+        .and_then(|all| all.iter().find(|p| p["id"] == proxy))
+        .map(|p| p["global_sync"].clone())
+        .unwrap_or_else(|| panic!("{proxy} is not listed: {list}"))
+}
+
 fn granted(answer: &Value) -> u64 {
     answer["grants"][0]["granted"].as_u64().unwrap()
 }
@@ -288,6 +307,10 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     let api = replica(&db, &redis.url()).await;
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&api, &proxy).await;
+    poll_as(&api, &proxy, "edge-1").await;
+    sync(&api, &proxy, "edge-1", "00000000000000e1", 1).await;
+    let before = global_sync_of(&api, "edge-1").await;
+    assert_eq!(before["on_fallback"], json!(false), "{before}");
 
     redis.kill();
     let asked = Instant::now();
@@ -306,6 +329,17 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
         asked.elapsed()
     );
     assert!(refused.text().contains("Redis"), "{}", refused.text());
+    // The proxy now keeps to its fallback shares, and the API says so.
+    let during = global_sync_of(&api, "edge-1").await;
+    assert_eq!(during["on_fallback"], json!(true), "{during}");
+    assert_eq!(
+        api.get("/api/v1/metrics/overview")
+            .send()
+            .await
+            .expect(200)
+            .json()["proxies"]["on_fallback"],
+        json!(1)
+    );
 
     // Redis comes back empty (no persistence): the coordinator reconnects by itself and
     // warms up, because leases granted before may still be spent.
@@ -326,7 +360,39 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     };
     assert_eq!(answer["warming_up"], json!(true), "{answer}");
     assert_eq!(granted(&answer), 0);
+    let during_warm_up = global_sync_of(&api, "edge-1").await;
+    assert_eq!(
+        during_warm_up["on_fallback"],
+        json!(true),
+        "no grants while warming up: {during_warm_up}"
+    );
     warmed_up(&api, &proxy).await;
+    sync(&api, &proxy, "edge-1", "00000000000000e1", 1).await;
+    let after = global_sync_of(&api, "edge-1").await;
+    assert_eq!(
+        after["on_fallback"],
+        json!(false),
+        "answered again: {after}"
+    );
+}
+
+#[tokio::test]
+async fn the_proxies_list_says_when_each_proxy_last_synced() {
+    let (db, api) = app().await;
+    let proxy = db.token(Role::Proxy).await;
+    poll_as(&api, &proxy, "edge-1").await;
+    poll_as(&api, &proxy, "edge-2").await;
+    warmed_up(&api, &proxy).await;
+    sync(&api, &proxy, "edge-1", "00000000000000a1", 1).await;
+    let synced = global_sync_of(&api, "edge-1").await;
+    assert_eq!(synced["on_fallback"], json!(false), "{synced}");
+    assert_eq!(synced["interval_ms"], json!(500));
+    assert!(synced["last_answered"].is_string(), "{synced}");
+    assert_eq!(
+        global_sync_of(&api, "edge-2").await,
+        Value::Null,
+        "edge-2 never synced"
+    );
 }
 
 #[tokio::test]

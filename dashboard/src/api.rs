@@ -299,6 +299,15 @@ pub struct ProxyView {
     pub ruleset_version: u64,
     pub last_error: Option<String>,
     pub connected: bool,
+    #[serde(default)]
+    pub global_sync: Option<GlobalSync>,
+}
+
+/// How a proxy's syncs of global (fleet-wide) buckets stand.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct GlobalSync {
+    pub last_answered: Option<String>,
+    pub on_fallback: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -390,6 +399,7 @@ pub struct ProxyCounts {
     pub connected: u64,
     pub total: u64,
     pub versions: BTreeMap<String, u64>,
+    pub on_fallback: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

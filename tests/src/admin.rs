@@ -25,22 +25,38 @@ pub struct AdminServer {
     child: Option<Child>,
     addr: SocketAddr,
     database: String,
+    /// `--redis URL`: global buckets in Redis.
+    redis: Option<String>,
     dir: TempDir,
 }
 
 impl AdminServer {
     /// Starts a server with a fresh SQLite database on a free loopback port.
     pub fn start() -> AdminServer {
+        AdminServer::start_with(None)
+    }
+
+    /// Starts a server that keeps global buckets in the Redis at `url`.
+    pub fn start_with_redis(url: &str) -> AdminServer {
+        AdminServer::start_with(Some(url.to_string()))
+    }
+
+    fn start_with(redis: Option<String>) -> AdminServer {
         let dir = tempfile::Builder::new()
             .prefix("sluice-admin-")
             .tempdir()
             .expect("temp dir");
         let database = format!("sqlite://{}/sluice.db", dir.path().display());
-        let (child, addr) = spawn(&database, "127.0.0.1:0".parse().expect("address"));
+        let (child, addr) = spawn(
+            &database,
+            redis.as_deref(),
+            "127.0.0.1:0".parse().expect("address"),
+        );
         AdminServer {
             child: Some(child),
             addr,
             database,
+            redis,
             dir,
         }
     }
@@ -56,7 +72,7 @@ impl AdminServer {
     /// Starts it again on the same address and database.
     pub fn restart(&mut self) {
         self.stop();
-        let (child, addr) = spawn(&self.database, self.addr);
+        let (child, addr) = spawn(&self.database, self.redis.as_deref(), self.addr);
         self.child = Some(child);
         self.addr = addr;
     }
@@ -137,16 +153,20 @@ impl Drop for AdminServer {
 }
 
 /// Starts `sluice serve` and waits for its "listening on http://ADDR" line.
-fn spawn(database: &str, listen: SocketAddr) -> (Child, SocketAddr) {
+fn spawn(database: &str, redis: Option<&str>, listen: SocketAddr) -> (Child, SocketAddr) {
     let artifacts = Artifacts::from_env();
-    let mut child = Command::new(artifacts.sluice_bin())
-        .args([
-            "serve",
-            "--listen",
-            &listen.to_string(),
-            "--database",
-            database,
-        ])
+    let mut command = Command::new(artifacts.sluice_bin());
+    command.args([
+        "serve",
+        "--listen",
+        &listen.to_string(),
+        "--database",
+        database,
+    ]);
+    if let Some(url) = redis {
+        command.args(["--redis", url]);
+    }
+    let mut child = command
         .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())

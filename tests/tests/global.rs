@@ -1,6 +1,7 @@
 //! Fleet-wide limits with real parts: three Envoys (two workers each) following one real
 //! admin API, one `scope: global` limit, skewed load on all three at once. The fleet admits
-//! what one bucket would, and without the admin API each Envoy keeps to its share.
+//! what one bucket would, and without the admin API (or its Redis) each Envoy keeps to
+//! its share.
 //!
 //! Load runs for a duration, never a count, and every assertion is a bound on
 //! `burst + rate × elapsed` with the windows the load client measures, so the outcome does
@@ -9,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_testkit::{RedisServer, redis_available};
 use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, StatusCounts, wait_for};
 
 const RATE: u64 = 20;
@@ -30,7 +32,11 @@ struct Fleet {
 }
 
 fn fleet() -> Fleet {
-    let admin = AdminServer::start();
+    fleet_of(AdminServer::start())
+}
+
+/// Three Envoys following `admin`, with the global rule in place.
+fn fleet_of(admin: AdminServer) -> Fleet {
     let token = admin.create_token("proxy", "fleet");
     let envoys: Vec<Envoy> = (0..3)
         .map(|i| {
@@ -85,6 +91,19 @@ impl Fleet {
         });
         (counts, started.elapsed())
     }
+}
+
+/// Whether `/api/v1/proxies` says that every Envoy of the fleet is on fallback shares
+/// (`true`) or coordinated (`false`).
+fn all_listed_on_fallback(admin: &AdminServer, on_fallback: bool) -> bool {
+    let (status, list) = admin.call(Method::GET, "/api/v1/proxies", None);
+    status == 200
+        && list["proxies"].as_array().is_some_and(|all| {
+            all.len() == 3
+                && all
+                    .iter()
+                    .all(|p| p["global_sync"]["on_fallback"] == json!(on_fallback))
+        })
 }
 
 fn admitted_by_all(counts: &[StatusCounts]) -> u64 {
@@ -166,6 +185,63 @@ fn without_the_admin_api_each_envoy_keeps_its_global_share_and_coordination_resu
 
     f.admin.restart();
     f.wait_until_coordinated();
+    let (counts, outer) = f.load(Duration::from_secs(3));
+    let admitted = admitted_by_all(&counts);
+    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    assert!(
+        admitted <= ceiling,
+        "after recovery: {admitted} of {ceiling}"
+    );
+}
+
+#[test]
+fn when_redis_fails_each_envoy_keeps_its_global_share_and_the_api_says_so() {
+    if !redis_available() {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let f = fleet_of(AdminServer::start_with_redis(&redis.url()));
+    f.load(Duration::from_secs(2));
+    assert!(all_listed_on_fallback(&f.admin, false));
+
+    // The admin API answers every sync at once with 503: the Envoys fall back, nothing
+    // waits, and the API lists them as on fallback shares.
+    redis.kill();
+    for envoy in &f.envoys {
+        wait_for("the Envoys to notice", PATIENCE, || {
+            envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(1)
+        });
+    }
+    wait_for("the API to list every Envoy on fallback", PATIENCE, || {
+        all_listed_on_fallback(&f.admin, true)
+    });
+    let fallback_before: u64 = f
+        .envoys
+        .iter()
+        .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
+        .sum();
+    let (counts, outer) = f.load(Duration::from_secs(3));
+    check_only_200_and_429(&counts);
+    let admitted = admitted_by_all(&counts);
+    let one_limit = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    assert!(
+        admitted as f64 <= 1.25 * one_limit as f64 + 3.0,
+        "fleet-wide {admitted} admitted while Redis was down, one limit is {one_limit}: {counts:?}"
+    );
+    let fallback_after: u64 = f
+        .envoys
+        .iter()
+        .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
+        .sum();
+    assert!(
+        fallback_after > fallback_before,
+        "fallback admissions are counted"
+    );
+
+    // Redis comes back empty: the coordinator warms up, then the fleet shares one limit.
+    redis.restart();
+    f.wait_until_coordinated();
+    assert!(all_listed_on_fallback(&f.admin, false));
     let (counts, outer) = f.load(Duration::from_secs(3));
     let admitted = admitted_by_all(&counts);
     let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;

@@ -27,8 +27,8 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 const STOP_LIMIT: Duration = Duration::from_secs(10);
 /// How long the admin API may take to migrate its database and listen.
 const ADMIN_START_LIMIT: Duration = Duration::from_secs(30);
-/// The name the demo's Envoy polls under, as the dashboard lists it.
-const PROXY_ID: &str = "demo-envoy";
+/// The names the demo's two Envoys poll under, as the dashboard lists them.
+const PROXY_IDS: [&str; 2] = ["demo-envoy-1", "demo-envoy-2"];
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -43,6 +43,14 @@ pub struct DemoArgs {
     /// Envoy's admin interface (loopback only).
     #[arg(long, default_value = "127.0.0.1:9901")]
     envoy_admin: SocketAddr,
+
+    /// Where the second Envoy listens: both share the fleet-wide rule's limit.
+    #[arg(long, default_value = "127.0.0.1:10001")]
+    second_listen: SocketAddr,
+
+    /// The second Envoy's admin interface (loopback only).
+    #[arg(long, default_value = "127.0.0.1:9902")]
+    second_envoy_admin: SocketAddr,
 
     /// The admin API and the dashboard (loopback only).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -114,6 +122,8 @@ fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener
     let endpoints = [
         ("--listen", args.listen),
         ("--envoy-admin", args.envoy_admin),
+        ("--second-listen", args.second_listen),
+        ("--second-envoy-admin", args.second_envoy_admin),
         ("--admin-listen", args.admin_listen),
         ("--upstream-port", upstream_addr),
     ];
@@ -141,13 +151,18 @@ fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener
     };
     // Envoy and the admin API bind these themselves; a probe bind now turns their obscure
     // failures into a clear one.
-    drop(bind("--listen", args.listen)?);
-    drop(bind("--envoy-admin", args.envoy_admin)?);
-    drop(bind("--admin-listen", args.admin_listen)?);
+    for (flag, addr) in &endpoints[..endpoints.len() - 1] {
+        drop(bind(flag, *addr)?);
+    }
     let upstream = bind("--upstream-port", upstream_addr)?;
     note(format!(
-        "free: {} (Envoy), {} (Envoy admin), {} (admin API and dashboard), {upstream_addr} (upstream)",
-        args.listen, args.envoy_admin, args.admin_listen
+        "free: {} and {} (Envoys), {} and {} (their admin), {} (admin API and dashboard), \
+         {upstream_addr} (upstream)",
+        args.listen,
+        args.second_listen,
+        args.envoy_admin,
+        args.second_envoy_admin,
+        args.admin_listen
     ));
     Ok(upstream)
 }
@@ -168,14 +183,38 @@ fn create_token(setup: &Setup, role: &str, name: &str) -> Result<String> {
     Ok(out.trim().to_string())
 }
 
+/// One of the demo's Envoys.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    listen: SocketAddr,
+    admin: SocketAddr,
+    proxy_id: &'static str,
+}
+
+fn edges(args: &DemoArgs) -> [Edge; 2] {
+    [
+        Edge {
+            listen: args.listen,
+            admin: args.envoy_admin,
+            proxy_id: PROXY_IDS[0],
+        },
+        Edge {
+            listen: args.second_listen,
+            admin: args.second_envoy_admin,
+            proxy_id: PROXY_IDS[1],
+        },
+    ]
+}
+
 fn write_envoy_config(
     args: &DemoArgs,
+    edge: &Edge,
     upstream_addr: SocketAddr,
     setup: &Setup,
     proxy_token: &str,
     demo_dir: &Path,
 ) -> Result<PathBuf> {
-    let config = demo_dir.join("envoy.yaml");
+    let config = demo_dir.join(format!("{}.yaml", edge.proxy_id));
     step(format!("writing the Envoy config {}", config.display()));
     // No static rules: Envoy takes them from the admin API, pushed within a second of a change.
     let yaml = cmd::output(
@@ -183,17 +222,17 @@ fn write_envoy_config(
             .current_dir(cmd::project_root())
             .arg("envoy-config")
             .arg("--listen")
-            .arg(args.listen.to_string())
+            .arg(edge.listen.to_string())
             .arg("--upstream")
             .arg(upstream_addr.to_string())
             .arg("--filter")
             .arg(&setup.filter)
             .args(["--concurrency", "2"])
             .arg("--envoy-admin")
-            .arg(args.envoy_admin.to_string())
+            .arg(edge.admin.to_string())
             .arg("--admin-url")
             .arg(format!("http://{}", args.admin_listen))
-            .args(["--proxy-token", proxy_token, "--proxy-id", PROXY_ID]),
+            .args(["--proxy-token", proxy_token, "--proxy-id", edge.proxy_id]),
     )
     .context("step `sluice envoy-config` failed")?;
     std::fs::write(&config, yaml).with_context(|| format!("writing {}", config.display()))?;
@@ -275,8 +314,12 @@ async fn run(
     let mut signals = StopSignals::new()?;
     let mut admin = start_admin(args, setup, demo_dir).await?;
 
-    step("creating tokens with the CLI (a proxy token for Envoy, a viewer token to try)");
-    let proxy_token = create_token(setup, "proxy", PROXY_ID)?;
+    step("creating tokens with the CLI (a proxy token per Envoy, a viewer token to try)");
+    let edges = edges(args);
+    let proxy_tokens = edges
+        .iter()
+        .map(|edge| create_token(setup, "proxy", edge.proxy_id))
+        .collect::<Result<Vec<_>>>()?;
     let viewer_token = create_token(setup, "viewer", "demo-viewer")?;
 
     step("applying examples/rules.yaml through the API (sluice rules apply)");
@@ -290,30 +333,43 @@ async fn run(
     )
     .context("step `sluice rules apply` failed")?;
 
-    let config = write_envoy_config(args, upstream_addr, setup, &proxy_token, demo_dir)?;
-    step("starting Envoy");
-    let mut command = Command::new(&setup.envoy);
-    command
-        .arg("-c")
-        .arg(&config)
-        .args(["--log-level", "warn"])
-        // Hot restart would claim base id 0; a second Envoy (e.g. the integration tests')
-        // could not start while the demo runs.
-        .arg("--disable-hot-restart")
-        .stdin(Stdio::null());
-    note(format!("$ {}", cmd::display(&command)));
-    let mut envoy_process = tokio::process::Command::from(command)
-        // Never leave an Envoy behind holding the ports, whatever path leaves this function.
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", setup.envoy.display()))?;
+    let mut envoys = Vec::new();
+    for (edge, token) in edges.iter().zip(&proxy_tokens) {
+        let config = write_envoy_config(args, edge, upstream_addr, setup, token, demo_dir)?;
+        step(format!(
+            "starting Envoy {} on {}",
+            edge.proxy_id, edge.listen
+        ));
+        let mut command = Command::new(&setup.envoy);
+        command
+            .arg("-c")
+            .arg(&config)
+            .args(["--log-level", "warn"])
+            // Hot restart would claim base id 0; a second Envoy (this demo's other one, or
+            // the integration tests') could not start.
+            .arg("--disable-hot-restart")
+            .stdin(Stdio::null());
+        note(format!("$ {}", cmd::display(&command)));
+        envoys.push(
+            tokio::process::Command::from(command)
+                // Never leave an Envoy behind holding the ports, whatever path leaves this
+                // function.
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("starting {}", setup.envoy.display()))?,
+        );
+    }
+    let [first, second] = envoys.as_mut_slice() else {
+        bail!("the demo runs two Envoys");
+    };
 
     tokio::select! {
-        ready = wait_ready(args.envoy_admin) => ready?,
-        status = envoy_process.wait() => bail!("Envoy exited during start-up ({})", describe(status)),
+        ready = async { wait_ready(edges[0].admin).await?; wait_ready(edges[1].admin).await } => ready?,
+        status = first.wait() => bail!("Envoy {} exited during start-up ({})", edges[0].proxy_id, describe(status)),
+        status = second.wait() => bail!("Envoy {} exited during start-up ({})", edges[1].proxy_id, describe(status)),
         signal = signals.recv() => {
             note(format!("{signal} during start-up"));
-            return stop_envoy(args.envoy_admin, &mut envoy_process).await;
+            return stop_envoys(&edges, first, second).await;
         }
     }
 
@@ -334,12 +390,10 @@ async fn run(
                 note(format!("{signal}: shutting down"));
                 break Ok(());
             }
-            // Ctrl-C in a terminal reaches Envoy and the admin API too (one process group):
-            // a clean exit is that, a failed one is a crash.
-            status = envoy_process.wait() => break match status {
-                Ok(s) if s.success() => Ok(()),
-                other => Err(anyhow::anyhow!("Envoy exited unexpectedly ({})", describe(other))),
-            },
+            // Ctrl-C in a terminal reaches the Envoys and the admin API too (one process
+            // group): a clean exit is that, a failed one is a crash.
+            status = first.wait() => break envoy_exited(&edges[0], status),
+            status = second.wait() => break envoy_exited(&edges[1], status),
             status = admin.wait() => break match status {
                 Ok(s) if s.success() => Ok(()),
                 other => Err(anyhow::anyhow!(
@@ -363,12 +417,33 @@ async fn run(
         }
     };
     load.abort();
-    let stopped = stop_envoy(args.envoy_admin, &mut envoy_process).await;
+    let stopped = stop_envoys(&edges, first, second).await;
     step("stopping the admin API");
     let _ = admin.start_kill();
     let _ = admin.wait().await;
     upstream.abort();
     outcome.and(stopped)
+}
+
+fn envoy_exited(edge: &Edge, status: std::io::Result<ExitStatus>) -> Result<()> {
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        other => Err(anyhow::anyhow!(
+            "Envoy {} exited unexpectedly ({})",
+            edge.proxy_id,
+            describe(other)
+        )),
+    }
+}
+
+async fn stop_envoys(
+    edges: &[Edge; 2],
+    first: &mut tokio::process::Child,
+    second: &mut tokio::process::Child,
+) -> Result<()> {
+    let a = stop_envoy(edges[0].admin, first).await;
+    let b = stop_envoy(edges[1].admin, second).await;
+    a.and(b)
 }
 
 /// Ctrl-C and SIGTERM, caught from before Envoy starts so that neither leaves it running.
@@ -480,7 +555,18 @@ fn print_info(args: &DemoArgs, setup: &Setup, viewer_token: &str) {
          -H 'x-api-key: you' http://{listen}/api/hello; done"
     );
     println!();
-    println!("  # the same API the dashboard uses");
+    let second = args.second_listen;
+    println!("  # a fleet-wide limit (partner-fleet: 10/s per key for both Envoys together):");
+    println!("  # 20 requests to each Envoy at once admit one burst of 10 in all, not 10 each");
+    println!(
+        "  for port in {} {}; do for i in $(seq 20); do curl -s -o /dev/null -w '%{{http_code}} ' \
+         -H 'x-api-key: acme' http://127.0.0.1:$port/partner/orders & done; done; wait; echo",
+        listen.port(),
+        second.port()
+    );
+    println!();
+    println!("  # the same API the dashboard uses (also: /api/v1/proxies, which flags an Envoy");
+    println!("  # enforcing fleet-wide limits on its own share while the coordinator is away)");
     println!(
         "  curl -s -H 'Authorization: Bearer {}' http://{admin}/api/v1/metrics/overview",
         setup.admin_token

@@ -660,6 +660,9 @@ pub struct ProxySummary {
     pub total: u64,
     /// How many connected proxies run each ruleset version.
     pub versions: BTreeMap<String, u64>,
+    /// Connected proxies enforcing global limits with their fallback shares (their syncs
+    /// with the coordinator fail); see `GET /api/v1/proxies`.
+    pub on_fallback: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -748,13 +751,16 @@ pub async fn metrics_overview(
         connected: 0,
         total: 0,
         versions: BTreeMap::new(),
+        on_fallback: 0,
     };
     let mut errors = 0;
     let mut beats = memory.beats;
+    let syncs = state.coordinator().syncs_seen().await;
     let connected = |id: &str, last_seen: i64, version: u64, fleet: &mut ProxySummary| {
         fleet.total += 1;
         if state.polling_now(id) || now - last_seen <= CONNECTED_WITHIN_MS {
             fleet.connected += 1;
+            fleet.on_fallback += u64::from(syncs.get(id).is_some_and(|s| s.on_fallback(now)));
             *fleet.versions.entry(version.to_string()).or_default() += 1;
         }
     };

@@ -9,6 +9,7 @@ use super::auth::{Auth, Read};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
 use super::{AppState, CONNECTED_WITHIN_MS};
+use crate::quota::SyncSeen;
 use crate::store::{now_ms, rfc3339};
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,6 +28,32 @@ pub struct ProxyView {
     pub last_error: Option<String>,
     /// Polling now, or polled within the last 60 seconds.
     pub connected: bool,
+    /// Its syncs of global (fleet-wide) buckets; absent when it never synced with this
+    /// admin API (or its replicas sharing one Redis).
+    pub global_sync: Option<GlobalSyncView>,
+}
+
+/// How a proxy's syncs of global buckets stand.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GlobalSyncView {
+    /// When its last sync was answered; absent when none was.
+    pub last_answered: Option<String>,
+    /// The sync interval it declares.
+    pub interval_ms: u64,
+    /// Its last sync could not be answered, or none was answered for more than two
+    /// intervals: it enforces global limits with its fallback shares (and counts them
+    /// in `sluice_global_fallback_total`).
+    pub on_fallback: bool,
+}
+
+impl GlobalSyncView {
+    pub fn new(seen: &SyncSeen, now_ms: i64) -> Self {
+        GlobalSyncView {
+            last_answered: seen.answered_at_ms.map(rfc3339),
+            interval_ms: seen.interval_ms,
+            on_fallback: seen.on_fallback(now_ms),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -45,11 +72,13 @@ pub async fn list_proxies(
 ) -> Result<Json<ProxyList>, ApiError> {
     let now = now_ms();
     let proxies = state.store().list_proxies().await?;
+    let syncs = state.coordinator().syncs_seen().await;
     Ok(Json(ProxyList {
         proxies: proxies
             .into_iter()
             .map(|p| ProxyView {
                 connected: state.polling_now(&p.id) || now - p.last_seen <= CONNECTED_WITHIN_MS,
+                global_sync: syncs.get(&p.id).map(|seen| GlobalSyncView::new(seen, now)),
                 id: p.id,
                 address: p.address,
                 token_id: p.token_id,

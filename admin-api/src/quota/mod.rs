@@ -138,6 +138,51 @@ pub enum Backend {
 pub struct Coordinator {
     state: State,
     metrics: QuotaMetrics,
+    /// What this process saw of each proxy's syncs, for `GET /api/v1/proxies`.
+    seen: Mutex<HashMap<String, SyncSeen>>,
+}
+
+/// One proxy's syncs as a coordinator saw them (times in Unix milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncSeen {
+    /// Its last sync that was answered; with Redis, by any replica.
+    pub answered_at_ms: Option<i64>,
+    /// Its last sync this coordinator could not answer (Redis unreachable).
+    pub failed_at_ms: Option<i64>,
+    /// The last answer said the coordinator is warming up (no grants: the proxy keeps to
+    /// its fallback shares).
+    pub warming_up: bool,
+    /// The sync interval it last declared.
+    pub interval_ms: u64,
+}
+
+/// A proxy whose syncs went unanswered this many intervals (plus [`FALLBACK_SLACK_MS`])
+/// is taken to be on its fallback shares: it switches after one failed sync.
+pub const FALLBACK_AFTER_INTERVALS: i64 = 2;
+pub const FALLBACK_SLACK_MS: i64 = 250;
+/// The interval assumed for a proxy only another replica has heard from.
+const DEFAULT_INTERVAL_MS: u64 = 500;
+
+impl SyncSeen {
+    /// Whether the proxy is enforcing global limits with its fallback shares at `now_ms`:
+    /// its last sync failed or was answered by a coordinator warming up, or none was
+    /// answered for a while.
+    pub fn on_fallback(&self, now_ms: i64) -> bool {
+        if self.warming_up {
+            return true;
+        }
+        match (self.answered_at_ms, self.failed_at_ms) {
+            (_, Some(failed)) if self.answered_at_ms.is_none_or(|ok| failed > ok) => true,
+            (Some(ok), _) => {
+                let interval = i64::try_from(self.interval_ms).unwrap_or(i64::MAX);
+                now_ms - ok
+                    > interval
+                        .saturating_mul(FALLBACK_AFTER_INTERVALS)
+                        .saturating_add(FALLBACK_SLACK_MS)
+            }
+            (None, _) => false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -227,12 +272,62 @@ impl Coordinator {
             },
             Backend::Redis(redis) => State::Redis(redis),
         };
-        Self { state, metrics }
+        Self {
+            state,
+            metrics,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every proxy's syncs: this process's record, with Redis completed by the fleet's
+    /// sorted set (syncs any replica answered).
+    pub async fn syncs_seen(&self) -> HashMap<String, SyncSeen> {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let State::Redis(redis) = &self.state {
+            // Best effort: without Redis the local record is all there is.
+            if let Ok(fleet) = redis.fleet().await {
+                for (proxy, at_ms) in fleet {
+                    let entry = seen.entry(proxy).or_insert(SyncSeen {
+                        interval_ms: DEFAULT_INTERVAL_MS,
+                        ..SyncSeen::default()
+                    });
+                    entry.answered_at_ms = entry.answered_at_ms.max(Some(at_ms));
+                }
+            }
+        }
+        seen
+    }
+
+    fn record(&self, sync: &ValidSync, answer: Option<&SyncResponse>) {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = seen.entry(sync.proxy.clone()).or_default();
+        entry.interval_ms = sync.interval_ns / 1_000_000;
+        let now = crate::store::now_ms();
+        match answer {
+            Some(answer) => {
+                entry.answered_at_ms = Some(now);
+                entry.warming_up = answer.warming_up;
+            }
+            None => entry.failed_at_ms = Some(now),
+        }
     }
 
     /// Settles one proxy's sync and answers it. `now` is this process's clock (the memory
     /// backend's); with Redis, Redis's clock is used so replicas agree.
     pub async fn sync(&self, sync: &ValidSync, now: Instant) -> Result<SyncResponse, Unavailable> {
+        let answer = self.settle(sync, now).await;
+        self.record(sync, answer.as_ref().ok());
+        answer
+    }
+
+    async fn settle(&self, sync: &ValidSync, now: Instant) -> Result<SyncResponse, Unavailable> {
         let lease_ttl_ns = sync.interval_ns * LEASE_TTL_INTERVALS;
         let fleet_memory_ns = sync.interval_ns * FLEET_MEMORY_INTERVALS;
         let settings = Settings::for_interval(sync.interval_ns);
@@ -347,6 +442,33 @@ mod tests {
                 ..Usage::default()
             },
         )
+    }
+
+    #[test]
+    fn a_proxy_is_on_fallback_after_a_failed_or_long_unanswered_sync() {
+        let seen = |answered, failed| SyncSeen {
+            answered_at_ms: answered,
+            failed_at_ms: failed,
+            warming_up: false,
+            interval_ms: 500,
+        };
+        assert!(!seen(None, None).on_fallback(10_000), "never synced");
+        assert!(!seen(Some(10_000), None).on_fallback(11_250));
+        assert!(
+            seen(Some(10_000), None).on_fallback(11_251),
+            "two intervals and the slack without an answer"
+        );
+        assert!(seen(Some(10_000), Some(10_400)).on_fallback(10_400));
+        assert!(seen(None, Some(10_400)).on_fallback(10_400));
+        assert!(
+            !seen(Some(10_500), Some(10_400)).on_fallback(10_600),
+            "answered again since"
+        );
+        let warming = SyncSeen {
+            warming_up: true,
+            ..seen(Some(10_500), None)
+        };
+        assert!(warming.on_fallback(10_600), "no grants while warming up");
     }
 
     #[test]

@@ -83,6 +83,19 @@ impl RedisBuckets {
         })
     }
 
+    /// Every proxy in the fleet's sorted set and when its last sync was answered (Unix
+    /// milliseconds, Redis's clock).
+    pub async fn fleet(&self) -> RedisResult<Vec<(String, i64)>> {
+        let mut con = self.connection.clone();
+        redis::cmd("ZRANGE")
+            .arg(FLEET_KEY)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut con)
+            .await
+    }
+
     /// Settles one proxy's sync.
     pub async fn settle_all(
         &self,

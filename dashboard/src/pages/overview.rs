@@ -269,6 +269,14 @@ pub fn Overview() -> impl IntoView {
 }
 
 fn versions_note(o: &OverviewData) -> String {
+    let versions = versions_only(o);
+    match o.proxies.on_fallback {
+        0 => versions,
+        n => format!("{versions} · {n} on fallback shares"),
+    }
+}
+
+fn versions_only(o: &OverviewData) -> String {
     match o.proxies.versions.len() {
         0 => format!("ruleset v{}", o.ruleset_version),
         1 => {
@@ -389,6 +397,13 @@ fn proxies_list(list: ProxyList, current: Option<u64>) -> AnyView {
                                 <span class=if p.connected { "status-dot on" } else { "status-dot" }
                                     title=if p.connected { "connected" } else { "not connected" }></span>
                                 <span class="mono">{p.id.clone()}</span>
+                                {p.global_sync.as_ref().filter(|g| g.on_fallback).map(|_| view! {
+                                    " "
+                                    <span class="badge warn" data-test="fallback"
+                                        title="Its syncs with the coordinator fail: it enforces fleet-wide limits with its own share of each limit until they succeed">
+                                        "fallback shares"
+                                    </span>
+                                })}
                                 {p.last_error.clone().map(|e| view! { <div class="bad-text small">{e}</div> })}
                             </td>
                             <td class="hide-sm mono muted">{p.address.clone()}</td>

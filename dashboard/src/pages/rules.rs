@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::components::A;
 use serde_json::json;
-use sluice_core::spec::Mode;
+use sluice_core::spec::{Mode, Scope};
 
 use crate::api::{self, RuleList, RuleMetricsList, RuleView, enc, now_ms};
 use crate::chart::Sparkline;
@@ -206,6 +206,7 @@ fn RuleRow(
     };
     let shadow = spec.mode == Mode::Shadow;
     let enabled = spec.enabled;
+    let fleet_wide = spec.limits.iter().any(|l| l.scope == Scope::Global);
     let title = spec.name.clone();
     let delete_title = format!("Delete rule {}?", spec.name);
     view! {
@@ -213,6 +214,13 @@ fn RuleRow(
             <div class="rule-main">
                 <A href=href.clone() attr:class="rule-name">{title}</A>
                 {(spec.id.is_some()).then(|| view! { <span class="muted small mono">" "{id.clone()}</span> })}
+                {fleet_wide.then(|| view! {
+                    " "
+                    <span class="badge" data-test="fleet-wide"
+                        title="One bucket per client across every Envoy following this admin API; the traffic shown is the whole fleet's">
+                        "Fleet-wide"
+                    </span>
+                })}
                 <div class="muted small">{format::matcher(&spec.matcher)}" · per "{format::key(&spec.key)}
                     {(!spec.overrides.is_empty()).then(|| format!(" · {} override{}", spec.overrides.len(), if spec.overrides.len() == 1 { "" } else { "s" }))}
                 </div>

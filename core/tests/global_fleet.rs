@@ -243,13 +243,35 @@ fn a_client_new_to_the_fleet_bursting_at_every_proxy_gets_at_most_its_burst() {
     let mut fleet = Fleet::new(3, limit(10, burst), T);
     let now = S + T / 7;
     let admitted = (0..3)
-        .map(|p| (0..burst).filter(|_| fleet.request(p, 42, now)).count() as u64)
+        .map(|p| (0..burst).filter(|_| fleet.request(p, 0, now)).count() as u64)
         .sum::<u64>();
     assert!(
         admitted <= burst,
         "admitted {admitted} of a burst of {burst}"
     );
     assert_eq!(admitted, burst, "30 splits evenly over 3 proxies");
+
+    // And it keeps sending to all three, far over its limit, while they sync: the early
+    // syncs' grants must not add the proxies' even shares a second time.
+    let mut per_client = HashMap::new();
+    let later = run(
+        &mut fleet,
+        now,
+        now + 400 * MS,
+        &Traffic {
+            demand_per_second: 3_000.0,
+            split: &[1.0 / 3.0; 3],
+            clients: 1,
+        },
+        |_, _| {},
+        &mut per_client,
+    );
+    let allowed = burst as f64 + 10.0 * 0.4;
+    let total = (admitted + later) as f64;
+    assert!(
+        total <= 1.1 * burst as f64,
+        "admitted {total} in 0.4 s of a burst of {burst} ({allowed} allowed)"
+    );
 }
 
 /// The coordinator is out of reach for 10 s under the same skewed overload: the fleet

@@ -156,9 +156,9 @@ pub fn settle(
     } else {
         let young = now < state.first_seen.saturating_add(YOUNG_NS);
         let capacity = if young {
-            // This proxy's own unreported spending is accounted already: reserve only
-            // the others' even shares.
-            (limit.capacity_ns() / u64::from(settings.fleet_size.max(1))).saturating_add(debit)
+            // What is left of this proxy's own even share (its unleased spending is in
+            // the backlog already): the others' even shares stay for their debits.
+            limit.capacity_ns() / u64::from(settings.fleet_size.max(1))
         } else {
             limit.capacity_ns()
         }
@@ -331,14 +331,13 @@ mod tests {
         };
         let first = settle(&mut state, &l, &spent, T, now, &settings);
         assert_eq!(
-            first.granted, 6,
-            "its own third (6.67, rounded down), beside its 6 spent"
+            first.granted, 0,
+            "its third of the bucket (6.67) is what it spent already (6)"
         );
         assert_eq!(settle(&mut state, &l, &spent, T, now, &settings).granted, 0);
-        // 18 spent unleased + 6 granted = 24: 4 of debt. A second later the refill (10)
-        // pays it back and 6 are left for the three: 30 in all, exactly
-        // `burst + rate × elapsed`.
         settle(&mut state, &l, &spent, T, now, &settings);
+        // 18 of 20 spent unleased. A second later the 2 left and the refill (10) are
+        // there: 30 in all, exactly `burst + rate × elapsed`.
         let later = now + S;
         let asking = Usage {
             attempts: 20,
@@ -348,7 +347,7 @@ mod tests {
         let granted: u64 = (0..3)
             .map(|_| settle(&mut state, &l, &asking, S, later, &settings).granted)
             .sum();
-        assert_eq!(granted, 6);
+        assert_eq!(granted, 12);
     }
 
     #[test]

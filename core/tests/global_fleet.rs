@@ -332,33 +332,17 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
         |_, _| {},
         &mut per_client,
     );
-    let restart = 6 * S;
-    fleet.coordinator.buckets.clear();
-    fleet.coordinator.settings.warming_up = true;
-    let ttl = T * sluice_core::global::LEASE_TTL_INTERVALS;
     // Second by second: neither the warm-up nor its end may starve or flood the fleet.
-    let per_second: Vec<f64> = (0..10)
-        .map(|second| {
-            let from = restart + second * S;
-            run(
-                &mut fleet,
-                from,
-                from + S,
-                &Traffic {
-                    demand_per_second: 2.0 * rate as f64,
-                    split: &SKEW,
-                    clients: 1,
-                },
-                |fleet, now| {
-                    if now >= restart + ttl {
-                        fleet.coordinator.settings.warming_up = false;
-                    }
-                },
-                &mut per_client,
-            ) as f64
-                / rate as f64
-        })
-        .collect();
+    let per_second = restart_and_count_each_second(
+        &mut fleet,
+        6 * S,
+        10,
+        &Traffic {
+            demand_per_second: 2.0 * rate as f64,
+            split: &SKEW,
+            clients: 1,
+        },
+    );
     // The new coordinator's bucket starts full: at most one burst (= one second of the
     // rate here) more in the first second; every second after within 10% of the rate.
     let shown =
@@ -397,28 +381,7 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
         &mut per_client,
     );
     fleet.coordinator.up = true;
-    fleet.coordinator.buckets.clear();
-    fleet.coordinator.settings.warming_up = true;
-    let restart = 16 * S;
-    let ttl = T * sluice_core::global::LEASE_TTL_INTERVALS;
-    let per_second: Vec<f64> = (0..6)
-        .map(|second| {
-            let from = restart + second * S;
-            run(
-                &mut fleet,
-                from,
-                from + S,
-                &traffic,
-                |fleet, now| {
-                    if now >= restart + ttl {
-                        fleet.coordinator.settings.warming_up = false;
-                    }
-                },
-                &mut per_client,
-            ) as f64
-                / rate as f64
-        })
-        .collect();
+    let per_second = restart_and_count_each_second(&mut fleet, 16 * S, 6, &traffic);
     // Exact again within two seconds (the warm-up is 1.5 s), never far off before.
     let shown =
         format!("admitted per second after the restart, as a share of the rate: {per_second:?}");
@@ -430,6 +393,40 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
         per_second[2..].iter().all(|r| (0.95..=1.05).contains(r)),
         "{shown}"
     );
+}
+
+/// The coordinator restarts at `restart` without its state (it warms up for one lease
+/// TTL); returns what the fleet admits in each of the `seconds` after, as a share of the
+/// rate.
+fn restart_and_count_each_second(
+    fleet: &mut Fleet,
+    restart: u64,
+    seconds: u64,
+    traffic: &Traffic,
+) -> Vec<f64> {
+    fleet.coordinator.buckets.clear();
+    fleet.coordinator.settings.warming_up = true;
+    let ttl = T * sluice_core::global::LEASE_TTL_INTERVALS;
+    let rate = S as f64 / fleet.limit.interval_ns() as f64;
+    let mut per_client = HashMap::new();
+    (0..seconds)
+        .map(|second| {
+            let from = restart + second * S;
+            let admitted = run(
+                fleet,
+                from,
+                from + S,
+                traffic,
+                |fleet, now| {
+                    if now >= restart + ttl {
+                        fleet.coordinator.settings.warming_up = false;
+                    }
+                },
+                &mut per_client,
+            );
+            admitted as f64 / rate
+        })
+        .collect()
 }
 
 proptest! {

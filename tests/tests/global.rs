@@ -69,6 +69,41 @@ impl Fleet {
         }
     }
 
+    fn wait_until_on_fallback(&self) {
+        for envoy in &self.envoys {
+            wait_for("the Envoys to notice", PATIENCE, || {
+                envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(1)
+            });
+        }
+    }
+
+    fn fallback_admissions(&self) -> u64 {
+        self.envoys
+            .iter()
+            .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
+            .sum()
+    }
+
+    /// With the coordinator out of reach, under skewed load: each Envoy admits its share
+    /// of the rate and burst (at least a tenth of an even split), plus what is left of
+    /// its lease, so the fleet stays near one limit, far from the three it would admit
+    /// alone; nothing fails; the fallback admissions are counted.
+    fn check_each_envoy_keeps_its_share(&self, while_what: &str) {
+        let fallback_before = self.fallback_admissions();
+        let (counts, outer) = self.load(Duration::from_secs(3));
+        check_only_200_and_429(&counts);
+        let admitted = admitted_by_all(&counts);
+        let one_limit = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+        assert!(
+            admitted as f64 <= 1.25 * one_limit as f64 + 3.0,
+            "fleet-wide {admitted} admitted while {while_what}, one limit is {one_limit}: {counts:?}"
+        );
+        assert!(
+            self.fallback_admissions() > fallback_before,
+            "fallback admissions are counted"
+        );
+    }
+
     /// Skewed load on all three Envoys at once for `duration`. Returns each Envoy's counts
     /// and the window that holds every decision.
     fn load(&self, duration: Duration) -> (Vec<StatusCounts>, Duration) {
@@ -160,28 +195,8 @@ fn without_the_admin_api_each_envoy_keeps_its_global_share_and_coordination_resu
     f.load(Duration::from_secs(2));
 
     f.admin.stop();
-    for envoy in &f.envoys {
-        wait_for("the Envoys to notice", PATIENCE, || {
-            envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(1)
-        });
-    }
-    let (counts, outer) = f.load(Duration::from_secs(3));
-    check_only_200_and_429(&counts);
-    let admitted = admitted_by_all(&counts);
-    // Each Envoy admits its share of the rate and burst (at least a tenth of an even
-    // split), plus what is left of its lease: the fleet stays near one limit, far from
-    // the three it would admit alone.
-    let one_limit = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
-    assert!(
-        admitted as f64 <= 1.25 * one_limit as f64 + 3.0,
-        "fleet-wide {admitted} admitted during the outage, one limit is {one_limit}: {counts:?}"
-    );
-    let fallback: u64 = f
-        .envoys
-        .iter()
-        .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
-        .sum();
-    assert!(fallback > 0, "fallback admissions are counted");
+    f.wait_until_on_fallback();
+    f.check_each_envoy_keeps_its_share("the admin API was down");
 
     f.admin.restart();
     f.wait_until_coordinated();
@@ -207,36 +222,11 @@ fn when_redis_fails_each_envoy_keeps_its_global_share_and_the_api_says_so() {
     // The admin API answers every sync at once with 503: the Envoys fall back, nothing
     // waits, and the API lists them as on fallback shares.
     redis.kill();
-    for envoy in &f.envoys {
-        wait_for("the Envoys to notice", PATIENCE, || {
-            envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(1)
-        });
-    }
+    f.wait_until_on_fallback();
     wait_for("the API to list every Envoy on fallback", PATIENCE, || {
         all_listed_on_fallback(&f.admin, true)
     });
-    let fallback_before: u64 = f
-        .envoys
-        .iter()
-        .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
-        .sum();
-    let (counts, outer) = f.load(Duration::from_secs(3));
-    check_only_200_and_429(&counts);
-    let admitted = admitted_by_all(&counts);
-    let one_limit = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
-    assert!(
-        admitted as f64 <= 1.25 * one_limit as f64 + 3.0,
-        "fleet-wide {admitted} admitted while Redis was down, one limit is {one_limit}: {counts:?}"
-    );
-    let fallback_after: u64 = f
-        .envoys
-        .iter()
-        .map(|e| e.counter("wasmcustom.sluice_global_fallback_total"))
-        .sum();
-    assert!(
-        fallback_after > fallback_before,
-        "fallback admissions are counted"
-    );
+    f.check_each_envoy_keeps_its_share("Redis was down");
 
     // Redis comes back empty: the coordinator warms up, then the fleet shares one limit.
     redis.restart();

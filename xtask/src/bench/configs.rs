@@ -58,19 +58,11 @@ impl Generator {
         let rules_path = self.dir.join(format!("{name}.rules.json"));
         write_file(&rules_path, &serde_json::to_string_pretty(rules)?)?;
         let yaml_path = self.dir.join(format!("{name}.yaml"));
-        let mut generate = Command::new(&self.sluice_bin);
+        let mut generate = self.generator(concurrency, &yaml_path);
         generate
-            .arg("envoy-config")
-            .args(["--listen", "127.0.0.1:0", "--upstream", "direct"])
-            .arg("--filter")
-            .arg(&self.filter_wasm)
             .arg("--rules")
             .arg(&rules_path)
-            .args(["--slots", &slots.to_string()])
-            .args(["--concurrency", &concurrency.to_string()])
-            .args(["--envoy-admin", "127.0.0.1:0"])
-            .arg("--output")
-            .arg(&yaml_path);
+            .args(["--slots", &slots.to_string()]);
         let command = run_generator(&mut generate)?;
         if chain == FilterChain::Sluice {
             return Ok(Bootstrap {
@@ -101,6 +93,17 @@ impl Generator {
         proxy_id: &str,
         concurrency: u32,
     ) -> Result<String> {
+        let mut generate = self.generator(concurrency, path);
+        generate
+            .args(["--admin-url", admin_url, "--proxy-token", proxy_token])
+            .args(["--proxy-id", proxy_id]);
+        run_generator(&mut generate)
+    }
+
+    /// `sluice envoy-config` for a loopback listener that answers requests itself, the
+    /// filter, `concurrency` workers and an admin interface on a free port, written to
+    /// `output`.
+    fn generator(&self, concurrency: u32, output: &Path) -> Command {
         let mut generate = Command::new(&self.sluice_bin);
         generate
             .arg("envoy-config")
@@ -109,11 +112,9 @@ impl Generator {
             .arg(&self.filter_wasm)
             .args(["--concurrency", &concurrency.to_string()])
             .args(["--envoy-admin", "127.0.0.1:0"])
-            .args(["--admin-url", admin_url, "--proxy-token", proxy_token])
-            .args(["--proxy-id", proxy_id])
             .arg("--output")
-            .arg(path);
-        run_generator(&mut generate)
+            .arg(output);
+        generate
     }
 
     fn replace_filter(&self, config: &mut Value, chain: FilterChain) -> Result<()> {

@@ -256,9 +256,17 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     .iter()
     .all(|s| sections.contains(s))
         && !bench.settings.quick;
+    // Sections written beside the report alone (e.g. `--only global`) are named after
+    // the date: `<date>-global.md`.
+    let side_sections_only = !sections.iter().any(|s| {
+        matches!(
+            s,
+            Section::Path | Section::Accuracy | Section::Memory | Section::Profile
+        )
+    });
     let name = if bench.settings.quick {
         format!("{date}-quick")
-    } else if complete {
+    } else if complete || side_sections_only {
         date.clone()
     } else {
         format!("{date}-partial")
@@ -276,12 +284,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let md_path = out_dir.join(format!("{name}.md"));
     let json_path = out_dir.join(format!("{name}.json"));
     // The sections written beside the report alone do not make a report.
-    let main_report = sections.iter().any(|s| {
-        matches!(
-            s,
-            Section::Path | Section::Accuracy | Section::Memory | Section::Profile
-        )
-    });
+    let main_report = !side_sections_only;
     if main_report {
         std::fs::write(&md_path, report.markdown())
             .with_context(|| format!("writing {}", md_path.display()))?;

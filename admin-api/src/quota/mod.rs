@@ -502,17 +502,15 @@ mod tests {
         assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
         assert_eq!(answer.grants[0].granted, 30);
         // Once the bucket is no longer young (no even shares left to reserve), the second
-        // proxy gets what the first left, plus the refill since: never a second burst;
-        // one interval's refill (5) stays for the proxies' demand shares, and b reported
-        // no demand.
+        // proxy gets what the first left, plus the refill since: never a second burst.
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
         let young_no_more = later + Duration::from_nanos(YOUNG_NS);
         let answer = coordinator.sync(&other, young_no_more).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
         assert_eq!(
             answer.grants[0].granted,
-            70 + 3 - 5,
-            "pre-debited: 100 − 30, + 0.3 s at 10/s, less one interval's refill"
+            70 + 3,
+            "pre-debited: 100 − 30, + 0.3 s at 10/s"
         );
 
         let gone = young_no_more + Duration::from_secs(2);

@@ -28,7 +28,7 @@ pub struct ProxyView {
     pub last_error: Option<String>,
     /// Polling now, or polled within the last 60 seconds.
     pub connected: bool,
-    /// Its syncs of global (fleet-wide) buckets; absent when it never synced with this
+    /// Its syncs of global (fleet-wide) buckets; `null` when it never synced with this
     /// admin API (or its replicas sharing one Redis).
     pub global_sync: Option<GlobalSyncView>,
 }
@@ -36,7 +36,7 @@ pub struct ProxyView {
 /// How a proxy's syncs of global buckets stand.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GlobalSyncView {
-    /// When its last sync was answered; absent when none was.
+    /// When its last sync was answered; `null` when none was.
     pub last_answered: Option<String>,
     /// The sync interval it declares.
     pub interval_ms: u64,

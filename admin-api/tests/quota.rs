@@ -207,8 +207,10 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     // since, never a second full burst.
     let ceiling = 100 + (10.0 * elapsed).floor() as u64;
     assert!(a + b <= ceiling, "granted {a} + {b} of at most {ceiling}");
+    // The rest of the burst goes to the second proxy, except for one sync interval's
+    // refill (5 tokens at 10/s and 500 ms), kept for the proxies' demand shares.
     assert!(
-        b >= 20,
+        b >= 20 - 5,
         "the rest of the burst goes to the second proxy: {second}"
     );
     assert_eq!(
@@ -219,7 +221,6 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     let share = second["grants"][0]["share_ppm"].as_u64().unwrap();
     assert!(share > 0 && share <= 1_000_000, "{share}");
 
-    // Tokens given back are granted again.
     let mut back = bucket("00000000000000c1", 0);
     back["returned"] = json!(a);
     back["attempts"] = json!(0);
@@ -229,8 +230,11 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
         .send()
         .await
         .expect(200);
+    // Tokens given back are granted again (less, again, what one interval's refill keeps
+    // for the others' demand shares).
     let again = sync("edge-2", 80).await;
-    assert!(again["grants"][0]["granted"].as_u64().unwrap() >= 80 - 1);
+    let regranted = again["grants"][0]["granted"].as_u64().unwrap();
+    assert!(regranted >= 80 - 5, "{again}");
 
     let metrics = api.get("/metrics").send().await.expect(200).text();
     assert!(metrics.contains("sluice_quota_syncs_total"), "{metrics}");
@@ -264,7 +268,8 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
     assert_eq!(a, 80);
     let ceiling = 100 + (10.0 * elapsed).floor() as u64;
     assert!(a + b <= ceiling, "granted {a} + {b} of at most {ceiling}");
-    assert!(b >= 20, "{second}");
+    // The rest of the burst, less one interval's refill kept for demand shares.
+    assert!(b >= 20 - 5, "{second}");
     assert_eq!(
         second["fleet_size"],
         json!(3),
@@ -295,6 +300,83 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
         metrics.contains("sluice_quota_redis_commands_total"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_twice() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    let api = replica(&db, &redis.url()).await;
+    let proxy = db.token(Role::Proxy).await;
+    warmed_up(&api, &proxy).await;
+
+    // Twenty proxies share the same fifty buckets, each asking for 30 of every 100.
+    const PROXIES: usize = 20;
+    let buckets: Vec<String> = (0..50).map(|i| format!("{:016x}", 0xe000 + i)).collect();
+    let body = |name: &str, want: u64| {
+        let buckets: Vec<Value> = buckets.iter().map(|id| bucket(id, want)).collect();
+        sync_body(name, json!(buckets))
+    };
+    api.post("/api/v1/quota/sync")
+        .token(&proxy)
+        .json(&body("probe", 0))
+        .send()
+        .await
+        .expect(200);
+    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
+    let commands_before = redis_commands(&api).await;
+    let started = Instant::now();
+    let mut syncs = tokio::task::JoinSet::new();
+    for i in 0..PROXIES {
+        let (api, proxy, body) = (api.clone(), proxy.clone(), body(&format!("edge-{i}"), 30));
+        syncs.spawn(async move {
+            let answer: Value = api
+                .post("/api/v1/quota/sync")
+                .token(&proxy)
+                .json(&body)
+                .send()
+                .await
+                .expect(200)
+                .json();
+            answer
+        });
+    }
+    let answers = syncs.join_all().await;
+    let ceiling = 100 + (10.0 * started.elapsed().as_secs_f64()).floor() as u64;
+    for (b, id) in buckets.iter().enumerate() {
+        let total: u64 = answers
+            .iter()
+            .map(|a| a["grants"][b]["granted"].as_u64().unwrap())
+            .sum();
+        assert!(
+            total <= ceiling,
+            "bucket {id}: granted {total} of at most {ceiling}"
+        );
+        assert!(
+            total >= 100 - 5,
+            "bucket {id}: the burst was asked for, {total} granted"
+        );
+    }
+    // One at a time, the twenty syncs would cost 2 commands per bucket each, 2,000 in all
+    // beside the fleet's few; settled together, each batch reads and writes a bucket once.
+    let commands = redis_commands(&api).await - commands_before;
+    assert!(
+        commands < 2 * 50 * PROXIES as u64,
+        "{commands} Redis commands"
+    );
+}
+
+/// `sluice_quota_redis_commands_total` as `/metrics` says it.
+async fn redis_commands(api: &TestApp) -> u64 {
+    let metrics = api.get("/metrics").send().await.expect(200).text();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("sluice_quota_redis_commands_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Redis command count: {metrics}"))
 }
 
 #[tokio::test]

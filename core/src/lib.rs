@@ -27,6 +27,7 @@
 )]
 
 pub mod config;
+pub mod control;
 pub mod gcra;
 pub mod global;
 pub mod grpc;

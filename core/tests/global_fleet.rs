@@ -206,6 +206,40 @@ fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
     }
 }
 
+/// Shares follow demand: whatever the overload, each proxy admits about its share of the
+/// fleet's traffic, not what the phase of its syncs happens to leave it. (Taking all that
+/// refilled since anyone's last sync, a 70/20/10 split admitted 20/80/0 at ten times the
+/// limit.)
+#[test]
+fn each_proxy_admits_about_its_share_of_the_demand() {
+    for overload in [2.0, 10.0, 40.0] {
+        let rate = 500;
+        let mut fleet = Fleet::new(3, limit(rate, rate), T);
+        let mut admitted = [0u64; 3];
+        let mut carry = [0.0_f64; 3];
+        let mut now = S;
+        while now < 21 * S {
+            fleet.sync_due(now);
+            for (p, part) in SKEW.iter().enumerate() {
+                carry[p] += overload * rate as f64 * part * (MS as f64 / S as f64);
+                while carry[p] >= 1.0 {
+                    carry[p] -= 1.0;
+                    admitted[p] += u64::from(fleet.request(p, 0, now));
+                }
+            }
+            now += MS;
+        }
+        let total = admitted.iter().sum::<u64>() as f64;
+        let split: Vec<f64> = admitted.iter().map(|a| *a as f64 / total).collect();
+        for (got, wanted) in split.iter().zip(SKEW) {
+            assert!(
+                (got - wanted).abs() <= 0.08,
+                "at {overload}× the limit, admitted split {split:.2?} for a demand split {SKEW:?}"
+            );
+        }
+    }
+}
+
 /// The same for 1,000 clients each sending twice its limit of 20/s. (Much sparser keys,
 /// where one interval's refill is a handful of tokens for the whole fleet, keep a few whole
 /// tokens in flight per bucket: at 5/s per client the fleet admits about 0.96.)
@@ -344,12 +378,14 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
         },
     );
     // The new coordinator's bucket starts full: at most one burst (= one second of the
-    // rate here) more in the first second; every second after within 10% of the rate.
+    // rate here) more over the first three seconds, none of them starved; every second
+    // after within 10% of the rate.
     let shown =
         format!("admitted per second around the restart, as a share of the rate: {per_second:?}");
-    assert!((0.9..=2.0).contains(&per_second[0]), "{shown}");
+    assert!(per_second[..3].iter().all(|r| *r >= 0.9), "{shown}");
+    assert!(per_second[..3].iter().sum::<f64>() <= 4.0, "{shown}");
     assert!(
-        per_second[1..].iter().all(|r| (0.9..=1.1).contains(r)),
+        per_second[3..].iter().all(|r| (0.9..=1.1).contains(r)),
         "{shown}"
     );
     let ratio = per_second.iter().sum::<f64>() / 11.0;
@@ -382,15 +418,17 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
     );
     fleet.coordinator.up = true;
     let per_second = restart_and_count_each_second(&mut fleet, 16 * S, 6, &traffic);
-    // Exact again within two seconds (the warm-up is 1.5 s), never far off before.
+    // Never far off while it warms up (1.5 s) and hands out the burst its fresh state
+    // assumes (at most one more second of the rate over the first three), exact after.
     let shown =
         format!("admitted per second after the restart, as a share of the rate: {per_second:?}");
     assert!(
-        per_second[..2].iter().all(|r| (0.8..=1.2).contains(r)),
+        per_second[..3].iter().all(|r| (0.8..=1.2).contains(r)),
         "{shown}"
     );
+    assert!(per_second[..3].iter().sum::<f64>() <= 4.0, "{shown}");
     assert!(
-        per_second[2..].iter().all(|r| (0.95..=1.05).contains(r)),
+        per_second[3..].iter().all(|r| (0.95..=1.05).contains(r)),
         "{shown}"
     );
 }

@@ -2,9 +2,10 @@
 //!
 //! * [`root`]: root contexts: one per worker VM (configuration, compiled ruleset), or
 //!   the control service's singleton on the main thread.
-//! * [`control`]: the control service: long-polls the admin API, validates rulesets and
-//!   publishes them through [`ruleset_channel`] (shared data) to every worker, reports
-//!   statistics, and syncs global buckets ([`global_sync`]).
+//! * [`control`]: the control service, glue over the core's state machines
+//!   (`sluice_core::control`): long-polls the admin API and publishes rulesets through
+//!   [`ruleset_channel`] (shared data) to every worker, reports statistics, and syncs
+//!   global buckets.
 //! * [`http`]: one per request; asks the core for a decision and answers or forwards.
 //! * [`host_store`]: the core's `SharedStore` over proxy-wasm shared data (bucket slots
 //!   and lease entries).
@@ -25,7 +26,6 @@
 
 pub mod control;
 pub mod global_channel;
-pub mod global_sync;
 pub mod host_store;
 pub mod http;
 pub mod metrics;

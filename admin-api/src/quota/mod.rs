@@ -242,7 +242,7 @@ impl Coordinator {
             ),
             (
                 "sluice_quota_redis_commands",
-                "Redis commands sent for syncs (about two per bucket per sync, never per request)",
+                "Redis commands sent for syncs (about two per bucket per batch of syncs, never per request)",
                 &metrics.redis_commands,
             ),
             (
@@ -362,14 +362,14 @@ impl Coordinator {
             }
             State::Redis(redis) => {
                 let settled = redis
-                    .settle_all(
-                        &sync.proxy,
-                        &sync.buckets,
-                        sync.covers_ns,
+                    .settle(redis::SyncJob {
+                        proxy: sync.proxy.clone(),
+                        buckets: sync.buckets.clone(),
+                        covers_ns: sync.covers_ns,
                         settings,
                         lease_ttl_ns,
                         fleet_memory_ns,
-                    )
+                    })
                     .await?;
                 self.metrics.redis_commands.inc_by(settled.commands);
                 self.metrics.contended.inc_by(settled.contended);
@@ -502,15 +502,17 @@ mod tests {
         assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
         assert_eq!(answer.grants[0].granted, 30);
         // Once the bucket is no longer young (no even shares left to reserve), the second
-        // proxy gets what the first left, plus the refill since: never a second burst.
+        // proxy gets what the first left, plus the refill since: never a second burst;
+        // one interval's refill (5) stays for the proxies' demand shares, and b reported
+        // no demand.
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
         let young_no_more = later + Duration::from_nanos(YOUNG_NS);
         let answer = coordinator.sync(&other, young_no_more).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
         assert_eq!(
             answer.grants[0].granted,
-            70 + 3,
-            "pre-debited: 100 − 30, + 0.3 s at 10/s"
+            70 + 3 - 5,
+            "pre-debited: 100 − 30, + 0.3 s at 10/s, less one interval's refill"
         );
 
         let gone = young_no_more + Duration::from_secs(2);

@@ -3,29 +3,43 @@
 //!
 //! Each bucket is one key (`sluice:quota:b:<hex id>`) holding its state as JSON; the
 //! arithmetic stays in Rust (the core's `settle`), and Redis only makes the update atomic:
-//! a sync reads its buckets (one `GET` each, pipelined), settles them, and writes each back
+//! a batch reads its buckets (one `GET` each, pipelined), settles them, and writes each back
 //! with a compare-and-set script on that one key (pipelined). A bucket another replica
 //! changed in between is read and settled again. Every command touches one key, so the
 //! same commands work on a Redis Cluster (each bucket on its own hash slot).
+//!
+//! **Group commit.** Syncs are not sent to Redis one by one: one task per replica settles
+//! them in batches, every sync that arrived while the previous batch was at Redis. A
+//! bucket is read and written once per batch however many of the batch's proxies report
+//! it, so Redis's work per second is bounded by the buckets (two commands each per batch),
+//! not by proxies × buckets, and the replica's own syncs never race each other for a key.
+//! A busier fleet makes batches larger rather than Redis slower.
 //!
 //! The clock is Redis's (`TIME`), so replicas agree on time. The fleet is a sorted set of
 //! proxies by last sync; the coordinator's *epoch* (when Redis's state began) is a key set
 //! only if missing: if Redis lost its data, the epoch is new and the coordinator warms up.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult, Script};
+use redis::{Client, ErrorKind, RedisError, RedisResult, Script};
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
+use tokio::sync::{mpsc, oneshot};
 
 const BUCKET_PREFIX: &str = "sluice:quota:b:";
 const FLEET_KEY: &str = "sluice:quota:fleet";
 const EPOCH_KEY: &str = "sluice:quota:epoch";
-/// Rounds of re-reading buckets that another replica changed during one sync.
+/// Rounds of re-reading buckets that another replica changed during one batch.
 const MAX_ROUNDS: usize = 5;
 /// A proxy unseen for this long leaves the fleet's sorted set.
 const FLEET_FORGET_MS: u64 = 600_000;
+/// Bucket usages in one batch at most (each sync joins whole): bounds a batch's pipelines
+/// and memory, and so how long the syncs behind it wait.
+const MAX_BATCH_USAGES: usize = 200_000;
+/// Syncs waiting for a batch at most; more wait in their handlers.
+const QUEUE: usize = 1_024;
 
 /// Writes `ARGV[2]` (expiring in `ARGV[3]` ms) if the key still holds `ARGV[1]` (`""`:
 /// missing). Returns 1 when written.
@@ -41,7 +55,7 @@ return 0
 #[derive(Clone)]
 pub struct RedisBuckets {
     connection: ConnectionManager,
-    compare_and_set: Script,
+    batches: mpsc::Sender<Job>,
 }
 
 impl std::fmt::Debug for RedisBuckets {
@@ -56,15 +70,34 @@ pub struct Settled {
     pub grants: Vec<Grant>,
     pub fleet_size: u32,
     pub warming_up: bool,
-    /// Redis commands sent, for the commands-per-second metric.
+    /// This sync's part of its batch's Redis commands, for the commands-per-second metric.
     pub commands: u64,
     /// Buckets given up on after [`MAX_ROUNDS`] lost races (granted nothing).
     pub contended: u64,
 }
 
+/// One proxy's sync, as the batcher settles it.
+#[derive(Debug)]
+pub struct SyncJob {
+    pub proxy: String,
+    pub buckets: Vec<(u64, Gcra, Usage)>,
+    pub covers_ns: u64,
+    /// The settings for its interval; fleet size and warm-up come from Redis.
+    pub settings: Settings,
+    pub lease_ttl_ns: u64,
+    pub fleet_memory_ns: u64,
+}
+
+#[derive(Debug)]
+struct Job {
+    sync: SyncJob,
+    answer: oneshot::Sender<RedisResult<Settled>>,
+}
+
 impl RedisBuckets {
-    /// Connects to `url` (`redis://HOST:PORT[/DB]`). Fails when Redis does not answer, so
-    /// `sluice serve --redis` stops at start-up rather than serving without it.
+    /// Connects to `url` (`redis://HOST:PORT[/DB]`) and starts this replica's batcher.
+    /// Fails when Redis does not answer, so `sluice serve --redis` stops at start-up
+    /// rather than serving without it.
     pub async fn connect(url: &str) -> RedisResult<Self> {
         let client = Client::open(url)?;
         // Short timeouts: a sync that cannot reach Redis answers 503 at once, and the
@@ -77,9 +110,17 @@ impl RedisBuckets {
         redis::cmd("PING")
             .query_async::<String>(&mut connection)
             .await?;
+        let (batches, queue) = mpsc::channel(QUEUE);
+        tokio::spawn(
+            Batcher {
+                connection: connection.clone(),
+                compare_and_set: Script::new(COMPARE_AND_SET),
+            }
+            .run(queue),
+        );
         Ok(Self {
             connection,
-            compare_and_set: Script::new(COMPARE_AND_SET),
+            batches,
         })
     }
 
@@ -96,59 +137,134 @@ impl RedisBuckets {
             .await
     }
 
-    /// Settles one proxy's sync.
-    pub async fn settle_all(
-        &self,
-        proxy: &str,
-        buckets: &[(u64, Gcra, Usage)],
-        covers_ns: u64,
-        settings: Settings,
-        lease_ttl_ns: u64,
-        fleet_memory_ns: u64,
-    ) -> RedisResult<Settled> {
+    /// Settles one proxy's sync in the next batch.
+    pub async fn settle(&self, sync: SyncJob) -> RedisResult<Settled> {
+        let (answer, settled) = oneshot::channel();
+        let stopped = || RedisError::from((ErrorKind::Client, "the Redis batcher stopped"));
+        self.batches
+            .send(Job { sync, answer })
+            .await
+            .map_err(|_| stopped())?;
+        settled.await.map_err(|_| stopped())?
+    }
+}
+
+/// The task that settles this replica's syncs in batches.
+struct Batcher {
+    connection: ConnectionManager,
+    compare_and_set: Script,
+}
+
+impl Batcher {
+    async fn run(self, mut queue: mpsc::Receiver<Job>) {
+        while let Some(first) = queue.recv().await {
+            let mut usages = first.sync.buckets.len();
+            let mut batch = vec![first];
+            while usages < MAX_BATCH_USAGES {
+                let Ok(job) = queue.try_recv() else { break };
+                usages += job.sync.buckets.len();
+                batch.push(job);
+            }
+            let (syncs, answers): (Vec<SyncJob>, Vec<_>) =
+                batch.into_iter().map(|job| (job.sync, job.answer)).unzip();
+            match self.settle_batch(&syncs).await {
+                Ok(settled) => {
+                    for (answer, settled) in answers.into_iter().zip(settled) {
+                        // The handler may have gone (its client hung up): nothing to do.
+                        let _ = answer.send(Ok(settled));
+                    }
+                }
+                Err(e) => {
+                    for answer in answers {
+                        let _ = answer.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Settles a batch of syncs: each bucket read and written once, its usages settled in
+    /// the order the syncs arrived.
+    async fn settle_batch(&self, syncs: &[SyncJob]) -> RedisResult<Vec<Settled>> {
         let mut con = self.connection.clone();
         let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
         let now = seconds * 1_000_000_000 + micros * 1_000;
         let now_ms = now / 1_000_000;
 
-        let (epoch, _, _, fleet): (Option<u64>, (), (), u64) = redis::pipe()
+        let mut fleet = redis::pipe();
+        fleet
             .cmd("SET")
             .arg(EPOCH_KEY)
             .arg(now)
             .arg("NX")
-            .arg("GET")
-            .cmd("ZADD")
-            .arg(FLEET_KEY)
-            .arg(now_ms)
-            .arg(proxy)
+            .arg("GET");
+        let zadd = fleet.cmd("ZADD").arg(FLEET_KEY);
+        for sync in syncs {
+            zadd.arg(now_ms).arg(&sync.proxy);
+        }
+        fleet
+            .ignore()
             .cmd("ZREMRANGEBYSCORE")
             .arg(FLEET_KEY)
             .arg("-inf")
             .arg(now_ms.saturating_sub(FLEET_FORGET_MS))
-            .cmd("ZCOUNT")
-            .arg(FLEET_KEY)
-            .arg(now_ms.saturating_sub(fleet_memory_ns / 1_000_000))
-            .arg("+inf")
-            .query_async(&mut con)
-            .await?;
-        let epoch = epoch.unwrap_or(now);
-        let fleet_size = u32::try_from(fleet).unwrap_or(u32::MAX).max(1);
-        let settings = Settings {
-            warming_up: now < epoch.saturating_add(lease_ttl_ns),
-            fleet_size,
-            ..settings
+            .ignore();
+        for sync in syncs {
+            fleet
+                .cmd("ZCOUNT")
+                .arg(FLEET_KEY)
+                .arg(now_ms.saturating_sub(sync.fleet_memory_ns / 1_000_000))
+                .arg("+inf");
+        }
+        let (epoch, fleet_sizes): (Option<u64>, Vec<u64>) = {
+            let mut replies: Vec<redis::Value> = fleet.query_async(&mut con).await?;
+            let sizes = replies
+                .split_off(1)
+                .into_iter()
+                .map(|v| redis::from_redis_value(v).map_err(RedisError::from))
+                .collect::<RedisResult<Vec<u64>>>()?;
+            let epoch = redis::from_redis_value(replies.remove(0))?;
+            (epoch, sizes)
         };
-        let mut commands = 5;
+        let epoch = epoch.unwrap_or(now);
+        let mut commands = 4 + syncs.len() as u64;
+        let settings: Vec<Settings> = syncs
+            .iter()
+            .zip(&fleet_sizes)
+            .map(|(sync, &fleet)| Settings {
+                warming_up: now < epoch.saturating_add(sync.lease_ttl_ns),
+                fleet_size: u32::try_from(fleet).unwrap_or(u32::MAX).max(1),
+                ..sync.settings
+            })
+            .collect();
 
-        let mut grants = vec![Grant::default(); buckets.len()];
-        let mut pending: Vec<usize> = (0..buckets.len()).collect();
+        // Every bucket of the batch, once, with its usages in arrival order.
+        let mut order: Vec<u64> = Vec::new();
+        let mut usages: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
+        for (s, sync) in syncs.iter().enumerate() {
+            for (b, (id, _, _)) in sync.buckets.iter().enumerate() {
+                usages
+                    .entry(*id)
+                    .or_insert_with(|| {
+                        order.push(*id);
+                        Vec::new()
+                    })
+                    .push((s, b));
+            }
+        }
+
+        let mut grants: Vec<Vec<Grant>> = syncs
+            .iter()
+            .map(|sync| vec![Grant::default(); sync.buckets.len()])
+            .collect();
+        let mut pending = order;
         for _ in 0..MAX_ROUNDS {
             if pending.is_empty() {
                 break;
             }
             let mut read = redis::pipe();
-            for &i in &pending {
-                read.cmd("GET").arg(key(buckets[i].0));
+            for id in &pending {
+                read.cmd("GET").arg(key(*id));
             }
             let olds: Vec<Option<String>> = read.query_async(&mut con).await?;
             commands += pending.len() as u64;
@@ -158,44 +274,67 @@ impl RedisBuckets {
             let mut write = redis::pipe();
             write.load_script(&self.compare_and_set).ignore();
             let mut planned = Vec::with_capacity(pending.len());
-            for (&i, old) in pending.iter().zip(olds) {
-                let (id, limit, usage) = &buckets[i];
+            for (id, old) in pending.iter().zip(olds) {
                 let mut state: BucketState = old
                     .as_deref()
                     .and_then(|text| serde_json::from_str(text).ok())
                     .unwrap_or_default();
-                let grant = settle(&mut state, limit, usage, covers_ns, now, &settings);
+                let mut settled = Vec::new();
+                let mut keep_ns = 0;
+                for &(s, b) in &usages[id] {
+                    let sync = &syncs[s];
+                    let (_, limit, usage) = &sync.buckets[b];
+                    let grant = settle(&mut state, limit, usage, sync.covers_ns, now, &settings[s]);
+                    // Kept while the bucket refills and its demand is remembered; after
+                    // that a missing key is the same as a full, quiet bucket.
+                    keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;
+                    settled.push((s, b, grant));
+                }
                 let new = serde_json::to_string(&state).unwrap_or_default();
-                // Kept while the bucket refills and its demand is remembered; after that a
-                // missing key is the same as a full, quiet bucket.
-                let keep_ms = (grant.full_in_ns + 10 * settings.demand_tau_ns) / 1_000_000 + 1;
                 write.invoke_script(
                     self.compare_and_set
                         .key(key(*id))
                         .arg(old.unwrap_or_default())
                         .arg(new)
-                        .arg(keep_ms),
+                        .arg(keep_ns / 1_000_000 + 1),
                 );
-                planned.push((i, grant));
+                planned.push((*id, settled));
             }
             let written: Vec<i64> = write.query_async(&mut con).await?;
             commands += planned.len() as u64 + 1;
-            pending.clear();
-            for ((i, grant), ok) in planned.into_iter().zip(written) {
+            pending = Vec::new();
+            for ((id, settled), ok) in planned.into_iter().zip(written) {
                 if ok == 1 {
-                    grants[i] = grant;
+                    for (s, b, grant) in settled {
+                        grants[s][b] = grant;
+                    }
                 } else {
-                    pending.push(i);
+                    pending.push(id);
                 }
             }
         }
-        Ok(Settled {
-            grants,
-            fleet_size,
-            warming_up: settings.warming_up,
-            commands,
-            contended: pending.len() as u64,
-        })
+        // Buckets still contended are granted nothing; count them per sync.
+        let mut contended = vec![0; syncs.len()];
+        for id in &pending {
+            for &(s, _) in &usages[id] {
+                contended[s] += 1;
+            }
+        }
+        let n = syncs.len() as u64;
+        Ok(grants
+            .into_iter()
+            .zip(settings)
+            .zip(contended)
+            .enumerate()
+            .map(|(i, ((grants, settings), contended))| Settled {
+                grants,
+                fleet_size: settings.fleet_size,
+                warming_up: settings.warming_up,
+                // The batch's commands shared out so that they add up.
+                commands: commands / n + u64::from((i as u64) < commands % n),
+                contended,
+            })
+            .collect())
     }
 }
 

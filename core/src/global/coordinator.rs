@@ -165,7 +165,27 @@ pub fn settle(
         .min(limit.capacity_ns());
         let backlog = state.tat.max(now) - now;
         let available_ns = capacity - backlog.min(capacity);
-        usage.want.min(available_ns / limit.interval_ns())
+        // Shares follow demand: a proxy may take its share of one interval's refill, and
+        //    whatever the bucket holds beyond that (a burst nobody needs yet). Without
+        //    this cap each proxy takes all that refilled since the previous sync of any
+        //    proxy, so what it gets depends on the phase of its syncs, not on its traffic
+        //    (in the fleet simulation at ten times the limit, a 70/20/10 demand split
+        //    admitted 20/80/0). "One interval's refill" is at most half the bucket, so
+        //    that a bucket smaller than that never sits full while shares wait.
+        let entitled = if settings.fleet_size <= 1 {
+            u64::MAX
+        } else {
+            let reserve_ns = settings.sync_interval_ns.min(limit.capacity_ns() / 2);
+            let own_part_ns =
+                (u128::from(reserve_ns) * u128::from(share_ppm) / u128::from(PPM)) as u64;
+            own_part_ns
+                .saturating_add(available_ns.saturating_sub(reserve_ns))
+                .div_ceil(limit.interval_ns())
+        };
+        usage
+            .want
+            .min(available_ns / limit.interval_ns())
+            .min(entitled)
     };
     // A TAT in the past (the bucket full) is kept as it is, not moved up to now: the next
     //    proxy's unleased spending is booked from the start of its own window (step 2),

@@ -758,9 +758,9 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
          sending one `POST {SYNC_PATH}` every {} ms, started evenly over the interval, every \
          sync reporting the same {SIM_BUCKETS} buckets (100/s, burst 100, a few attempts \
          each) for {} s. Bar: answers p99 below half the interval ({} ms); Redis commands \
-         per second reported. A sync costs `2 × buckets + 6` Redis commands when no other \
-         sync touches its buckets meanwhile; here every proxy reports the same buckets, so \
-         overlapping syncs re-read what another changed (up to 5 rounds).\n\n\
+         per second reported. Each replica settles the syncs that arrive together as one \
+         batch, each bucket read and written once per batch (`2 × distinct buckets + syncs + \
+         5` commands), so commands per sync fall as syncs overlap.\n\n\
          | coordinator | syncs | non-200 | p50 ms | p99 ms | max ms | syncs/s | Redis commands/s | Redis commands per sync | |\n\
          |---|---|---|---|---|---|---|---|---|---|",
         SYNC_INTERVAL.as_millis(),

@@ -1,0 +1,420 @@
+//! The proxy's side of fleet-wide buckets between syncs.
+//!
+//! Once per sync interval (sooner while a bucket new to this proxy waits for its first
+//! answer) the control service collects the usage of every lease entry and sends it to
+//! the coordinator in one request; the answer's grants go back into the entries, and the
+//! [`FleetView`] the workers spend by is published after every attempt.
+//!
+//! Usage that could not be sent (the coordinator unreachable, an answer that does not
+//! fit) is kept and merged into the next sync, so nothing a proxy admitted goes
+//! unreported; while syncs fail the view says `fallback`, and the workers keep to their
+//! last known shares.
+
+use std::collections::BTreeMap;
+
+use crate::global::coordinator::Usage;
+use crate::global::lease::FleetView;
+use crate::global::schedule::SyncSchedule;
+use crate::global::sync::{BucketUsage, SyncRequest, SyncResponse};
+use crate::global::table::{Collected, LeaseTable};
+use crate::store::SharedStore;
+
+use super::Answer;
+
+/// The lease entries in shared data: the table (sized by the workers' configuration, so
+/// absent until one is configured) and the store it lives in.
+#[derive(Debug, Clone, Copy)]
+pub struct Leases<'a, S> {
+    pub table: Option<LeaseTable>,
+    pub store: &'a S,
+}
+
+#[derive(Debug)]
+pub struct GlobalSyncer {
+    schedule: SyncSchedule,
+    /// Usage collected but not yet answered, per bucket, with where its entry is.
+    pending: BTreeMap<u64, (Collected, Usage)>,
+    in_flight: Option<InFlight>,
+    view: FleetView,
+    /// The workers' last note of new buckets, to notice the next one.
+    new_mark: u64,
+    failing: bool,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    sent_at: u64,
+    /// The buckets sent, in the request's order.
+    buckets: Vec<u64>,
+}
+
+/// A sync that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncFailure {
+    pub message: String,
+    /// Whether syncs were succeeding until this one (worth a log line; the rest are not).
+    pub started_failing: bool,
+}
+
+/// An answered sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Synced {
+    /// Grants written into their entries (an entry another bucket took meanwhile loses
+    /// its grant, which errs toward limiting).
+    pub applied: usize,
+    /// Whether syncs had been failing until this one.
+    pub recovered: bool,
+}
+
+impl GlobalSyncer {
+    pub fn new(sync_interval_ns: u64) -> Self {
+        GlobalSyncer {
+            schedule: SyncSchedule::new(sync_interval_ns),
+            pending: BTreeMap::new(),
+            in_flight: None,
+            view: FleetView {
+                sync_interval_ns,
+                ..FleetView::ALONE
+            },
+            new_mark: 0,
+            failing: false,
+        }
+    }
+
+    /// What the workers spend by: publish it after every start, answer and failure.
+    pub fn view(&self) -> FleetView {
+        self.view
+    }
+
+    /// Whether a sync is on its way.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// At `now`, when a sync is due (every interval, sooner when the workers' new-bucket
+    /// mark moved) and none is on its way: collects the leases' usage and returns the
+    /// request to send, which then counts as on its way.
+    pub fn start<S: SharedStore>(
+        &mut self,
+        now: u64,
+        new_buckets_mark: u64,
+        leases: Leases<'_, S>,
+        proxy_id: &str,
+    ) -> Option<SyncRequest> {
+        if self.in_flight.is_some() || !self.schedule.due(now, new_buckets_mark != self.new_mark) {
+            return None;
+        }
+        self.new_mark = new_buckets_mark;
+        let covers_ns = self.schedule.covers(now);
+        // No worker configured yet: nothing to collect, but the sync still tells the
+        // coordinator this proxy is part of the fleet.
+        if let Some(table) = leases.table {
+            for collected in table.collect(leases.store, now, covers_ns, &self.view) {
+                let (latest, usage) = self
+                    .pending
+                    .entry(collected.bucket)
+                    .or_insert((collected, Usage::default()));
+                *latest = collected;
+                usage.merge(&collected.usage);
+            }
+        }
+        let buckets: Vec<u64> = self.pending.keys().copied().collect();
+        let request = SyncRequest {
+            proxy: proxy_id.to_string(),
+            interval_ms: self.schedule.interval_ns() / 1_000_000,
+            covers_ms: covers_ns / 1_000_000,
+            buckets: self
+                .pending
+                .iter()
+                .map(|(bucket, (c, usage))| {
+                    BucketUsage::new(*bucket, c.interval_ns, c.burst, usage)
+                })
+                .collect(),
+        };
+        self.in_flight = Some(InFlight {
+            sent_at: now,
+            buckets,
+        });
+        Some(request)
+    }
+
+    /// How long to wait for an answer: one later than two intervals is no use, the next
+    /// sync carries the usage.
+    pub fn timeout_ns(&self) -> u64 {
+        (2 * self.schedule.interval_ns()).clamp(500_000_000, 5_000_000_000)
+    }
+
+    /// The host would not send the sync started at `now`.
+    pub fn not_sent(&mut self, why: &str) -> SyncFailure {
+        match self.in_flight.take() {
+            Some(call) => self.failed(call.sent_at, format!("cannot send a sync: {why}")),
+            None => self.failed(0, format!("cannot send a sync: {why}")),
+        }
+    }
+
+    /// Takes the answer to the sync on its way, received at `now`, and applies its grants.
+    pub fn answered<S: SharedStore>(
+        &mut self,
+        now: u64,
+        answer: Answer<'_>,
+        leases: Leases<'_, S>,
+    ) -> Result<Synced, SyncFailure> {
+        let Some(call) = self.in_flight.take() else {
+            return Ok(Synced {
+                applied: 0,
+                recovered: false,
+            });
+        };
+        let response = match (answer.status, answer.body) {
+            (Some(200), Some(body)) => SyncResponse::from_json(body)
+                .map_err(|e| format!("the admin API sent an unreadable sync answer: {e}")),
+            (Some(200), None) => Err("the admin API sent an empty sync answer".to_string()),
+            (Some(status), _) => Err(format!("the admin API answered a sync with HTTP {status}")),
+            (None, _) => Err("the admin API did not answer a sync".to_string()),
+        }
+        .and_then(|response| {
+            if response.grants.len() == call.buckets.len() {
+                Ok(response)
+            } else {
+                Err("the admin API answered a sync with the wrong number of grants".to_string())
+            }
+        });
+        let response = match response {
+            Ok(response) => response,
+            Err(message) => return Err(self.failed(call.sent_at, message)),
+        };
+        self.schedule.record(call.sent_at, true);
+        self.view = FleetView {
+            fleet_size: response.fleet_size.max(1),
+            fallback: response.warming_up,
+            sync_interval_ns: self.schedule.interval_ns(),
+        };
+        let mut applied = 0;
+        if let Some(table) = leases.table {
+            for (bucket, grant) in call.buckets.iter().zip(&response.grants) {
+                if let Some((collected, _)) = self.pending.get(bucket)
+                    && table.apply(leases.store, collected, grant, now, &self.view)
+                {
+                    applied += 1;
+                }
+            }
+        }
+        self.pending.clear();
+        let recovered = std::mem::replace(&mut self.failing, false);
+        Ok(Synced { applied, recovered })
+    }
+
+    fn failed(&mut self, sent_at: u64, message: String) -> SyncFailure {
+        self.schedule.record(sent_at, false);
+        self.view.fallback = true;
+        SyncFailure {
+            message,
+            started_failing: !std::mem::replace(&mut self.failing, true),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+    use crate::gcra::Gcra;
+    use crate::global::coordinator::{Grant, PPM};
+    use crate::store::MemoryStore;
+
+    const T: u64 = 500_000_000;
+    const START: u64 = 1_700_000_000_000_000_000;
+
+    struct Proxy {
+        store: MemoryStore,
+        table: LeaseTable,
+        syncer: GlobalSyncer,
+        limit: Gcra,
+    }
+
+    impl Proxy {
+        fn new() -> Self {
+            Proxy {
+                store: MemoryStore::new(),
+                table: LeaseTable::new(NonZeroU32::new(64).unwrap()),
+                syncer: GlobalSyncer::new(T),
+                limit: Gcra::per_second(10, 10).unwrap(),
+            }
+        }
+
+        fn spend(&self, bucket: u64, now: u64) {
+            let view = self.syncer.view();
+            self.table
+                .spend(&self.store, bucket, &self.limit, 1, now, &view)
+                .unwrap();
+        }
+
+        fn start(&mut self, now: u64, mark: u64) -> Option<SyncRequest> {
+            let leases = Leases {
+                table: Some(self.table),
+                store: &self.store,
+            };
+            self.syncer.start(now, mark, leases, "edge-1")
+        }
+
+        fn reply(&mut self, now: u64, answer: Answer<'_>) -> Result<Synced, SyncFailure> {
+            let leases = Leases {
+                table: Some(self.table),
+                store: &self.store,
+            };
+            self.syncer.answered(now, answer, leases)
+        }
+
+        fn answer(&mut self, now: u64, body: &str) -> Result<Synced, SyncFailure> {
+            self.reply(now, Answer::new(Some(200), Some(body.as_bytes())))
+        }
+    }
+
+    fn grants(fleet_size: u32, granted: &[u64]) -> String {
+        let grants: Vec<Grant> = granted
+            .iter()
+            .map(|&granted| Grant {
+                granted,
+                share_ppm: PPM / 2,
+                full_in_ns: 0,
+            })
+            .collect();
+        serde_json::json!({"fleet_size": fleet_size, "warming_up": false, "grants": grants})
+            .to_string()
+    }
+
+    #[test]
+    fn syncs_every_interval_and_sooner_for_a_new_bucket() {
+        let mut proxy = Proxy::new();
+        let first = proxy.start(START, 0).expect("the first sync is at once");
+        assert!(
+            first.buckets.is_empty(),
+            "nothing spent yet, but the proxy joins the fleet"
+        );
+        assert!(
+            proxy.start(START, 0).is_none(),
+            "one sync on its way at a time"
+        );
+        proxy.answer(START + 1, &grants(2, &[])).unwrap();
+        assert_eq!(proxy.syncer.view().fleet_size, 2);
+        assert!(!proxy.syncer.view().fallback);
+        assert!(proxy.start(START + T / 2, 0).is_none(), "not due");
+        proxy.spend(7, START + T / 2);
+        let early = proxy
+            .start(START + T / 2, 1)
+            .expect("a new bucket syncs early");
+        assert_eq!(early.buckets.len(), 1);
+        assert_eq!((early.buckets[0].bucket, early.buckets[0].attempts), (7, 1));
+        assert_eq!(
+            early.covers_ms,
+            T / 2 / 1_000_000,
+            "the time since the last answer"
+        );
+    }
+
+    #[test]
+    fn grants_reach_the_entries_they_were_asked_for() {
+        let mut proxy = Proxy::new();
+        proxy.spend(7, START);
+        proxy.spend(9, START);
+        let request = proxy.start(START, 1).unwrap();
+        let asked: Vec<u64> = request.buckets.iter().map(|b| b.bucket).collect();
+        assert_eq!(asked, [7, 9]);
+        let synced = proxy.answer(START + 1, &grants(2, &[4, 6])).unwrap();
+        assert_eq!(
+            synced,
+            Synced {
+                applied: 2,
+                recovered: false
+            }
+        );
+        // Bucket 9's lease holds its 6 (beside what its entry reports): collect shows a
+        // balance, not new attempts.
+        let next = proxy.start(START + T, 1).unwrap();
+        assert!(next.buckets.iter().all(|b| b.attempts == 0), "{next:?}");
+        assert!(
+            next.buckets
+                .iter()
+                .any(|b| b.bucket == 9 && b.returned == 6),
+            "an unused lease goes back: {next:?}"
+        );
+    }
+
+    #[test]
+    fn usage_that_could_not_be_sent_goes_with_the_next_sync() {
+        let mut proxy = Proxy::new();
+        proxy.spend(7, START);
+        proxy.spend(7, START);
+        proxy.start(START, 1).unwrap();
+        let failure = proxy.reply(START + 1, Answer::NONE).unwrap_err();
+        assert!(failure.started_failing);
+        assert!(failure.message.contains("did not answer"));
+        assert!(
+            proxy.syncer.view().fallback,
+            "workers keep to their fallback shares"
+        );
+
+        proxy.spend(7, START + T);
+        let retry = proxy.start(START + T, 1).unwrap();
+        assert_eq!(retry.buckets.len(), 1);
+        assert_eq!(retry.buckets[0].attempts, 3, "two unsent and one new");
+        assert_eq!(
+            retry.covers_ms,
+            T / 1_000_000,
+            "covers the time since the last answer"
+        );
+        let again = proxy
+            .reply(START + T, Answer::new(Some(503), None))
+            .unwrap_err();
+        assert!(!again.started_failing, "logged once");
+        assert!(again.message.contains("HTTP 503"));
+
+        proxy.start(START + 2 * T, 1).unwrap();
+        let synced = proxy.answer(START + 2 * T, &grants(1, &[5])).unwrap();
+        assert!(synced.recovered);
+        assert!(!proxy.syncer.view().fallback);
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_the_request_is_a_failure() {
+        let mut proxy = Proxy::new();
+        proxy.spend(7, START);
+        proxy.start(START, 1).unwrap();
+        let failure = proxy.answer(START, &grants(2, &[1, 2])).unwrap_err();
+        assert!(failure.message.contains("wrong number of grants"));
+        proxy.start(START + T, 1).unwrap();
+        let failure = proxy.answer(START + T, "{\"fleet_size\":").unwrap_err();
+        assert!(failure.message.contains("unreadable"));
+        assert_eq!(
+            proxy.start(START + 2 * T, 1).unwrap().buckets[0].attempts,
+            1,
+            "the usage is still there"
+        );
+    }
+
+    #[test]
+    fn a_warming_coordinator_keeps_the_workers_on_their_fallback_shares() {
+        let mut proxy = Proxy::new();
+        proxy.start(START, 0).unwrap();
+        let body = serde_json::json!({"fleet_size": 3, "warming_up": true, "grants": []});
+        proxy.answer(START, &body.to_string()).unwrap();
+        assert!(proxy.syncer.view().fallback);
+        assert_eq!(proxy.syncer.view().fleet_size, 3);
+    }
+
+    #[test]
+    fn a_sync_the_host_would_not_send_is_retried_next_interval() {
+        let mut proxy = Proxy::new();
+        proxy.spend(7, START);
+        proxy.start(START, 1).unwrap();
+        let failure = proxy.syncer.not_sent("BadArgument");
+        assert_eq!(failure.message, "cannot send a sync: BadArgument");
+        assert!(!proxy.syncer.in_flight());
+        assert!(
+            proxy.start(START + T / 2, 1).is_none(),
+            "not before the interval"
+        );
+        assert_eq!(proxy.start(START + T, 1).unwrap().buckets[0].attempts, 1);
+    }
+}

@@ -7,9 +7,10 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use sluice_core::gcra::{Gcra, NANOS_PER_SECOND as S};
+use sluice_core::global::DEFAULT_SYNC_INTERVAL_NS;
 use sluice_core::global::coordinator::{BucketState, Settings, Usage, settle};
 use sluice_core::global::lease::{FleetView, LeaseEntry};
-use sluice_core::global::schedule::SyncSchedule;
+use sluice_core::global::schedule::{CONTROL_TICK_NS, SyncSchedule};
 
 const MS: u64 = 1_000_000;
 
@@ -81,9 +82,13 @@ impl Fleet {
             .admitted()
     }
 
-    /// Runs every sync that is due at `now`.
+    /// Runs every sync that is due at `now`. A control service looks on its tick only, and
+    /// each proxy's ticks have their own phase.
     fn sync_due(&mut self, now: u64) {
         for p in 0..self.proxies.len() {
+            if (now + p as u64 * 17 * MS) % CONTROL_TICK_NS != 0 {
+                continue;
+            }
             let proxy = &self.proxies[p];
             let new_buckets = proxy.entries.values().any(|e| !e.settled);
             if proxy.schedule.due(now, new_buckets) {
@@ -175,33 +180,56 @@ fn run(
     admitted
 }
 
-const T: u64 = S / 2;
+/// The default sync interval: what the bounds are stated for.
+const T: u64 = DEFAULT_SYNC_INTERVAL_NS;
 const SKEW: [f64; 3] = [0.7, 0.2, 0.1];
 
-/// The bar: three proxies with a 70/20/10 split, twice the limit in demand, 20 s:
-/// the fleet admits between 0.97 and 1.01 of `burst + rate × elapsed`.
+/// The limits of the benchmark (`cargo xtask bench --only global`): `(rate, burst, demand
+/// in requests per second)`, at twice the limit and at the benchmark's ~20,000/s offered.
+const BENCH_LIMITS: [(u64, u64, f64); 6] = [
+    (50, 50, 100.0),
+    (500, 500, 1_000.0),
+    (5_000, 5_000, 10_000.0),
+    (50, 100, 20_000.0),
+    (500, 500, 20_000.0),
+    (5_000, 2_500, 20_000.0),
+];
+
+/// One bucket under a 70/20/10 demand split from `S` for `elapsed`: what each proxy admitted.
+fn admitted_per_proxy(rate: u64, burst: u64, demand: f64, elapsed: u64) -> [u64; 3] {
+    let mut fleet = Fleet::new(3, limit(rate, burst), T);
+    let mut admitted = [0u64; 3];
+    let mut carry = [0.0_f64; 3];
+    let mut now = S;
+    while now < S + elapsed {
+        fleet.sync_due(now);
+        for (p, part) in SKEW.iter().enumerate() {
+            carry[p] += demand * part * (MS as f64 / S as f64);
+            while carry[p] >= 1.0 {
+                carry[p] -= 1.0;
+                admitted[p] += u64::from(fleet.request(p, 0, now));
+            }
+        }
+        now += MS;
+    }
+    admitted
+}
+
+/// The bar is 0.97 to 1.01 of `burst + rate × elapsed` over 20 s on real Envoys;
+/// the arithmetic alone, with instant answers, keeps within 0.98 (the refill each proxy is
+/// owed waits at the coordinator until its next sync: about half an interval of the rate).
 #[test]
 fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
-    for rate in [50, 500, 5_000] {
-        let mut fleet = Fleet::new(3, limit(rate, rate), T);
+    for (rate, burst, demand) in BENCH_LIMITS {
         let elapsed = 20 * S;
-        let admitted = run(
-            &mut fleet,
-            S,
-            S + elapsed,
-            &Traffic {
-                demand_per_second: 2.0 * rate as f64,
-                split: &SKEW,
-                clients: 1,
-            },
-            |_, _| {},
-            &mut HashMap::new(),
-        );
-        let bound = rate + rate * elapsed / S;
+        let admitted: u64 = admitted_per_proxy(rate, burst, demand, elapsed)
+            .iter()
+            .sum();
+        let bound = burst + rate * elapsed / S;
         let ratio = admitted as f64 / bound as f64;
         assert!(
-            (0.97..=1.01).contains(&ratio),
-            "{rate}/s: admitted {admitted} of {bound} ({ratio:.4})"
+            (0.98..=1.01).contains(&ratio),
+            "{rate}/s, burst {burst}, offered {demand}/s: admitted {admitted} of {bound} ({ratio:.4})"
         );
     }
 }
@@ -209,66 +237,68 @@ fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
 /// Shares follow demand: whatever the overload, each proxy admits about its share of the
 /// fleet's traffic, not what the phase of its syncs happens to leave it. (Taking all that
 /// refilled since anyone's last sync, a 70/20/10 split admitted 20/80/0 at ten times the
-/// limit.)
+/// limit; with a share of only half the bucket's refill, a 5,000/s limit with a half-second
+/// burst admitted 38/57/5 at four times.)
 #[test]
 fn each_proxy_admits_about_its_share_of_the_demand() {
-    for overload in [2.0, 10.0, 40.0] {
-        let rate = 500;
-        let mut fleet = Fleet::new(3, limit(rate, rate), T);
-        let mut admitted = [0u64; 3];
-        let mut carry = [0.0_f64; 3];
-        let mut now = S;
-        while now < 21 * S {
-            fleet.sync_due(now);
-            for (p, part) in SKEW.iter().enumerate() {
-                carry[p] += overload * rate as f64 * part * (MS as f64 / S as f64);
-                while carry[p] >= 1.0 {
-                    carry[p] -= 1.0;
-                    admitted[p] += u64::from(fleet.request(p, 0, now));
-                }
-            }
-            now += MS;
-        }
+    let overloads = [
+        (500, 500, 1_000.0),
+        (500, 500, 5_000.0),
+        (500, 500, 20_000.0),
+    ];
+    for (rate, burst, demand) in overloads.into_iter().chain(BENCH_LIMITS) {
+        let admitted = admitted_per_proxy(rate, burst, demand, 20 * S);
         let total = admitted.iter().sum::<u64>() as f64;
         let split: Vec<f64> = admitted.iter().map(|a| *a as f64 / total).collect();
+        // Grants are whole tokens, rounded up: where one interval's refill is a dozen
+        // tokens (50/s), a proxy with a tenth of the demand gets two where its share is
+        // one and a quarter, and a burst of twice the rate goes out in even shares first.
+        let tokens_per_interval = rate * T / S;
+        let tolerance = if tokens_per_interval < 20 { 0.15 } else { 0.08 };
         for (got, wanted) in split.iter().zip(SKEW) {
             assert!(
-                (got - wanted).abs() <= 0.08,
-                "at {overload}× the limit, admitted split {split:.2?} for a demand split {SKEW:?}"
+                (got - wanted).abs() <= tolerance,
+                "{rate}/s, burst {burst}, offered {demand}/s: admitted split {split:.2?} for a demand split {SKEW:?}"
             );
         }
     }
 }
 
-/// The same for 1,000 clients each sending twice its limit of 20/s. (Much sparser keys,
-/// where one interval's refill is a handful of tokens for the whole fleet, keep a few whole
-/// tokens in flight per bucket: at 5/s per client the fleet admits about 0.96.)
+/// The same for 1,000 clients each sending over twice its limit: 20/s at twice, and the
+/// benchmark's 8/s at 2.5 times. (Sparser keys, where one interval's refill is a couple
+/// of whole tokens for the whole fleet, keep a few tokens in flight per bucket: at 5/s per
+/// client the fleet admits about 0.97.)
 #[test]
 fn a_thousand_clients_each_get_their_own_global_limit() {
-    let (rate, clients) = (20, 1_000);
-    let mut fleet = Fleet::new(3, limit(rate, rate), T);
-    let elapsed = 20 * S;
-    let mut per_client = HashMap::new();
-    let admitted = run(
-        &mut fleet,
-        S,
-        S + elapsed,
-        &Traffic {
-            demand_per_second: 2.0 * (rate * clients) as f64,
-            split: &SKEW,
-            clients,
-        },
-        |_, _| {},
-        &mut per_client,
-    );
-    let bound = rate + rate * elapsed / S;
-    let ratio = admitted as f64 / (bound * clients) as f64;
-    assert!((0.97..=1.01).contains(&ratio), "fleet: {ratio:.4}");
-    let worst = per_client.values().max().copied().unwrap_or(0);
-    assert!(
-        worst as f64 <= 1.05 * bound as f64,
-        "a client got {worst} of {bound}"
-    );
+    let clients = 1_000;
+    for (rate, overload) in [(20, 2.0), (8, 2.5)] {
+        let mut fleet = Fleet::new(3, limit(rate, rate), T);
+        let elapsed = 20 * S;
+        let mut per_client = HashMap::new();
+        let admitted = run(
+            &mut fleet,
+            S,
+            S + elapsed,
+            &Traffic {
+                demand_per_second: overload * (rate * clients) as f64,
+                split: &SKEW,
+                clients,
+            },
+            |_, _| {},
+            &mut per_client,
+        );
+        let bound = rate + rate * elapsed / S;
+        let ratio = admitted as f64 / (bound * clients) as f64;
+        assert!(
+            (0.975..=1.01).contains(&ratio),
+            "{rate}/s: fleet {ratio:.4}"
+        );
+        let worst = per_client.values().max().copied().unwrap_or(0);
+        assert!(
+            worst as f64 <= 1.05 * bound as f64,
+            "{rate}/s: a client got {worst} of {bound}"
+        );
+    }
 }
 
 #[test]
@@ -418,12 +448,15 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
     );
     fleet.coordinator.up = true;
     let per_second = restart_and_count_each_second(&mut fleet, 16 * S, 6, &traffic);
-    // Never far off while it warms up (1.5 s) and hands out the burst its fresh state
-    // assumes (at most one more second of the rate over the first three), exact after.
+    // Never starved while it warms up (one lease TTL) and hands out the burst its fresh
+    // state assumes: at most one more second of the rate (the burst) over the first
+    // three, at most half of it in any one second; exact after. (With 500 ms syncs the
+    // burst went out over about two seconds, none above 1.2; with 250 ms syncs a proxy's
+    // wish catches up faster, and it goes out as 1.16 and 1.47.)
     let shown =
         format!("admitted per second after the restart, as a share of the rate: {per_second:?}");
     assert!(
-        per_second[..3].iter().all(|r| (0.8..=1.2).contains(r)),
+        per_second[..3].iter().all(|r| (0.8..=1.5).contains(r)),
         "{shown}"
     );
     assert!(per_second[..3].iter().sum::<f64>() <= 4.0, "{shown}");

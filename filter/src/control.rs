@@ -18,6 +18,7 @@ use sluice_core::control::follow::{PollOutcome, RulesetFollower};
 use sluice_core::control::global::{GlobalSyncer, Leases, SyncFailure};
 use sluice_core::control::reports::{ReportOutcome, ReportSender};
 use sluice_core::control::{Answer, header_safe};
+use sluice_core::global::schedule::CONTROL_TICK_NS;
 use sluice_core::global::sync::SYNC_PATH;
 use sluice_core::global::table::LeaseTable;
 use sluice_core::report::{REPORTS_PATH, RuleBatch};
@@ -27,9 +28,8 @@ use crate::host_store::HostStore;
 use crate::metrics::ControlMetrics;
 use crate::{global_channel, report_channel, ruleset_channel};
 
-/// How often the service checks whether a retry or a sync is due: the workers' tick, so a
-/// new global bucket is synced within a couple of ticks.
-pub const TICK: Duration = Duration::from_millis(100);
+/// How often the service checks whether a poll retry, a report or a sync is due.
+pub const TICK: Duration = Duration::from_nanos(CONTROL_TICK_NS);
 /// Extra time the HTTP call may take beyond the poll's own hold time.
 const CALL_SLACK: Duration = Duration::from_secs(5);
 const REPORT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -301,7 +301,7 @@ async fn observe(
         tracing::warn!(%method, %route, status = status.as_u16(), ms, "request failed");
     } else if method == axum::http::Method::GET
         || method == axum::http::Method::HEAD
-        // Every proxy reports every ~2 s and syncs every ~500 ms: accepted ones would
+        // Every proxy reports every ~2 s and syncs every ~250 ms: accepted ones would
         // drown the log.
         || ((route == "/api/v1/reports" || route == "/api/v1/quota/sync") && status.is_success())
     {

@@ -161,7 +161,7 @@ pub struct SyncSeen {
 pub const FALLBACK_AFTER_INTERVALS: i64 = 2;
 pub const FALLBACK_SLACK_MS: i64 = 250;
 /// The interval assumed for a proxy only another replica has heard from.
-const DEFAULT_INTERVAL_MS: u64 = 500;
+const DEFAULT_INTERVAL_MS: u64 = sluice_core::global::DEFAULT_SYNC_INTERVAL_NS / 1_000_000;
 
 impl SyncSeen {
     /// Whether the proxy is enforcing global limits with its fallback shares at `now_ms`:

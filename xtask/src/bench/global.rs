@@ -47,7 +47,7 @@ const NEW_CLIENT: (u64, u64) = (10, 100);
 const SIM_PROXIES: usize = 20;
 const SIM_BUCKETS: u64 = 10_000;
 /// The control service's default sync interval.
-const SYNC_INTERVAL: Duration = Duration::from_millis(500);
+const SYNC_INTERVAL: Duration = Duration::from_nanos(sluice_core::global::DEFAULT_SYNC_INTERVAL_NS);
 const PATIENCE: Duration = Duration::from_secs(60);
 
 const FLEET_SIZE: &str = "wasmcustom.sluice_control_fleet_size";
@@ -632,7 +632,7 @@ impl Fault {
              Answer latency over the whole run: p50 {:.2} ms, p99 {:.2} ms. \
              `sluice_global_fallback_total` rose by {fallback} across the Envoys. \
              Admitted per second after recovery, as a share of the rate: {} (one-second \
-             windows move with the 500 ms leases); from 2 s after recovery to the end, \
+             windows move with the leases); from 2 s after recovery to the end, \
              {settled_ratio:.3} of the rate.\n\n\
              Outage admission {during_ratio:.3}: {}. No request failed or waited \
              (slowest {:.1} ms): {}. Fallback counted: {}. Accurate (0.95 to 1.05) from 2 s \

@@ -14,11 +14,17 @@ use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::quota;
 use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::store::Role;
-use sluice_core::global::coordinator::YOUNG_NS;
+use sluice_core::global::coordinator::Settings;
 use sluice_testkit::{RedisServer, redis_available};
 
 /// Bounds every wait in this file.
 const PATIENCE: Duration = Duration::from_secs(20);
+
+/// How long a bucket counts as young for these syncs (every 500 ms): the coordinator keeps
+/// the other proxies' even shares meanwhile.
+fn young() -> Duration {
+    Duration::from_nanos(Settings::for_interval(500_000_000).young_ns())
+}
 
 fn sync_body(proxy: &str, buckets: Value) -> Value {
     json!({"proxy": proxy, "interval_ms": 500, "covers_ms": 500, "buckets": buckets})
@@ -195,7 +201,7 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     // While a bucket is young the coordinator keeps the other proxies' even shares for
     // their first reports: let it age first, so the whole burst is anyone's.
     sync("edge-1", 0).await;
-    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
+    tokio::time::sleep(young()).await;
     let started = Instant::now();
     let first = sync("edge-1", 80).await;
     let second = sync("edge-2", 80).await;
@@ -259,7 +265,7 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
     warmed_up(&one, &proxy).await;
 
     sync(&one, &proxy, "edge-1", "00000000000000d1", 0).await;
-    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
+    tokio::time::sleep(young()).await;
     let started = Instant::now();
     let first = sync(&one, &proxy, "edge-1", "00000000000000d1", 80).await;
     let second = sync(&two, &proxy, "edge-2", "00000000000000d1", 80).await;
@@ -285,7 +291,7 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
         total
     };
     sync(&one, &proxy, "edge-1", "00000000000000d2", 0).await;
-    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
+    tokio::time::sleep(young()).await;
     let started = Instant::now();
     let (x, y) = tokio::join!(
         burst(one.clone(), proxy.clone(), "edge-1"),
@@ -326,7 +332,7 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
         .send()
         .await
         .expect(200);
-    tokio::time::sleep(Duration::from_nanos(YOUNG_NS)).await;
+    tokio::time::sleep(young()).await;
     let commands_before = redis_commands(&api).await;
     let started = Instant::now();
     let mut syncs = tokio::task::JoinSet::new();
@@ -361,7 +367,8 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
         );
     }
     // One at a time, the twenty syncs would cost 2 commands per bucket each, 2,000 in all
-    // beside the fleet's few; settled together, each batch reads and writes a bucket once.
+    // beside the fleet's few; settled together, each batch reads and writes each bucket
+    // once, a hash-tag group of buckets in one command.
     let commands = redis_commands(&api).await - commands_before;
     assert!(
         commands < 2 * 50 * PROXIES as u64,

@@ -338,6 +338,42 @@ fn a_client_new_to_the_fleet_bursting_at_every_proxy_gets_at_most_its_burst() {
     );
 }
 
+/// "At once" on a busy machine: one proxy's first request for the new client comes later
+/// than the others' (its connections were slower to start), but within the burst's 0.4 s.
+/// Its even share is spent before it reports, so the coordinator must still hold it back
+/// from the proxies that reported first.
+#[test]
+fn a_new_client_reaching_one_proxy_late_still_gets_at_most_its_burst() {
+    let (rate, burst) = (10, 100);
+    for late_ms in [50, 150, 250, 350] {
+        let mut fleet = Fleet::new(3, limit(rate, burst), T);
+        let start = S + T / 7;
+        let mut per_client = HashMap::new();
+        let mut traffic = |fleet: &mut Fleet, from: u64, until: u64, split: &[f64]| {
+            run(
+                fleet,
+                from,
+                until,
+                &Traffic {
+                    demand_per_second: 3_000.0,
+                    split,
+                    clients: 1,
+                },
+                |_, _| {},
+                &mut per_client,
+            )
+        };
+        let late = start + late_ms * MS;
+        let end = start + 400 * MS;
+        let admitted = traffic(&mut fleet, start, late, &[0.5, 0.5, 0.0])
+            + traffic(&mut fleet, late, end, &[1.0 / 3.0; 3]);
+        assert!(
+            admitted as f64 <= 1.1 * burst as f64,
+            "the third proxy {late_ms} ms late: admitted {admitted} of a burst of {burst}"
+        );
+    }
+}
+
 /// The coordinator is out of reach for 10 s under the same skewed overload: the fleet
 /// stays within 0.8 to 1.1 of the limit, and is exact again within two seconds.
 #[test]

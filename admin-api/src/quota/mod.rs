@@ -419,7 +419,6 @@ fn count_fleet(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::global::coordinator::YOUNG_NS;
     use sluice_core::global::sync::BucketUsage;
 
     fn request(proxy: &str, buckets: Vec<BucketUsage>) -> SyncRequest {
@@ -506,13 +505,15 @@ mod tests {
         // one interval's refill (5) stays for the proxies' demand shares, and b reported
         // no demand.
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
-        let young_no_more = later + Duration::from_nanos(YOUNG_NS);
+        let young_ns = Settings::for_interval(500_000_000).young_ns();
+        assert_eq!(young_ns, 800_000_000, "300 ms and one interval");
+        let young_no_more = later + Duration::from_nanos(young_ns);
         let answer = coordinator.sync(&other, young_no_more).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
         assert_eq!(
             answer.grants[0].granted,
-            70 + 3 - 5,
-            "pre-debited: 100 − 30, + 0.3 s at 10/s, less one interval's refill"
+            70 + 8 - 5,
+            "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill"
         );
 
         let gone = young_no_more + Duration::from_secs(2);

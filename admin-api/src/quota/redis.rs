@@ -1,12 +1,20 @@
 //! Global buckets in Redis, shared by every `sluice serve` replica that uses the same
 //! Redis.
 //!
-//! Each bucket is one key (`sluice:quota:b:<hex id>`) holding its state as JSON; the
+//! Each bucket is one key (`sluice:quota:{GG}:b:<hex id>`) holding its state as JSON; the
 //! arithmetic stays in Rust (the core's `settle`), and Redis only makes the update atomic:
-//! a batch reads its buckets (one `GET` each, pipelined), settles them, and writes each back
-//! with a compare-and-set script on that one key (pipelined). A bucket another replica
-//! changed in between is read and settled again. Every command touches one key, so the
-//! same commands work on a Redis Cluster (each bucket on its own hash slot).
+//! a batch reads its buckets, settles them, and writes each back only if it still holds
+//! what was read (compare-and-set). A bucket another replica changed in between is read
+//! and settled again.
+//!
+//! **Groups.** A bucket's key carries a hash tag, `{GG}`, one of [`GROUPS`] taken from its
+//! id, so the buckets of one group share a Redis Cluster hash slot. A batch reads each
+//! group's buckets with one `MGET` and writes them with one call of a compare-and-set
+//! script over that group's keys (all pipelined): every command stays within one hash
+//! slot, so the same commands work on a Redis Cluster, and 10,000 buckets cost a few
+//! hundred commands instead of 20,000. (One `GET` and one script call per bucket kept one
+//! Redis core saturated at 20 proxies × 10,000 buckets: 192,000 commands a second and a
+//! sync p99 of 267 ms.)
 //!
 //! **Group commit.** Syncs are not sent to Redis one by one: one task per replica settles
 //! them in batches, every sync that arrived while the previous batch was at Redis. A
@@ -28,9 +36,14 @@ use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
 use tokio::sync::{mpsc, oneshot};
 
-const BUCKET_PREFIX: &str = "sluice:quota:b:";
 const FLEET_KEY: &str = "sluice:quota:fleet";
-const EPOCH_KEY: &str = "sluice:quota:epoch";
+/// Named after the bucket keys' layout: a Redis holding only an older layout's buckets has
+/// no epoch under this name, so the coordinator warms up as after a loss of state instead
+/// of starting every bucket full while leases granted from the old keys are spent.
+const EPOCH_KEY: &str = "sluice:quota:epoch:2";
+/// Hash-tag groups of bucket keys: enough to spread over a Cluster's nodes, few enough
+/// that a batch of thousands of buckets is a few hundred commands.
+const GROUPS: u64 = 256;
 /// Rounds of re-reading buckets that another replica changed during one batch.
 const MAX_ROUNDS: usize = 5;
 /// A proxy unseen for this long leaves the fleet's sorted set.
@@ -41,15 +54,22 @@ const MAX_BATCH_USAGES: usize = 200_000;
 /// Syncs waiting for a batch at most; more wait in their handlers.
 const QUEUE: usize = 1_024;
 
-/// Writes `ARGV[2]` (expiring in `ARGV[3]` ms) if the key still holds `ARGV[1]` (`""`:
-/// missing). Returns 1 when written.
+/// For each key `KEYS[i]` (all in one hash slot): writes `ARGV[3i-1]` (expiring in
+/// `ARGV[3i]` ms) if the key still holds `ARGV[3i-2]` (`""`: missing). Returns, per key,
+/// 1 when written and 0 when another writer changed it since it was read.
 const COMPARE_AND_SET: &str = r"
-local current = redis.call('GET', KEYS[1])
-if (current == false and ARGV[1] == '') or current == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
+local written = {}
+for i, key in ipairs(KEYS) do
+  local current = redis.call('GET', key)
+  local expected = ARGV[3 * i - 2]
+  if (current == false and expected == '') or current == expected then
+    redis.call('SET', key, ARGV[3 * i - 1], 'PX', ARGV[3 * i])
+    written[i] = 1
+  else
+    written[i] = 0
+  end
 end
-return 0
+return written
 ";
 
 #[derive(Clone)]
@@ -262,54 +282,65 @@ impl Batcher {
             if pending.is_empty() {
                 break;
             }
+            let groups = by_group(&pending);
             let mut read = redis::pipe();
-            for id in &pending {
-                read.cmd("GET").arg(key(*id));
+            for ids in groups.values() {
+                let get = read.cmd("MGET");
+                for id in ids {
+                    get.arg(key(*id));
+                }
             }
-            let olds: Vec<Option<String>> = read.query_async(&mut con).await?;
-            commands += pending.len() as u64;
+            let replies: Vec<Vec<Option<String>>> = read.query_async(&mut con).await?;
+            commands += groups.len() as u64;
 
             // Loading is idempotent and cheap; it keeps a Redis that restarted (and lost its
             // scripts) from refusing the EVALSHAs that follow.
             let mut write = redis::pipe();
             write.load_script(&self.compare_and_set).ignore();
-            let mut planned = Vec::with_capacity(pending.len());
-            for (id, old) in pending.iter().zip(olds) {
-                let mut state: BucketState = old
-                    .as_deref()
-                    .and_then(|text| serde_json::from_str(text).ok())
-                    .unwrap_or_default();
-                let mut settled = Vec::new();
-                let mut keep_ns = 0;
-                for &(s, b) in &usages[id] {
-                    let sync = &syncs[s];
-                    let (_, limit, usage) = &sync.buckets[b];
-                    let grant = settle(&mut state, limit, usage, sync.covers_ns, now, &settings[s]);
-                    // Kept while the bucket refills and its demand is remembered; after
-                    // that a missing key is the same as a full, quiet bucket.
-                    keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;
-                    settled.push((s, b, grant));
-                }
-                let new = serde_json::to_string(&state).unwrap_or_default();
-                write.invoke_script(
-                    self.compare_and_set
+            let mut planned = Vec::with_capacity(groups.len());
+            for (ids, olds) in groups.values().zip(replies) {
+                let mut invocation = self.compare_and_set.prepare_invoke();
+                let mut settled_group = Vec::with_capacity(ids.len());
+                for (id, old) in ids.iter().zip(olds) {
+                    let mut state: BucketState = old
+                        .as_deref()
+                        .and_then(|text| serde_json::from_str(text).ok())
+                        .unwrap_or_default();
+                    let mut settled = Vec::new();
+                    let mut keep_ns = 0;
+                    for &(s, b) in &usages[id] {
+                        let sync = &syncs[s];
+                        let (_, limit, usage) = &sync.buckets[b];
+                        let grant =
+                            settle(&mut state, limit, usage, sync.covers_ns, now, &settings[s]);
+                        // Kept while the bucket refills and its demand is remembered; after
+                        // that a missing key is the same as a full, quiet bucket.
+                        keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;
+                        settled.push((s, b, grant));
+                    }
+                    let new = serde_json::to_string(&state).unwrap_or_default();
+                    invocation
                         .key(key(*id))
                         .arg(old.unwrap_or_default())
                         .arg(new)
-                        .arg(keep_ns / 1_000_000 + 1),
-                );
-                planned.push((*id, settled));
+                        .arg(keep_ns / 1_000_000 + 1);
+                    settled_group.push((*id, settled));
+                }
+                write.invoke_script(&invocation);
+                planned.push(settled_group);
             }
-            let written: Vec<i64> = write.query_async(&mut con).await?;
+            let written: Vec<Vec<i64>> = write.query_async(&mut con).await?;
             commands += planned.len() as u64 + 1;
             pending = Vec::new();
-            for ((id, settled), ok) in planned.into_iter().zip(written) {
-                if ok == 1 {
-                    for (s, b, grant) in settled {
-                        grants[s][b] = grant;
+            for (group, written) in planned.into_iter().zip(written) {
+                for ((id, settled), ok) in group.into_iter().zip(written) {
+                    if ok == 1 {
+                        for (s, b, grant) in settled {
+                            grants[s][b] = grant;
+                        }
+                    } else {
+                        pending.push(id);
                     }
-                } else {
-                    pending.push(id);
                 }
             }
         }
@@ -338,6 +369,35 @@ impl Batcher {
     }
 }
 
+/// A bucket's key: its group's hash tag, then its id.
 fn key(bucket: u64) -> String {
-    format!("{BUCKET_PREFIX}{bucket:016x}")
+    format!("sluice:quota:{{{:02x}}}:b:{bucket:016x}", bucket % GROUPS)
+}
+
+/// Buckets by group, each group's in the order given (so the batch's order is kept within
+/// a group); groups in ascending order, so a batch's commands do not depend on hashing.
+fn by_group(buckets: &[u64]) -> std::collections::BTreeMap<u64, Vec<u64>> {
+    let mut groups = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+    for &id in buckets {
+        groups.entry(id % GROUPS).or_default().push(id);
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_key_carries_its_groups_hash_tag() {
+        assert_eq!(key(0x1234), "sluice:quota:{34}:b:0000000000001234");
+        assert_eq!(key(u64::MAX), "sluice:quota:{ff}:b:ffffffffffffffff");
+    }
+
+    #[test]
+    fn buckets_are_grouped_by_hash_tag_in_the_order_given() {
+        let groups = by_group(&[0x201, 0x101, 0x2, 0x301]);
+        let listed: Vec<(u64, Vec<u64>)> = groups.into_iter().collect();
+        assert_eq!(listed, [(1, vec![0x201, 0x101, 0x301]), (2, vec![0x2])]);
+    }
 }

@@ -1,11 +1,11 @@
 //! Global buckets in Redis, shared by every `sluice serve` replica that uses the same
 //! Redis.
 //!
-//! Each bucket is one key (`sluice:quota:{GG}:b:<hex id>`) holding its state as JSON; the
-//! arithmetic stays in Rust (the core's `settle`), and Redis only makes the update atomic:
-//! a batch reads its buckets, settles them, and writes each back only if it still holds
-//! what was read (compare-and-set). A bucket another replica changed in between is read
-//! and settled again.
+//! Each bucket is one key (`sluice:quota:{GG}:b:<hex id>`) holding its state in 41 bytes
+//! ([`BucketState::encode`]); the arithmetic stays in Rust (the core's `settle`), and
+//! Redis only makes the update atomic: a batch reads its buckets, settles them, and writes
+//! each back only if it still holds what was read (compare-and-set). A bucket another
+//! replica changed in between is read and settled again.
 //!
 //! **Groups.** A bucket's key carries a hash tag, `{GG}`, one of [`GROUPS`] taken from its
 //! id, so the buckets of one group share a Redis Cluster hash slot. A batch reads each
@@ -290,7 +290,7 @@ impl Batcher {
                     get.arg(key(*id));
                 }
             }
-            let replies: Vec<Vec<Option<String>>> = read.query_async(&mut con).await?;
+            let replies: Vec<Vec<Option<Vec<u8>>>> = read.query_async(&mut con).await?;
             commands += groups.len() as u64;
 
             // Loading is idempotent and cheap; it keeps a Redis that restarted (and lost its
@@ -302,9 +302,10 @@ impl Batcher {
                 let mut invocation = self.compare_and_set.prepare_invoke();
                 let mut settled_group = Vec::with_capacity(ids.len());
                 for (id, old) in ids.iter().zip(olds) {
-                    let mut state: BucketState = old
+                    // Missing, or written in another layout: a full, quiet bucket.
+                    let mut state = old
                         .as_deref()
-                        .and_then(|text| serde_json::from_str(text).ok())
+                        .and_then(BucketState::decode)
                         .unwrap_or_default();
                     let mut settled = Vec::new();
                     let mut keep_ns = 0;
@@ -318,11 +319,10 @@ impl Batcher {
                         keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;
                         settled.push((s, b, grant));
                     }
-                    let new = serde_json::to_string(&state).unwrap_or_default();
                     invocation
                         .key(key(*id))
                         .arg(old.unwrap_or_default())
-                        .arg(new)
+                        .arg(state.encode().as_slice())
                         .arg(keep_ns / 1_000_000 + 1);
                     settled_group.push((*id, settled));
                 }

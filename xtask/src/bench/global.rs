@@ -782,6 +782,7 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
     let runs = [SYNC_INTERVAL, SYNC_INTERVAL * 2]
         .into_iter()
         .flat_map(|interval| [(interval, false), (interval, true)]);
+    let mut redis_bytes = None;
     for (interval, with_redis) in runs {
         let label = if with_redis { "Redis" } else { "in memory" };
         step(format!(
@@ -795,6 +796,7 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         };
         let mut serve = sqlite(bench, &format!("coordinator-{}", with_redis as u8));
         serve.redis = redis.as_ref().map(RedisServer::url);
+        let memory_before = redis.as_ref().map(used_memory).transpose()?;
         let admin = AdminApi::start(&serve)?;
         let commands_before = admin.metric(REDIS_COMMANDS)?;
         let run = simulate_proxies(&admin, timing.coordinator, interval)?;
@@ -835,10 +837,36 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
             run.quantile(0.99),
             run.latencies_ms.len()
         ));
+        if let (Some(redis), Some(before)) = (&redis, memory_before) {
+            redis_bytes = Some(used_memory(redis)?.saturating_sub(before) / SIM_BUCKETS);
+        }
         drop(admin);
         drop(redis);
     }
+    if let Some(bytes) = redis_bytes {
+        writeln!(
+            md,
+            "\nRedis memory: {bytes} bytes per active bucket (`used_memory` after the last Redis \
+             run less before it, over its {SIM_BUCKETS} buckets)."
+        )?;
+        note(format!("Redis: {bytes} bytes per active bucket"));
+    }
     Ok(())
+}
+
+/// Redis's `used_memory`, from `redis-cli INFO memory` (Debian's `redis-tools`, installed
+/// with the server).
+fn used_memory(redis: &RedisServer) -> Result<u64> {
+    let addr = redis.addr();
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(["INFO", "memory"])
+        .output()
+        .context("running redis-cli")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("used_memory:")?.parse().ok())
+        .context("redis-cli INFO memory gave no used_memory")
 }
 
 struct SimRun {

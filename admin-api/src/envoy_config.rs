@@ -153,6 +153,8 @@ pub struct AdminConnection {
     pub proxy_id: Option<String>,
     /// How long the admin API may hold a poll (1 to 60 s).
     pub poll_timeout_seconds: u32,
+    /// How often fleet-wide buckets are synced; `None` for the control service's default.
+    pub sync_interval_ms: Option<u32>,
 }
 
 impl AdminConnection {
@@ -162,6 +164,7 @@ impl AdminConnection {
             token: token.into(),
             proxy_id: None,
             poll_timeout_seconds: 30,
+            sync_interval_ms: None,
         }
     }
 
@@ -176,6 +179,9 @@ impl AdminConnection {
         });
         if let Some(id) = &self.proxy_id {
             spec["proxy_id"] = json!(id);
+        }
+        if let Some(ms) = self.sync_interval_ms {
+            spec["sync_interval_ms"] = json!(ms);
         }
         spec
     }
@@ -956,6 +962,7 @@ mod tests {
         assert_eq!(spec.token, "slc_proxy_token");
         assert_eq!(spec.proxy_id.as_deref(), Some("envoy-1"));
         assert_eq!(spec.poll_timeout_seconds, 30);
+        assert_eq!(spec.sync_interval_ms, 250, "the control service's default");
 
         let yaml = render(&with_admin("http://127.0.0.1:8080")).unwrap();
         assert!(yaml.contains("# Rules: long-polled from the admin API at http://127.0.0.1:8080"));
@@ -1004,6 +1011,30 @@ mod tests {
         ] {
             assert!(url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_sync_interval_is_passed_to_the_control_service_and_checked() {
+        let control_spec = |ms: u32| {
+            let mut opts = with_admin("http://127.0.0.1:8080");
+            if let Some(admin) = opts.admin.as_mut() {
+                admin.sync_interval_ms = Some(ms);
+            }
+            render(&opts).map(|yaml| {
+                let config = parse(&yaml);
+                let value = config["bootstrap_extensions"][0]["typed_config"]["config"]
+                    ["configuration"]["value"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                ControlConfigSpec::from_json(value.as_bytes()).unwrap()
+            })
+        };
+        assert_eq!(control_spec(500).unwrap().sync_interval_ms, 500);
+        let Err(EnvoyConfigError::InvalidControlConfig(errors)) = control_spec(10) else {
+            panic!("accepted a 10 ms interval");
+        };
+        assert_eq!(errors.0[0].field, "sync_interval_ms");
     }
 
     #[test]

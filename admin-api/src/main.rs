@@ -225,6 +225,12 @@ struct EnvoyConfigArgs {
     /// How this Envoy names itself to the admin API (default: Envoy's node id).
     #[arg(long, value_name = "ID", requires = "admin_url")]
     proxy_id: Option<String>,
+
+    /// How often the control service syncs fleet-wide buckets with the admin API, 50 to
+    /// 10,000 ms (default 250). Longer halves the coordinator's work per doubling, and the
+    /// fleet then runs further behind its limit (about half an interval of the rate).
+    #[arg(long, value_name = "MS", requires = "admin_url")]
+    sync_interval_ms: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -611,6 +617,7 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     if let (Some(url), Some(token)) = (&args.admin_url, &args.proxy_token) {
         let mut admin = AdminConnection::new(url.clone(), token.clone());
         admin.proxy_id = args.proxy_id.clone();
+        admin.sync_interval_ms = args.sync_interval_ms;
         options.admin = Some(admin);
     }
 

@@ -261,7 +261,7 @@ impl Coordinator {
         );
         registry.register(
             "sluice_quota_fleet_size",
-            "Proxies that synced within the last three intervals",
+            "Proxies that synced within the last eight sync intervals",
             metrics.fleet.clone(),
         );
         let state = match backend {
@@ -516,7 +516,11 @@ mod tests {
             "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill"
         );
 
-        let gone = young_no_more + Duration::from_secs(2);
+        // a's last sync was at `later`: it counts for eight intervals (4 s at 500 ms).
+        let still_there = later + Duration::from_millis(3_900);
+        let answer = coordinator.sync(&other, still_there).await.unwrap();
+        assert_eq!(answer.fleet_size, 2, "a stalled for a moment, not gone");
+        let gone = later + Duration::from_millis(4_100);
         let answer = coordinator.sync(&other, gone).await.unwrap();
         assert_eq!(answer.fleet_size, 1, "a left the fleet");
     }

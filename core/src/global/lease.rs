@@ -131,6 +131,10 @@ pub struct LeaseEntry {
 /// the fleet's fallback admission at `(1 + MIN_SHARE_OF_EVEN) × rate`.
 pub const MIN_SHARE_OF_EVEN: f64 = 0.1;
 
+/// A share is smoothed over about this many answers (an exponential average whose newest
+/// sample weighs `1 / SHARE_SMOOTHING`): the coordinator's demand memory is four intervals.
+const SHARE_SMOOTHING: u64 = 4;
+
 impl LeaseEntry {
     /// A bucket this proxy sees for the first time at `now`.
     pub fn new(bucket: u64, limit: &Gcra, now: u64) -> Self {
@@ -297,9 +301,17 @@ impl LeaseEntry {
         self.balance = self.balance.saturating_add(grant.granted);
         self.expires_at = now.saturating_add(view.lease_ttl_ns());
         // No share (0): the coordinator does not know the fleet's demand yet (it is
-        // warming up); the last known share stays.
+        // warming up); the last known share stays. Otherwise the share is smoothed over
+        // the last few answers: each is one interval's sample of this proxy's traffic, and
+        // the fallback rests on the last one. Taken alone, the three Envoys' last samples
+        // added up to as much as 1.12 of the limit during a real outage.
         if grant.share_ppm > 0 {
-            self.share_ppm = grant.share_ppm;
+            self.share_ppm = if self.share_ppm == 0 {
+                grant.share_ppm
+            } else {
+                ((u64::from(self.share_ppm) * (SHARE_SMOOTHING - 1) + u64::from(grant.share_ppm))
+                    / SHARE_SMOOTHING) as u32
+            };
         }
         self.full_at = now.saturating_add(grant.full_in_ns);
         // The local GCRA has the fleet bucket's capacity in time, so making it at most as

@@ -48,8 +48,13 @@ pub const WANT_HORIZON_INTERVALS: f64 = 1.5;
 pub const DEMAND_TAU_INTERVALS: f64 = 4.0;
 
 /// Proxies count toward the fleet while their last sync is younger than this many
-/// intervals.
-pub const FLEET_MEMORY_INTERVALS: u64 = 3;
+/// intervals (2 s at the default). Too short a memory is the dangerous side: a proxy whose
+/// syncs stall for a moment (a busy main thread) drops out of the count, every other proxy
+/// is told the fleet is smaller, and a new bucket's even shares add up to more than its
+/// burst (three intervals of 250 ms let a new client bursting at three Envoys get 1.18 of
+/// its burst: one Envoy took half of it). Too long only makes new buckets' even shares
+/// smaller for a while after a proxy leaves.
+pub const FLEET_MEMORY_INTERVALS: u64 = 8;
 
 /// What the global module's unit tests share.
 #[cfg(test)]

@@ -298,7 +298,16 @@ impl LeaseEntry {
     /// Applies the coordinator's answer for this bucket, received at `now`.
     pub fn apply(&mut self, grant: &Grant, now: u64, view: &FleetView) {
         self.settled = true;
-        self.balance = self.balance.saturating_add(grant.granted);
+        // Tokens admitted without a lease since the usage was collected (a new bucket's
+        // even share, or the fallback share) are paid for by this grant, which the
+        // coordinator already took from the fleet's bucket. Otherwise they would be taken
+        // twice (again as unleased at the next sync), and a new bucket's first grant (the
+        // rest of its even share as the coordinator saw it) would hand out what the
+        // workers spent while the answer was on its way a second time: a new client
+        // bursting at three real Envoys got up to 1.23 of its burst.
+        let covered = self.unleased.min(grant.granted);
+        self.unleased -= covered;
+        self.balance = self.balance.saturating_add(grant.granted - covered);
         self.expires_at = now.saturating_add(view.lease_ttl_ns());
         // No share (0): the coordinator does not know the fleet's demand yet (it is
         // warming up); the last known share stays. Otherwise the share is smoothed over

@@ -21,9 +21,16 @@ struct Proxy {
     pending: HashMap<u64, Usage>,
     view: FleetView,
     schedule: SyncSchedule,
-    /// The answer on its way: when it arrives, the view it brings, and each bucket's
-    /// grant. A control service sends no sync while one is on its way.
-    in_flight: Option<(u64, FleetView, Vec<(u64, Grant)>)>,
+    /// The answer on its way. A control service sends no sync while one is.
+    in_flight: Option<Answer>,
+}
+
+/// An answer on its way to a proxy: when it arrives, the view it brings, and each bucket's
+/// grant.
+struct Answer {
+    at: u64,
+    view: FleetView,
+    grants: Vec<(u64, Grant)>,
 }
 
 struct Coordinator {
@@ -97,7 +104,7 @@ impl Fleet {
             if self.proxies[p]
                 .in_flight
                 .as_ref()
-                .is_some_and(|(at, _, _)| *at <= now)
+                .is_some_and(|answer| answer.at <= now)
             {
                 self.answer(p, now);
             }
@@ -147,7 +154,11 @@ impl Fleet {
                 (bucket, grant)
             })
             .collect();
-        proxy.in_flight = Some((now + self.answer_delay, view, grants));
+        proxy.in_flight = Some(Answer {
+            at: now + self.answer_delay,
+            view,
+            grants,
+        });
         if self.answer_delay == 0 {
             self.answer(p, now);
         }
@@ -156,9 +167,9 @@ impl Fleet {
     /// Applies proxy `p`'s answer now (an answer without delay arrives with its sync).
     fn answer(&mut self, p: usize, now: u64) {
         let proxy = &mut self.proxies[p];
-        if let Some((_, view, grants)) = proxy.in_flight.take() {
-            proxy.view = view;
-            for (bucket, grant) in grants {
+        if let Some(answer) = proxy.in_flight.take() {
+            proxy.view = answer.view;
+            for (bucket, grant) in answer.grants {
                 if let Some(entry) = proxy.entries.get_mut(&bucket) {
                     entry.apply(&grant, now, &proxy.view);
                 }

@@ -49,11 +49,11 @@ pub const DEMAND_TAU_INTERVALS: f64 = 4.0;
 
 /// Proxies count toward the fleet while their last sync is younger than this many
 /// intervals (2 s at the default). Too short a memory is the dangerous side: a proxy whose
-/// syncs stall for a moment (a busy main thread) drops out of the count, every other proxy
-/// is told the fleet is smaller, and a new bucket's even shares add up to more than its
-/// burst (three intervals of 250 ms let a new client bursting at three Envoys get 1.18 of
-/// its burst: one Envoy took half of it). Too long only makes new buckets' even shares
-/// smaller for a while after a proxy leaves.
+/// syncs stall for a moment (a busy main thread) would drop out of the count, every other
+/// proxy would be told the fleet is smaller, and a new bucket's even shares would add up
+/// to more than its burst. Too long only makes new buckets' even shares smaller for a
+/// while after a proxy leaves. (Three intervals were enough at 500 ms; at 250 ms they are
+/// 750 ms, within reach of a stall under load.)
 pub const FLEET_MEMORY_INTERVALS: u64 = 8;
 
 /// What the global module's unit tests share.

@@ -148,11 +148,9 @@ pub const YOUNG_NS: u64 = 300_000_000;
 impl Settings {
     /// How long a bucket counts as young: [`YOUNG_NS`] plus one sync interval, so that a
     /// proxy whose sync was already on its way (or late: a busy main thread) when its first
-    /// request for the bucket came still reports it in time. (300 ms alone: once in ten
-    /// tries on real Envoys under load, a new client bursting at three of them got 1.28 of
-    /// its burst.) While young, grants beyond a proxy's own even share wait; the refill
-    /// meanwhile stays in the bucket, so only a bucket smaller than this much refill loses
-    /// some.
+    /// request for the bucket came still reports it in time. While young, grants beyond a
+    /// proxy's own even share wait; the refill meanwhile stays in the bucket, so only a
+    /// bucket smaller than this much refill loses some.
     pub fn young_ns(&self) -> u64 {
         YOUNG_NS.saturating_add(self.sync_interval_ns)
     }

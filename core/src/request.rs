@@ -1,7 +1,9 @@
 //! What the core needs to know about a request, and a plain owned implementation.
 //!
-//! The filter fills an [`HttpRequest`] from Envoy's headers once per request; tests build
-//! them directly. Header names are lowercase, as HTTP/2 and Envoy present them.
+//! The filter implements [`RequestAttributes`] over Envoy lazily (`filter/src/request.rs`
+//! reads only what the rules ask for, each at most once); [`HttpRequest`] is the plain
+//! owned implementation that tests, benchmarks and examples build directly. Header names
+//! are lowercase, as HTTP/2 and Envoy present them.
 
 use std::net::IpAddr;
 

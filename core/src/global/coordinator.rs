@@ -52,9 +52,7 @@ impl BucketState {
         ];
         let (format, body) = out.split_at_mut(1);
         format.fill(STATE_FORMAT);
-        for (chunk, word) in body.chunks_exact_mut(8).zip(words) {
-            chunk.copy_from_slice(&word.to_le_bytes());
-        }
+        super::put_words(body, &words);
         out
     }
 
@@ -65,9 +63,7 @@ impl BucketState {
         if format != STATE_FORMAT || bytes.len() != STATE_LEN {
             return None;
         }
-        let mut words = body
-            .chunks_exact(8)
-            .map_while(|c| c.try_into().ok().map(u64::from_le_bytes));
+        let mut words = super::words(body);
         let mut next = || words.next();
         let state = Self {
             tat: next()?,

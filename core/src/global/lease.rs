@@ -370,9 +370,7 @@ impl LeaseEntry {
         let (head, rest) = out.split_at_mut(2);
         head.copy_from_slice(&[ENTRY_FORMAT, u8::from(self.settled)]);
         let (body, share) = rest.split_at_mut(WORDS * 8);
-        for (chunk, word) in body.chunks_exact_mut(8).zip(words) {
-            chunk.copy_from_slice(&word.to_le_bytes());
-        }
+        super::put_words(body, &words);
         share.copy_from_slice(&self.share_ppm.to_le_bytes());
         out
     }
@@ -390,9 +388,7 @@ impl LeaseEntry {
             _ => return None,
         };
         let (body, share) = rest.split_at_checked(WORDS * 8)?;
-        let mut words = body
-            .chunks_exact(8)
-            .map_while(|c| c.try_into().ok().map(u64::from_le_bytes));
+        let mut words = super::words(body);
         let mut next = || words.next();
         let entry = Self {
             bucket: next()?,

@@ -56,6 +56,21 @@ pub const DEMAND_TAU_INTERVALS: f64 = 4.0;
 /// 750 ms, within reach of a stall under load.)
 pub const FLEET_MEMORY_INTERVALS: u64 = 8;
 
+/// Writes `words` little-endian into `body`, eight bytes each: the fixed layouts of what
+/// this module keeps in shared data and in Redis.
+fn put_words(body: &mut [u8], words: &[u64]) {
+    for (chunk, word) in body.chunks_exact_mut(8).zip(words) {
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+}
+
+/// The little-endian words of `body`, in order ([`put_words`]'s inverse); callers check
+/// lengths first, and a short body simply ends the words early.
+fn words(body: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    body.chunks_exact(8)
+        .map_while(|c| c.try_into().ok().map(u64::from_le_bytes))
+}
+
 /// What the global module's unit tests share.
 #[cfg(test)]
 mod test_support {

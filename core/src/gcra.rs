@@ -103,7 +103,9 @@ impl Gcra {
         if backlog_after <= self.capacity_ns {
             Verdict {
                 allowed: true,
-                new_tat: now + backlog_after,
+                // Saturating: a clock within one capacity of `u64::MAX` (the year 2554
+                // at the longest capacity) would otherwise wrap to a full bucket.
+                new_tat: now.saturating_add(backlog_after),
                 remaining: (self.capacity_ns - backlog_after) / self.interval_ns,
                 reset_ns: backlog_after,
                 retry_after_ns: 0,
@@ -239,6 +241,16 @@ mod tests {
         let huge = NonZeroU64::new(u64::MAX / 2).unwrap();
         let err = Gcra::new(one, NonZeroU64::new(NANOS_PER_SECOND).unwrap(), huge).unwrap_err();
         assert_eq!(err, GcraError::CapacityTooLarge);
+    }
+
+    #[test]
+    fn a_charge_at_the_end_of_time_saturates_instead_of_wrapping() {
+        // Found by the `lease_entry` fuzz target: `now + backlog` overflowed.
+        let g = gcra(10, 1, 10);
+        let verdict = g.check(0, u64::MAX - 1, 3);
+        assert!(verdict.allowed);
+        assert_eq!(verdict.new_tat, u64::MAX);
+        assert!(!g.check(verdict.new_tat, u64::MAX - 1, 10).allowed);
     }
 
     #[test]

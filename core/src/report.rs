@@ -41,13 +41,15 @@ pub struct RuleCounts {
 }
 
 impl RuleCounts {
+    /// Saturating: batches come from shared data, which any worker (or a corrupted
+    /// write) fills, and a sum that wrapped would report a tiny count.
     fn add(&mut self, other: &RuleCounts) {
-        self.allowed += other.allowed;
-        self.denied += other.denied;
-        self.shadow_denied += other.shadow_denied;
-        self.near_limit += other.near_limit;
-        self.fail_open += other.fail_open;
-        self.key_missing += other.key_missing;
+        self.allowed = self.allowed.saturating_add(other.allowed);
+        self.denied = self.denied.saturating_add(other.denied);
+        self.shadow_denied = self.shadow_denied.saturating_add(other.shadow_denied);
+        self.near_limit = self.near_limit.saturating_add(other.near_limit);
+        self.fail_open = self.fail_open.saturating_add(other.fail_open);
+        self.key_missing = self.key_missing.saturating_add(other.key_missing);
     }
 
     pub fn is_zero(&self) -> bool {
@@ -81,9 +83,10 @@ impl TopClients {
 
     fn record_with_error(&mut self, client: &str, weight: u64, error: u64) {
         let client = truncate(client);
+        // Saturating, like `RuleCounts::add`: merged summaries come from shared data.
         if let Some(entry) = self.entries.iter_mut().find(|e| e.client == client) {
-            entry.throttled += weight;
-            entry.error += error;
+            entry.throttled = entry.throttled.saturating_add(weight);
+            entry.error = entry.error.saturating_add(error);
             return;
         }
         if self.entries.len() < TOP_CLIENTS {
@@ -100,8 +103,8 @@ impl TopClients {
             let inherited = min.throttled;
             *min = ClientCount {
                 client: client.to_string(),
-                throttled: inherited + weight,
-                error: inherited + error,
+                throttled: inherited.saturating_add(weight),
+                error: inherited.saturating_add(error),
             };
         }
     }
@@ -215,7 +218,7 @@ impl Aggregate {
                 .top
                 .merge(&TopClients::from_entries(rule.top_clients.clone()));
         }
-        self.overflow += batch.overflow;
+        self.overflow = self.overflow.saturating_add(batch.overflow);
     }
 
     /// Empties the aggregate into a batch.
@@ -374,5 +377,34 @@ mod tests {
         assert_eq!(merged.rules[0].counts.allowed, 6);
         assert_eq!(merged.rules[0].top_clients[0].throttled, 2);
         assert!(agg.is_empty());
+    }
+
+    #[test]
+    fn merged_counts_saturate_instead_of_wrapping() {
+        // Found by the `rule_batch` fuzz target: two batches from shared data whose
+        // counts add up past u64::MAX panicked (debug) or wrapped to a small count.
+        let batch = RuleBatch {
+            rules: vec![RuleReport {
+                rule: "r".into(),
+                counts: RuleCounts {
+                    allowed: u64::MAX,
+                    ..RuleCounts::default()
+                },
+                top_clients: vec![ClientCount {
+                    client: "c".into(),
+                    throttled: u64::MAX,
+                    error: u64::MAX,
+                }],
+            }],
+            overflow: u64::MAX,
+        };
+        let mut agg = Aggregate::default();
+        agg.merge(&batch);
+        agg.merge(&batch);
+        assert_eq!(agg.overflow, u64::MAX);
+        let merged = agg.take();
+        assert_eq!(merged.rules[0].counts.allowed, u64::MAX);
+        assert_eq!(merged.rules[0].top_clients[0].throttled, u64::MAX);
+        assert_eq!(merged.rules[0].top_clients[0].error, u64::MAX);
     }
 }

@@ -103,8 +103,8 @@ impl Gcra {
         if backlog_after <= self.capacity_ns {
             Verdict {
                 allowed: true,
-                // Saturating: a clock within one capacity of `u64::MAX` (the year 2554
-                // at the longest capacity) would otherwise wrap to a full bucket.
+                // Saturating: a clock within one capacity of `u64::MAX` ns (from the
+                // year 2408 at the longest capacity) would otherwise wrap to a full bucket.
                 new_tat: now.saturating_add(backlog_after),
                 remaining: (self.capacity_ns - backlog_after) / self.interval_ns,
                 reset_ns: backlog_after,

@@ -9,6 +9,7 @@ mod demo;
 mod demo_load;
 mod dist;
 mod envoy;
+mod fuzz;
 mod libtest;
 mod lint;
 mod postgres;
@@ -54,6 +55,8 @@ enum Task {
     Envoy,
     /// Benchmark request cost, accuracy and memory against Envoy; writes bench/results/.
     Bench(bench::BenchArgs),
+    /// Fuzz every decoder of untrusted bytes (cargo-fuzz, libFuzzer) for --seconds per target.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +95,7 @@ fn run(task: &Task) -> Result<()> {
             Ok(())
         }
         Task::Bench(args) => bench::bench(args),
+        Task::Fuzz(args) => fuzz::fuzz(args),
     }
 }
 

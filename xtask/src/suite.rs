@@ -19,7 +19,7 @@ const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// Skip the unit and property tests of the host crates.
+    /// Skip the unit and property tests of the host crates, and the short fuzz run.
     #[arg(long)]
     pub skip_unit: bool,
 
@@ -104,7 +104,7 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
     ];
 
     if args.skip_unit {
-        step("unit and property tests: skipped (--skip-unit)");
+        step("unit and property tests, short fuzz run: skipped (--skip-unit)");
     } else {
         // Plain `cargo test` runs the workspace's default members: every host crate (the
         // dashboard's logic included, in `sluice-dashboard-model`), but neither the wasm-only
@@ -119,6 +119,8 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
                 counts,
             )
         })?;
+        // libFuzzer on every decoder of untrusted bytes, a few seconds per target.
+        timings.time("fuzz (short)", crate::fuzz::short_run)?;
     }
 
     step(format!(

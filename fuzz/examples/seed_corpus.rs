@@ -1,0 +1,270 @@
+//! Writes the committed seed corpus, `fuzz/corpus/<target>/`, from the crates' own
+//! encoders and the example rules file, so that every seed is a real, valid input and can
+//! be regenerated when an encoding changes:
+//!
+//! ```sh
+//! cargo run --manifest-path fuzz/Cargo.toml --example seed_corpus
+//! ```
+//!
+//! Targets that read structured input (`decide`, and what follows the bytes of a lease
+//! entry or a bucket state) take any bytes; their seeds carry fixed pseudo-random bytes
+//! so the first runs already reach past the first branches.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use sluice_core::config::{ControlConfigSpec, FilterConfigSpec};
+use sluice_core::gcra::Gcra;
+use sluice_core::global::coordinator::{BucketState, Grant, Usage};
+use sluice_core::global::lease::{FleetView, LeaseEntry};
+use sluice_core::global::sync::{BucketUsage, SyncRequest, SyncResponse};
+use sluice_core::report::{ClientCount, Report, RuleBatch, RuleCounts, RuleReport};
+use sluice_core::slot::SlotValue;
+use sluice_core::spec::{FailureMode, RuleSpec};
+use sluice_core::wire::RulesetDocument;
+
+// The admin API's own rules-file reader, compiled in as the `rules_file` target does.
+#[path = "../../admin-api/src/rules_file.rs"]
+#[allow(dead_code)]
+mod rules_file;
+
+const SECOND: u64 = 1_000_000_000;
+const T0: u64 = 1_700_000_000 * SECOND;
+
+fn main() {
+    let fuzz_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = Corpus(fuzz_dir.join("corpus"));
+    let rules_yaml = fs::read_to_string(fuzz_dir.join("../examples/rules.yaml"))
+        .expect("the example rules file is readable");
+    let rules: Vec<RuleSpec> = rules_file::parse_rules(
+        &rules_yaml,
+        rules_file::RulesFormat::Yaml,
+        Path::new("examples/rules.yaml"),
+    )
+    .expect("the example rules file parses");
+    let rules_json = serde_json::to_string_pretty(&rules).expect("rules serialise");
+
+    // Slots: empty, a client with two limits, and a full slot.
+    let mut slot = SlotValue::owned_by(0x5eed);
+    corpus.write("slot_value", "empty", &encoded_slot(&slot));
+    slot.set(11, T0 + SECOND, T0);
+    slot.set(12, T0 + 60 * SECOND, T0);
+    corpus.write("slot_value", "two-buckets", &encoded_slot(&slot));
+    for identity in 13..=20 {
+        slot.set(identity, T0 + identity * SECOND, T0);
+    }
+    corpus.write("slot_value", "full", &encoded_slot(&slot));
+
+    // Lease entries: new, spent from its even share, and leased after an answer.
+    let limit = Gcra::per_second(10, 20).expect("a valid limit");
+    let view = FleetView {
+        fleet_size: 3,
+        fallback: false,
+        sync_interval_ns: SECOND / 4,
+    };
+    let mut entry = LeaseEntry::new(0xb0c4e7, &limit, T0);
+    corpus.write("lease_entry", "new", &with_noise(&entry.encode(), 1));
+    entry.spend(1, T0, &view);
+    corpus.write("lease_entry", "spent", &with_noise(&entry.encode(), 2));
+    entry.collect(T0 + SECOND / 4, SECOND / 4, &view);
+    let grant = Grant {
+        granted: 5,
+        share_ppm: 400_000,
+        full_in_ns: SECOND,
+    };
+    entry.apply(&grant, T0 + SECOND / 4, &view);
+    corpus.write("lease_entry", "leased", &with_noise(&entry.encode(), 3));
+
+    corpus.write("fleet_view", "alone", &FleetView::ALONE.encode());
+    corpus.write("fleet_view", "three-proxies", &view.encode());
+
+    let quiet = BucketState::default();
+    corpus.write("bucket_state", "full", &with_noise(&quiet.encode(), 4));
+    let busy = BucketState {
+        tat: (1 << 40) + 2 * SECOND,
+        demand: 42.5,
+        demand_at: (1 << 40) + SECOND,
+        born_at: 1 << 40,
+        first_seen: 1 << 40,
+    };
+    corpus.write("bucket_state", "busy", &with_noise(&busy.encode(), 5));
+
+    let usage = Usage {
+        attempts: 12,
+        unleased: 3,
+        returned: 0,
+        want: 18,
+    };
+    let sync = SyncRequest {
+        proxy: "envoy-1".into(),
+        interval_ms: 250,
+        covers_ms: 250,
+        buckets: vec![
+            BucketUsage::new(0xb0c4e7, limit.interval_ns(), limit.burst(), &usage),
+            BucketUsage::new(u64::MAX, SECOND, 1, &Usage::default()),
+        ],
+    };
+    corpus.write("sync_request", "two-buckets", &sync.to_json());
+    let answer = SyncResponse {
+        fleet_size: 3,
+        warming_up: false,
+        grants: vec![grant, Grant::default()],
+    };
+    corpus.write("sync_response", "two-grants", &json(&answer));
+    let warming = SyncResponse {
+        fleet_size: 1,
+        warming_up: true,
+        grants: vec![],
+    };
+    corpus.write("sync_response", "warming-up", &json(&warming));
+
+    let document = RulesetDocument {
+        version: 7,
+        rules: rules.clone(),
+    };
+    corpus.write(
+        "ruleset_document",
+        "example-shared-data",
+        &document.encode(),
+    );
+    corpus.write("ruleset_document", "example-json", &json(&document));
+    let empty = RulesetDocument {
+        version: 1,
+        rules: vec![],
+    };
+    corpus.write("ruleset_document", "empty-shared-data", &empty.encode());
+
+    let batch = RuleBatch {
+        rules: vec![
+            RuleReport {
+                rule: "api-per-key".into(),
+                counts: RuleCounts {
+                    allowed: 120,
+                    denied: 7,
+                    near_limit: 30,
+                    ..RuleCounts::default()
+                },
+                top_clients: vec![
+                    ClientCount {
+                        client: "alice".into(),
+                        throttled: 5,
+                        error: 0,
+                    },
+                    ClientCount {
+                        client: "bob".into(),
+                        throttled: 2,
+                        error: 1,
+                    },
+                ],
+            },
+            RuleReport {
+                rule: "per-ip-shadow".into(),
+                counts: RuleCounts {
+                    allowed: 40,
+                    shadow_denied: 3,
+                    key_missing: 1,
+                    ..RuleCounts::default()
+                },
+                top_clients: vec![],
+            },
+        ],
+        overflow: 0,
+    };
+    corpus.write("rule_batch", "two-rules", &batch.encode());
+    corpus.write("rule_batch", "empty", &RuleBatch::default().encode());
+    let report = Report {
+        proxy_id: "envoy-1".into(),
+        start_ms: 1_700_000_000_000,
+        end_ms: 1_700_000_002_000,
+        ruleset_version: 7,
+        batch,
+        dropped_reports: 0,
+    };
+    corpus.write("report_json", "two-rules", &report.to_json());
+
+    let config = FilterConfigSpec {
+        rules: rules.clone(),
+        failure_mode: FailureMode::Closed,
+        ..FilterConfigSpec::default()
+    };
+    corpus.write("filter_config", "example-rules", &json(&config));
+    corpus.write("filter_config", "defaults", b"{}");
+    let control = ControlConfigSpec {
+        admin_cluster: "sluice_admin".into(),
+        admin_authority: "127.0.0.1:8080".into(),
+        token: "slc_proxy_token".into(),
+        proxy_id: Some("envoy-1".into()),
+        poll_timeout_seconds: 30,
+        report_interval_seconds: 2,
+        sync_interval_ms: 250,
+    };
+    corpus.write("control_config", "full", &json(&control));
+
+    // The rules file target's first byte picks the syntax: even JSON, odd YAML.
+    corpus.write(
+        "rules_file",
+        "example-yaml",
+        &prefixed(1, rules_yaml.as_bytes()),
+    );
+    corpus.write(
+        "rules_file",
+        "example-json",
+        &prefixed(0, rules_json.as_bytes()),
+    );
+    let wrapped = format!("{{\"rules\":{rules_json}}}");
+    corpus.write(
+        "rules_file",
+        "wrapped-json",
+        &prefixed(0, wrapped.as_bytes()),
+    );
+
+    for (seed, len) in [(6, 256), (7, 1024), (8, 4096)] {
+        corpus.write("decide", &format!("noise-{len}"), &noise(seed, len));
+    }
+}
+
+struct Corpus(PathBuf);
+
+impl Corpus {
+    fn write(&self, target: &str, name: &str, bytes: &[u8]) {
+        let dir = self.0.join(target);
+        fs::create_dir_all(&dir).expect("the corpus folder can be created");
+        fs::write(dir.join(name), bytes).expect("the seed can be written");
+    }
+}
+
+fn encoded_slot(slot: &SlotValue) -> Vec<u8> {
+    let mut out = Vec::new();
+    slot.encode(&mut out);
+    out
+}
+
+fn json(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).expect("plain data serialises")
+}
+
+fn prefixed(first: u8, rest: &[u8]) -> Vec<u8> {
+    let mut out = vec![first];
+    out.extend_from_slice(rest);
+    out
+}
+
+/// `bytes`, then 256 fixed pseudo-random bytes for what the target reads after them.
+fn with_noise(bytes: &[u8], seed: u64) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    out.extend(noise(seed, 256));
+    out
+}
+
+/// Deterministic bytes (xorshift64*), so regenerating the corpus changes nothing.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+        })
+        .collect()
+}

@@ -1,5 +1,5 @@
 //! The real admin API for end-to-end tests: `sluice serve` on loopback with a SQLite file
-//! in a temporary directory, stopped on drop.
+//! in a temporary directory (or a database given by URL), stopped on drop.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -33,20 +33,27 @@ pub struct AdminServer {
 impl AdminServer {
     /// Starts a server with a fresh SQLite database on a free loopback port.
     pub fn start() -> AdminServer {
-        AdminServer::start_with(None)
+        AdminServer::start_with(None, None)
     }
 
     /// Starts a server that keeps global buckets in the Redis at `url`.
     pub fn start_with_redis(url: &str) -> AdminServer {
-        AdminServer::start_with(Some(url.to_string()))
+        AdminServer::start_with(None, Some(url.to_string()))
     }
 
-    fn start_with(redis: Option<String>) -> AdminServer {
+    /// Starts a server on the database at `url` (`postgres://…`, or `sqlite://…`) rather
+    /// than a fresh SQLite file; [`AdminServer::restart`] comes back on the same one.
+    pub fn start_on_database(url: &str) -> AdminServer {
+        AdminServer::start_with(Some(url.to_string()), None)
+    }
+
+    fn start_with(database: Option<String>, redis: Option<String>) -> AdminServer {
         let dir = tempfile::Builder::new()
             .prefix("sluice-admin-")
             .tempdir()
             .expect("temp dir");
-        let database = format!("sqlite://{}/sluice.db", dir.path().display());
+        let database =
+            database.unwrap_or_else(|| format!("sqlite://{}/sluice.db", dir.path().display()));
         let (child, addr) = spawn(
             &database,
             redis.as_deref(),

@@ -1,116 +1,69 @@
-//! Private folders for the throwaway servers the suite starts (PostgreSQL, Redis).
+//! Records of the private folders of the servers the suite starts, so a run interrupted
+//! before it could clean up (Ctrl-C, a killed CI job) is cleaned up by the next one, and a
+//! server's log is kept after its folder goes.
 //!
-//! A server's data and its unix socket live in a fresh folder under the system's temporary
-//! folder, never inside the checkout: a checkout may sit below folders closed to other users
-//! (`/root`, any `mktemp -d`), and PostgreSQL refuses to run as root, so its own account must
-//! reach its data. The folder is created with mode 0700 and, where a server runs as another
-//! account, handed to that account, so nobody else can read the data or use the socket.
-//!
-//! Each server's folder is recorded in `target/servers/NAME.dir`, so a run interrupted
-//! before it could clean up (Ctrl-C, a killed CI job) is cleaned up by the next one.
+//! The folders themselves are made by `sluice-testkit` (see `PostgresServer`: under the
+//! system's temporary folder, mode 0700, owned by the account the server runs as). Each is
+//! recorded in `target/servers/NAME.dir`; the server's log is copied to
+//! `target/servers/NAME.log` when the record is dropped.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 
 use crate::cmd::{self, note};
 
-/// A private folder for one server, removed on drop (after copying its log, if any, to
-/// `target/servers/NAME.log` for a look after a failed run).
+/// The record of one server's folder; dropping it keeps the server's log and removes the
+/// record (drop it while the folder still exists).
 #[derive(Debug)]
-pub struct ServerDir {
+pub struct Record {
     name: &'static str,
-    path: PathBuf,
-    /// The file inside the folder worth keeping after the run.
-    log: Option<PathBuf>,
+    /// The file in the folder worth keeping after the run (the server's log).
+    log: PathBuf,
 }
 
-impl ServerDir {
-    /// Creates a new folder for the server `name`, owned by `owner` (an account name) when
-    /// given. Call [`ServerDir::left_by_earlier_run`] first to clean up after an interrupted run.
-    pub fn create(name: &'static str, owner: Option<&str>) -> Result<ServerDir> {
-        let unique = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let path =
-            std::env::temp_dir().join(format!("sluice-{name}-{}-{unique:08x}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        let dir = ServerDir {
-            name,
-            path,
-            log: None,
-        };
-        if let Some(owner) = owner {
-            cmd::run(
-                Command::new("chown")
-                    .arg(format!("{owner}:"))
-                    .arg(&dir.path),
-            )
-            .with_context(|| format!("handing {} to `{owner}`", dir.path.display()))?;
-        }
+impl Record {
+    /// Records `folder` as server `name`'s, whose log is `log`.
+    pub fn new(name: &'static str, folder: &Path, log: PathBuf) -> Result<Record> {
         let record = record_file(name);
         if let Some(parent) = record.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        std::fs::write(&record, dir.path.as_os_str().as_encoded_bytes())
+        std::fs::write(&record, folder.as_os_str().as_encoded_bytes())
             .with_context(|| format!("writing {}", record.display()))?;
-        note(format!("{name} data and socket in {}", dir.path.display()));
-        Ok(dir)
+        note(format!("{name} data and socket in {}", folder.display()));
+        Ok(Record { name, log })
     }
 
-    /// The folder an earlier run of server `name` recorded and did not remove, if it still
-    /// exists: the caller stops whatever may still run there, then calls
-    /// [`remove_stale`].
-    pub fn left_by_earlier_run(name: &'static str) -> Option<PathBuf> {
-        let recorded = std::fs::read(record_file(name)).ok()?;
-        let path = PathBuf::from(String::from_utf8(recorded).ok()?);
-        // Only ever a folder this module made: never follow a record elsewhere.
-        let made_here = path.parent() == Some(std::env::temp_dir().as_path())
-            && path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("sluice-{name}-")));
-        (made_here && path.is_dir()).then_some(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Names the file to keep after the run (e.g. the server's log).
-    pub fn keep_log(&mut self, file_name: &str) -> PathBuf {
-        let log = self.path.join(file_name);
-        self.log = Some(log.clone());
-        log
-    }
-
-    /// Where the kept log is copied when the folder goes.
+    /// Where the log is kept after the run.
     pub fn kept_log_path(&self) -> PathBuf {
-        cmd::project_root()
-            .join("target")
-            .join("servers")
-            .join(format!("{}.log", self.name))
+        kept_log_path(self.name)
     }
 }
 
-impl Drop for ServerDir {
+impl Drop for Record {
     fn drop(&mut self) {
-        if let Some(log) = &self.log {
-            let kept = self.kept_log_path();
-            if std::fs::copy(log, &kept).is_ok() {
-                note(format!("{} log kept at {}", self.name, kept.display()));
-            }
+        let kept = self.kept_log_path();
+        if std::fs::copy(&self.log, &kept).is_ok() {
+            note(format!("{} log kept at {}", self.name, kept.display()));
         }
-        remove_stale(self.name, &self.path);
+        let _ = std::fs::remove_file(record_file(self.name));
     }
+}
+
+/// The folder an earlier run of server `name` recorded and did not remove, if it still
+/// exists: the caller stops whatever may still run there, then calls [`remove_stale`].
+pub fn left_by_earlier_run(name: &'static str) -> Option<PathBuf> {
+    let recorded = std::fs::read(record_file(name)).ok()?;
+    let path = PathBuf::from(String::from_utf8(recorded).ok()?);
+    // Only ever a folder the testkit made: never follow a record elsewhere.
+    let made_here = path.parent() == Some(std::env::temp_dir().as_path())
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&format!("sluice-{name}-")));
+    (made_here && path.is_dir()).then_some(path)
 }
 
 /// Removes a server folder and its record.
@@ -126,4 +79,11 @@ fn record_file(name: &str) -> PathBuf {
         .join("target")
         .join("servers")
         .join(format!("{name}.dir"))
+}
+
+fn kept_log_path(name: &str) -> PathBuf {
+    cmd::project_root()
+        .join("target")
+        .join("servers")
+        .join(format!("{name}.log"))
 }

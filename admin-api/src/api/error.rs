@@ -126,8 +126,14 @@ impl From<StoreError> for ApiError {
                 // got there in between (e.g. another admin API on the same PostgreSQL).
                 ApiError::Conflict(format!("conflicting change: {db}"))
             }
-            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => {
-                ApiError::Unavailable("the database is busy or shutting down".to_string())
+            // Down, restarting, unreachable or saturated: nothing was written, and trying
+            // again later may succeed; the detail is logged, not sent.
+            err if err.is_unavailable() => {
+                tracing::warn!(detail = %err, "database unavailable");
+                ApiError::Unavailable(
+                    "the database is unavailable (down, restarting or busy); nothing was changed: try again later"
+                        .to_string(),
+                )
             }
             other => ApiError::Internal(other.to_string()),
         }

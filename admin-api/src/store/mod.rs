@@ -114,11 +114,55 @@ pub enum StoreError {
     TokenNotFound(String),
 }
 
+impl StoreError {
+    /// Whether the database could not be reached or could not serve, rather than refusing
+    /// this operation: no free connection within [`ACQUIRE_TIMEOUT`] (the server is down,
+    /// so connecting is refused and retried until then, or every connection is busy), the
+    /// pool closing at shutdown, a connection lost mid-operation (PostgreSQL stopped or
+    /// restarted), or PostgreSQL saying it is shutting down, starting up or out of
+    /// connections. The operation wrote nothing (a transaction whose connection is lost
+    /// is rolled back by the server), so the caller may try again later: the API answers
+    /// 503, not 500.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Database(err) => connection_lost(err),
+            _ => false,
+        }
+    }
+}
+
+/// See [`StoreError::is_unavailable`].
+fn connection_lost(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+        // SQLSTATE class 08 is "connection exception"; 57P01-57P03 are admin shutdown,
+        // crash shutdown and "cannot connect now" (starting up or shutting down); 53300 is
+        // too many connections. SQLite's codes are numbers, so none of these match them.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
+}
+
+/// How long an operation waits for a database connection before it fails as unavailable
+/// (a 503). While the server is unreachable sqlx keeps retrying the connection (with
+/// backoff) until then, so a database that is back within this window serves the request;
+/// the bound keeps a request from hanging through a longer outage. Generous, because a
+/// saturated pool on a busy machine waits here too.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `/readyz` waits for the database's answer: a readiness probe needs a prompt
+/// "no", not one after [`ACQUIRE_TIMEOUT`].
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A connection pool and the dialect behind it.
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// What it connected to: PostgreSQL's notice listener opens its own connection.
+    url: String,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -147,7 +191,7 @@ impl Store {
                 Backend::Sqlite => 4,
                 Backend::Postgres => 8,
             })
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
         if backend == Backend::Sqlite {
@@ -185,10 +229,14 @@ impl Store {
         &self.pool
     }
 
-    /// A cheap round trip, for `/readyz`.
+    /// A cheap round trip, for `/readyz`; a database that has not answered within
+    /// [`PING_TIMEOUT`] is unavailable.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        let query = sqlx::query("SELECT 1").execute(&self.pool);
+        match tokio::time::timeout(PING_TIMEOUT, query).await {
+            Ok(answer) => answer.map(drop).map_err(StoreError::from),
+            Err(_elapsed) => Err(StoreError::Database(sqlx::Error::PoolTimedOut)),
+        }
     }
 
     pub async fn close(&self) {
@@ -218,4 +266,117 @@ fn to_u64(v: i64) -> u64 {
 /// Versions are far below `i64::MAX`; saturate rather than wrap if a caller passes more.
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::time::Instant;
+
+    use sqlx::Connection as _;
+
+    use super::*;
+
+    /// A loopback port nobody listens on: bound, then released.
+    fn closed_port() -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("its address").port()
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_and_a_starved_pool_are_unavailable() {
+        sqlx::any::install_default_drivers();
+        let url = format!("postgres://postgres@127.0.0.1:{}/x", closed_port());
+        let refused = sqlx::AnyConnection::connect(&url)
+            .await
+            .expect_err("nothing listens there");
+        assert!(matches!(refused, sqlx::Error::Io(_)), "{refused:?}");
+        assert!(StoreError::from(refused).is_unavailable());
+        assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(StoreError::from(sqlx::Error::PoolClosed).is_unavailable());
+    }
+
+    #[tokio::test]
+    async fn refusals_of_the_operation_itself_are_not_unavailable() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("sluice.db").display());
+        let store = Store::open(&url).await.expect("a SQLite file");
+        let insert = "INSERT INTO ruleset_versions (version, created_at, actor_name, action, summary, rule_count, rules) \
+                      VALUES (1, 0, 'a', 'b', 'c', 0, '[]')";
+        sqlx::query(insert)
+            .execute(store.pool())
+            .await
+            .expect("first insert");
+        let duplicate = sqlx::query(insert)
+            .execute(store.pool())
+            .await
+            .expect_err("version 1 exists");
+        assert!(!StoreError::from(duplicate).is_unavailable());
+        let syntax = sqlx::query("SELEC 1")
+            .execute(store.pool())
+            .await
+            .expect_err("not SQL");
+        assert!(!StoreError::from(syntax).is_unavailable());
+        assert!(!StoreError::from(sqlx::Error::RowNotFound).is_unavailable());
+        assert!(!StoreError::RuleNotFound("r".into()).is_unavailable());
+        assert!(!StoreError::Corrupt("x".into()).is_unavailable());
+    }
+
+    /// PostgreSQL ending a session (as `pg_ctl stop -m fast` ends every session) is
+    /// unavailability: first the server's 57P01, then a lost connection. Needs the suite's
+    /// server (`SLUICE_TEST_POSTGRES_URL`); skipped without it unless it is required.
+    #[tokio::test]
+    async fn a_session_postgresql_ends_is_unavailable() {
+        let Ok(url) = std::env::var("SLUICE_TEST_POSTGRES_URL") else {
+            assert!(
+                std::env::var_os("SLUICE_REQUIRE_POSTGRES").is_none(),
+                "SLUICE_REQUIRE_POSTGRES is set but SLUICE_TEST_POSTGRES_URL is not"
+            );
+            eprintln!("skipped: SLUICE_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(&url)
+            .await
+            .expect("connect to the test PostgreSQL");
+        let ended = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
+            .execute(&mut conn)
+            .await
+            .expect_err("the session ends itself");
+        let code = match &ended {
+            sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+            _ => None,
+        };
+        assert_eq!(code.as_deref(), Some("57P01"), "{ended:?}");
+        assert!(StoreError::from(ended).is_unavailable());
+        let after = sqlx::query("SELECT 1")
+            .execute(&mut conn)
+            .await
+            .expect_err("the connection is gone");
+        let shown = format!("{after:?}");
+        assert!(StoreError::from(after).is_unavailable(), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn ping_answers_within_its_bound_when_the_server_is_down() {
+        sqlx::any::install_default_drivers();
+        let url = format!("postgres://postgres@127.0.0.1:{}/x", closed_port());
+        let pool = AnyPoolOptions::new()
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy(&url)
+            .expect("a lazy pool");
+        let store = Store {
+            pool,
+            backend: Backend::Postgres,
+        };
+        let start = Instant::now();
+        let err = store.ping().await.expect_err("nothing listens there");
+        assert!(err.is_unavailable(), "{err:?}");
+        // sqlx alone would retry the refused connection until ACQUIRE_TIMEOUT.
+        assert!(
+            start.elapsed() < ACQUIRE_TIMEOUT,
+            "ping took {:?}",
+            start.elapsed()
+        );
+    }
 }

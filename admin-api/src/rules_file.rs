@@ -75,7 +75,38 @@ pub fn read_rules_file(path: &Path) -> Result<Vec<RuleSpec>, RulesFileError> {
     parse_rules(&text, format, path)
 }
 
-/// Parses rules from text. `origin` only names the source in error messages.
+/// Replaces every number with a zero fraction that fits an `i64` or `u64` by that
+/// integer, so that serde's integer fields take it.
+pub fn integral_floats_to_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            let Some(f) = n.as_f64() else { return };
+            // The casts saturate; the range checks make sure nothing was cut.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+            let integer = if f.fract() != 0.0 {
+                None
+            } else if f >= 0.0 && f < u64::MAX as f64 {
+                Some(serde_json::Number::from(f as u64))
+            } else if f < 0.0 && f >= i64::MIN as f64 {
+                Some(serde_json::Number::from(f as i64))
+            } else {
+                None
+            };
+            if let Some(integer) = integer {
+                *n = integer;
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().for_each(integral_floats_to_integers)
+        }
+        _ => {}
+    }
+}
+
+/// Parses rules from text: a list of rules, or `{rules: [...]}`, in JSON or YAML. `origin`
+/// only names the source in error messages. Numbers with a zero fraction (`5.0`) are read
+/// as integers, as JSON Schema counts them.
 pub fn parse_rules(
     text: &str,
     format: RulesFormat,
@@ -92,6 +123,8 @@ pub fn parse_rules(
         RulesFormat::Json => serde_json::from_str(text).map_err(|e| syntax(e.to_string()))?,
         RulesFormat::Yaml => serde_norway::from_str(text).map_err(|e| syntax(e.to_string()))?,
     };
+    let mut value = value;
+    integral_floats_to_integers(&mut value);
     let shape = |field: &str, message: &str| RulesFileError::Shape {
         path: origin.to_path_buf(),
         field: field.to_string(),
@@ -115,7 +148,7 @@ pub fn parse_rules(
     struct RulesDocument {
         rules: Vec<RuleSpec>,
     }
-    serde_path_to_error::deserialize::<_, RulesDocument>(wrapped)
+    serde_path_to_error::deserialize::<_, RulesDocument>(crate::strict_json::Strict(wrapped))
         .map(|doc| doc.rules)
         .map_err(|e| {
             let field = e.path().to_string();

@@ -26,6 +26,7 @@ on_every_backend!(
     the_stream_delivers_an_event_after_a_report_and_ends_on_shutdown,
     a_clean_stop_writes_every_accepted_report,
     metrics_and_openapi_describe_the_pipeline,
+    reports_through_several_replicas_are_counted_once,
 );
 
 /// Bounds every wait in this file, so a broken server fails a test instead of hanging it.
@@ -1064,4 +1065,69 @@ async fn metrics_and_openapi_describe_the_pipeline(db: TestDb) {
         assert!(schemas[schema].is_object(), "schema {schema} missing");
     }
     assert!(doc["paths"]["/api/v1/metrics/stream"]["get"]["responses"]["200"]["content"]["text/event-stream"].is_object());
+}
+
+/// Replicas sharing a database each take some of the fleet's reports and flush them on
+/// their own: every report counts once, in whichever replica is asked, flushes racing
+/// included.
+async fn reports_through_several_replicas_are_counted_once(db: TestDb) {
+    let replicas = [TestApp::new(&db).await, TestApp::new(&db).await];
+    replicas[0]
+        .post("/api/v1/rules")
+        .json(&rule("api"))
+        .send()
+        .await
+        .expect(201);
+    let proxy = db.token(Role::Proxy).await;
+    let now = now_ms();
+    let (mut allowed, mut denied) = (0, 0);
+    // Three proxies, each report to the next replica, over two 10 s buckets.
+    for i in 0..24_u64 {
+        let api = &replicas[(i % 2) as usize];
+        let end = now - 30_000 + i64::try_from(i).unwrap() * 1_000;
+        let body = report(
+            &format!("envoy-{}", i % 3),
+            end,
+            json!([counts("api", 10 + i, i, 0)]),
+        );
+        post_report(api, &proxy, &body).await;
+        allowed += 10 + i;
+        denied += i;
+        // Flushes race the next reports, and each other.
+        if i % 5 == 4 {
+            let flushes = replicas
+                .iter()
+                .map(|r| {
+                    let (state, store) = (r.state.clone(), db.store.clone());
+                    tokio::spawn(async move { state.pipeline().flush(&store).await.unwrap() })
+                })
+                .collect::<Vec<_>>();
+            for flush in flushes {
+                flush.await.unwrap();
+            }
+        }
+    }
+    let range = format!("from={}&to={}", now - 15 * MINUTE, now + 1);
+    for (label, flushed) in [("before the last flush", false), ("after it", true)] {
+        if flushed {
+            for api in &replicas {
+                flush(api, &db).await;
+            }
+        }
+        let mut seen = Vec::new();
+        for api in &replicas {
+            let series = get(api, &format!("/api/v1/metrics/series?{range}&rule=api")).await;
+            seen.push(totals(&series));
+        }
+        if flushed {
+            // Everything is stored: both replicas answer the whole fleet's counts.
+            assert_eq!(seen, [(allowed, denied, 0); 2], "{label}");
+        } else {
+            // A replica sees what is stored plus its own unflushed reports: never more
+            // than the fleet sent.
+            for (a, d, _) in &seen {
+                assert!(*a <= allowed && *d <= denied, "{label}: {seen:?}");
+            }
+        }
+    }
 }

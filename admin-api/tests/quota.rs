@@ -48,6 +48,7 @@ async fn replica(db: &TestDb, url: &str) -> TestApp {
         db.store.clone(),
         MetricsConfig::default(),
         quota::Backend::Redis(redis),
+        sluice_admin::api::failed_auth::FailureLimit::default(),
     )
     .await
     .expect("state");

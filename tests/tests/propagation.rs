@@ -153,3 +153,51 @@ fn enforcement_continues_without_the_admin_api_and_sync_resumes_after_a_restart(
     after_propagation(Instant::now());
     assert_eq!(passed(&s.client, 100), 40, "the new limit is enforced");
 }
+
+/// An Envoy started while no admin API answers enforces the static rules of its plugin
+/// configuration (here a burst of 3; a configuration without rules lets everything
+/// through), counts the failed polls, and switches to the pushed ruleset once an admin
+/// API answers, without a restart.
+#[test]
+fn an_envoy_started_without_an_admin_api_enforces_its_static_rules_until_one_answers() {
+    let mut admin = AdminServer::start();
+    let proxy_token = admin.create_token("proxy", "e2e-envoy");
+    let (status, _) = admin.call(Method::POST, "/api/v1/rules", Some(rule(7)));
+    assert_eq!(status, 201);
+    let connection = admin.connection(&proxy_token, "e2e-late-proxy");
+    admin.stop();
+
+    let envoy = Envoy::start(EnvoyOptions {
+        rules: json!([rule(3)]),
+        admin: Some(connection),
+        ..Default::default()
+    });
+    let client = Client::connect(envoy.listener_addr(), CONNECTIONS);
+    wait_for(
+        "the control service to fail a poll",
+        Duration::from_secs(15),
+        || envoy.counter("wasmcustom.sluice_control_errors_total") > 0,
+    );
+    assert_eq!(
+        passed(&client, 50),
+        3,
+        "the static rule, from the first request"
+    );
+    assert_eq!(
+        envoy.counter("wasmcustom.sluice_control_ruleset_version"),
+        0
+    );
+
+    admin.restart();
+    wait_for(
+        "the proxy to take the stored ruleset",
+        Duration::from_secs(15),
+        || envoy.counter("wasmcustom.sluice_control_ruleset_version") == 1,
+    );
+    after_propagation(Instant::now());
+    assert_eq!(
+        passed(&client, 50),
+        7,
+        "the pushed rule (burst 7: a new limit, so a fresh bucket) replaced the static one"
+    );
+}

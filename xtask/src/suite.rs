@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::cmd::{self, note, step};
 use crate::libtest::{self, TestCounts};
-use crate::{dashboard, dist, envoy, lint, postgres, redis};
+use crate::{dashboard, dist, envoy, lint, postgres, redis, schemathesis};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -26,6 +26,10 @@ pub struct TestArgs {
     /// Skip the formatting and clippy checks (for a quick local rerun; CI never skips them).
     #[arg(long)]
     pub skip_lint: bool,
+
+    /// Skip the API contract check (schemathesis against `sluice serve`; CI never skips it).
+    #[arg(long)]
+    pub skip_contract: bool,
 
     /// Passed to the integration test binary after `--`: a test-name filter such as
     /// `accuracy`, or libtest flags such as `--nocapture`.
@@ -121,6 +125,22 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
         })?;
         // libFuzzer on every decoder of untrusted bytes, a few seconds per target.
         timings.time("fuzz (short)", crate::fuzz::short_run)?;
+    }
+
+    if args.skip_contract {
+        step("API contract: skipped (--skip-contract)");
+    } else {
+        // Counted as one test: schemathesis prints its own summary above.
+        let contract = timings.time("API contract (schemathesis)", || {
+            schemathesis::check_contract(&dist.sluice_bin)
+        });
+        match contract {
+            Ok(()) => counts.passed += 1,
+            Err(err) => {
+                counts.failed += 1;
+                return Err(err);
+            }
+        }
     }
 
     step(format!(

@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::{Auth, Read};
-use super::body::Params;
+use super::body::{Params, Whole};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
 use crate::store::{AuditEntry, rfc3339};
@@ -57,10 +57,12 @@ pub struct AuditList {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
-    /// Page size, 1 to 1000 (default 100).
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// Only entries older than this id (the last `id` of the previous page).
-    before: Option<u64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    before: Option<Whole>,
 }
 
 #[utoipa::path(
@@ -79,7 +81,10 @@ pub async fn list_audit(
             "limit must be between 1 and 1000".to_string(),
         ));
     }
-    let entries = state.store().list_audit(limit, query.before).await?;
+    let entries = state
+        .store()
+        .list_audit(limit, query.before.map(|b| b.0))
+        .await?;
     Ok(Json(AuditList {
         entries: entries.into_iter().map(AuditEntryView::from).collect(),
     }))

@@ -14,8 +14,12 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, header};
 
+use std::time::Instant;
+
+use super::body::Peer;
+use super::failed_auth::Credential;
 use super::{ApiError, AppState};
-use crate::store::{Actor, Role, TokenInfo, now_ms};
+use crate::store::{Actor, Role, StoreError, TokenInfo, now_ms};
 
 /// The dashboard's session cookie.
 pub const SESSION_COOKIE: &str = "sluice_session";
@@ -190,13 +194,14 @@ fn check_same_origin(parts: &Parts) -> Result<(), ApiError> {
 
 /// The active token behind a request: its bearer token, or else its session cookie.
 pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, ApiError> {
+    let peer = Peer::of(parts);
     if parts.headers.contains_key(header::AUTHORIZATION) {
         let secret = bearer(parts)?;
-        return state
-            .store()
-            .authenticate(secret)
-            .await?
-            .ok_or(ApiError::Unauthenticated("unknown or revoked token"));
+        return guarded(state, peer, Credential::Bearer, async {
+            state.store().authenticate(secret).await
+        })
+        .await?
+        .ok_or(ApiError::Unauthenticated("unknown or revoked token"));
     }
     let Some(session) = session_cookie(&parts.headers) else {
         return Err(ApiError::Unauthenticated(
@@ -204,14 +209,37 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, 
         ));
     };
     check_same_origin(parts)?;
-    state
-        .store()
-        .session(session, now_ms())
-        .await?
-        .map(|s| s.token)
-        .ok_or(ApiError::Unauthenticated(
-            "the session has expired or was signed out: sign in again",
-        ))
+    guarded(state, peer, Credential::Session, async {
+        state.store().session(session, now_ms()).await
+    })
+    .await?
+    .map(|s| s.token)
+    .ok_or(ApiError::Unauthenticated(
+        "the session has expired or was signed out: sign in again",
+    ))
+}
+
+/// Looks a presented secret up behind the failed-authentication limit (see
+/// [`super::failed_auth`]): 429 at once while `peer`'s failures are spent, and a secret
+/// that finds nothing (`None`) spends one and is logged, without the secret.
+pub async fn guarded<T>(
+    state: &AppState,
+    peer: Peer,
+    credential: Credential,
+    lookup: impl Future<Output = Result<Option<T>, StoreError>>,
+) -> Result<Option<T>, ApiError> {
+    let limiter = state.failed_auths();
+    let now = limiter.now_ns(Instant::now());
+    if let Err(retry_after) = limiter.check(peer.ip(), now) {
+        tracing::debug!(peer = ?peer.0, ?credential, "authentication throttled");
+        return Err(ApiError::TooManyFailures { retry_after });
+    }
+    let found = lookup.await?;
+    if found.is_none() {
+        limiter.failed(peer.ip(), credential, now);
+        tracing::warn!(peer = ?peer.0, ?credential, "authentication failed: unknown, revoked or expired secret");
+    }
+    Ok(found)
 }
 
 impl<N: Need> FromRequestParts<AppState> for Auth<N> {

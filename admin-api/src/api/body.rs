@@ -3,23 +3,44 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sluice_core::rule::{FieldError, ValidationErrors};
+use utoipa::IntoParams;
 
+use super::error::Input;
 use super::{ApiError, MAX_BODY_BYTES};
 use crate::rules_file;
 use crate::store::IfMatch;
+use crate::strict_json::Strict;
 
 /// A JSON request body. Shape errors (unknown keys, wrong types, missing fields) name
 /// their path, e.g. `limits[0].brust`, like validation errors do.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+/// What a request body is, so that its 422 says so ("Invalid report", not "Invalid
+/// rules").
+pub trait BodyInput {
+    const INPUT: Input;
+}
+
+impl BodyInput for sluice_core::spec::RuleSpec {
+    const INPUT: Input = Input::Rule;
+}
+
+/// A JSON merge patch of a rule.
+impl BodyInput for Value {
+    const INPUT: Input = Input::Rule;
+}
+
+impl<S: Send + Sync, T: DeserializeOwned + BodyInput> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
@@ -68,24 +89,21 @@ pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Deserialises JSON, naming the path of a shape error.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        if e.inner().is_data() {
-            shape_error(e.path().to_string(), e.inner().to_string())
-        } else {
-            ApiError::BadRequest(format!("the body is not valid JSON: {}", e.inner()))
-        }
-    })?;
-    de.end()
+///
+/// Numbers written with a fraction of zero (`5.0`) count as the integers they equal: JSON
+/// Schema, and so the OpenAPI document, calls `5.0` an integer, and clients generated
+/// from it (or JavaScript's `JSON.stringify` of a computed number) may send one.
+pub fn parse_json<T: DeserializeOwned + BodyInput>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
-    Ok(value)
+    rules_file::integral_floats_to_integers(&mut value);
+    from_value(value).map_err(|errors| ApiError::Invalid(T::INPUT, errors))
 }
 
 /// Deserialises an already parsed value (a merge-patched rule), naming the path of a
 /// shape error.
 pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, ValidationErrors> {
-    serde_path_to_error::deserialize(value)
+    serde_path_to_error::deserialize(Strict(value))
         .map_err(|e| shape_errors(e.path().to_string(), e.inner().to_string()))
 }
 
@@ -108,8 +126,34 @@ fn shape_errors(path: String, message: String) -> ValidationErrors {
     }])
 }
 
-fn shape_error(path: String, message: String) -> ApiError {
-    ApiError::Invalid(shape_errors(path, message))
+/// The largest integer every JSON parser reads exactly (2^53 - 1): the document bounds ids,
+/// versions, offsets and timestamps by it, and [`Whole`] checks it.
+pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+
+/// A non-negative integer parameter, at most [`MAX_SAFE_INTEGER`]: what the document
+/// states for such parameters (`minimum: 0`, `maximum: 9007199254740991`), so that a
+/// value the document allows is never refused and one it forbids never accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "u64")]
+pub struct Whole(pub u64);
+
+impl TryFrom<u64> for Whole {
+    type Error = String;
+
+    fn try_from(value: u64) -> Result<Whole, String> {
+        if value > MAX_SAFE_INTEGER {
+            Err(format!("must be at most {MAX_SAFE_INTEGER}"))
+        } else {
+            Ok(Whole(value))
+        }
+    }
+}
+
+impl Whole {
+    /// As a signed integer, as the database and timestamps use (it always fits).
+    pub fn signed(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
 }
 
 /// Query parameters whose errors are problem documents.
@@ -124,6 +168,33 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<
             .await
             .map(|Query(v)| Params(v))
             .map_err(|e| ApiError::BadRequest(e.body_text()))
+    }
+}
+
+/// The TCP peer, when the server provides it (tests driving the router directly do not).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub Option<SocketAddr>);
+
+impl Peer {
+    pub fn of(parts: &Parts) -> Peer {
+        Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+        )
+    }
+
+    pub fn ip(self) -> Option<IpAddr> {
+        self.0.map(|a| a.ip())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer::of(parts))
     }
 }
 
@@ -147,36 +218,41 @@ pub fn etag(revision: u64) -> String {
     format!("\"{revision}\"")
 }
 
-/// Parses `If-Match`: `*`, or a list of our ETags (`"12"`, also accepted weak, `W/"12"`).
-/// A tag that is not one of ours can never match, which is what a stale tag means too.
-pub fn if_match(headers: &HeaderMap) -> Result<Option<IfMatch>, ApiError> {
-    let Some(value) = headers.get(header::IF_MATCH) else {
-        return Ok(None);
+/// The `If-Match` header of the operations that change one rule, for the document
+/// ([`if_match`] reads it).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+pub struct IfMatchHeader {
+    /// `*` (the rule must exist) or the rule's ETags the change is based on (`"12"`, also
+    /// weak, `W/"12"`, comma-separated); 409 if none is the rule's current revision. A
+    /// value that is no ETag matches nothing.
+    #[param(rename = "If-Match", value_type = String, required = false)]
+    pub if_match: Option<String>,
+}
+
+/// Parses `If-Match`: `*`, or a list of ETags (`"12"`, weak `W/"12"`). A tag that is not
+/// one of ours, or no tag at all, can never match, which is what a stale tag means too:
+/// the change is refused as stale (409) with the rule's current revision, which tells the
+/// sender what to send.
+pub fn if_match(headers: &HeaderMap) -> Option<IfMatch> {
+    let value = headers.get(header::IF_MATCH)?;
+    let Ok(list) = value.to_str() else {
+        return Some(IfMatch::Revisions(Vec::new()));
     };
-    let value = value
-        .to_str()
-        .map_err(|_| ApiError::BadRequest("If-Match is not valid ASCII".to_string()))?
-        .trim();
-    if value == "*" {
-        return Ok(Some(IfMatch::Any));
+    let list = list.trim();
+    if list == "*" {
+        return Some(IfMatch::Any);
     }
-    let mut revisions = Vec::new();
-    for tag in value.split(',') {
-        let tag = tag.trim();
-        let tag = tag.strip_prefix("W/").unwrap_or(tag);
-        let inner = tag
-            .strip_prefix('"')
-            .and_then(|t| t.strip_suffix('"'))
-            .ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "If-Match must be `*` or quoted entity tags such as \"12\", not {tag}"
-                ))
-            })?;
-        if let Ok(revision) = inner.parse() {
-            revisions.push(revision);
-        }
-    }
-    Ok(Some(IfMatch::Revisions(revisions)))
+    let revisions = list
+        .split(',')
+        .filter_map(|tag| {
+            let tag = tag.trim();
+            let opaque = tag.strip_prefix("W/").unwrap_or(tag);
+            opaque.strip_prefix('"')?.strip_suffix('"')?.parse().ok()
+        })
+        .collect();
+    Some(IfMatch::Revisions(revisions))
 }
 
 /// JSON merge patch (RFC 7396): objects merge key by key, `null` removes a key, anything
@@ -236,16 +312,20 @@ mod tests {
     #[test]
     fn if_match_accepts_star_lists_and_weak_tags() {
         let mut headers = HeaderMap::new();
-        assert_eq!(if_match(&headers).unwrap(), None);
+        assert_eq!(if_match(&headers), None);
         headers.insert(header::IF_MATCH, "*".parse().unwrap());
-        assert_eq!(if_match(&headers).unwrap(), Some(IfMatch::Any));
+        assert_eq!(if_match(&headers), Some(IfMatch::Any));
         headers.insert(header::IF_MATCH, r#""3", W/"5", "x""#.parse().unwrap());
-        assert_eq!(
-            if_match(&headers).unwrap(),
-            Some(IfMatch::Revisions(vec![3, 5]))
-        );
-        headers.insert(header::IF_MATCH, "3".parse().unwrap());
-        assert!(if_match(&headers).is_err());
+        assert_eq!(if_match(&headers), Some(IfMatch::Revisions(vec![3, 5])));
+        // Not an ETag: matches no revision, so the change is refused as stale.
+        for odd in ["3", "null", "\"3", "W/3", ""] {
+            headers.insert(header::IF_MATCH, odd.parse().unwrap());
+            assert_eq!(
+                if_match(&headers),
+                Some(IfMatch::Revisions(Vec::new())),
+                "{odd}"
+            );
+        }
     }
 
     #[test]
@@ -254,12 +334,12 @@ mod tests {
             br#"{"name":"a","key":"global","limits":[{"requests":1,"period":"second","brust":2}]}"#,
         )
         .unwrap_err();
-        let ApiError::Invalid(errors) = err else {
+        let ApiError::Invalid(_, errors) = err else {
             panic!("{err:?}")
         };
         assert_eq!(errors.0[0].field, "limits[0].brust");
         let missing = |body: &[u8]| {
-            let Err(ApiError::Invalid(errors)) = parse_json::<sluice_core::spec::RuleSpec>(body)
+            let Err(ApiError::Invalid(_, errors)) = parse_json::<sluice_core::spec::RuleSpec>(body)
             else {
                 panic!("accepted")
             };

@@ -29,15 +29,23 @@ pub enum ApiError {
     /// Unparsable JSON or YAML, or bad query parameters.
     #[error("{0}")]
     BadRequest(String),
-    /// Well-formed input that is not a valid rule or ruleset: every problem, with its field.
-    #[error("{0}")]
-    Invalid(ValidationErrors),
+    /// Well-formed input that is not valid (a rule, a report...): every problem, with its
+    /// field. The problem's title names what was invalid.
+    #[error("{1}")]
+    Invalid(Input, ValidationErrors),
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The client's address failed to authenticate too often (see
+    /// [`super::failed_auth`]); nothing was looked at.
+    #[error(
+        "too many failed authentications from this address: try again in {} s",
+        retry_after_seconds(*retry_after)
+    )]
+    TooManyFailures { retry_after: std::time::Duration },
     /// Details are logged, not sent.
     #[error("internal error")]
     Internal(String),
@@ -66,6 +74,33 @@ pub struct FieldErrorSchema {
     pub message: String,
 }
 
+/// What a request's invalid input was: the title of its 422 names it, so a bad report is
+/// not called "Invalid rules".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// One rule: a created, replaced or patched rule.
+    Rule,
+    /// A whole ruleset: a bulk apply, a rollback, or a change that breaks another rule.
+    Ruleset,
+    Report,
+    QuotaSync,
+    Token,
+    SignIn,
+}
+
+impl Input {
+    pub fn title(self) -> &'static str {
+        match self {
+            Input::Rule => "Invalid rule",
+            Input::Ruleset => "Invalid ruleset",
+            Input::Report => "Invalid report",
+            Input::QuotaSync => "Invalid quota sync",
+            Input::Token => "Invalid token request",
+            Input::SignIn => "Invalid sign-in request",
+        }
+    }
+}
+
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
@@ -74,10 +109,11 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) | ApiError::StaleRevision { .. } => StatusCode::CONFLICT,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Invalid(..) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -90,24 +126,46 @@ impl ApiError {
             ApiError::Conflict(_) => ("urn:sluice:conflict", "Conflict"),
             ApiError::StaleRevision { .. } => ("urn:sluice:stale-revision", "Conflict"),
             ApiError::BadRequest(_) => ("urn:sluice:bad-request", "Bad Request"),
-            ApiError::Invalid(_) => ("urn:sluice:invalid", "Invalid rules"),
+            ApiError::Invalid(input, _) => ("urn:sluice:invalid", input.title()),
             ApiError::PayloadTooLarge { .. } => ("urn:sluice:too-large", "Payload Too Large"),
             ApiError::UnsupportedMediaType(_) => (
                 "urn:sluice:unsupported-media-type",
                 "Unsupported Media Type",
             ),
             ApiError::Unavailable(_) => ("urn:sluice:unavailable", "Service Unavailable"),
+            ApiError::TooManyFailures { .. } => (
+                "urn:sluice:too-many-failed-authentications",
+                "Too Many Failed Authentications",
+            ),
             ApiError::Internal(_) => ("urn:sluice:internal", "Internal Server Error"),
         }
     }
 
     /// One field error, for checks made in the handlers themselves.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
-        ApiError::Invalid(ValidationErrors(vec![FieldError {
-            field: field.into(),
-            message: message.into(),
-        }]))
+    pub fn invalid(input: Input, field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::Invalid(
+            input,
+            ValidationErrors(vec![FieldError {
+                field: field.into(),
+                message: message.into(),
+            }]),
+        )
     }
+
+    /// Names what was invalid, for errors from a layer that does not know (the store
+    /// validates whole rulesets, also when one rule was sent).
+    pub fn about(self, input: Input) -> ApiError {
+        match self {
+            ApiError::Invalid(_, errors) => ApiError::Invalid(input, errors),
+            other => other,
+        }
+    }
+}
+
+/// Whole seconds to wait, rounded up and at least 1 (`Retry-After` has no fractions).
+fn retry_after_seconds(wait: std::time::Duration) -> u64 {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    seconds.max(1)
 }
 
 impl From<StoreError> for ApiError {
@@ -116,9 +174,11 @@ impl From<StoreError> for ApiError {
             StoreError::RuleNotFound(_)
             | StoreError::VersionNotFound(_)
             | StoreError::TokenNotFound(_) => ApiError::NotFound(err.to_string()),
-            StoreError::RuleExists(_) => ApiError::Conflict(err.to_string()),
+            StoreError::RuleExists(_) | StoreError::NameTaken { .. } => {
+                ApiError::Conflict(err.to_string())
+            }
             StoreError::StaleRevision { id, current } => ApiError::StaleRevision { id, current },
-            StoreError::Invalid(errors) => ApiError::Invalid(errors),
+            StoreError::Invalid(errors) => ApiError::Invalid(Input::Ruleset, errors),
             StoreError::Database(sqlx::Error::Database(db))
                 if db.is_unique_violation() || db.is_foreign_key_violation() =>
             {
@@ -147,8 +207,12 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
         }
+        let retry_after = match &self {
+            ApiError::TooManyFailures { retry_after } => Some(retry_after_seconds(*retry_after)),
+            _ => None,
+        };
         let (detail, errors) = match self {
-            ApiError::Invalid(errors) => {
+            ApiError::Invalid(_, errors) => {
                 let detail = match errors.0.len() {
                     1 => "1 problem found; nothing was changed".to_string(),
                     n => format!("{n} problems found; nothing was changed"),
@@ -171,6 +235,9 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(seconds) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,

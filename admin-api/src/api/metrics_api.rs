@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Auth, Read};
-use super::body::{Params, PathParam};
+use super::body::{Params, PathParam, Whole};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
 use super::{AppState, CONNECTED_WITHIN_MS};
@@ -41,6 +41,18 @@ pub const STREAM_INTERVAL: Duration = Duration::from_secs(2);
 /// Keep-alive comments on an otherwise quiet stream (events already come every 2 s; this
 /// covers proxies and browsers that time out idle reads).
 const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The bucket widths a `step` parameter names (`Resolution`'s labels), for the document.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)] // Only its schema is used.
+enum StepName {
+    #[schema(rename = "10s")]
+    TenSeconds,
+    #[schema(rename = "1m")]
+    Minute,
+    #[schema(rename = "1h")]
+    Hour,
+}
 
 /// A resolved range: buckets of `resolution` starting in `[first, to)`.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +81,7 @@ impl Window {
             return Err(ApiError::BadRequest("`from` must be before `to`".into()));
         }
         let resolution = match step {
-            None | Some("") => Resolution::for_range(to - from),
+            None => Resolution::for_range(to - from),
             Some(label) => Resolution::from_label(label).ok_or_else(|| {
                 ApiError::BadRequest(format!("`step` must be 10s, 1m or 1h, not `{label}`"))
             })?,
@@ -110,13 +122,17 @@ impl Window {
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct SeriesQuery {
-    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes).
-    from: Option<i64>,
+    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes); before `to`.
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    from: Option<Whole>,
     /// End of the range (exclusive), Unix milliseconds (default: now).
-    to: Option<i64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    to: Option<Whole>,
     /// Bucket width: `10s`, `1m` or `1h` (default: 10s up to an hour, 1m up to two days,
     /// else 1h).
+    #[param(inline, value_type = Option<StepName>)]
     step: Option<String>,
     /// Only this rule (by id).
     rule: Option<String>,
@@ -177,7 +193,12 @@ pub async fn metrics_series(
     _auth: Auth<Read>,
     Params(q): Params<SeriesQuery>,
 ) -> Result<Json<Series>, ApiError> {
-    let w = Window::new(q.from, q.to, q.step.as_deref(), now_ms())?;
+    let w = Window::new(
+        q.from.map(Whole::signed),
+        q.to.map(Whole::signed),
+        q.step.as_deref(),
+        now_ms(),
+    )?;
     let rule = q.rule.as_deref().filter(|r| !r.is_empty());
     let proxy = q.proxy.as_deref().filter(|p| !p.is_empty());
     let store = state.store();
@@ -213,12 +234,16 @@ pub async fn metrics_series(
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct RangeQuery {
-    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes).
-    from: Option<i64>,
+    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes); before `to`.
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    from: Option<Whole>,
     /// End of the range (exclusive), Unix milliseconds (default: now).
-    to: Option<i64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    to: Option<Whole>,
     /// Bucket width: `10s`, `1m` or `1h` (default: chosen from the range).
+    #[param(inline, value_type = Option<StepName>)]
     step: Option<String>,
 }
 
@@ -266,7 +291,12 @@ pub async fn metrics_rules(
     _auth: Auth<Read>,
     Params(q): Params<RangeQuery>,
 ) -> Result<Json<RuleMetricsList>, ApiError> {
-    let w = Window::new(q.from, q.to, q.step.as_deref(), now_ms())?;
+    let w = Window::new(
+        q.from.map(Whole::signed),
+        q.to.map(Whole::signed),
+        q.step.as_deref(),
+        now_ms(),
+    )?;
     let store = state.store();
     let (memory, stored) = state
         .pipeline()
@@ -334,18 +364,23 @@ pub async fn metrics_rules(
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ClientsQuery {
-    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes).
-    from: Option<i64>,
+    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes); before `to`.
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    from: Option<Whole>,
     /// End of the range (exclusive), Unix milliseconds (default: now).
-    to: Option<i64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    to: Option<Whole>,
     /// Read only buckets of this width: `10s`, `1m` or `1h`. By default the range is
     /// read in whole hours, then whole minutes at its edges, then 10 s buckets: exact to
     /// 10 s at either end, and quick over long ranges.
+    #[param(inline, value_type = Option<StepName>)]
     step: Option<String>,
     /// Only this rule (by id).
     rule: Option<String>,
-    /// How many (1 to 1000, default 20).
+    /// How many (default 20).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -386,7 +421,12 @@ pub async fn metrics_clients(
     Params(q): Params<ClientsQuery>,
 ) -> Result<Json<ClientMetricsList>, ApiError> {
     let now = now_ms();
-    let w = Window::new(q.from, q.to, q.step.as_deref(), now)?;
+    let w = Window::new(
+        q.from.map(Whole::signed),
+        q.to.map(Whole::signed),
+        q.step.as_deref(),
+        now,
+    )?;
     let spans = match q.step.as_deref() {
         Some(step) if !step.is_empty() => vec![Span::overlapping(w.resolution, w.from, w.to)],
         _ => {
@@ -589,7 +629,12 @@ pub async fn metrics_client(
     PathParam(client): PathParam<String>,
     Params(q): Params<RangeQuery>,
 ) -> Result<Json<ClientHistory>, ApiError> {
-    let w = Window::new(q.from, q.to, q.step.as_deref(), now_ms())?;
+    let w = Window::new(
+        q.from.map(Whole::signed),
+        q.to.map(Whole::signed),
+        q.step.as_deref(),
+        now_ms(),
+    )?;
     let store = state.store();
     let who = client.as_str();
     let (memory, stored) = state
@@ -647,8 +692,10 @@ pub async fn metrics_client(
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct OverviewQuery {
-    /// The window, in seconds up to now (default 300).
+    /// The window, in seconds up to now (default 300; at most 400 days).
+    #[param(minimum = 1, maximum = 34_560_000)]
     window: Option<i64>,
 }
 
@@ -850,11 +897,55 @@ fn stream_event(t: i64, before: &Live, now: &Live) -> StreamEvent {
     }
 }
 
+/// One server-sent event of the stream as a client parses it (OpenAPI 3.1 describes an
+/// event stream by its events): `event: metrics`, and `data` holding a [`StreamEvent`] as
+/// JSON.
+#[derive(Debug)]
+pub struct StreamFrame;
+
+impl utoipa::ToSchema for StreamFrame {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("StreamFrame")
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        schemas.push((
+            StreamEvent::name().into_owned(),
+            <StreamEvent as utoipa::PartialSchema>::schema(),
+        ));
+        <StreamEvent as utoipa::ToSchema>::schemas(schemas);
+    }
+}
+
+impl utoipa::PartialSchema for StreamFrame {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let frame = serde_json::json!({
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"type": "string", "enum": ["metrics"]},
+                "data": {"type": "string", "contentMediaType": "application/json",
+                         "contentSchema": {"$ref": "#/components/schemas/StreamEvent"}},
+            },
+        });
+        serde_json::from_value(frame).unwrap_or_else(|_| {
+            utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::Object(
+                utoipa::openapi::ObjectBuilder::new().build(),
+            ))
+        })
+    }
+}
+
 #[utoipa::path(
     get, path = "/api/v1/metrics/stream", tag = "metrics",
     responses(
         (status = 200, description = "Server-sent events: `event: metrics` every 2 s with what reports brought since the last one (data: this schema), and keep-alive comments. Ends when the server shuts down.",
-         body = StreamEvent, content_type = "text/event-stream"),
+         body = StreamFrame, content_type = "text/event-stream"),
         AuthErrors,
     ),
 )]

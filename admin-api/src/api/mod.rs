@@ -12,6 +12,7 @@ mod audit;
 pub mod auth;
 mod body;
 pub mod error;
+pub mod failed_auth;
 mod metrics;
 #[allow(unused_qualifications)]
 mod metrics_api;
@@ -50,8 +51,9 @@ use utoipa_axum::routes;
 
 use crate::pipeline::{MetricsConfig, Pipeline};
 use crate::quota::{Backend, Coordinator};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, VersionNotices};
 pub use error::ApiError;
+use failed_auth::{FailedAuths, FailureLimit};
 use metrics::Metrics;
 
 /// Largest request body accepted (413 beyond it). A full ruleset of 1,000 rules fits.
@@ -81,6 +83,8 @@ struct Inner {
     pipeline: Arc<Pipeline>,
     /// Fleet-wide buckets (see [`crate::quota`]).
     coordinator: Coordinator,
+    /// Failed authentications by client address (see [`failed_auth`]).
+    failed_auths: FailedAuths,
 }
 
 impl AppState {
@@ -94,19 +98,22 @@ impl AppState {
         store: Store,
         config: MetricsConfig,
     ) -> Result<AppState, StoreError> {
-        AppState::with_options(store, config, Backend::Memory).await
+        AppState::with_options(store, config, Backend::Memory, FailureLimit::default()).await
     }
 
-    /// [`AppState::with_metrics_config`], with global buckets kept in `quota`.
+    /// [`AppState::with_metrics_config`], with global buckets kept in `quota` and failed
+    /// authentications limited to `auth_failures` per client address.
     pub async fn with_options(
         store: Store,
         config: MetricsConfig,
         quota: Backend,
+        auth_failures: FailureLimit,
     ) -> Result<AppState, StoreError> {
         let version = store.current_version().await?;
         let mut metrics = Metrics::new();
         let pipeline = Arc::new(Pipeline::new(config, metrics.registry_mut()));
         let coordinator = Coordinator::new(quota, metrics.registry_mut());
+        let failed_auths = FailedAuths::new(auth_failures, metrics.registry_mut());
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
@@ -117,6 +124,7 @@ impl AppState {
                 document: Mutex::new(None),
                 pipeline,
                 coordinator,
+                failed_auths,
             }),
         })
     }
@@ -129,6 +137,11 @@ impl AppState {
     /// The coordinator of global buckets.
     pub fn coordinator(&self) -> &Coordinator {
         &self.inner.coordinator
+    }
+
+    /// Failed authentications by client address.
+    pub fn failed_auths(&self) -> &FailedAuths {
+        &self.inner.failed_auths
     }
 
     pub fn store(&self) -> &Store {
@@ -161,16 +174,48 @@ impl AppState {
     }
 
     /// Follows the database's ruleset version until shutdown, so that a change committed
-    /// through another replica sharing the database wakes this replica's long-polls within
-    /// [`VERSION_FOLLOW_INTERVAL`]. One indexed single-row read per interval.
+    /// through another replica sharing the database wakes this replica's long-polls: at
+    /// once on PostgreSQL (its notices, see [`crate::store::VersionNotices`]), and within
+    /// [`VERSION_FOLLOW_INTERVAL`] in any case (one indexed single-row read per interval,
+    /// which also covers a notice lost while the listening connection was down).
     pub async fn follow_versions(&self) {
-        let mut tick = tokio::time::interval(VERSION_FOLLOW_INTERVAL);
+        let notices = match self.store().version_notices().await {
+            Ok(notices) => notices,
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for other replicas' changes; polling only");
+                None
+            }
+        };
+        self.follow(notices, VERSION_FOLLOW_INTERVAL).await;
+    }
+
+    /// [`AppState::follow_versions`] with a listener already listening (or none), and
+    /// the version re-read every `interval`.
+    pub async fn follow(&self, mut notices: Option<VersionNotices>, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let stopping = self.shutting_down();
         tokio::pin!(stopping);
         loop {
+            let notice = async {
+                match notices.as_mut() {
+                    Some(notices) => notices.next().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tick.tick() => {}
+                noticed = notice => match noticed {
+                    Ok(version) => {
+                        self.committed(version);
+                        continue;
+                    }
+                    // The listener reconnects on its next call, tried once per tick.
+                    Err(err) => {
+                        tracing::debug!(%err, "lost the version notices' connection");
+                        tick.tick().await;
+                    }
+                },
                 () = &mut stopping => return,
             }
             match self.store().current_version().await {
@@ -233,12 +278,15 @@ fn api_routes() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document of the API, as served at `/api/v1/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().into_openapi()
+    let mut doc = api_routes().into_openapi();
+    openapi::complete(&mut doc);
+    doc
 }
 
 /// The whole HTTP application.
 pub fn app(state: AppState) -> Router {
-    let (api, doc) = api_routes().split_for_parts();
+    let (api, mut doc) = api_routes().split_for_parts();
+    openapi::complete(&mut doc);
     let doc = Bytes::from(doc.to_pretty_json().unwrap_or_else(|_| "{}".to_string()));
     Router::new()
         .merge(api)
@@ -278,7 +326,8 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError>
     Ok("ready\n")
 }
 
-/// Counts, times and logs every request by its route pattern (not its path, which would
+/// Counts, times and logs every request by its route pattern (and marks every answer
+/// `X-Content-Type-Options: nosniff`) (not its path, which would
 /// give every rule id its own metric series).
 async fn observe(
     State(state): State<AppState>,
@@ -289,7 +338,12 @@ async fn observe(
     let start = Instant::now();
     let method = request.method().clone();
     let route = matched.map_or_else(|| "(unmatched)".to_string(), |m| m.as_str().to_string());
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    // Every answer is what its Content-Type says, never sniffed into something else.
+    response
+        .headers_mut()
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(HeaderValue::from_static("nosniff"));
     let status = response.status();
     let elapsed = start.elapsed();
     state

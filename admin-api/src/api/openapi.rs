@@ -14,6 +14,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
+use sluice_core::rule::{MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES};
+
 use super::error::{FieldErrorSchema, Problem};
 
 #[derive(OpenApi)]
@@ -122,6 +124,45 @@ impl utoipa::IntoResponses for WriteErrors {
     }
 }
 
+/// Adds the answers that the shared extractors give, to every operation they guard, so
+/// that no status a client can get goes undocumented:
+/// - 400 wherever a parameter or a body is read (a malformed or unknown query parameter,
+///   a path segment of the wrong type, a malformed header);
+/// - 429 and 503 wherever a token is checked ([`super::auth`]: too many failed
+///   authentications from the address; the database holding tokens unreachable).
+pub fn complete(doc: &mut utoipa::openapi::OpenApi) {
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let reads_input = operation.parameters.as_ref().is_some_and(|p| !p.is_empty())
+                || operation.request_body.is_some();
+            let authenticated = operation.responses.responses.contains_key("401");
+            let answers = &mut operation.responses.responses;
+            if reads_input {
+                answers.entry("400".to_string()).or_insert_with(|| {
+                    problem("A parameter or header is malformed, or a query parameter is unknown")
+                });
+            }
+            if authenticated {
+                answers.entry("429".to_string()).or_insert_with(|| {
+                    problem(
+                        "Too many failed authentications from this address: wait `Retry-After` seconds",
+                    )
+                });
+                answers
+                    .entry("503".to_string())
+                    .or_insert_with(|| problem("The database is unreachable; nothing was changed"));
+            }
+        }
+    }
+}
+
 /// The schema of `sluice_core::spec::RuleSpec`.
 #[derive(Debug)]
 pub struct RuleSpecSchema;
@@ -139,8 +180,47 @@ impl utoipa::PartialSchema for RuleSpecSchema {
     }
 }
 
+/// The schema of a rules file, as `rules:apply` reads it (see
+/// `crate::rules_file::parse_rules`): a list of rules, or `{rules: [...]}`.
+#[derive(Debug)]
+pub struct RulesFileSchema;
+
+impl utoipa::ToSchema for RulesFileSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("RulesFile")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            RuleSpecSchema::name().into_owned(),
+            <RuleSpecSchema as utoipa::PartialSchema>::schema(),
+        ));
+    }
+}
+
+impl utoipa::PartialSchema for RulesFileSchema {
+    fn schema() -> RefOr<Schema> {
+        let rules = json!({"type": "array", "maxItems": sluice_core::ruleset::MAX_RULES,
+                           "items": {"$ref": "#/components/schemas/RuleSpec"}});
+        serde_json::from_value(json!({
+            "oneOf": [
+                rules,
+                {"type": "null", "description": "An empty YAML file: no rules"},
+                {"type": "object", "additionalProperties": false, "required": ["rules"],
+                 "properties": {"rules": rules}},
+            ],
+        }))
+        .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
+    }
+}
+
 /// JSON Schema (OpenAPI 3.1) of a rule, following serde's encoding of the core's types.
+/// An optional field may also be `null`, which serde reads as absent.
 fn rule_spec_schema() -> serde_json::Value {
+    let nullable = |mut schema: serde_json::Value| {
+        schema["type"] = json!([schema["type"].clone(), "null"]);
+        schema
+    };
     let identifier = |max: u32, description: &str| {
         json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$", "maxLength": max,
                "description": description})
@@ -159,39 +239,48 @@ fn rule_spec_schema() -> serde_json::Value {
         "properties": {
             "requests": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64},
             "period": period,
-            "burst": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64,
+            "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
                       "description": "The bucket's capacity; defaults to `requests`"},
             "scope": {"type": "string", "enum": ["proxy", "global"], "default": "proxy",
                       "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"},
         },
     });
-    let limits = json!({"type": "array", "minItems": 1, "maxItems": 8, "items": limit});
-    let key = json!({
-        "description": "Whose bucket a request draws from",
-        "oneOf": [
-            {"type": "string", "enum": ["path", "global"]},
-            {"type": "object", "additionalProperties": false, "required": ["header"],
-             "properties": {"header": {"type": "string"}}},
-            {"type": "object", "additionalProperties": false, "required": ["client_ip"],
-             "properties": {"client_ip": {"type": "object", "additionalProperties": false,
-                "properties": {"trusted_hops": {"type": "integer", "minimum": 0}}}}},
-            {"type": "object", "additionalProperties": false, "required": ["query"],
-             "properties": {"query": {"type": "string"}}},
-            {"type": "object", "additionalProperties": false, "required": ["composite"],
-             "properties": {"composite": {"type": "array", "items": {},
-                "description": "Keys (of any of these forms) joined with `|`"}}},
-        ],
-    });
+    let limits = json!({"type": "array", "minItems": 1, "maxItems": MAX_LIMITS_PER_RULE,
+                        "items": limit});
+    // As `sluice_core::rule` checks them: token characters of RFC 9110, at most 256.
+    let header_name = json!({"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+^_`|~.-]{1,256}$"});
+    let part_keys = json!([
+        {"type": "string", "enum": ["path"]},
+        {"type": "object", "additionalProperties": false, "required": ["header"],
+         "properties": {"header": header_name}},
+        {"type": "object", "additionalProperties": false, "required": ["client_ip"],
+         "properties": {"client_ip": {"type": "object", "additionalProperties": false,
+            "properties": {"trusted_hops": {"type": "integer", "minimum": 0, "maximum": 16,
+                "default": 0,
+                "description": "Proxies in front of Envoy whose X-Forwarded-For entries to trust"}}}}},
+        {"type": "object", "additionalProperties": false, "required": ["query"],
+         "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 256}}},
+    ]);
+    let mut key_forms = part_keys.as_array().cloned().unwrap_or_default();
+    key_forms.push(json!({"type": "string", "enum": ["global"]}));
+    key_forms.push(
+        json!({"type": "object", "additionalProperties": false, "required": ["composite"],
+        "properties": {"composite": {"type": "array", "minItems": 2, "maxItems": 4,
+            "items": {"oneOf": part_keys},
+            "description": "2 to 4 keys (not `global`, not nested) joined with `|`"}}}),
+    );
+    let key = json!({"description": "Whose bucket a request draws from", "oneOf": key_forms});
     json!({
         "type": "object",
         "additionalProperties": false,
         "required": ["name", "key", "limits"],
         "properties": {
-            "id": identifier(128, "Stable identity of the rule and its buckets (defaults to `name`); keep it when renaming"),
+            "id": nullable(identifier(128, "Stable identity of the rule and its buckets (defaults to `name`); keep it when renaming")),
             "name": identifier(64, "Shown in headers and bodies"),
             "description": {"type": "string", "maxLength": 1024},
             "enabled": {"type": "boolean", "default": true},
             "priority": {"type": "integer", "format": "int32", "default": 0,
+                         "minimum": i32::MIN, "maximum": i32::MAX,
                          "description": "Higher is evaluated first"},
             "mode": {"type": "string", "enum": ["enforce", "shadow"], "default": "enforce"},
             "match": {
@@ -199,17 +288,20 @@ fn rule_spec_schema() -> serde_json::Value {
                 "additionalProperties": false,
                 "description": "Every given condition must hold; empty matches everything",
                 "properties": {
-                    "host": {"type": "string", "description": "`api.example.com` or `*.example.com`"},
-                    "path_exact": {"type": "string"},
-                    "path_prefix": {"type": "string"},
-                    "path_regex": {"type": "string", "description": "Must match the whole path"},
-                    "methods": {"type": "array", "items": {"type": "string"}},
+                    "host": {"type": ["string", "null"], "pattern": "^(\\*\\.)?[^*/ ]+$",
+                             "description": "`api.example.com` or `*.example.com`"},
+                    "path_exact": {"type": ["string", "null"], "pattern": "^/"},
+                    "path_prefix": {"type": ["string", "null"], "pattern": "^/"},
+                    "path_regex": {"type": ["string", "null"], "maxLength": 1024,
+                                   "description": "A regular expression (Rust `regex` syntax) that must match the whole path"},
+                    "methods": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z]+$"}},
                     "headers": {"type": "array", "items": {
                         "type": "object", "additionalProperties": false, "required": ["name"],
+                        "description": "`present`, `equals`, or both with `present: true`",
                         "properties": {
-                            "name": {"type": "string"},
-                            "present": {"type": "boolean"},
-                            "equals": {"type": "string"},
+                            "name": header_name,
+                            "present": {"type": ["boolean", "null"]},
+                            "equals": {"type": ["string", "null"]},
                         },
                     }},
                 },
@@ -220,22 +312,25 @@ fn rule_spec_schema() -> serde_json::Value {
                 "description": "Tokens per request: `{fixed: N}` (default `{fixed: 1}`) or read from a header",
                 "oneOf": [
                     {"type": "object", "additionalProperties": false, "required": ["fixed"],
-                     "properties": {"fixed": {"type": "integer", "minimum": 1}}},
+                     "properties": {"fixed": {"type": "integer", "minimum": 1, "maximum": MAX_COST}}},
                     {"type": "object", "additionalProperties": false, "required": ["header"],
                      "properties": {"header": {"type": "object", "additionalProperties": false,
                         "required": ["name", "max"],
                         "properties": {
-                            "name": {"type": "string"},
-                            "max": {"type": "integer", "minimum": 1},
-                            "default": {"type": "integer", "minimum": 0, "default": 1},
+                            "name": header_name,
+                            "max": {"type": "integer", "minimum": 1, "maximum": MAX_COST},
+                            "default": {"type": "integer", "minimum": 0, "maximum": MAX_COST,
+                                        "default": 1, "description": "At most `max`"},
                         }}}},
                 ],
             },
-            "overrides": {"type": "array", "items": {
+            "overrides": {"type": "array", "maxItems": MAX_OVERRIDES, "items": {
                 "type": "object", "additionalProperties": false, "required": ["client", "limits"],
-                "properties": {"client": {"type": "string"}, "limits": limits},
+                "properties": {"client": {"type": "string", "minLength": 1, "maxLength": 1024,
+                                          "description": "A client key; each client once"},
+                               "limits": limits},
             }},
-            "failure_mode": {"type": "string", "enum": ["open", "closed"],
+            "failure_mode": {"type": ["string", "null"], "enum": ["open", "closed", null],
                              "description": "Defaults to the proxy's"},
             "response": {
                 "type": "object", "additionalProperties": false,

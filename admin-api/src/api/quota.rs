@@ -9,10 +9,14 @@ use sluice_core::global::sync::{SyncRequest, SyncResponse};
 
 use super::AppState;
 use super::auth::{Auth, SyncQuota};
-use super::body::{parse_json, require_json};
-use super::error::ApiError;
+use super::body::{BodyInput, parse_json, require_json};
+use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
 use crate::quota::{MAX_SYNC_BYTES, validate};
+
+impl BodyInput for SyncRequest {
+    const INPUT: Input = Input::QuotaSync;
+}
 
 #[utoipa::path(
     post, path = "/api/v1/quota/sync", tag = "quota",
@@ -43,7 +47,7 @@ pub async fn sync_quota(
             limit: MAX_SYNC_BYTES,
         })?;
     let body: SyncRequest = parse_json(&bytes)?;
-    let sync = validate(body).map_err(ApiError::Invalid)?;
+    let sync = validate(body).map_err(|errors| ApiError::Invalid(Input::QuotaSync, errors))?;
     let answer = state
         .coordinator()
         .sync(&sync, Instant::now())

@@ -19,8 +19,8 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::{Auth, SendReports};
-use super::body::JsonBody;
-use super::error::ApiError;
+use super::body::{BodyInput, JsonBody, MAX_SAFE_INTEGER};
+use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
 use crate::pipeline::{Tally, ValidReport, ValidRule};
 use crate::store::{Counts, now_ms};
@@ -35,10 +35,10 @@ pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
 pub const MAX_RULES: usize = 1000;
 /// Most clients per rule in one report.
 pub const MAX_CLIENTS_PER_RULE: usize = 100;
-/// Longest client key, in bytes.
-pub const MAX_CLIENT_BYTES: usize = 256;
-/// Longest rule id, in bytes.
-pub const MAX_RULE_ID_BYTES: usize = 128;
+/// Longest client key, in characters (as the document's `maxLength` counts).
+pub const MAX_CLIENT_CHARS: usize = 256;
+/// Longest rule id, in characters.
+pub const MAX_RULE_ID_CHARS: usize = 128;
 /// Largest count accepted in one report: far beyond what a proxy decides in ten minutes
 /// (1.6 billion requests a second), and small enough that sums can never overflow.
 pub const MAX_COUNT: u64 = 1_000_000_000_000;
@@ -51,20 +51,28 @@ const MAX_PROBLEMS: usize = 20;
 #[schema(as = Report)]
 pub struct ReportBody {
     /// The proxy's id: 1 to 128 visible ASCII characters.
+    #[schema(pattern = "^[!-~]{1,128}$")]
     pub proxy_id: String,
-    /// The interval covered, Unix milliseconds: at most 10 minutes long, ending at most
-    /// 5 minutes in the future. The report counts in the buckets holding `end_ms`.
+    /// The interval covered, Unix milliseconds: from `start_ms` to `end_ms`, at most 10
+    /// minutes long, ending at most 5 minutes in the future. The report counts in the
+    /// buckets holding `end_ms`.
+    #[schema(maximum = 9_007_199_254_740_991_u64)]
     pub start_ms: u64,
+    #[schema(maximum = 9_007_199_254_740_991_u64)]
     pub end_ms: u64,
     /// The ruleset version the proxy ran at the end of the interval.
+    #[schema(maximum = 9_007_199_254_740_991_u64)]
     pub ruleset_version: u64,
     /// Per rule, at most 1,000.
+    #[schema(max_items = 1000)]
     pub rules: Vec<RuleBody>,
     /// Outcomes the proxy could not attribute because it already tracked 1,000 rules.
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub overflow: u64,
     /// Earlier reports the proxy dropped because the admin API was unreachable.
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub dropped_reports: u64,
 }
 
@@ -73,24 +81,37 @@ pub struct ReportBody {
 #[serde(deny_unknown_fields)]
 #[schema(as = RuleReport)]
 pub struct RuleBody {
-    /// The rule id (kept as sent, also for a rule deleted since).
+    /// The rule id (kept as sent, also for a rule deleted since): 1 to 128 characters,
+    /// without control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub rule: String,
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub allowed: u64,
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub denied: u64,
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub shadow_denied: u64,
     /// Allowed requests that left a limit at least 80% used.
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub near_limit: u64,
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub fail_open: u64,
     /// Requests that matched but had no client key (not limited by the rule).
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub key_missing: u64,
     /// Most throttled first, at most 100 (proxies send 20).
     #[serde(default)]
+    #[schema(max_items = 100)]
     pub top_clients: Vec<ClientBody>,
 }
 
@@ -99,13 +120,21 @@ pub struct RuleBody {
 #[serde(deny_unknown_fields)]
 #[schema(as = ClientCount)]
 pub struct ClientBody {
-    /// The client key, at most 256 bytes.
+    /// The client key, at most 256 characters.
+    #[schema(max_length = 256)]
     pub client: String,
     /// Throttled requests (denied or shadow-denied), an upper bound.
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub throttled: u64,
-    /// How much of `throttled` may belong to clients this entry replaced.
+    /// How much of `throttled` may belong to clients this entry replaced: at most
+    /// `throttled`.
     #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
     pub error: u64,
+}
+
+impl BodyInput for ReportBody {
+    const INPUT: Input = Input::Report;
 }
 
 struct Problems(Vec<FieldError>);
@@ -158,6 +187,12 @@ impl ReportBody {
                 "must not be more than 5 minutes in the future (is the proxy's clock right?)",
             );
         }
+        if self.ruleset_version > MAX_SAFE_INTEGER {
+            problems.add(
+                || "ruleset_version".into(),
+                format!("must be at most {MAX_SAFE_INTEGER}"),
+            );
+        }
         problems.count(|| "overflow".into(), self.overflow);
         problems.count(|| "dropped_reports".into(), self.dropped_reports);
         if self.rules.len() > MAX_RULES {
@@ -170,10 +205,10 @@ impl ReportBody {
         let mut index: HashMap<String, usize> = HashMap::new();
         for (i, rule) in self.rules.into_iter().enumerate().take(MAX_RULES + 1) {
             let at = |field: &str| format!("rules[{i}].{field}");
-            if rule.rule.is_empty() || rule.rule.len() > MAX_RULE_ID_BYTES {
+            if rule.rule.is_empty() || rule.rule.chars().count() > MAX_RULE_ID_CHARS {
                 problems.add(
                     || at("rule"),
-                    format!("must be 1 to {MAX_RULE_ID_BYTES} bytes"),
+                    format!("must be 1 to {MAX_RULE_ID_CHARS} characters"),
                 );
             } else if rule.rule.chars().any(char::is_control) {
                 problems.add(|| at("rule"), "must not contain control characters");
@@ -197,10 +232,10 @@ impl ReportBody {
             let mut clients: Vec<(String, Tally)> = Vec::with_capacity(rule.top_clients.len());
             for (j, c) in rule.top_clients.into_iter().enumerate() {
                 let at = |field: &str| format!("rules[{i}].top_clients[{j}].{field}");
-                if c.client.len() > MAX_CLIENT_BYTES {
+                if c.client.chars().count() > MAX_CLIENT_CHARS {
                     problems.add(
                         || at("client"),
-                        format!("must be at most {MAX_CLIENT_BYTES} bytes"),
+                        format!("must be at most {MAX_CLIENT_CHARS} characters"),
                     );
                 }
                 problems.count(|| at("throttled"), c.throttled);
@@ -275,8 +310,9 @@ fn reason(err: &ApiError) -> &'static str {
         ApiError::Forbidden { .. } => "forbidden",
         ApiError::PayloadTooLarge { .. } => "too_large",
         ApiError::UnsupportedMediaType(_) => "media_type",
-        ApiError::BadRequest(_) | ApiError::Invalid(_) => "invalid",
+        ApiError::BadRequest(_) | ApiError::Invalid(..) => "invalid",
         ApiError::Unavailable(_) => "overloaded",
+        ApiError::TooManyFailures { .. } => "throttled",
         _ => "error",
     }
 }
@@ -323,7 +359,9 @@ async fn ingest(
         .map(|c| c.0);
     let JsonBody(body) = JsonBody::<ReportBody>::from_request(request, state).await?;
     let now = now_ms();
-    let report = body.validate(now).map_err(ApiError::Invalid)?;
+    let report = body
+        .validate(now)
+        .map_err(|errors| ApiError::Invalid(Input::Report, errors))?;
     state
         .pipeline()
         .ingest(
@@ -451,7 +489,7 @@ mod tests {
 
     fn problems(body: serde_json::Value) -> Vec<String> {
         match parse_json::<ReportBody>(&serde_json::to_vec(&body).unwrap()) {
-            Err(ApiError::Invalid(e)) => e.0.into_iter().map(|f| f.field).collect(),
+            Err(ApiError::Invalid(_, e)) => e.0.into_iter().map(|f| f.field).collect(),
             Err(other) => panic!("{other:?}"),
             Ok(body) => body
                 .validate(NOW)

@@ -16,9 +16,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{self, JsonBody, Params, PathParam, etag, if_match, merge_patch};
-use super::error::{ApiError, Problem};
-use super::openapi::{AuthErrors, RuleSpecSchema, WriteErrors};
+use super::body::{
+    self, IfMatchHeader, JsonBody, Params, PathParam, Whole, etag, if_match, merge_patch,
+};
+use super::error::{ApiError, Input, Problem};
+use super::openapi::{AuthErrors, RuleSpecSchema, RulesFileSchema, WriteErrors};
 use crate::rules_file::{self, RulesFileError, RulesFormat};
 use crate::store::{
     Action, ChangeKind, Edited, RuleFilter, RuleRecord, StoreError, canonical, rfc3339, rule_id,
@@ -74,13 +76,24 @@ pub struct ListQuery {
     name: Option<String>,
     /// Only enabled (`true`) or disabled (`false`) rules.
     enabled: Option<bool>,
-    /// Only rules in this mode: `enforce` or `shadow`.
-    #[param(value_type = Option<String>)]
+    /// Only rules in this mode.
+    #[param(inline, value_type = Option<ModeName>)]
     mode: Option<Mode>,
-    /// Page size, 1 to 1000 (default 100).
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// Rules to skip (default 0).
-    offset: Option<u64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    offset: Option<Whole>,
+}
+
+/// The schema of `sluice_core::spec::Mode`, which has no OpenAPI derive of its own.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Only its schema is used.
+enum ModeName {
+    Enforce,
+    Shadow,
 }
 
 /// What a bulk change did.
@@ -150,6 +163,11 @@ fn edited_rule<'e>(edited: &'e Edited, id: &str) -> Result<&'e RuleRecord, ApiEr
         .ok_or_else(|| ApiError::Internal(format!("rule `{id}` missing after the edit")))
 }
 
+/// A store error from a one-rule change: a 422 is about the rule sent.
+fn rule_error(err: StoreError) -> ApiError {
+    ApiError::from(err).about(Input::Rule)
+}
+
 /// A body for `/rules/{id}` keeps the rule's identity: with no `id` of its own it takes
 /// the one in the URL (so renaming a rule keeps its buckets), and a different one is
 /// refused (an id is changed by creating a new rule and deleting the old one).
@@ -159,6 +177,7 @@ fn keep_identity(mut spec: RuleSpec, id: &str) -> Result<RuleSpec, ApiError> {
     }
     if rule_id(&spec) != id {
         return Err(ApiError::invalid(
+            Input::Rule,
             "id",
             format!(
                 "must be the rule's id in the URL, `{id}`: to change an id, create a new rule and delete this one"
@@ -193,7 +212,7 @@ pub async fn list_rules(
         enabled: query.enabled,
         mode: query.mode,
         limit,
-        offset: query.offset.unwrap_or(0),
+        offset: query.offset.map_or(0, |o| o.0),
     };
     let page = state.store().list_rules(&filter).await?;
     Ok(Json(RuleList {
@@ -234,7 +253,7 @@ pub async fn get_rule(
     responses(
         (status = 201, description = "Created; a new ruleset version", body = RuleView,
          headers(("ETag" = String), ("Location" = String), ("x-sluice-ruleset-version" = u64))),
-        (status = 409, description = "A rule with this id exists", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A rule with this id exists, or another rule has this name", body = Problem, content_type = "application/problem+json"),
         WriteErrors,
         AuthErrors,
     ),
@@ -252,10 +271,11 @@ pub async fn create_rule(
             if w.get(&id).is_some() {
                 return Err(StoreError::RuleExists(id.clone()));
             }
-            w.put(spec, "");
+            w.put_one(spec)?;
             Ok(())
         })
-        .await?;
+        .await
+        .map_err(rule_error)?;
     state.committed(edited.version);
     Ok(rule_response(
         StatusCode::CREATED,
@@ -268,14 +288,14 @@ pub async fn create_rule(
     put, path = "/api/v1/rules/{id}", tag = "rules",
     params(
         ("id" = String, Path, description = "The rule's id"),
-        ("If-Match" = Option<String>, Header, description = "The ETag the change is based on; 409 if the rule has changed since"),
+        IfMatchHeader,
     ),
     request_body(content = RuleSpecSchema, description = "The whole rule", content_type = "application/json"),
     responses(
         (status = 200, description = "Replaced (a new ruleset version unless nothing changed)", body = RuleView,
          headers(("ETag" = String), ("x-sluice-ruleset-version" = u64))),
         (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Stale If-Match: nothing changed", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match, or another rule has this name: nothing changed", body = Problem, content_type = "application/problem+json"),
         WriteErrors,
         AuthErrors,
     ),
@@ -287,16 +307,17 @@ pub async fn replace_rule(
     headers: HeaderMap,
     JsonBody(spec): JsonBody<RuleSpec>,
 ) -> Result<Response, ApiError> {
-    let precondition = if_match(&headers)?;
+    let precondition = if_match(&headers);
     let spec = keep_identity(spec, &id)?;
     let edited = state
         .store()
         .edit(&auth.actor(), Action::RuleReplace, Some(&id), |w| {
             w.require(&id, precondition.as_ref())?;
-            w.put(spec, "");
+            w.put_one(spec)?;
             Ok(())
         })
-        .await?;
+        .await
+        .map_err(rule_error)?;
     state.committed(edited.version);
     Ok(rule_response(
         StatusCode::OK,
@@ -309,7 +330,7 @@ pub async fn replace_rule(
     patch, path = "/api/v1/rules/{id}", tag = "rules",
     params(
         ("id" = String, Path, description = "The rule's id"),
-        ("If-Match" = Option<String>, Header, description = "The ETag the change is based on; 409 if the rule has changed since"),
+        IfMatchHeader,
     ),
     request_body(content = Object, description = "A JSON merge patch (RFC 7396) of the rule: `{\"enabled\": false}`, `{\"match\": {\"host\": null}}` removes a field",
         content_type = "application/merge-patch+json"),
@@ -317,7 +338,7 @@ pub async fn replace_rule(
         (status = 200, description = "Patched", body = RuleView,
          headers(("ETag" = String), ("x-sluice-ruleset-version" = u64))),
         (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Stale If-Match: nothing changed", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale If-Match, or another rule has this name: nothing changed", body = Problem, content_type = "application/problem+json"),
         WriteErrors,
         AuthErrors,
     ),
@@ -329,7 +350,7 @@ pub async fn patch_rule(
     headers: HeaderMap,
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let precondition = if_match(&headers)?;
+    let precondition = if_match(&headers);
     // The patch applies to the rule as it is inside the transaction, so two patches of
     // different fields never undo each other.
     let edited = state
@@ -341,13 +362,14 @@ pub async fn patch_rule(
             merge_patch(&mut value, &patch);
             let patched: RuleSpec = body::from_value(value).map_err(StoreError::Invalid)?;
             let patched = keep_identity(patched, &id).map_err(|e| match e {
-                ApiError::Invalid(errors) => StoreError::Invalid(errors),
+                ApiError::Invalid(_, errors) => StoreError::Invalid(errors),
                 other => StoreError::Corrupt(other.to_string()),
             })?;
-            w.put(patched, "");
+            w.put_one(patched)?;
             Ok(())
         })
-        .await?;
+        .await
+        .map_err(rule_error)?;
     state.committed(edited.version);
     Ok(rule_response(
         StatusCode::OK,
@@ -360,7 +382,7 @@ pub async fn patch_rule(
     delete, path = "/api/v1/rules/{id}", tag = "rules",
     params(
         ("id" = String, Path, description = "The rule's id"),
-        ("If-Match" = Option<String>, Header, description = "The ETag the deletion is based on; 409 if the rule has changed since"),
+        IfMatchHeader,
     ),
     responses(
         (status = 204, description = "Deleted; a new ruleset version", headers(("x-sluice-ruleset-version" = u64))),
@@ -375,7 +397,7 @@ pub async fn delete_rule(
     PathParam(id): PathParam<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let precondition = if_match(&headers)?;
+    let precondition = if_match(&headers);
     let edited = state
         .store()
         .edit(&auth.actor(), Action::RuleDelete, Some(&id), |w| {
@@ -395,7 +417,7 @@ async fn set_enabled(
     headers: &HeaderMap,
     enabled: bool,
 ) -> Result<Response, ApiError> {
-    let precondition = if_match(headers)?;
+    let precondition = if_match(headers);
     let action = if enabled {
         Action::RuleEnable
     } else {
@@ -422,7 +444,7 @@ async fn set_enabled(
     post, path = "/api/v1/rules/{id}/enable", tag = "rules",
     params(
         ("id" = String, Path, description = "The rule's id"),
-        ("If-Match" = Option<String>, Header, description = "Optional ETag precondition"),
+        IfMatchHeader,
     ),
     responses(
         (status = 200, description = "Enabled (a no-op if it already was)", body = RuleView),
@@ -444,7 +466,7 @@ pub async fn enable_rule(
     post, path = "/api/v1/rules/{id}/disable", tag = "rules",
     params(
         ("id" = String, Path, description = "The rule's id"),
-        ("If-Match" = Option<String>, Header, description = "Optional ETag precondition"),
+        IfMatchHeader,
     ),
     responses(
         (status = 200, description = "Disabled (a no-op if it already was)", body = RuleView),
@@ -505,17 +527,20 @@ fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::Invalid(sluice_core::rule::ValidationErrors(
-            problems,
-        )))
+        Err(ApiError::Invalid(
+            Input::Ruleset,
+            sluice_core::rule::ValidationErrors(problems),
+        ))
     }
 }
 
 #[utoipa::path(
     post, path = "/api/v1/rules:apply", tag = "rules",
     params(ApplyQuery),
-    request_body(content = String, description = "A rules file: a list of rules, or `{rules: [...]}`, as JSON (`application/json`) or YAML (`application/yaml`). Rules are matched to stored ones by id; applying the same file twice changes nothing.",
-        content_type = "application/yaml"),
+    request_body(content(
+        (RulesFileSchema = "application/json"),
+        (RulesFileSchema = "application/yaml"),
+    ), description = "A rules file: a list of rules, or `{rules: [...]}`, as JSON or YAML. Rules are matched to stored ones by id; applying the same file twice changes nothing."),
     responses(
         (status = 200, description = "Applied (or, with `dry_run`, checked)", body = ChangeSummary),
         WriteErrors,
@@ -533,7 +558,9 @@ pub async fn apply_rules(
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::BadRequest("the body is not UTF-8 text".to_string()))?;
     let specs = rules_file::parse_rules(text, format, Path::new("body")).map_err(|e| match e {
-        RulesFileError::Shape { field, message, .. } => ApiError::invalid(field, message),
+        RulesFileError::Shape { field, message, .. } => {
+            ApiError::invalid(Input::Ruleset, field, message)
+        }
         RulesFileError::Syntax {
             format, message, ..
         } => ApiError::BadRequest(format!("the body is not valid {format}: {message}")),
@@ -572,6 +599,16 @@ pub async fn apply_rules(
     Ok(Json(ChangeSummary::of(&edited, query.dry_run)))
 }
 
+/// How an export asks for YAML.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Read from the header map; the struct documents it.
+pub struct ExportHeaders {
+    /// `application/yaml` (any value naming yaml) for YAML; JSON otherwise.
+    #[param(rename = "Accept", value_type = String, required = false)]
+    accept: Option<String>,
+}
+
 /// A rules file: what export writes and apply reads.
 #[derive(Debug, Serialize)]
 struct RulesFile<'a> {
@@ -580,7 +617,7 @@ struct RulesFile<'a> {
 
 #[utoipa::path(
     get, path = "/api/v1/export", tag = "rules",
-    params(("Accept" = Option<String>, Header, description = "`application/yaml` for YAML; JSON otherwise")),
+    params(ExportHeaders),
     responses(
         (status = 200, description = "The current rules as a rules file `{rules: [...]}` that `rules:apply` takes back",
          content(("application/json"), ("application/yaml")),

@@ -7,12 +7,10 @@
 //! poll also records the proxy (id, address, version it runs, last error), so the poll is
 //! the heartbeat too.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequestParts, State};
-use axum::http::request::Parts;
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -24,7 +22,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::{Auth, PollRuleset};
-use super::body::{Params, etag};
+use super::body::{Params, Peer, Whole, etag};
 use super::error::ApiError;
 use super::openapi::{AuthErrors, RuleSpecSchema};
 use super::rules::version_header;
@@ -39,14 +37,32 @@ const MAX_PROXY_ERROR_LEN: usize = 2048;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct PollQuery {
-    /// The version the proxy runs (0: none). Answered at once when the current version is
-    /// newer.
-    #[serde(default)]
-    after: u64,
-    /// Seconds to hold the request when nothing is newer (default 30, at most 60; 0
-    /// answers at once).
+    /// The version the proxy runs (default 0: none). Answered at once when the current
+    /// version is newer.
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    after: Option<Whole>,
+    /// Seconds to hold the request when nothing is newer (default 30; 0 answers at once).
+    #[param(minimum = 0, maximum = 60)]
     wait: Option<u64>,
+}
+
+/// What a proxy says about itself when it polls. The server reads these leniently:
+/// bookkeeping never costs a proxy its rules, so a value it cannot use is ignored.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Read from the header map, leniently; the struct documents them.
+pub struct ProxyHeaders {
+    /// The proxy's id; polls with it are listed at /api/v1/proxies (cut to 256 bytes).
+    #[param(rename = "x-sluice-proxy-id", value_type = String, required = false)]
+    proxy_id: Option<String>,
+    /// The ruleset version the proxy runs, in decimal (anything else counts as 0).
+    #[param(rename = "x-sluice-ruleset-version", value_type = String, required = false)]
+    ruleset_version: Option<String>,
+    /// The proxy's last error, if any (cut to 2,048 bytes).
+    #[param(rename = "x-sluice-proxy-error", value_type = String, required = false)]
+    proxy_error: Option<String>,
 }
 
 /// `sluice_core::wire::RulesetDocument`, for the OpenAPI document.
@@ -60,23 +76,6 @@ pub struct RulesetDocumentSchema {
     /// Every rule, enabled or not, in evaluation order.
     #[schema(value_type = Vec<RuleSpecSchema>)]
     pub rules: Vec<RuleSpec>,
-}
-
-/// The TCP peer, when the server provides it (tests driving the router directly do not).
-#[derive(Debug)]
-pub struct Peer(Option<SocketAddr>);
-
-impl<S: Send + Sync> FromRequestParts<S> for Peer {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0),
-        ))
-    }
 }
 
 /// Marks a proxy as polling while a poll is held; dropped when the poll ends, also when
@@ -121,9 +120,7 @@ fn header_text(headers: &HeaderMap, name: &str, max: usize) -> Option<String> {
     get, path = "/api/v1/ruleset", tag = "ruleset",
     params(
         PollQuery,
-        ("x-sluice-proxy-id" = Option<String>, Header, description = "The proxy's id; polls with it are listed at /api/v1/proxies"),
-        ("x-sluice-ruleset-version" = Option<u64>, Header, description = "The ruleset version the proxy runs"),
-        ("x-sluice-proxy-error" = Option<String>, Header, description = "The proxy's last error, if any"),
+        ProxyHeaders,
     ),
     responses(
         (status = 200, description = "The whole ruleset, newer than `after`: enabled and disabled rules",
@@ -157,13 +154,14 @@ pub async fn get_ruleset(
         }
     }
 
-    let after = query.after;
-    let wait = Duration::from_secs(
-        query
-            .wait
-            .unwrap_or(DEFAULT_WAIT_SECONDS)
-            .min(MAX_WAIT_SECONDS),
-    );
+    let after = query.after.map_or(0, |a| a.0);
+    let wait = query.wait.unwrap_or(DEFAULT_WAIT_SECONDS);
+    if wait > MAX_WAIT_SECONDS {
+        return Err(ApiError::BadRequest(format!(
+            "wait must be at most {MAX_WAIT_SECONDS} seconds"
+        )));
+    }
+    let wait = Duration::from_secs(wait);
     // Subscribe before reading, so a change committed in between still wakes us.
     let mut version = state.inner.version.subscribe();
     let mut shutdown = state.inner.shutdown.subscribe();

@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::{Auth, ManageTokens};
-use super::body::{JsonBody, PathParam};
-use super::error::{ApiError, Problem};
+use super::body::{BodyInput, JsonBody, PathParam};
+use super::error::{ApiError, Input, Problem};
 use super::openapi::{AuthErrors, WriteErrors};
 use crate::store::{Role, TokenInfo, rfc3339};
 
@@ -24,6 +24,10 @@ pub struct TokenView {
     pub last_used_at: Option<String>,
     /// Set once revoked; a revoked token is refused with 401.
     pub revoked_at: Option<String>,
+}
+
+impl BodyInput for CreateToken {
+    const INPUT: Input = Input::Token;
 }
 
 impl From<&TokenInfo> for TokenView {
@@ -48,7 +52,13 @@ pub struct TokenList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
-    /// Who or what holds it, e.g. `ci-deploy` or `envoy-eu-1`.
+    /// Who or what holds it, e.g. `ci-deploy` or `envoy-eu-1`: 1 to 128 characters, not
+    /// all blank, without control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub name: String,
     pub role: Role,
 }
@@ -92,7 +102,8 @@ pub async fn create_token(
     let created = state
         .store()
         .create_token(&auth.actor(), &request.name, request.role)
-        .await?;
+        .await
+        .map_err(|e| ApiError::from(e).about(Input::Token))?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedToken {
@@ -108,6 +119,7 @@ pub async fn create_token(
     responses(
         (status = 200, description = "Revoked (revoking twice is harmless)", body = TokenView),
         (status = 404, description = "No such token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The token sending the request: revoke it with another admin token, so no one locks themselves out", body = Problem, content_type = "application/problem+json"),
         AuthErrors,
     ),
 )]
@@ -116,6 +128,11 @@ pub async fn revoke_token(
     auth: Auth<ManageTokens>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<TokenView>, ApiError> {
+    if id == auth.token.id {
+        return Err(ApiError::Conflict(format!(
+            "token `{id}` is the one sending this request: revoke it with another admin token"
+        )));
+    }
     let info = state.store().revoke_token(&auth.actor(), &id).await?;
     Ok(Json(TokenView::from(&info)))
 }

@@ -8,7 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{Params, PathParam};
+use super::body::{Params, PathParam, Whole};
 use super::error::{ApiError, Problem};
 use super::openapi::{AuthErrors, RuleSpecSchema, WriteErrors};
 use super::rules::ChangeSummary;
@@ -63,10 +63,12 @@ pub struct VersionDetailView {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct VersionsQuery {
-    /// Page size, 1 to 1000 (default 100).
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// Only versions older than this (the last `version` of the previous page).
-    before: Option<u64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    before: Option<Whole>,
 }
 
 #[utoipa::path(
@@ -85,7 +87,10 @@ pub async fn list_versions(
             "limit must be between 1 and 1000".to_string(),
         ));
     }
-    let versions = state.store().list_versions(limit, query.before).await?;
+    let versions = state
+        .store()
+        .list_versions(limit, query.before.map(|b| b.0))
+        .await?;
     Ok(Json(VersionList {
         versions: versions.iter().map(VersionView::from).collect(),
     }))
@@ -93,7 +98,7 @@ pub async fn list_versions(
 
 #[utoipa::path(
     get, path = "/api/v1/versions/{version}", tag = "versions",
-    params(("version" = u64, Path, description = "A ruleset version; 0 is the empty ruleset before any change")),
+    params(("version" = u64, Path, minimum = 0, maximum = 9_007_199_254_740_991_u64, description = "A ruleset version; 0 is the empty ruleset before any change")),
     responses(
         (status = 200, description = "The version and its ruleset", body = VersionDetailView),
         (status = 404, description = "No such version", body = Problem, content_type = "application/problem+json"),
@@ -103,7 +108,7 @@ pub async fn list_versions(
 pub async fn get_version(
     State(state): State<AppState>,
     _auth: Auth<Read>,
-    PathParam(version): PathParam<u64>,
+    PathParam(Whole(version)): PathParam<Whole>,
 ) -> Result<Json<VersionDetailView>, ApiError> {
     let detail = state.store().version(version).await?;
     Ok(Json(VersionDetailView {
@@ -149,9 +154,11 @@ pub struct DiffView {
 #[serde(deny_unknown_fields)]
 pub struct DiffQuery {
     /// The older version.
-    from: u64,
+    #[param(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    from: Whole,
     /// The newer version (default: the current one).
-    to: Option<u64>,
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
+    to: Option<Whole>,
 }
 
 #[utoipa::path(
@@ -169,12 +176,12 @@ pub async fn diff_versions(
     Params(query): Params<DiffQuery>,
 ) -> Result<Json<DiffView>, ApiError> {
     let to = match query.to {
-        Some(to) => to,
+        Some(to) => to.0,
         None => state.store().current_version().await?,
     };
-    let changes = state.store().diff(query.from, to).await?;
+    let changes = state.store().diff(query.from.0, to).await?;
     Ok(Json(DiffView {
-        from: query.from,
+        from: query.from.0,
         to,
         changes: changes.into_iter().map(RuleChangeView::from).collect(),
     }))
@@ -182,7 +189,7 @@ pub async fn diff_versions(
 
 #[utoipa::path(
     post, path = "/api/v1/versions/{version}/rollback", tag = "versions",
-    params(("version" = u64, Path, description = "The version whose ruleset to restore")),
+    params(("version" = u64, Path, minimum = 0, maximum = 9_007_199_254_740_991_u64, description = "The version whose ruleset to restore")),
     responses(
         (status = 200, description = "Restored as a NEW version (none if the ruleset already equals it)", body = ChangeSummary),
         (status = 404, description = "No such version", body = Problem, content_type = "application/problem+json"),
@@ -193,7 +200,7 @@ pub async fn diff_versions(
 pub async fn rollback(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
-    PathParam(version): PathParam<u64>,
+    PathParam(Whole(version)): PathParam<Whole>,
 ) -> Result<Json<ChangeSummary>, ApiError> {
     let snapshot = state.store().version(version).await?.rules;
     let target = format!("version {version}");

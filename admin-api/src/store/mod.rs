@@ -10,6 +10,7 @@
 //! rules, a snapshot and an audit entry — or writes nothing.
 
 mod metrics;
+mod notify;
 mod proxies;
 mod rules;
 mod sessions;
@@ -26,6 +27,7 @@ pub use metrics::{
     ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution,
     RuleBucket, Span, TOP_CLIENTS_PER_BUCKET,
 };
+pub use notify::{VERSION_CHANNEL, VersionNotices};
 pub use proxies::{ProxyRecord, ProxySeen};
 pub use rules::{
     Action, AuditEntry, ChangeKind, Edited, IfMatch, RuleChange, RuleFilter, RulePage, RuleRecord,
@@ -104,6 +106,8 @@ pub enum StoreError {
     RuleNotFound(String),
     #[error("a rule with id `{0}` already exists")]
     RuleExists(String),
+    #[error("the name `{name}` is used by rule `{holder}`")]
+    NameTaken { name: String, holder: String },
     #[error("rule `{id}` is at revision {current}, not the one given in If-Match")]
     StaleRevision { id: String, current: u64 },
     #[error("{0}")]
@@ -201,7 +205,7 @@ impl Store {
                 .execute(&pool)
                 .await?;
         }
-        Ok(Store { pool, backend })
+        Ok(Store { pool, backend, url })
     }
 
     /// Runs the migrations of this store's dialect that have not run yet.
@@ -368,6 +372,7 @@ mod tests {
         let store = Store {
             pool,
             backend: Backend::Postgres,
+            url,
         };
         let start = Instant::now();
         let err = store.ping().await.expect_err("nothing listens there");

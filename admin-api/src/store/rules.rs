@@ -218,6 +218,25 @@ impl Working {
         self.desired.remove(id)
     }
 
+    /// [`Working::put`] for one rule sent on its own (create, replace, patch), refusing a
+    /// name another rule holds: that is a conflict with the stored rules (409), which the
+    /// sender resolves by renaming one of them, not a fault in the rule itself (422).
+    pub fn put_one(&mut self, spec: RuleSpec) -> Result<String, StoreError> {
+        let spec = canonical(spec);
+        let id = rule_id(&spec);
+        if let Some((holder, _)) = self
+            .desired
+            .iter()
+            .find(|(other, rule)| other.as_str() != id && rule.name == spec.name)
+        {
+            return Err(StoreError::NameTaken {
+                name: spec.name.clone(),
+                holder: holder.clone(),
+            });
+        }
+        Ok(self.put(spec, ""))
+    }
+
     fn changes(&self) -> Vec<RuleChange> {
         let before: Vec<RuleSpec> = self.original.values().map(|r| r.spec.clone()).collect();
         let after: Vec<RuleSpec> = self.desired.values().cloned().collect();
@@ -817,6 +836,7 @@ impl Store {
             },
         )
         .await?;
+        self.announce_version(&mut tx, version).await?;
         tx.commit().await?;
         Ok(Edited {
             version,

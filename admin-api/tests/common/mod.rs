@@ -9,10 +9,12 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt as _;
 use serde_json::Value;
@@ -226,6 +228,7 @@ impl TestApp {
             path: path.to_string(),
             headers: Vec::new(),
             body: Vec::new(),
+            peer: None,
         }
         .token(&self.admin)
     }
@@ -259,9 +262,17 @@ pub struct Req {
     path: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    /// The TCP peer the server sees (none: like a router driven without a socket).
+    peer: Option<SocketAddr>,
 }
 
 impl Req {
+    /// Sends the request as if from `peer`.
+    pub fn from(mut self, peer: SocketAddr) -> Req {
+        self.peer = Some(peer);
+        self
+    }
+
     pub fn header(mut self, name: &str, value: &str) -> Req {
         self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         self.headers.push((name.to_string(), value.to_string()));
@@ -291,6 +302,9 @@ impl Req {
         let mut request = Request::builder().method(self.method).uri(&self.path);
         for (name, value) in &self.headers {
             request = request.header(name, value);
+        }
+        if let Some(peer) = self.peer {
+            request = request.extension(ConnectInfo(peer));
         }
         let request = request.body(Body::from(self.body)).unwrap();
         let response = self.app.oneshot(request).await.unwrap();

@@ -17,12 +17,18 @@ pub const SYNC_PATH: &str = "/api/v1/quota/sync";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SyncRequest {
-    /// The proxy's identity (its Envoy node id), as in its reports.
+    /// The proxy's identity (its Envoy node id), as in its reports: 1 to 128 visible
+    /// ASCII characters.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[!-~]{1,128}$"))]
     pub proxy: String,
-    /// How often this proxy syncs.
+    /// How often this proxy syncs, 50 ms to 10 s.
+    #[cfg_attr(feature = "openapi", schema(minimum = 50, maximum = 10_000))]
     pub interval_ms: u64,
-    /// How long the usage covers: the time since the proxy's last answered sync.
+    /// How long the usage covers: the time since the proxy's last answered sync (at most
+    /// 60 intervals of the longest kind, 10 minutes).
+    #[cfg_attr(feature = "openapi", schema(maximum = 600_000))]
     pub covers_ms: u64,
+    #[cfg_attr(feature = "openapi", schema(max_items = 50_000))]
     pub buckets: Vec<BucketUsage>,
 }
 
@@ -52,20 +58,33 @@ pub struct BucketUsage {
     #[serde(with = "hex_u64")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9a-fA-F]{1,16}$"))]
     pub bucket: u64,
-    /// The limit: one token per `interval_ns`, at most `burst` tokens.
+    /// The limit: one token per `interval_ns`, at most `burst` tokens (and `burst ×
+    /// interval_ns` at most 2^62).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 4_611_686_018_427_387_904_u64)
+    )]
     pub interval_ns: u64,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 4_611_686_018_427_387_904_u64)
+    )]
     pub burst: u64,
     /// Tokens requested, admitted or not.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub attempts: u64,
     /// Tokens admitted without a lease.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub unleased: u64,
     /// Lease tokens given back.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub returned: u64,
     /// Tokens the proxy would like to hold after this sync.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub want: u64,
 }
 

@@ -25,6 +25,8 @@ pub struct Serve {
     pub database: String,
     /// `--redis URL`: global buckets in Redis instead of in memory.
     pub redis: Option<String>,
+    /// Further `sluice serve` flags.
+    pub flags: Vec<String>,
 }
 
 /// A running `sluice serve`, killed when dropped.
@@ -135,6 +137,7 @@ fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, SocketAddr)> {
     if let Some(redis) = &serve.redis {
         command.args(["--redis", redis]);
     }
+    command.args(&serve.flags);
     let mut child = command
         .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "warn")

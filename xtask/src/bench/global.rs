@@ -303,6 +303,7 @@ fn sqlite(bench: &Bench, name: &str) -> Serve {
         sluice: bench.generator.sluice_bin.clone(),
         database: format!("sqlite://{}/{name}.db", bench.run_dir.display()),
         redis: None,
+        flags: Vec::new(),
     }
 }
 
@@ -700,6 +701,7 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
         sluice: bench.generator.sluice_bin.clone(),
         database: postgres.url().to_string(),
         redis: Some(redis.url()),
+        flags: Vec::new(),
     };
     let first = AdminApi::start(&serve)?;
     let second = AdminApi::start(&serve)?;

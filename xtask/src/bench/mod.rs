@@ -15,7 +15,7 @@
 //! interleaved run, medians with min–max over rounds, never absolute claims.
 
 mod accuracy;
-mod admin;
+pub(crate) mod admin;
 mod configs;
 mod envoy;
 mod fleet_load;

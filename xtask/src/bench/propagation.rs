@@ -38,6 +38,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
         sluice: sluice.clone(),
         database,
         redis: None,
+        flags: Vec::new(),
     })?;
     let proxy_token = admin.proxy_token("bench")?;
     let yaml = dir.join("propagation.yaml");

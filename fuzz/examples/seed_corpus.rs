@@ -27,6 +27,10 @@ use sluice_core::wire::RulesetDocument;
 #[path = "../../admin-api/src/rules_file.rs"]
 #[allow(dead_code)]
 mod rules_file;
+// `rules_file` reads through the admin API's strict JSON deserializer, as
+// `crate::strict_json`; compiled in the same way.
+#[path = "../../admin-api/src/strict_json.rs"]
+mod strict_json;
 
 const SECOND: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * SECOND;

@@ -67,6 +67,11 @@ impl AdminApi {
         Ok(())
     }
 
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }

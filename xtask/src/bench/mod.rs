@@ -9,7 +9,9 @@
 //!    workers;
 //! 3. memory ([`memory`]): RSS while up to 1,000,000 distinct clients pass, and bytes per
 //!    tracked client;
-//! 4. profile ([`profile`]): the core's hot path natively and under callgrind.
+//! 4. profile ([`profile`]): the core's hot path natively and under callgrind;
+//! 5. soak ([`soak`], only when named): a real `sluice serve` and Envoy under churning
+//!    load and a rule edit every second for `--soak-minutes`, memory and reports checked.
 //!
 //! The machine is shared and noisy: the report gives ratios and differences from one
 //! interleaved run, medians with min–max over rounds, never absolute claims.
@@ -27,6 +29,7 @@ mod path;
 mod profile;
 mod propagation;
 mod report;
+mod soak;
 mod stats;
 mod wrk;
 
@@ -62,6 +65,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=120))]
     pub duration: Option<u64>,
 
+    /// Minutes of load in the soak section (`--only soak`).
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=240))]
+    pub soak_minutes: u64,
+
     /// Leave README.md's `## Benchmarks` section alone (a full run of every section
     /// otherwise rewrites it).
     #[arg(long)]
@@ -81,6 +88,10 @@ pub enum Section {
     /// Fleet-wide limits: three Envoys sharing global limits through the admin API, with
     /// faults (written beside the report).
     Global,
+    /// A long run of one Envoy following `sluice serve` under churning clients and a rule
+    /// edit every second: memory, errors and reports (`--soak-minutes`, default 30; only
+    /// when named; written beside the report).
+    Soak,
 }
 
 /// Durations and sizes of one run.
@@ -240,7 +251,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
                 results.profile.as_ref().map(|r| r.as_ref().err())
             }
             // These run after the main report is written, into files beside it.
-            Section::Ingest | Section::Propagation | Section::Global => None,
+            Section::Ingest | Section::Propagation | Section::Global | Section::Soak => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
@@ -312,6 +323,17 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             note(format!("section Ingest failed: {err:#}"));
         }
     }
+    let mut soak_failed = false;
+    if sections.contains(&Section::Soak) {
+        let minutes = Duration::from_secs(args.soak_minutes * 60);
+        match soak::run(&bench, &out_dir, &name, minutes, &invocation) {
+            Ok((_, passed)) => soak_failed = !passed,
+            Err(err) => {
+                note(format!("section Soak failed: {err:#}"));
+                soak_failed = true;
+            }
+        }
+    }
     if main_report {
         note(md_path.display());
         note(json_path.display());
@@ -332,6 +354,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             "profile",
             results.profile.as_ref().is_some_and(Result::is_err),
         ),
+        ("soak", soak_failed),
     ]
     .into_iter()
     .filter_map(|(name, failed)| failed.then_some(name))
@@ -373,6 +396,9 @@ fn invocation(args: &BenchArgs) -> String {
     }
     if let Some(duration) = args.duration {
         parts.push(format!("--duration {duration}"));
+    }
+    if args.only.contains(&Section::Soak) {
+        parts.push(format!("--soak-minutes {}", args.soak_minutes));
     }
     if args.no_readme {
         parts.push("--no-readme".into());

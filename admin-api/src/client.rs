@@ -1,6 +1,8 @@
-//! The command line's client for a running admin API (`sluice rules apply|export`): plain
-//! HTTP, bearer token, problem documents turned into readable errors.
+//! The command line's client for a running admin API (`sluice rules apply|export`): http
+//! or https (rustls, trusting the system's roots and optionally a CA file), bearer token,
+//! problem documents turned into readable errors.
 
+use std::path::Path;
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
@@ -11,8 +13,10 @@ use crate::rules_file::RulesFormat;
 /// Why a call to the API failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("`{0}` is not an http:// URL (TLS is not supported by this client)")]
+    #[error("`{0}` is not an http:// or https:// URL")]
     BadUrl(String),
+    #[error("--ca {path}: {message}")]
+    BadCa { path: String, message: String },
     #[error("cannot reach the admin API at {url}: {source}")]
     Unreachable {
         url: String,
@@ -29,7 +33,11 @@ pub enum ClientError {
 impl ClientError {
     /// Whether the user's input (the file, the token) is what to fix.
     pub fn is_client_error(&self) -> bool {
-        matches!(self, ClientError::Refused { status, .. } if (400..500).contains(status))
+        match self {
+            ClientError::Refused { status, .. } => (400..500).contains(status),
+            ClientError::BadUrl(_) | ClientError::BadCa { .. } => true,
+            ClientError::Unreachable { .. } | ClientError::Unexpected(_) => false,
+        }
     }
 }
 
@@ -41,13 +49,33 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
-    pub fn new(url: &str, token: &str) -> Result<ApiClient, ClientError> {
-        if !url.starts_with("http://") {
+    /// A client of the API at `url`; `ca`: a PEM file of CA certificates trusted besides
+    /// the system's, for a server whose certificate a private CA issued.
+    pub fn new(url: &str, token: &str, ca: Option<&Path>) -> Result<ApiClient, ClientError> {
+        if !url.starts_with("http://") && !url.starts_with("https://") {
             return Err(ClientError::BadUrl(url.to_string()));
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(60))
+            // rustls even if another TLS backend is ever compiled in: --ca is read for it.
+            .use_rustls_tls();
+        if let Some(path) = ca {
+            let bad = |message: String| ClientError::BadCa {
+                path: path.display().to_string(),
+                message,
+            };
+            let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+            let certificates =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
+            if certificates.is_empty() {
+                return Err(bad("no PEM certificate in it".to_string()));
+            }
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder
             .build()
             .map_err(|e| ClientError::Unexpected(e.to_string()))?;
         Ok(ApiClient {
@@ -170,8 +198,26 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_urls() {
-        assert!(ApiClient::new("https://x", "t").is_err());
-        assert!(ApiClient::new("http://127.0.0.1:8080/", "t").is_ok());
+    fn http_and_https_urls_only() {
+        assert!(ApiClient::new("ftp://x", "t", None).is_err());
+        assert!(ApiClient::new("127.0.0.1:8080", "t", None).is_err());
+        assert!(ApiClient::new("https://x", "t", None).is_ok());
+        assert!(ApiClient::new("http://127.0.0.1:8080/", "t", None).is_ok());
+    }
+
+    #[test]
+    fn a_ca_file_must_hold_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let Err(err) = ApiClient::new("https://x", "t", Some(&missing)) else {
+            panic!("a missing CA file was accepted");
+        };
+        assert!(err.to_string().starts_with("--ca "), "{err}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let Err(err) = ApiClient::new("https://x", "t", Some(&empty)) else {
+            panic!("a CA file without certificates was accepted");
+        };
+        assert!(err.to_string().contains("no PEM certificate"), "{err}");
     }
 }

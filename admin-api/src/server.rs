@@ -2,12 +2,18 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use axum::Extension;
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener, ListenerExt as _};
+use sluice_core::listening::{Listening, Scheme};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
 use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo};
+use crate::tls::{OverTls, TlsListener};
 
 /// The environment variable holding the bootstrap admin token.
 pub const ADMIN_TOKEN_ENV: &str = "SLUICE_ADMIN_TOKEN";
@@ -18,6 +24,7 @@ pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap-admin";
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
+    scheme: Scheme,
     state: AppState,
     task: JoinHandle<io::Result<()>>,
     /// The metrics pipeline's flusher and retention.
@@ -29,40 +36,84 @@ pub struct Server {
 pub async fn start(state: AppState, listen: SocketAddr) -> io::Result<Server> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let app = api::app(state.clone());
-    let stopping = state.clone();
-    let task = tokio::spawn(async move {
+    let task = serve(listener, api::app(state.clone()), state.clone());
+    Ok(Server::running(state, addr, Scheme::Http, task))
+}
+
+/// [`start`] over TLS (see [`crate::tls::server_config`]): every request carries the
+/// [`OverTls`] extension, so the session cookie is marked `Secure`.
+pub async fn start_tls(
+    state: AppState,
+    listen: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+) -> io::Result<Server> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    // axum 0.8 gives `ConnectInfo<SocketAddr>` (which the ruleset and report endpoints
+    // read) only to its own TCP listener and to listeners wrapped by `tap_io`: hence the
+    // wrapper, which does nothing to the connection.
+    let listener = TlsListener::new(listener, tls)?.tap_io(|_| {});
+    let app = api::app(state.clone()).layer(Extension(OverTls));
+    let task = serve(listener, app, state.clone());
+    Ok(Server::running(state, addr, Scheme::Https, task))
+}
+
+/// The one serving path of both: plain and TLS differ only in their listener.
+fn serve<L>(listener: L, app: axum::Router, state: AppState) -> JoinHandle<io::Result<()>>
+where
+    L: Listener<Addr = SocketAddr>,
+    for<'a> SocketAddr: Connected<IncomingStream<'a, L>>,
+{
+    tokio::spawn(async move {
         axum::serve(
             listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
         )
         // Held long-polls see the same signal and answer at once, so in-flight requests
         // finish within milliseconds and the graceful shutdown is prompt.
-        .with_graceful_shutdown(async move { stopping.shutting_down().await })
+        .with_graceful_shutdown(async move { state.shutting_down().await })
         .await
-    });
-    let background = state.clone();
-    let pipeline = tokio::spawn(async move {
-        background
-            .pipeline()
-            .run(background.store(), background.shutting_down())
-            .await;
-    });
-    // Replicas sharing one database learn of each other's rule changes.
-    let follower = state.clone();
-    tokio::spawn(async move { follower.follow_versions().await });
-    Ok(Server {
-        addr,
-        state,
-        task,
-        pipeline,
     })
 }
 
 impl Server {
+    /// Starts the server's background work beside the serving task.
+    fn running(
+        state: AppState,
+        addr: SocketAddr,
+        scheme: Scheme,
+        task: JoinHandle<io::Result<()>>,
+    ) -> Server {
+        let background = state.clone();
+        let pipeline = tokio::spawn(async move {
+            background
+                .pipeline()
+                .run(background.store(), background.shutting_down())
+                .await;
+        });
+        // Replicas sharing one database learn of each other's rule changes.
+        let follower = state.clone();
+        tokio::spawn(async move { follower.follow_versions().await });
+        Server {
+            addr,
+            scheme,
+            state,
+            task,
+            pipeline,
+        }
+    }
+
     /// The address actually bound.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The line `sluice serve` prints: scheme and bound address.
+    pub fn listening(&self) -> Listening {
+        Listening {
+            scheme: self.scheme,
+            addr: self.addr,
+        }
     }
 
     pub fn state(&self) -> &AppState {

@@ -323,10 +323,9 @@ async fn serve(
         .expect("no listening line")
         .unwrap()
         .expect("stdout closed");
-    let base = line
-        .strip_prefix("listening on ")
+    let base = sluice_core::listening::Listening::parse(&line)
         .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_string();
+        .url();
     assert!(base.starts_with("http://127.0.0.1:"), "{base}");
     assert!(!base.ends_with(":0"), "{base}");
     let stderr = BufReader::new(child.stderr.take().unwrap()).lines();

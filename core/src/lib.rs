@@ -9,6 +9,7 @@
 //! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
+//! * [`listening`]: the line `sluice serve` announces its address with.
 //!
 //! Architecture invariant: nothing here performs I/O or reads a clock. Every `now` is an
 //! argument in nanoseconds, and storage is the [`store::SharedStore`] trait, so the same
@@ -33,6 +34,7 @@ pub mod global;
 pub mod grpc;
 pub mod hash;
 pub mod limiter;
+pub mod listening;
 pub mod report;
 pub mod request;
 pub mod response;

@@ -3,17 +3,20 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use hyper::Method;
 use serde_json::{Value, json};
-use sluice_admin::envoy_config::{AdminConnection, AdminUrl};
+use sluice_admin::envoy_config::{AdminConnection, AdminTls, AdminUrl};
+use sluice_core::listening::{Listening, Scheme};
 use tempfile::TempDir;
 
 use crate::artifacts::Artifacts;
 use crate::client::{Client, Req};
+use crate::tls::TestPki;
 
 /// The bootstrap admin token every test server starts with.
 pub const ADMIN_TOKEN: &str = "slc_test_admin_token_0123456789abcdef";
@@ -27,27 +30,57 @@ pub struct AdminServer {
     database: String,
     /// `--redis URL`: global buckets in Redis.
     redis: Option<String>,
+    /// `--tls-cert/--tls-key`: the API over TLS.
+    tls: Option<ServeTls>,
     dir: TempDir,
+}
+
+/// What a server over TLS needs, and what its clients trust.
+#[derive(Debug, Clone)]
+struct ServeTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    client: Arc<rustls::ClientConfig>,
 }
 
 impl AdminServer {
     /// Starts a server with a fresh SQLite database on a free loopback port.
     pub fn start() -> AdminServer {
-        AdminServer::start_with(None, None)
+        AdminServer::start_with(None, None, None)
+    }
+
+    /// Starts a server over TLS with `pki`'s server certificate; its calls, and Envoys
+    /// following it ([`AdminServer::connection`]), trust `pki`'s CA.
+    pub fn start_tls(pki: &TestPki) -> AdminServer {
+        AdminServer::start_with(
+            None,
+            None,
+            Some(ServeTls {
+                cert: pki.server_cert(),
+                key: pki.server_key(),
+                ca: pki.ca(),
+                client: pki.client_config(),
+            }),
+        )
     }
 
     /// Starts a server that keeps global buckets in the Redis at `url`.
     pub fn start_with_redis(url: &str) -> AdminServer {
-        AdminServer::start_with(None, Some(url.to_string()))
+        AdminServer::start_with(None, Some(url.to_string()), None)
     }
 
     /// Starts a server on the database at `url` (`postgres://…`, or `sqlite://…`) rather
     /// than a fresh SQLite file; [`AdminServer::restart`] comes back on the same one.
     pub fn start_on_database(url: &str) -> AdminServer {
-        AdminServer::start_with(Some(url.to_string()), None)
+        AdminServer::start_with(Some(url.to_string()), None, None)
     }
 
-    fn start_with(database: Option<String>, redis: Option<String>) -> AdminServer {
+    fn start_with(
+        database: Option<String>,
+        redis: Option<String>,
+        tls: Option<ServeTls>,
+    ) -> AdminServer {
         let dir = tempfile::Builder::new()
             .prefix("sluice-admin-")
             .tempdir()
@@ -57,6 +90,7 @@ impl AdminServer {
         let (child, addr) = spawn(
             &database,
             redis.as_deref(),
+            tls.as_ref(),
             "127.0.0.1:0".parse().expect("address"),
         );
         AdminServer {
@@ -64,6 +98,7 @@ impl AdminServer {
             addr,
             database,
             redis,
+            tls,
             dir,
         }
     }
@@ -79,7 +114,12 @@ impl AdminServer {
     /// Starts it again on the same address and database.
     pub fn restart(&mut self) {
         self.stop();
-        let (child, addr) = spawn(&self.database, self.redis.as_deref(), self.addr);
+        let (child, addr) = spawn(
+            &self.database,
+            self.redis.as_deref(),
+            self.tls.as_ref(),
+            self.addr,
+        );
         self.child = Some(child);
         self.addr = addr;
     }
@@ -89,7 +129,27 @@ impl AdminServer {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.listening().url()
+    }
+
+    fn listening(&self) -> Listening {
+        Listening {
+            scheme: scheme(self.tls.as_ref()),
+            addr: self.addr,
+        }
+    }
+
+    /// The CA file a client needs to trust this server (over TLS only).
+    pub fn ca(&self) -> Option<PathBuf> {
+        self.tls.as_ref().map(|tls| tls.ca.clone())
+    }
+
+    /// A client of this server with `connections` connections (TLS when it serves TLS).
+    pub fn client(&self, connections: usize) -> Client {
+        match &self.tls {
+            Some(tls) => Client::connect_tls(self.addr, connections, Arc::clone(&tls.client)),
+            None => Client::connect(self.addr, connections),
+        }
     }
 
     /// Where the server keeps its database.
@@ -110,7 +170,7 @@ impl AdminServer {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let client = Client::connect(self.addr, 1);
+        let client = self.client(1);
         let mut req = Req::new(method, path).header("authorization", format!("Bearer {token}"));
         if let Some(body) = body {
             req = req.header("content-type", "application/json");
@@ -127,7 +187,7 @@ impl AdminServer {
 
     /// The server's own Prometheus metrics (`/metrics`, no token needed).
     pub fn metrics_text(&self) -> String {
-        let resp = Client::connect(self.addr, 1).send(Req::get("/metrics"));
+        let resp = self.client(1).send(Req::get("/metrics"));
         assert_eq!(resp.status, 200, "{}", resp.body);
         resp.body
     }
@@ -143,10 +203,12 @@ impl AdminServer {
         body["token"].as_str().expect("token secret").to_string()
     }
 
-    /// What an Envoy needs to follow this server with `proxy_token`.
+    /// What an Envoy needs to follow this server with `proxy_token` (over TLS, checking
+    /// the certificate against the test CA, when the server serves TLS).
     pub fn connection(&self, proxy_token: &str, proxy_id: &str) -> AdminConnection {
         let url: AdminUrl = self.url().parse().expect("admin URL");
         let mut connection = AdminConnection::new(url, proxy_token);
+        connection.tls = self.tls.as_ref().map(|tls| AdminTls::new(&tls.ca));
         connection.proxy_id = Some(proxy_id.to_string());
         connection.poll_timeout_seconds = 10;
         connection
@@ -159,8 +221,20 @@ impl Drop for AdminServer {
     }
 }
 
-/// Starts `sluice serve` and waits for its "listening on http://ADDR" line.
-fn spawn(database: &str, redis: Option<&str>, listen: SocketAddr) -> (Child, SocketAddr) {
+fn scheme(tls: Option<&ServeTls>) -> Scheme {
+    match tls {
+        Some(_) => Scheme::Https,
+        None => Scheme::Http,
+    }
+}
+
+/// Starts `sluice serve` and waits for its listening line.
+fn spawn(
+    database: &str,
+    redis: Option<&str>,
+    tls: Option<&ServeTls>,
+    listen: SocketAddr,
+) -> (Child, SocketAddr) {
     let artifacts = Artifacts::from_env();
     let mut command = Command::new(artifacts.sluice_bin());
     command.args([
@@ -173,6 +247,13 @@ fn spawn(database: &str, redis: Option<&str>, listen: SocketAddr) -> (Child, Soc
     if let Some(url) = redis {
         command.args(["--redis", url]);
     }
+    if let Some(tls) = tls {
+        command
+            .arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key);
+    }
     let mut child = command
         .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "warn")
@@ -184,16 +265,20 @@ fn spawn(database: &str, redis: Option<&str>, listen: SocketAddr) -> (Child, Soc
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let _ = tx.send(addr.trim().to_string());
+            if let Some(listening) = Listening::parse(&line) {
+                let _ = tx.send(listening);
             }
         }
     });
     match rx.recv_timeout(START_TIMEOUT) {
-        Ok(addr) => (
-            child,
-            addr.parse().expect("a socket address after `listening on`"),
-        ),
+        Ok(listening) => {
+            assert_eq!(
+                listening.scheme,
+                scheme(tls),
+                "`sluice serve` said {listening}"
+            );
+            (child, listening.addr)
+        }
         Err(_) => {
             let _ = child.kill();
             panic!("`sluice serve` did not report its address within {START_TIMEOUT:?}");

@@ -16,14 +16,17 @@ use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use fantoccini::{Client, ClientBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
+use sluice_core::listening::{Listening, Scheme};
 
 use crate::artifacts::{Artifacts, workspace_root};
+use crate::tls::TestPki;
 
 /// Set by `cargo xtask test` (it installs Debian's `chromium` if missing).
 pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
@@ -93,6 +96,22 @@ pub struct Browser {
 impl Browser {
     /// A browser with a fresh profile and a 1440×1000 window.
     pub async fn start() -> Result<Browser> {
+        Browser::start_with_args(Vec::new()).await
+    }
+
+    /// [`Browser::start`] trusting the server certificate of `pki` (and no other it would
+    /// otherwise refuse). Chromium has no flag for an extra CA; it takes the SHA-256 of a
+    /// certificate's public key in `--ignore-certificate-errors-spki-list`, honoured with
+    /// a `--user-data-dir`, which every browser here has.
+    pub async fn start_trusting(pki: &TestPki) -> Result<Browser> {
+        Browser::start_with_args(vec![format!(
+            "--ignore-certificate-errors-spki-list={}",
+            pki.server_spki_sha256()
+        )])
+        .await
+    }
+
+    async fn start_with_args(extra: Vec<String>) -> Result<Browser> {
         let chromium = tool(CHROMIUM_ENV, "/usr/bin/chromium");
         let chromedriver = tool(CHROMEDRIVER_ENV, "/usr/bin/chromedriver");
         let port = free_port()?;
@@ -116,6 +135,7 @@ impl Browser {
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
         args.push(format!("--user-data-dir={}", profile.path().display()));
         args.push("--window-size=1440,1000".to_string());
+        args.extend(extra);
         let capabilities = json!({
             "browserName": "chrome",
             "goog:chromeOptions": { "binary": chromium, "args": args },
@@ -187,7 +207,9 @@ pub fn screenshots_dir() -> PathBuf {
 #[derive(Debug)]
 pub struct AdminServer {
     process: Child,
-    addr: SocketAddr,
+    listening: Listening,
+    /// Over TLS: a client configuration trusting the server's CA.
+    tls: Option<Arc<rustls::ClientConfig>>,
     database: String,
     admin_token: String,
     _dir: tempfile::TempDir,
@@ -195,6 +217,15 @@ pub struct AdminServer {
 
 impl AdminServer {
     pub fn start() -> Result<AdminServer> {
+        AdminServer::start_with(None)
+    }
+
+    /// [`AdminServer::start`] over TLS with `pki`'s server certificate.
+    pub fn start_tls(pki: &TestPki) -> Result<AdminServer> {
+        AdminServer::start_with(Some(pki))
+    }
+
+    fn start_with(pki: Option<&TestPki>) -> Result<AdminServer> {
         let sluice = Artifacts::from_env().sluice_bin().to_path_buf();
         let dir = tempfile::Builder::new()
             .prefix("sluice-admin-")
@@ -202,8 +233,16 @@ impl AdminServer {
             .context("creating a folder for the database")?;
         let database = format!("sqlite://{}", dir.path().join("sluice.db").display());
         let admin_token = format!("slc_test_admin_{:016x}", rand_u64());
-        let mut process = Command::new(&sluice)
-            .args(["serve", "--listen", "127.0.0.1:0", "--database", &database])
+        let mut command = Command::new(&sluice);
+        command.args(["serve", "--listen", "127.0.0.1:0", "--database", &database]);
+        if let Some(pki) = pki {
+            command
+                .arg("--tls-cert")
+                .arg(pki.server_cert())
+                .arg("--tls-key")
+                .arg(pki.server_key());
+        }
+        let mut process = command
             .env("SLUICE_ADMIN_TOKEN", &admin_token)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -212,7 +251,7 @@ impl AdminServer {
             .spawn()
             .with_context(|| format!("starting {}", sluice.display()))?;
         let stdout = process.stdout.take().context("the server's stdout")?;
-        // The one stdout line: `listening on http://IP:PORT`.
+        // The one stdout line: `listening on http(s)://IP:PORT`.
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -228,14 +267,20 @@ impl AdminServer {
                 bail!("sluice serve printed no address within 30 s");
             }
         };
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.parse().ok())
+        let listening = Listening::parse(&line)
+            .filter(|l| {
+                l.scheme
+                    == if pki.is_some() {
+                        Scheme::Https
+                    } else {
+                        Scheme::Http
+                    }
+            })
             .with_context(|| format!("unexpected first line from sluice serve: {line:?}"))?;
         Ok(AdminServer {
             process,
-            addr,
+            listening,
+            tls: pki.map(TestPki::client_config),
             database,
             admin_token,
             _dir: dir,
@@ -243,11 +288,12 @@ impl AdminServer {
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.listening.addr
     }
 
+    /// `http(s)://IP:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}{path}", self.listening.url())
     }
 
     pub fn admin_token(&self) -> &str {
@@ -310,7 +356,7 @@ impl AdminServer {
     }
 
     /// A request to the API with `token`: `(status, body)`. Plain blocking HTTP on loopback,
-    /// for test set-up and checks.
+    /// for test set-up and checks (over TLS: the harness's client, trusting the test CA).
     pub fn call_as(
         &self,
         token: &str,
@@ -319,13 +365,28 @@ impl AdminServer {
         body: Option<&serde_json::Value>,
     ) -> Result<(u16, String)> {
         use std::io::{Read, Write};
-        let mut stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))?;
+        if let Some(tls) = &self.tls {
+            let method = method.parse().context("an HTTP method")?;
+            let mut request = crate::Req::new(method, path)
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json");
+            if let Some(body) = body {
+                request.body = body.to_string().into();
+            }
+            // The harness's client blocks; the browser tests call from a multi-threaded
+            // runtime, whose worker this frees meanwhile.
+            let resp = tokio::task::block_in_place(|| {
+                crate::Client::connect_tls(self.addr(), 1, Arc::clone(tls)).send(request)
+            });
+            return Ok((resp.status, resp.body));
+        }
+        let mut stream = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.addr,
+            self.addr(),
             token,
             body.len()
         );

@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HOST, HeaderValue};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -156,7 +157,7 @@ type Pool = Arc<tokio::sync::Mutex<Vec<Option<Sender>>>>;
 /// closes is reopened before its next request.
 #[derive(Debug)]
 pub struct Client {
-    addr: SocketAddr,
+    peer: Peer,
     host: HeaderValue,
     connections: usize,
     request_timeout: Duration,
@@ -170,6 +171,31 @@ pub struct Client {
 impl Client {
     /// Opens `connections` connections to `addr` now; panics if it cannot.
     pub fn connect(addr: SocketAddr, connections: usize) -> Client {
+        Client::open_to(Peer { addr, tls: None }, connections)
+    }
+
+    /// [`Client::connect`] over TLS with `config` (e.g. [`crate::TestPki::client_config`]),
+    /// checking that the server's certificate names `addr`'s IP address.
+    pub fn connect_tls(
+        addr: SocketAddr,
+        connections: usize,
+        config: Arc<rustls::ClientConfig>,
+    ) -> Client {
+        let tls = Tls {
+            connector: tokio_rustls::TlsConnector::from(config),
+            name: ServerName::IpAddress(addr.ip().into()),
+        };
+        Client::open_to(
+            Peer {
+                addr,
+                tls: Some(Arc::new(tls)),
+            },
+            connections,
+        )
+    }
+
+    fn open_to(peer: Peer, connections: usize) -> Client {
+        let addr = peer.addr;
         assert!(connections > 0, "a client needs at least one connection");
         let (handle_tx, handle_rx) = mpsc::channel();
         let (shutdown, stop) = oneshot::channel::<()>();
@@ -195,7 +221,7 @@ impl Client {
         let host = HeaderValue::from_str(&addr.to_string())
             .unwrap_or_else(|err| panic!("{addr} as a Host header: {err}"));
         let client = Client {
-            addr,
+            peer: peer.clone(),
             host,
             connections,
             request_timeout: Duration::from_secs(10),
@@ -210,7 +236,7 @@ impl Client {
             .execute(async move {
                 let mut senders = Vec::with_capacity(connections);
                 for _ in 0..connections {
-                    senders.push(Some(open(addr).await?));
+                    senders.push(Some(open(&peer).await?));
                 }
                 *pool.lock().await = senders;
                 Ok::<_, anyhow::Error>(())
@@ -227,7 +253,7 @@ impl Client {
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.peer.addr
     }
 
     pub fn connections(&self) -> usize {
@@ -258,7 +284,7 @@ impl Client {
         let next = Arc::new(AtomicUsize::new(0));
         let per_request = self.request_timeout;
         let host = self.host.clone();
-        let results = self.on_every_connection(move |mut slot, addr| {
+        let results = self.on_every_connection(move |mut slot, peer| {
             let requests = Arc::clone(&requests);
             let next = Arc::clone(&next);
             let host = host.clone();
@@ -269,7 +295,7 @@ impl Client {
                     let Some(request) = requests.get(i) else {
                         break;
                     };
-                    let result = exchange(&mut slot, addr, &host, request, per_request, collect)
+                    let result = exchange(&mut slot, &peer, &host, request, per_request, collect)
                         .await
                         .map_err(|err| format!("{err:#}"));
                     out.push((i, result));
@@ -330,7 +356,7 @@ impl Client {
         let next = Arc::new(AtomicU64::new(0));
         let per_request = self.request_timeout;
         let host = self.host.clone();
-        let per_connection = self.on_every_connection(move |mut slot, addr| {
+        let per_connection = self.on_every_connection(move |mut slot, peer| {
             let make = Arc::clone(&make);
             let next = Arc::clone(&next);
             let host = host.clone();
@@ -348,7 +374,7 @@ impl Client {
                     }
                     let request = make(i);
                     last_sent = Some(Instant::now());
-                    match exchange(&mut slot, addr, &host, &request, per_request, drain).await {
+                    match exchange(&mut slot, &peer, &host, &request, per_request, drain).await {
                         Ok(status) => {
                             first_response.get_or_insert_with(Instant::now);
                             *counts.by_status.entry(status).or_default() += 1;
@@ -404,12 +430,12 @@ impl Client {
     /// run, and puts the connections back afterwards. Bounded by the run timeout.
     fn on_every_connection<W, Fut, T>(&self, work: W) -> Vec<T>
     where
-        W: Fn(Option<Sender>, SocketAddr) -> Fut + Send + 'static,
+        W: Fn(Option<Sender>, Peer) -> Fut + Send + 'static,
         Fut: Future<Output = (Option<Sender>, T)> + Send + 'static,
         T: Send + 'static,
     {
         let pool = Arc::clone(&self.pool);
-        let addr = self.addr;
+        let peer = self.peer.clone();
         let connections = self.connections;
         let run_timeout = self.run_timeout;
         self.execute(async move {
@@ -418,7 +444,7 @@ impl Client {
             pool.resize_with(connections, || None);
             let mut tasks = JoinSet::new();
             for slot in pool.iter_mut() {
-                tasks.spawn(work(slot.take(), addr));
+                tasks.spawn(work(slot.take(), peer.clone()));
             }
             let mut outputs = Vec::with_capacity(connections);
             let gathered = tokio::time::timeout(run_timeout, async {
@@ -472,29 +498,68 @@ impl Drop for Client {
     }
 }
 
-async fn open(addr: SocketAddr) -> Result<Sender> {
+/// Where the connections go: an address, over TLS or not.
+#[derive(Debug, Clone)]
+struct Peer {
+    addr: SocketAddr,
+    tls: Option<Arc<Tls>>,
+}
+
+struct Tls {
+    connector: tokio_rustls::TlsConnector,
+    /// What the server's certificate must name.
+    name: ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("name", &self.name).finish()
+    }
+}
+
+async fn open(peer: &Peer) -> Result<Sender> {
+    let addr = peer.addr;
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true).context("setting TCP_NODELAY")?;
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .context("HTTP/1.1 handshake")?;
-    tokio::spawn(async move {
-        // Ends when either side closes; the sender then reports closed and is replaced.
-        let _ = connection.await;
-    });
+    // Ends when either side closes; the sender then reports closed and is replaced.
+    let sender = match &peer.tls {
+        None => {
+            let (sender, connection) = http1::handshake(TokioIo::new(stream))
+                .await
+                .context("HTTP/1.1 handshake")?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            sender
+        }
+        Some(tls) => {
+            let stream = tls
+                .connector
+                .connect(tls.name.clone(), stream)
+                .await
+                .with_context(|| format!("TLS handshake with {addr}"))?;
+            let (sender, connection) = http1::handshake(TokioIo::new(stream))
+                .await
+                .context("HTTP/1.1 handshake")?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            sender
+        }
+    };
     Ok(sender)
 }
 
 /// A usable sender in `slot`, reopening the connection if the server closed it.
-async fn ready(slot: &mut Option<Sender>, addr: SocketAddr) -> Result<&mut Sender> {
+async fn ready<'a>(slot: &'a mut Option<Sender>, peer: &Peer) -> Result<&'a mut Sender> {
     let usable = match slot.as_mut() {
         Some(sender) => !sender.is_closed() && sender.ready().await.is_ok(),
         None => false,
     };
     if !usable {
-        let mut sender = open(addr).await?;
+        let mut sender = open(peer).await?;
         sender.ready().await.context("new connection not ready")?;
         *slot = Some(sender);
     }
@@ -503,7 +568,7 @@ async fn ready(slot: &mut Option<Sender>, addr: SocketAddr) -> Result<&mut Sende
 
 async fn exchange<T, R, Fut>(
     slot: &mut Option<Sender>,
-    addr: SocketAddr,
+    peer: &Peer,
     host: &HeaderValue,
     request: &Req,
     timeout: Duration,
@@ -515,7 +580,7 @@ where
 {
     let outcome = tokio::time::timeout(timeout, async {
         let request = build(request, host)?;
-        let sender = ready(slot, addr).await?;
+        let sender = ready(slot, peer).await?;
         let response = sender
             .send_request(request)
             .await

@@ -27,6 +27,7 @@ mod artifacts;
 pub mod browser;
 mod client;
 mod envoy;
+mod tls;
 mod upstream;
 
 use std::time::{Duration, Instant};
@@ -37,6 +38,7 @@ pub use client::{Client, Req, Resp, StatusCounts};
 pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol, admin_request, parse_stats};
 pub use hyper::Method;
 pub use sluice_core::spec::FailureMode;
+pub use tls::{SERVER_NAMES, TestPki};
 pub use upstream::Upstream;
 
 /// Polls `check` every 50 ms until it holds; panics naming `what` after `timeout`.

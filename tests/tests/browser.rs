@@ -14,7 +14,7 @@ use fantoccini::{Client as Web, Locator};
 use serde_json::Value;
 use sluice_admin::envoy_config::AdminConnection;
 use sluice_tests::browser::{AdminServer, Browser, browser_available};
-use sluice_tests::{Client, Envoy, EnvoyOptions, Req};
+use sluice_tests::{Client, Envoy, EnvoyOptions, Req, TestPki};
 
 /// How long the page may take to show something the API already knows.
 const UI_WAIT: Duration = Duration::from_secs(20);
@@ -181,6 +181,77 @@ async fn the_dashboard_end_to_end() -> Result<()> {
     }
     browser.close().await;
     result
+}
+
+/// The dashboard served by `sluice serve --tls-cert/--tls-key` with a certificate from a
+/// CA made here: a browser told to trust that certificate signs in over https, and the
+/// session cookie it gets is Secure (it must come back over https for the signed-in pages
+/// to load); a browser not told so refuses the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_over_https() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test`"
+    );
+    let pki = TestPki::new();
+    let admin = AdminServer::start_tls(&pki)?;
+    let url = admin.url("/");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let viewer = admin.create_token("viewer", "tls-viewer")?;
+
+    let browser = Browser::start_trusting(&pki).await?;
+    let web = browser.client();
+    let result = async {
+        web.goto(&url).await?;
+        wait_for(web, "form.signin").await?;
+        sign_in(web, &viewer).await?;
+        let at = web.current_url().await?;
+        if at.scheme() != "https" {
+            bail!("the dashboard left https: {at}");
+        }
+        let cookie = web.get_named_cookie("sluice_session").await?;
+        if cookie.secure() != Some(true) || cookie.http_only() != Some(true) {
+            bail!("the session cookie over https: {cookie:?}");
+        }
+        // (The top bar that `sign_in` waited for shows only once the app has read
+        // `/api/v1/session` with that cookie, so it came back over https.) The harness's
+        // own calls speak TLS to the same server.
+        let (status, rules) = admin.call("GET", "/api/v1/rules", None)?;
+        if status != 200 {
+            bail!("the API over TLS: {status} {rules}");
+        }
+        browser.screenshot("https-overview").await?;
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = browser.screenshot("https-failure").await;
+    }
+    browser.close().await;
+    result?;
+
+    // Without the certificate's key in its list, Chromium refuses the same page: it shows
+    // its certificate interstitial in place of the dashboard.
+    let untrusting = Browser::start().await?;
+    let web = untrusting.client();
+    let refused = async {
+        web.goto(&url).await?;
+        let page = eventually("Chromium's certificate error page", UI_WAIT, async || {
+            web.source()
+                .await
+                .ok()
+                .filter(|page| page.contains("ERR_CERT_AUTHORITY_INVALID"))
+        })
+        .await?;
+        if exists(web, "form.signin").await {
+            bail!("the sign-in form beside the certificate error: {page}");
+        }
+        untrusting.screenshot("https-untrusted").await?;
+        Ok(())
+    }
+    .await;
+    untrusting.close().await;
+    refused
 }
 
 async fn scenario(

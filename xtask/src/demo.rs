@@ -279,7 +279,9 @@ async fn start_admin(
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(ADMIN_START_LIMIT, lines.next_line()).await;
     match first {
-        Ok(Ok(Some(line))) if line.starts_with("listening on ") => note(line),
+        Ok(Ok(Some(line))) if sluice_core::listening::Listening::parse(&line).is_some() => {
+            note(line)
+        }
         Ok(Ok(other)) => bail!(
             "the admin API did not start (it said {other:?}); see {}",
             log.display()

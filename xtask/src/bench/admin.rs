@@ -133,7 +133,7 @@ impl Drop for AdminApi {
     }
 }
 
-/// Starts `sluice serve` and waits for its "listening on http://ADDR" line.
+/// Starts `sluice serve` and waits for its listening line (`sluice_core::listening`).
 fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, SocketAddr)> {
     let mut command = Command::new(&serve.sluice);
     command
@@ -154,16 +154,12 @@ fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, SocketAddr)> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let _ = tx.send(addr.trim().to_string());
+            if let Some(listening) = sluice_core::listening::Listening::parse(&line) {
+                let _ = tx.send(listening.addr);
             }
         }
     });
-    match rx
-        .recv_timeout(START_LIMIT)
-        .ok()
-        .and_then(|a| a.parse().ok())
-    {
+    match rx.recv_timeout(START_LIMIT).ok() {
         Some(addr) => Ok((child, addr)),
         None => {
             let _ = child.kill();

@@ -14,6 +14,7 @@ use std::str::FromStr;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 use sluice_core::config::{ConfigError, ControlConfigSpec, FilterConfig, FilterConfigSpec};
+pub use sluice_core::listening::Scheme;
 use sluice_core::rule::{FieldError, ValidationErrors};
 
 /// The listener that carries client traffic; also its stats prefix
@@ -81,15 +82,27 @@ pub enum UpstreamProtocol {
     Downstream,
 }
 
-/// Where the admin API is: `--admin-url http://HOST:PORT`.
+/// Where the admin API is: `--admin-url http://HOST:PORT` or `https://HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminUrl {
+    /// `https`: the cluster gets an upstream TLS context ([`AdminTls`]).
+    pub scheme: Scheme,
     /// An IP address (a STATIC cluster) or a DNS name (a STRICT_DNS cluster).
     pub host: String,
     pub port: u16,
 }
 
 impl AdminUrl {
+    /// `SCHEME://HOST:PORT`.
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme.as_str(), self.authority())
+    }
+
+    /// A loopback address, or `localhost`: traffic that never leaves the host.
+    pub fn is_loopback(&self) -> bool {
+        self.ip().is_some_and(|ip| ip.is_loopback()) || self.host.eq_ignore_ascii_case("localhost")
+    }
+
     /// `HOST:PORT`, the `:authority` the control service sends.
     pub fn authority(&self) -> String {
         if self.host.contains(':') {
@@ -108,14 +121,16 @@ impl FromStr for AdminUrl {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("`{s}` is not http://HOST:PORT (e.g. http://127.0.0.1:8080)");
-        if s.starts_with("https://") {
-            return Err(format!(
-                "`{s}`: the control service reaches the admin API over plain HTTP; put TLS \
-                 in front of Envoy's cluster yourself, or use http://"
-            ));
-        }
-        let rest = s.strip_prefix("http://").ok_or_else(bad)?;
+        let bad = || {
+            format!(
+                "`{s}` is not http://HOST:PORT or https://HOST:PORT (e.g. https://127.0.0.1:8443)"
+            )
+        };
+        let (scheme, rest) = if let Some(rest) = s.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else {
+            (Scheme::Http, s.strip_prefix("http://").ok_or_else(bad)?)
+        };
         let authority = rest.trim_end_matches('/');
         if authority.contains('/') || authority.is_empty() {
             return Err(bad());
@@ -129,17 +144,51 @@ impl FromStr for AdminUrl {
                 None => (authority, None),
             }
         };
-        let port = match port {
-            Some(p) => p.parse().map_err(|_| bad())?,
-            None => 80,
+        let port = match (port, scheme) {
+            (Some(p), _) => p.parse().map_err(|_| bad())?,
+            (None, Scheme::Http) => 80,
+            (None, Scheme::Https) => 443,
         };
         if host.is_empty() {
             return Err(bad());
         }
         Ok(AdminUrl {
+            scheme,
             host: host.to_string(),
             port,
         })
+    }
+}
+
+/// How Envoy checks the admin API's certificate for an `https://` admin URL
+/// (`--admin-ca`, `--admin-sni`, `--admin-client-cert`/`--admin-client-key`).
+///
+/// Paths are absolute: Envoy reads them at start-up relative to its own working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminTls {
+    /// PEM certificates of the CAs the admin API's certificate must chain to. Required:
+    /// without a validation context Envoy accepts any certificate at all.
+    pub ca: PathBuf,
+    /// The server name sent in the handshake and required in the certificate's subject
+    /// alternative names; by default the URL's host (for an IP address: no SNI, and the
+    /// certificate must name that IP).
+    pub sni: Option<String>,
+    /// A client certificate for an admin API (or a proxy in front of it) that asks for
+    /// one: PEM certificate chain and private key.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl AdminTls {
+    pub fn new(ca: impl Into<PathBuf>) -> AdminTls {
+        AdminTls {
+            ca: ca.into(),
+            sni: None,
+            client_cert: None,
+        }
+    }
+
+    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        std::iter::once(&self.ca).chain(self.client_cert.iter().flat_map(|(c, k)| [c, k]))
     }
 }
 
@@ -147,6 +196,10 @@ impl FromStr for AdminUrl {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminConnection {
     pub url: AdminUrl,
+    /// Further replicas of the same admin API (`sluice serve` processes sharing one
+    /// PostgreSQL database): the control service's cluster spreads its requests over all
+    /// of them, health-checks them, and leaves out one that stops answering.
+    pub replicas: Vec<AdminUrl>,
     /// A token with the `proxy` role.
     pub token: String,
     /// How the proxy names itself; the control service defaults to Envoy's node id.
@@ -155,16 +208,55 @@ pub struct AdminConnection {
     pub poll_timeout_seconds: u32,
     /// How often fleet-wide buckets are synced; `None` for the control service's default.
     pub sync_interval_ms: Option<u32>,
+    /// Certificate checks for an `https://` URL (required there, refused for `http://`).
+    pub tls: Option<AdminTls>,
+    /// Allows an `http://` URL that is not loopback (`--insecure`): the proxy token then
+    /// crosses the network in clear text.
+    pub insecure: bool,
 }
 
 impl AdminConnection {
     pub fn new(url: AdminUrl, token: impl Into<String>) -> Self {
         AdminConnection {
             url,
+            replicas: Vec::new(),
             token: token.into(),
             proxy_id: None,
             poll_timeout_seconds: 30,
             sync_interval_ms: None,
+            tls: None,
+            insecure: false,
+        }
+    }
+
+    /// Every admin URL: the first, then the replicas.
+    pub fn urls(&self) -> impl Iterator<Item = &AdminUrl> {
+        std::iter::once(&self.url).chain(&self.replicas)
+    }
+
+    /// Refuses what would send the proxy token in clear text, or over TLS unchecked.
+    fn check_transport(&self) -> Result<(), EnvoyConfigError> {
+        if let Some(other) = self.replicas.iter().find(|r| r.scheme != self.url.scheme) {
+            return Err(EnvoyConfigError::MixedAdminSchemes(
+                self.url.url(),
+                other.url(),
+            ));
+        }
+        if let Some(remote) = self.urls().find(|u| !u.is_loopback())
+            && self.url.scheme == Scheme::Http
+            && self.tls.is_none()
+            && !self.insecure
+        {
+            return Err(EnvoyConfigError::PlainHttpToRemote(remote.url()));
+        }
+        match (self.url.scheme, &self.tls) {
+            (Scheme::Https, None) => Err(EnvoyConfigError::AdminCaMissing(self.url.url())),
+            (Scheme::Http, Some(_)) => Err(EnvoyConfigError::AdminTlsWithoutHttps(self.url.url())),
+            (Scheme::Https, Some(tls)) => match tls.paths().find(|p| !p.is_absolute()) {
+                Some(relative) => Err(EnvoyConfigError::RelativeTlsPath(relative.clone())),
+                None => Ok(()),
+            },
+            (Scheme::Http, None) => Ok(()),
         }
     }
 
@@ -256,6 +348,31 @@ pub enum EnvoyConfigError {
     InvalidFilterConfig(ValidationErrors),
     #[error("the admin API connection is invalid: {0}")]
     InvalidControlConfig(ValidationErrors),
+    #[error(
+        "refusing to send the proxy token in clear text to {0}, which is not a loopback \
+         address: use an https:// admin URL (with --admin-ca), or pass --insecure to accept \
+         plain HTTP on a network you trust"
+    )]
+    PlainHttpToRemote(String),
+    #[error(
+        "{0}: an https:// admin URL needs --admin-ca FILE, the PEM CA certificates Envoy \
+         checks the admin API's certificate against (for a publicly trusted certificate, \
+         the system bundle, e.g. /etc/ssl/certs/ca-certificates.crt); without one Envoy \
+         would accept any certificate"
+    )]
+    AdminCaMissing(String),
+    #[error(
+        "{0}: --admin-ca, --admin-sni and --admin-client-cert/--admin-client-key apply only \
+         to an https:// admin URL"
+    )]
+    AdminTlsWithoutHttps(String),
+    #[error("the TLS file path {} is not absolute", .0.display())]
+    RelativeTlsPath(PathBuf),
+    #[error(
+        "the admin URLs {0} and {1} differ in scheme: replicas of one admin API are all \
+         http:// or all https://"
+    )]
+    MixedAdminSchemes(String, String),
     #[error("cannot serialise the bootstrap: {0}")]
     Serialise(String),
 }
@@ -369,7 +486,8 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
 
     let control = match &options.admin {
         Some(admin) => {
-            clusters.push(admin_cluster(&admin.url));
+            admin.check_transport()?;
+            clusters.push(admin_cluster(admin));
             Some(control_service(admin, vm_config)?)
         }
         None => None,
@@ -435,20 +553,99 @@ fn plugin_json(plugin: &PluginConfig) -> Result<String, EnvoyConfigError> {
     }
 }
 
-/// The cluster that reaches the admin API: STATIC for an IP address, STRICT_DNS for a name.
-fn admin_cluster(url: &AdminUrl) -> Value {
-    let address = json!({
-        "socket_address": { "address": url.host, "port_value": url.port },
-    });
-    json!({
+/// The cluster that reaches the admin API, one endpoint per admin URL: STATIC when every
+/// host is an IP address, STRICT_DNS otherwise (a name with several addresses is several
+/// endpoints too); with TLS, checked against its CA.
+///
+/// With more than one endpoint, Envoy fails over between them: it health-checks each
+/// replica's `/readyz` every second (two failures mark it down, one success up again),
+/// and a replica that refuses a connection or answers 5xx is ejected at once (outlier
+/// detection), so the control service's next poll, a second later, reaches a live one.
+fn admin_cluster(admin: &AdminConnection) -> Value {
+    let urls: Vec<&AdminUrl> = admin.urls().collect();
+    let endpoints: Vec<Value> = urls
+        .iter()
+        .map(|url| {
+            json!({ "endpoint": { "address": {
+                "socket_address": { "address": url.host, "port_value": url.port },
+            } } })
+        })
+        .collect();
+    let all_ips = urls.iter().all(|url| url.ip().is_some());
+    let mut cluster = json!({
         "name": ADMIN_CLUSTER,
-        "type": if url.ip().is_some() { "STATIC" } else { "STRICT_DNS" },
+        "type": if all_ips { "STATIC" } else { "STRICT_DNS" },
         "connect_timeout": "1s",
         "load_assignment": {
             "cluster_name": ADMIN_CLUSTER,
-            "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": address } }] }],
+            "endpoints": [{ "lb_endpoints": endpoints }],
         },
-    })
+    });
+    if urls.len() > 1 {
+        cluster["health_checks"] = json!([{
+            "timeout": "1s",
+            "interval": "1s",
+            "unhealthy_threshold": 2,
+            "healthy_threshold": 1,
+            "http_health_check": { "path": "/readyz" },
+        }]);
+        cluster["outlier_detection"] = json!({
+            "consecutive_5xx": 1,
+            "consecutive_local_origin_failure": 1,
+            "split_external_local_origin_errors": true,
+            "interval": "1s",
+            "base_ejection_time": "5s",
+            "max_ejection_percent": 100,
+        });
+    }
+    if let Some(tls) = &admin.tls {
+        cluster["transport_socket"] = upstream_tls(&urls, tls);
+    }
+    cluster
+}
+
+/// Envoy's `UpstreamTlsContext` for the admin cluster. A trusted CA alone checks only the
+/// chain: the expected name is matched against the certificate's subject alternative
+/// names explicitly, or any certificate from that CA would do.
+fn upstream_tls(urls: &[&AdminUrl], tls: &AdminTls) -> Value {
+    let file = |path: &PathBuf| json!({ "filename": path.to_string_lossy() });
+    let san = |url: &AdminUrl| match url.ip() {
+        Some(ip) => json!({ "san_type": "IP_ADDRESS", "matcher": { "exact": ip.to_string() } }),
+        None => json!({ "san_type": "DNS", "matcher": { "exact": url.host } }),
+    };
+    // SNI carries host names only (RFC 6066): an IP address is matched as an IP SAN and
+    // not sent. The cluster sends one SNI, the first URL's; a certificate naming any of
+    // the admin URLs' hosts passes.
+    let (sni, sans) = match &tls.sni {
+        Some(name) => (
+            Some(name.as_str()),
+            vec![json!({ "san_type": "DNS", "matcher": { "exact": name } })],
+        ),
+        None => (
+            urls.first()
+                .filter(|url| url.ip().is_none())
+                .map(|url| url.host.as_str()),
+            urls.iter().map(|url| san(url)).collect(),
+        ),
+    };
+    let mut common = json!({
+        "validation_context": {
+            "trusted_ca": file(&tls.ca),
+            "match_typed_subject_alt_names": sans,
+        },
+    });
+    if let Some((cert, key)) = &tls.client_cert {
+        common["tls_certificates"] =
+            json!([{ "certificate_chain": file(cert), "private_key": file(key) }]);
+    }
+    let mut context = json!({
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+        "common_tls_context": common,
+    });
+    if let Some(sni) = sni {
+        context["sni"] = json!(sni);
+    }
+    json!({ "name": "envoy.transport_sockets.tls", "typed_config": context })
 }
 
 /// The control service: a singleton on Envoy's main thread, in the filter's VM, that
@@ -521,10 +718,28 @@ fn header(options: &EnvoyConfigOptions) -> Vec<String> {
     }
     lines.push(format!("Filter: {}", options.filter_wasm.display()));
     if let Some(admin) = &options.admin {
+        let urls: Vec<String> = admin.urls().map(AdminUrl::url).collect();
         lines.push(format!(
-            "Rules: long-polled from the admin API at http://{} (cluster {ADMIN_CLUSTER}).",
-            admin.url.authority()
+            "Rules: long-polled from the admin API at {} (cluster {ADMIN_CLUSTER}{}).",
+            urls.join(", "),
+            if urls.len() > 1 {
+                ", health-checked, failing over between them"
+            } else {
+                ""
+            }
         ));
+        match &admin.tls {
+            Some(tls) => lines.push(format!(
+                "Over TLS: the admin API's certificate is checked against {}.",
+                tls.ca.display()
+            )),
+            None if admin.urls().any(|url| !url.is_loopback()) => lines.push(
+                "WARNING: plain HTTP (--insecure): the proxy token crosses the network in \
+                 clear text."
+                    .to_string(),
+            ),
+            None => {}
+        }
     }
     lines
 }
@@ -915,6 +1130,75 @@ mod tests {
         assert_eq!(filters.as_array().unwrap().len(), 1);
     }
 
+    #[test]
+    fn replicas_are_endpoints_of_one_health_checked_cluster() {
+        let mut opts = with_admin("http://127.0.0.1:8080");
+        let admin = opts.admin.as_mut().unwrap();
+        admin.replicas = vec![
+            "http://127.0.0.1:8090".parse().unwrap(),
+            "http://localhost:8091".parse().unwrap(),
+        ];
+        let config = build(&opts).unwrap().config;
+        let clusters = config["static_resources"]["clusters"].as_array().unwrap();
+        let cluster = clusters
+            .iter()
+            .find(|c| c["name"] == ADMIN_CLUSTER)
+            .unwrap();
+        // A name among them makes it STRICT_DNS (an address resolves to itself).
+        assert_eq!(cluster["type"], "STRICT_DNS");
+        let endpoints = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            .as_array()
+            .unwrap();
+        let ports: Vec<u64> = endpoints
+            .iter()
+            .map(|e| {
+                e["endpoint"]["address"]["socket_address"]["port_value"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(ports, [8080, 8090, 8091]);
+        assert_eq!(
+            cluster["health_checks"][0]["http_health_check"]["path"],
+            "/readyz"
+        );
+        assert_eq!(
+            cluster["outlier_detection"]["consecutive_local_origin_failure"],
+            1
+        );
+        // One admin API needs neither.
+        let single = build(&with_admin("http://127.0.0.1:8080")).unwrap().config;
+        let single = single["static_resources"]["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == ADMIN_CLUSTER)
+            .unwrap()
+            .clone();
+        assert!(single.get("health_checks").is_none());
+        assert_eq!(single["type"], "STATIC");
+    }
+
+    #[test]
+    fn every_replica_is_held_to_the_transport_rules() {
+        let with_replica = |first: &str, replica: &str, insecure: bool| {
+            let mut opts = with_admin(first);
+            let admin = opts.admin.as_mut().unwrap();
+            admin.replicas = vec![replica.parse().unwrap()];
+            admin.insecure = insecure;
+            build(&opts)
+        };
+        assert!(matches!(
+            with_replica("http://127.0.0.1:8080", "http://10.0.0.2:8080", false),
+            Err(EnvoyConfigError::PlainHttpToRemote(url)) if url == "http://10.0.0.2:8080"
+        ));
+        assert!(with_replica("http://127.0.0.1:8080", "http://10.0.0.2:8080", true).is_ok());
+        assert!(matches!(
+            with_replica("http://127.0.0.1:8080", "https://127.0.0.1:8443", false),
+            Err(EnvoyConfigError::MixedAdminSchemes(..))
+        ));
+    }
+
     fn with_admin(url: &str) -> EnvoyConfigOptions {
         let mut opts = options(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()));
         let mut admin = AdminConnection::new(url.parse().unwrap(), "slc_proxy_token");
@@ -976,7 +1260,12 @@ mod tests {
 
     #[test]
     fn a_named_admin_host_gets_a_dns_cluster() {
-        let config = parse(&render(&with_admin("http://admin.internal:9000/")).unwrap());
+        // Plain HTTP to a remote host needs --insecure (see the clear-text test below).
+        let mut opts = with_admin("http://admin.internal:9000/");
+        if let Some(admin) = opts.admin.as_mut() {
+            admin.insecure = true;
+        }
+        let config = parse(&render(&opts).unwrap());
         let admin = &config["static_resources"]["clusters"][1];
         assert_eq!(admin["type"], "STRICT_DNS");
         let control = config["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]
@@ -996,15 +1285,32 @@ mod tests {
         assert_eq!(
             url("http://127.0.0.1:8080").unwrap(),
             AdminUrl {
+                scheme: Scheme::Http,
                 host: "127.0.0.1".into(),
                 port: 8080
             }
         );
         assert_eq!(url("http://[::1]:81/").unwrap().authority(), "[::1]:81");
         assert_eq!(url("http://admin").unwrap().port, 80);
+        let https = url("https://admin.internal").unwrap();
+        assert_eq!((https.scheme, https.port), (Scheme::Https, 443));
+        assert_eq!(https.url(), "https://admin.internal:443");
+        for (loopback, yes) in [
+            ("http://127.0.0.1:1", true),
+            ("http://127.8.9.10:1", true),
+            ("http://[::1]:1", true),
+            ("http://LocalHost:1", true),
+            ("http://10.0.0.1:1", false),
+            ("http://[::2]:1", false),
+            ("http://admin.internal:1", false),
+            ("http://localhost.example:1", false),
+        ] {
+            assert_eq!(url(loopback).unwrap().is_loopback(), yes, "{loopback}");
+        }
         for bad in [
             "127.0.0.1:8080",
-            "https://a:1",
+            "ftp://a:1",
+            "https://",
             "http://",
             "http://a:x",
             "http://a:1/path",
@@ -1047,6 +1353,165 @@ mod tests {
             panic!("accepted");
         };
         assert_eq!(errors.0[0].field, "token");
+    }
+
+    fn with_tls_admin(url: &str, tls: AdminTls) -> Result<Value, EnvoyConfigError> {
+        let mut opts = with_admin(url);
+        if let Some(admin) = opts.admin.as_mut() {
+            admin.tls = Some(tls);
+        }
+        render(&opts).map(|yaml| parse(&yaml))
+    }
+
+    fn tls_context(config: &Value) -> &Value {
+        let cluster = &config["static_resources"]["clusters"][1];
+        assert_eq!(cluster["name"], ADMIN_CLUSTER);
+        let socket = &cluster["transport_socket"];
+        assert_eq!(socket["name"], "envoy.transport_sockets.tls");
+        let context = &socket["typed_config"];
+        assert_eq!(
+            context["@type"],
+            "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+        );
+        context
+    }
+
+    #[test]
+    fn an_https_admin_url_gets_an_upstream_tls_context_that_checks_the_name() {
+        // A DNS name: sent as SNI and required as a DNS SAN.
+        let config = with_tls_admin(
+            "https://admin.internal:8443",
+            AdminTls::new("/etc/sluice/ca.pem"),
+        )
+        .unwrap();
+        let context = tls_context(&config);
+        assert_eq!(context["sni"], "admin.internal");
+        let validation = &context["common_tls_context"]["validation_context"];
+        assert_eq!(validation["trusted_ca"]["filename"], "/etc/sluice/ca.pem");
+        assert_eq!(
+            validation["match_typed_subject_alt_names"],
+            json!([{"san_type": "DNS", "matcher": {"exact": "admin.internal"}}])
+        );
+        assert!(
+            context["common_tls_context"]
+                .get("tls_certificates")
+                .is_none()
+        );
+        let yaml = render(&{
+            let mut opts = with_admin("https://admin.internal:8443");
+            if let Some(admin) = opts.admin.as_mut() {
+                admin.tls = Some(AdminTls::new("/etc/sluice/ca.pem"));
+            }
+            opts
+        })
+        .unwrap();
+        assert!(
+            yaml.contains("# Rules: long-polled from the admin API at https://admin.internal:8443"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("checked against /etc/sluice/ca.pem"),
+            "{yaml}"
+        );
+
+        // An IP address: no SNI (it carries names only), an IP SAN.
+        let config = with_tls_admin("https://127.0.0.1:8443", AdminTls::new("/ca.pem")).unwrap();
+        let context = tls_context(&config);
+        assert!(context.get("sni").is_none(), "{context}");
+        assert_eq!(
+            context["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"],
+            json!([{"san_type": "IP_ADDRESS", "matcher": {"exact": "127.0.0.1"}}])
+        );
+
+        // --admin-sni names the certificate whatever the address.
+        let mut tls = AdminTls::new("/ca.pem");
+        tls.sni = Some("sluice.example".to_string());
+        tls.client_cert = Some(("/client.pem".into(), "/client.key".into()));
+        let config = with_tls_admin("https://127.0.0.1:8443", tls).unwrap();
+        let context = tls_context(&config);
+        assert_eq!(context["sni"], "sluice.example");
+        assert_eq!(
+            context["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"],
+            json!([{"san_type": "DNS", "matcher": {"exact": "sluice.example"}}])
+        );
+        assert_eq!(
+            context["common_tls_context"]["tls_certificates"],
+            json!([{"certificate_chain": {"filename": "/client.pem"}, "private_key": {"filename": "/client.key"}}])
+        );
+        // The authority the control service sends is the URL's, whatever the SNI.
+        let control = config["bootstrap_extensions"][0]["typed_config"]["config"]["configuration"]
+            ["value"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            control.contains(r#""admin_authority":"127.0.0.1:8443""#),
+            "{control}"
+        );
+    }
+
+    #[test]
+    fn plain_http_admin_urls_get_no_tls_context() {
+        let config = parse(&render(&with_admin("http://127.0.0.1:8080")).unwrap());
+        assert!(
+            config["static_resources"]["clusters"][1]
+                .get("transport_socket")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_proxy_token_is_not_sent_in_clear_text_or_unchecked() {
+        for remote in [
+            "http://10.1.2.3:8080",
+            "http://admin.internal:8080",
+            "http://[2001:db8::1]:80",
+        ] {
+            let Err(err) = render(&with_admin(remote)) else {
+                panic!("{remote} was accepted without --insecure");
+            };
+            assert!(
+                matches!(err, EnvoyConfigError::PlainHttpToRemote(_)),
+                "{err}"
+            );
+            assert!(err.to_string().contains("--insecure"), "{err}");
+            let mut opts = with_admin(remote);
+            if let Some(admin) = opts.admin.as_mut() {
+                admin.insecure = true;
+            }
+            let yaml = render(&opts).unwrap();
+            assert!(
+                yaml.contains("# WARNING: plain HTTP (--insecure)"),
+                "{yaml}"
+            );
+        }
+        for local in [
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            let yaml = render(&with_admin(local)).unwrap();
+            assert!(!yaml.contains("WARNING"), "{yaml}");
+        }
+
+        let Err(err) = render(&with_admin("https://admin.internal")) else {
+            panic!("https without a CA was accepted");
+        };
+        assert!(matches!(err, EnvoyConfigError::AdminCaMissing(_)), "{err}");
+        assert!(err.to_string().contains("--admin-ca"), "{err}");
+
+        let Err(err) = with_tls_admin("http://127.0.0.1:8080", AdminTls::new("/ca.pem")) else {
+            panic!("TLS settings for a plain URL were accepted");
+        };
+        assert!(
+            matches!(err, EnvoyConfigError::AdminTlsWithoutHttps(_)),
+            "{err}"
+        );
+
+        let Err(err) = with_tls_admin("https://127.0.0.1:8443", AdminTls::new("ca.pem")) else {
+            panic!("a relative CA path was accepted");
+        };
+        assert!(matches!(err, EnvoyConfigError::RelativeTlsPath(_)), "{err}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! * [`store`]: rules, versions, audit log, tokens and proxies in SQLite or PostgreSQL.
 //! * [`api`]: the HTTP API, `api::app(state) -> Router`.
-//! * [`server`]: binding, bootstrap token, graceful shutdown.
+//! * [`server`]: binding, bootstrap token, graceful shutdown; [`tls`]: serving over TLS.
 //! * [`pipeline`]: proxies' reports aggregated in memory, flushed to time series.
 //! * [`ingest_bench`]: the report-ingest benchmark (`examples/ingest_bench.rs`).
 //! * [`ui`]: the dashboard's embedded files, served at `/`.
@@ -19,4 +19,6 @@ pub mod quota;
 pub mod rules_file;
 pub mod server;
 pub mod store;
+pub mod strict_json;
+pub mod tls;
 pub mod ui;

@@ -10,10 +10,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_admin::api::AppState;
+use sluice_admin::api::failed_auth::FailureLimit;
 use sluice_admin::client::ApiClient;
 use sluice_admin::envoy_config::{
-    self, AdminConnection, AdminUrl, DEFAULT_ENVOY_ADMIN, EnvoyConfigError, EnvoyConfigOptions,
-    PluginConfig, Upstream, UpstreamProtocol,
+    self, AdminConnection, AdminTls, AdminUrl, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
+    EnvoyConfigOptions, PluginConfig, Upstream, UpstreamProtocol,
 };
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::quota::Backend;
@@ -92,6 +93,24 @@ struct ServeArgs {
     /// `sluice serve` replicas share them and they survive restarts.
     #[arg(long, env = "SLUICE_REDIS", value_name = "redis://HOST:PORT[/DB]")]
     redis: Option<String>,
+
+    /// Serve over TLS with this PEM certificate chain (the server's certificate first, then
+    /// any intermediates). Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert's certificate.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Failed authentications (wrong tokens, sessions or sign-ins) one client address may
+    /// make at once before it is answered 429; then one more every --auth-failure-refill.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::api::failed_auth::ALLOWED_FAILURES)]
+    auth_failures: u64,
+
+    /// How often a client address regains one failed authentication (e.g. 10s, 1m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    auth_failure_refill: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,6 +144,10 @@ struct ApiArgs {
     /// The admin API.
     #[arg(long, env = "SLUICE_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
+    /// PEM CA certificates to trust besides the system's, for an https:// URL whose
+    /// certificate a private CA issued.
+    #[arg(long, env = "SLUICE_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// An API token (editor or admin to apply; any role but proxy to export).
     #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
     token: String,
@@ -213,9 +236,40 @@ struct EnvoyConfigArgs {
 
     /// Take rules from the admin API at this address: adds the control service (a
     /// singleton that long-polls the API) and a `sluice_admin` cluster. Needs
-    /// --proxy-token.
-    #[arg(long, value_name = "http://HOST:PORT", requires = "proxy_token")]
-    admin_url: Option<AdminUrl>,
+    /// --proxy-token; https:// needs --admin-ca; http:// to anything but a loopback
+    /// address needs --insecure. Replicas of one admin API (sharing a PostgreSQL
+    /// database): repeat the flag or separate URLs with commas; Envoy health-checks them
+    /// and fails over between them.
+    #[arg(
+        long,
+        value_name = "https://HOST:PORT",
+        requires = "proxy_token",
+        value_delimiter = ','
+    )]
+    admin_url: Vec<AdminUrl>,
+
+    /// PEM CA certificates that the admin API's certificate must chain to (https://).
+    #[arg(long, value_name = "FILE", requires = "admin_url")]
+    admin_ca: Option<PathBuf>,
+
+    /// The name the admin API's certificate must carry, sent as SNI (default: the URL's
+    /// host; an IP address is then matched as an IP address and not sent).
+    #[arg(long, value_name = "NAME", requires = "admin_ca")]
+    admin_sni: Option<String>,
+
+    /// A PEM client certificate Envoy presents to the admin API (or to a proxy in front of
+    /// it that asks for one). Needs --admin-client-key.
+    #[arg(long, value_name = "FILE", requires_all = ["admin_ca", "admin_client_key"])]
+    admin_client_cert: Option<PathBuf>,
+
+    /// The PEM private key of --admin-client-cert.
+    #[arg(long, value_name = "FILE", requires = "admin_client_cert")]
+    admin_client_key: Option<PathBuf>,
+
+    /// Allow an http:// --admin-url to a non-loopback address: the proxy token then
+    /// crosses the network in clear text.
+    #[arg(long, requires = "admin_url")]
+    insecure: bool,
 
     /// A token with the `proxy` role for the control service
     /// (`sluice token create --role proxy --name ...`).
@@ -338,6 +392,25 @@ fn init_logging() {
 
 async fn serve(args: ServeArgs) -> Result<(), Failure> {
     init_logging();
+    // Checked before anything else, so a wrong file is reported at once and alone.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            sluice_admin::tls::server_config(cert, key)
+                .map_err(|err| Failure::BadInput(err.to_string()))?,
+        ),
+        _ => None,
+    };
+    let auth_failures = FailureLimit {
+        allowed: args.auth_failures,
+        refill: args.auth_failure_refill,
+    };
+    if auth_failures.gcra().is_none() {
+        return Err(Failure::BadInput(format!(
+            "--auth-failures {} with --auth-failure-refill {}: allow at least 1, refill at least 1 ns, and keep their product under 146 years",
+            args.auth_failures,
+            humantime::format_duration(args.auth_failure_refill)
+        )));
+    }
     let store = open_store(&args.db).await?;
     let env_token = std::env::var(ADMIN_TOKEN_ENV).ok();
     match server::bootstrap_admin(&store, env_token.as_deref())
@@ -380,14 +453,17 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             Backend::Redis(redis)
         }
     };
-    let state = AppState::with_options(store.clone(), metrics, quota)
+    let state = AppState::with_options(store.clone(), metrics, quota, auth_failures)
         .await
         .context("reading the current ruleset version")?;
-    let server = server::start(state, args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    // One stable line on stdout for scripts and tests that start `sluice serve` on port 0.
-    println!("listening on http://{}", server.addr());
+    let server = match tls {
+        Some(tls) => server::start_tls(state, args.listen, tls).await,
+        None => server::start(state, args.listen).await,
+    }
+    .with_context(|| format!("listening on {}", args.listen))?;
+    // One stable line on stdout for scripts and tests that start `sluice serve` on port 0
+    // (`sluice_core::listening` reads it back).
+    println!("{}", server.listening());
     let _ = std::io::stdout().flush();
     tracing::info!(
         addr = %server.addr(),
@@ -509,7 +585,8 @@ async fn rules(command: RulesCommand) -> Result<(), Failure> {
             })?;
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| Failure::BadInput(format!("{}: {e}", file.display())))?;
-            let client = ApiClient::new(&api.url, &api.token).map_err(api_failure)?;
+            let client =
+                ApiClient::new(&api.url, &api.token, api.ca.as_deref()).map_err(api_failure)?;
             let summary = client
                 .apply(text, format, prune, dry_run)
                 .await
@@ -559,7 +636,8 @@ async fn rules(command: RulesCommand) -> Result<(), Failure> {
             output,
             api,
         } => {
-            let client = ApiClient::new(&api.url, &api.token).map_err(api_failure)?;
+            let client =
+                ApiClient::new(&api.url, &api.token, api.ca.as_deref()).map_err(api_failure)?;
             let format = match format {
                 FormatArg::Yaml => RulesFormat::Yaml,
                 FormatArg::Json => RulesFormat::Json,
@@ -614,10 +692,14 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     options.upstream_protocol = args.upstream_protocol;
     options.envoy_admin = args.envoy_admin;
     options.config_path = args.output.clone();
-    if let (Some(url), Some(token)) = (&args.admin_url, &args.proxy_token) {
+    if let (Some((url, replicas)), Some(token)) = (args.admin_url.split_first(), &args.proxy_token)
+    {
         let mut admin = AdminConnection::new(url.clone(), token.clone());
+        admin.replicas = replicas.to_vec();
         admin.proxy_id = args.proxy_id.clone();
         admin.sync_interval_ms = args.sync_interval_ms;
+        admin.insecure = args.insecure;
+        admin.tls = admin_tls(args)?;
         options.admin = Some(admin);
     }
 
@@ -635,6 +717,10 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         EnvoyConfigError::InvalidControlConfig(errors) => {
             Failure::BadInput(format!("--admin-url/--proxy-token/--proxy-id: {errors}"))
         }
+        EnvoyConfigError::PlainHttpToRemote(_)
+        | EnvoyConfigError::MixedAdminSchemes(..)
+        | EnvoyConfigError::AdminCaMissing(_)
+        | EnvoyConfigError::AdminTlsWithoutHttps(_) => Failure::BadInput(err.to_string()),
         other => Failure::Other(other.into()),
     })?;
 
@@ -652,6 +738,31 @@ fn envoy_config(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `--admin-ca` and the flags beside it, with absolute paths (Envoy resolves relative
+/// ones against its own working directory). Files that cannot be read here are refused:
+/// they are usually on the machine Envoy runs on, and a typo is best caught now.
+fn admin_tls(args: &EnvoyConfigArgs) -> Result<Option<AdminTls>, Failure> {
+    let Some(ca) = &args.admin_ca else {
+        return Ok(None);
+    };
+    let file = |flag: &str, path: &Path| -> Result<PathBuf, Failure> {
+        let absolute = std::path::absolute(path)
+            .map_err(|e| Failure::BadInput(format!("--{flag} {}: {e}", path.display())))?;
+        std::fs::File::open(&absolute)
+            .map_err(|e| Failure::BadInput(format!("--{flag} {}: {e}", path.display())))?;
+        Ok(absolute)
+    };
+    let mut tls = AdminTls::new(file("admin-ca", ca)?);
+    tls.sni = args.admin_sni.clone();
+    if let (Some(cert), Some(key)) = (&args.admin_client_cert, &args.admin_client_key) {
+        tls.client_cert = Some((
+            file("admin-client-cert", cert)?,
+            file("admin-client-key", key)?,
+        ));
+    }
+    Ok(Some(tls))
 }
 
 /// Names where a problem must be fixed: the rules file and the rule's field, or the flag.
@@ -693,7 +804,32 @@ mod tests {
         assert!(with(&[]).is_ok());
         assert!(with(&["--admin-url", "http://127.0.0.1:8080"]).is_err());
         assert!(with(&["--proxy-token", "t"]).is_err());
-        assert!(with(&["--admin-url", "https://a:1", "--proxy-token", "t"]).is_err());
+        assert!(with(&["--admin-url", "ftp://a:1", "--proxy-token", "t"]).is_err());
+        assert!(with(&["--admin-url", "https://a:1", "--proxy-token", "t"]).is_ok());
+        let https = ["--admin-url", "https://a:1", "--proxy-token", "t"];
+        let tls = |extra: &[&str]| with(&[&https[..], extra].concat());
+        assert!(tls(&["--admin-ca", "ca.pem", "--admin-sni", "a"]).is_ok());
+        assert!(tls(&["--admin-sni", "a"]).is_err(), "SNI without a CA");
+        assert!(
+            tls(&["--admin-ca", "c", "--admin-client-cert", "x"]).is_err(),
+            "a client certificate without its key"
+        );
+        assert!(tls(&["--admin-ca", "c", "--admin-client-key", "k"]).is_err());
+        assert!(
+            tls(&[
+                "--admin-ca",
+                "c",
+                "--admin-client-cert",
+                "x",
+                "--admin-client-key",
+                "k"
+            ])
+            .is_ok()
+        );
+        assert!(
+            with(&["--insecure"]).is_err(),
+            "--insecure without an admin URL"
+        );
         assert!(
             with(&[
                 "--admin-url",

@@ -53,7 +53,14 @@ fn envoy_accepts_the_config_with_the_control_service() {
         "- {name: static, key: global, limits: [{requests: 5, period: second}]}\n",
     )
     .unwrap();
-    for admin_url in ["http://127.0.0.1:8080", "http://localhost:8080"] {
+    // One admin API by address or by name, and replicas (health-checked, with outlier
+    // detection) by address and by name.
+    for admin_url in [
+        "http://127.0.0.1:8080",
+        "http://localhost:8080",
+        "http://127.0.0.1:8080,http://127.0.0.2:8080",
+        "http://localhost:8080,http://127.0.0.1:8081",
+    ] {
         let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
                 "envoy-config",

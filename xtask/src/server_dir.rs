@@ -30,7 +30,11 @@ impl Record {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        std::fs::write(&record, folder.as_os_str().as_encoded_bytes())
+        // Our process id first: a run that finds the record while we still run leaves our
+        // server alone (two suites on one machine, e.g. two checkouts).
+        let mut contents = format!("{}\n", std::process::id()).into_bytes();
+        contents.extend_from_slice(folder.as_os_str().as_encoded_bytes());
+        std::fs::write(&record, contents)
             .with_context(|| format!("writing {}", record.display()))?;
         note(format!("{name} data and socket in {}", folder.display()));
         Ok(Record { name, log })
@@ -53,10 +57,21 @@ impl Drop for Record {
 }
 
 /// The folder an earlier run of server `name` recorded and did not remove, if it still
-/// exists: the caller stops whatever may still run there, then calls [`remove_stale`].
+/// exists and the run that made it has ended: the caller stops whatever may still run
+/// there, then calls [`remove_stale`]. A run still going keeps its server.
 pub fn left_by_earlier_run(name: &'static str) -> Option<PathBuf> {
-    let recorded = std::fs::read(record_file(name)).ok()?;
-    let path = PathBuf::from(String::from_utf8(recorded).ok()?);
+    let recorded = String::from_utf8(std::fs::read(record_file(name)).ok()?).ok()?;
+    let (pid, path) = recorded.split_once('\n')?;
+    let still_running = pid.parse::<u32>().is_ok_and(|pid| {
+        pid != std::process::id() && Path::new("/proc").join(pid.to_string()).exists()
+    });
+    if still_running {
+        note(format!(
+            "a {name} server recorded by process {pid} is still in use: leaving it alone"
+        ));
+        return None;
+    }
+    let path = PathBuf::from(path);
     // Only ever a folder the testkit made: never follow a record elsewhere.
     let made_here = path.parent() == Some(std::env::temp_dir().as_path())
         && path

@@ -2,25 +2,31 @@
 //! tokens are refused) is exchanged for a server-side session held in an HttpOnly,
 //! SameSite=Strict cookie, so the token itself never sits in the browser's storage.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::auth::{self, Auth, Read, SESSION_COOKIE};
-use super::body::JsonBody;
-use super::error::{ApiError, Problem};
-use super::openapi::AuthErrors;
+use super::auth::{self, Auth, Read, SESSION_COOKIE, guarded};
+use super::body::{BodyInput, JsonBody, Peer};
+use super::error::{ApiError, Input, Problem};
+use super::failed_auth::Credential;
+use super::openapi::{AuthErrors, WriteErrors};
 use crate::store::{Role, TokenInfo, now_ms, rfc3339};
+use crate::tls::OverTls;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignIn {
     /// An API token (`slc_...`) with the viewer, editor or admin role.
     pub token: String,
+}
+
+impl BodyInput for SignIn {
+    const INPUT: Input = Input::SignIn;
 }
 
 /// Who is signed in.
@@ -45,13 +51,19 @@ impl SessionView {
     }
 }
 
-/// `Secure` only when the browser reached us over HTTPS (through a TLS-terminating
-/// proxy): a Secure cookie set over plain HTTP would not come back.
-fn cookie(value: &str, headers: &HeaderMap, clear: bool) -> Option<HeaderValue> {
-    let https = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+/// Whether the browser reached us over HTTPS: our own TLS (`sluice serve --tls-cert`), or
+/// a TLS-terminating proxy that says so.
+fn over_https(headers: &HeaderMap, tls: Option<Extension<OverTls>>) -> bool {
+    tls.is_some()
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+/// `Secure` only when the browser reached us over HTTPS: a Secure cookie set over plain
+/// HTTP would not come back.
+fn cookie(value: &str, https: bool, clear: bool) -> Option<HeaderValue> {
     // No Max-Age on the live cookie: it lasts for the browser session, and the server
     // enforces the sliding expiry.
     let mut text = format!("{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict");
@@ -72,19 +84,22 @@ fn cookie(value: &str, headers: &HeaderMap, clear: bool) -> Option<HeaderValue> 
          headers(("Set-Cookie" = String, description = "sluice_session=...; HttpOnly; SameSite=Strict"))),
         (status = 401, description = "Unknown or revoked token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "A proxy token: it cannot sign in", body = Problem, content_type = "application/problem+json"),
+        WriteErrors,
     ),
     security(()),
 )]
 pub async fn create_session(
     State(state): State<AppState>,
+    tls: Option<Extension<OverTls>>,
     headers: HeaderMap,
+    peer: Peer,
     JsonBody(request): JsonBody<SignIn>,
 ) -> Result<Response, ApiError> {
-    let token = state
-        .store()
-        .authenticate(request.token.trim())
-        .await?
-        .ok_or(ApiError::Unauthenticated("unknown or revoked token"))?;
+    let token = guarded(&state, peer, Credential::SignIn, async {
+        state.store().authenticate(request.token.trim()).await
+    })
+    .await?
+    .ok_or(ApiError::Unauthenticated("unknown or revoked token"))?;
     if token.role == Role::Proxy {
         return Err(ApiError::Forbidden {
             role: token.role,
@@ -92,7 +107,7 @@ pub async fn create_session(
         });
     }
     let session = state.store().create_session(&token, now_ms()).await?;
-    let cookie = cookie(&session.secret, &headers, false)
+    let cookie = cookie(&session.secret, over_https(&headers, tls), false)
         .ok_or_else(|| ApiError::Internal("session id is not a header value".to_string()))?;
     let mut response = (
         StatusCode::CREATED,
@@ -121,13 +136,14 @@ pub async fn get_session(auth: Auth<Read>) -> Json<SessionView> {
 )]
 pub async fn delete_session(
     State(state): State<AppState>,
+    tls: Option<Extension<OverTls>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     if let Some(secret) = auth::session_cookie(&headers) {
         state.store().delete_session(secret).await?;
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Some(cookie) = cookie("", &headers, true) {
+    if let Some(cookie) = cookie("", over_https(&headers, tls), true) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     Ok(response)

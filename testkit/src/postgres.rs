@@ -364,6 +364,24 @@ impl PostgresDatabase {
         })
     }
 
+    /// A fresh database on the suite's server ([`POSTGRES_URL_ENV`]), for a test that
+    /// needs PostgreSQL; `None` (with a notice) when the suite gave none, which fails the
+    /// test instead when [`REQUIRE_POSTGRES_ENV`] is set, as under `cargo xtask test`.
+    pub fn on_the_suites_server(prefix: &str) -> Option<PostgresDatabase> {
+        let Ok(server_url) = std::env::var(POSTGRES_URL_ENV) else {
+            assert!(
+                std::env::var_os(REQUIRE_POSTGRES_ENV).is_none(),
+                "{REQUIRE_POSTGRES_ENV} is set but {POSTGRES_URL_ENV} is not"
+            );
+            eprintln!("skipped: {POSTGRES_URL_ENV} is not set (cargo xtask test sets it)");
+            return None;
+        };
+        Some(
+            PostgresDatabase::create(&server_url, prefix)
+                .expect("a database on the suite's PostgreSQL"),
+        )
+    }
+
     /// The URL of the new database.
     pub fn url(&self) -> &str {
         &self.url

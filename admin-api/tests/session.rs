@@ -215,13 +215,34 @@ async fn the_dashboard_is_served_with_an_app_fallback(db: TestDb) {
             Some("text/html; charset=utf-8"),
             "{path}"
         );
-        assert!(resp.header("content-security-policy").is_some());
+        // The app's own scripts and wasm only, never framed (the browser tests run the
+        // dashboard under exactly this policy).
+        let csp = resp.header("content-security-policy").unwrap_or_default();
+        for directive in [
+            "default-src 'self'",
+            "script-src 'self' 'wasm-unsafe-eval'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp}");
+        }
+        assert_eq!(
+            resp.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(
+            resp.header("referrer-policy"),
+            Some("no-referrer"),
+            "{path}"
+        );
     }
     let resp = api.get("/api/v1/nope").send().await.expect(404);
     assert_eq!(
         resp.header("content-type"),
         Some("application/problem+json")
     );
+    // API answers are never sniffed into something else either.
+    assert_eq!(resp.header("x-content-type-options"), Some("nosniff"));
     api.get("/assets/missing-0000.js")
         .no_token()
         .send()

@@ -327,11 +327,11 @@ async fn run_on(
     let history_seconds = started.elapsed().as_secs_f64();
 
     let proxy_token = store
-        .create_token(&Actor::system(), "bench-proxies", Role::Proxy)
+        .create_token(&Actor::system(), "bench-proxies", Role::Proxy, now_ms())
         .await?
         .secret;
     let viewer_token = store
-        .create_token(&Actor::system(), "bench-viewer", Role::Viewer)
+        .create_token(&Actor::system(), "bench-viewer", Role::Viewer, now_ms())
         .await?
         .secret;
     let state = AppState::new(store.clone()).await?;

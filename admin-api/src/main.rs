@@ -21,7 +21,7 @@ use sluice_admin::quota::Backend;
 use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::rules_file::{self, RulesFormat};
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
-use sluice_admin::store::{Actor, Role, Store, StoreError, rfc3339};
+use sluice_admin::store::{Actor, Role, Store, StoreError, now_ms, rfc3339};
 use sluice_core::config::{DEFAULT_SLOTS, FilterConfigSpec};
 use sluice_core::spec::FailureMode;
 
@@ -509,7 +509,7 @@ async fn token(command: TokenCommand) -> Result<(), Failure> {
         TokenCommand::Create { role, name, db } => {
             let store = open_store(&db).await?;
             let created = store
-                .create_token(&Actor::cli(), &name, role)
+                .create_token(&Actor::cli(), &name, role, now_ms())
                 .await
                 .map_err(|err| match err {
                     StoreError::Invalid(e) => Failure::BadInput(format!("--name: {}", e)),
@@ -548,7 +548,7 @@ async fn token(command: TokenCommand) -> Result<(), Failure> {
         TokenCommand::Revoke { id, db } => {
             let store = open_store(&db).await?;
             let info = store
-                .revoke_token(&Actor::cli(), &id)
+                .revoke_token(&Actor::cli(), &id, now_ms())
                 .await
                 .map_err(|err| match err {
                     StoreError::TokenNotFound(_) => Failure::BadInput(err.to_string()),

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
-use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo};
+use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo, now_ms};
 use crate::tls::{OverTls, TlsListener};
 
 /// The environment variable holding the bootstrap admin token.
@@ -167,14 +167,25 @@ pub async fn bootstrap_admin(
             None => Bootstrap::FromEnv {
                 created: true,
                 token: store
-                    .add_token(&Actor::system(), BOOTSTRAP_TOKEN_NAME, Role::Admin, secret)
+                    .add_token(
+                        &Actor::system(),
+                        BOOTSTRAP_TOKEN_NAME,
+                        Role::Admin,
+                        secret,
+                        now_ms(),
+                    )
                     .await?,
             },
         });
     }
     if store.token_count().await? == 0 {
         let token = store
-            .create_token(&Actor::system(), BOOTSTRAP_TOKEN_NAME, Role::Admin)
+            .create_token(
+                &Actor::system(),
+                BOOTSTRAP_TOKEN_NAME,
+                Role::Admin,
+                now_ms(),
+            )
             .await?;
         return Ok(Bootstrap::Generated(token));
     }

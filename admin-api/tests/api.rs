@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use axum::http::Method;
 use common::{TestApp, TestDb, example_rule, rule};
 use serde_json::{Value, json};
-use sluice_admin::store::Role;
+use sluice_admin::store::{Role, now_ms};
 
 on_every_backend!(
     the_example_rule_is_accepted_and_served_to_proxies,
@@ -646,9 +646,15 @@ async fn every_endpoint_checks_the_token_and_the_role(db: TestDb) {
         v
     };
     let revoked = db.token(Role::Admin).await;
-    let revoked_id = db.store.authenticate(&revoked).await.unwrap().unwrap().id;
+    let revoked_id = db
+        .store
+        .authenticate(&revoked, now_ms())
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
     db.store
-        .revoke_token(&sluice_admin::store::Actor::cli(), &revoked_id)
+        .revoke_token(&sluice_admin::store::Actor::cli(), &revoked_id, now_ms())
         .await
         .unwrap();
 

@@ -16,6 +16,8 @@ use sluice_core::spec::{Mode, RuleSpec};
 on_every_backend!(
     a_fresh_database_is_at_version_zero,
     an_edit_writes_rules_a_version_and_an_audit_entry,
+    an_edit_is_stamped_with_the_callers_time,
+    a_preview_writes_nothing,
     an_edit_that_changes_nothing_makes_no_version,
     an_invalid_ruleset_writes_nothing,
     a_failed_edit_writes_nothing,
@@ -25,11 +27,16 @@ on_every_backend!(
     diff_and_rollback_restore_an_old_ruleset,
     revisions_are_never_reused,
     tokens_are_stored_hashed_and_can_be_revoked,
+    token_times_are_the_callers,
     the_bootstrap_token_is_stored_once,
     proxies_are_upserted,
     rules_are_listed_filtered_and_paged,
     migrating_twice_is_harmless,
 );
+
+/// The time every change in these tests is made at, unless a test says otherwise
+/// (2023-11-14T22:13:20Z): the store takes its time from the caller.
+const NOW: i64 = 1_700_000_000_000;
 
 fn spec(value: Value) -> RuleSpec {
     serde_json::from_value(value).unwrap()
@@ -49,7 +56,7 @@ fn actor() -> Actor {
 async fn create(db: &TestDb, spec: RuleSpec) -> u64 {
     let id = sluice_admin::store::rule_id(&spec).to_string();
     db.store
-        .edit(&actor(), Action::RuleCreate, Some(&id), |w| {
+        .edit(&actor(), Action::RuleCreate, Some(&id), NOW, |w| {
             w.put(spec, "");
             Ok(())
         })
@@ -84,7 +91,7 @@ async fn a_fresh_database_is_at_version_zero(db: TestDb) {
 async fn an_edit_writes_rules_a_version_and_an_audit_entry(db: TestDb) {
     let edited = db
         .store
-        .edit(&actor(), Action::RuleCreate, Some("a"), |w| {
+        .edit(&actor(), Action::RuleCreate, Some("a"), NOW, |w| {
             w.put(rule("a"), "");
             Ok(())
         })
@@ -121,6 +128,82 @@ async fn an_edit_writes_rules_a_version_and_an_audit_entry(db: TestDb) {
     assert_eq!(audit[0].after.as_ref().unwrap()["name"], "a");
 }
 
+async fn an_edit_is_stamped_with_the_callers_time(db: TestDb) {
+    create(&db, rule("a")).await;
+    let record = db.store.get_rule("a").await.unwrap().unwrap();
+    assert_eq!((record.created_at, record.updated_at), (NOW, NOW));
+    let later = NOW + 5_000;
+    let mut a2 = rule("a");
+    a2.limits[0].requests = 99;
+    let edited = db
+        .store
+        .edit(&actor(), Action::RuleReplace, Some("a"), later, |w| {
+            w.put(a2, "");
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // A changed rule keeps the time it was created.
+    assert_eq!(
+        (edited.rules["a"].created_at, edited.rules["a"].updated_at),
+        (NOW, later)
+    );
+    assert_eq!(
+        db.store.get_rule("a").await.unwrap().unwrap(),
+        edited.rules["a"]
+    );
+    let versions = db.store.list_versions(10, None).await.unwrap();
+    let times: Vec<i64> = versions.iter().map(|v| v.created_at).collect();
+    assert_eq!(times, [later, NOW]);
+    let audit = db.store.list_audit(10, None).await.unwrap();
+    let times: Vec<i64> = audit.iter().map(|a| a.at).collect();
+    assert_eq!(times, [later, NOW]);
+}
+
+async fn a_preview_writes_nothing(db: TestDb) {
+    create(&db, rule("a")).await;
+    let before = footprint(&db).await;
+    let previewed = db
+        .store
+        .preview(|w| {
+            w.remove("a");
+            w.put(rule("b"), "rules[0]");
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(!previewed.created);
+    assert_eq!(previewed.version, 1);
+    let kinds: Vec<(&str, ChangeKind)> = previewed
+        .changes
+        .iter()
+        .map(|c| (c.id.as_str(), c.change))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("a", ChangeKind::Removed), ("b", ChangeKind::Added)]
+    );
+    // The rules as they are, not as the preview would have them.
+    assert_eq!(previewed.rules.keys().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(footprint(&db).await, before);
+    assert!(db.store.get_rule("b").await.unwrap().is_none());
+    // An invalid result is refused like a real edit's.
+    let mut zero = rule("z");
+    zero.limits[0].requests = 0;
+    assert!(matches!(
+        db.store
+            .preview(|w| {
+                w.put(zero, "rules[0]");
+                Ok(())
+            })
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(footprint(&db).await, before);
+    // The next real edit gets the next version: a preview leaves no gap.
+    assert_eq!(create(&db, rule("c")).await, 2);
+}
+
 async fn an_edit_that_changes_nothing_makes_no_version(db: TestDb) {
     create(&db, rule("a")).await;
     let before = footprint(&db).await;
@@ -129,7 +212,7 @@ async fn an_edit_that_changes_nothing_makes_no_version(db: TestDb) {
     same.id = Some("a".to_string());
     let edited = db
         .store
-        .edit(&actor(), Action::Apply, None, |w| {
+        .edit(&actor(), Action::Apply, None, NOW, |w| {
             w.put(same, "rules[0]");
             Ok(())
         })
@@ -150,7 +233,7 @@ async fn an_invalid_ruleset_writes_nothing(db: TestDb) {
     clash.id = Some("other".to_string());
     let err = db
         .store
-        .edit(&actor(), Action::RuleCreate, Some("other"), |w| {
+        .edit(&actor(), Action::RuleCreate, Some("other"), NOW, |w| {
             w.put(clash, "");
             Ok(())
         })
@@ -166,7 +249,7 @@ async fn an_invalid_ruleset_writes_nothing(db: TestDb) {
     zero.limits[0].requests = 0;
     let err = db
         .store
-        .edit(&actor(), Action::Apply, None, |w| {
+        .edit(&actor(), Action::Apply, None, NOW, |w| {
             w.put(rule("fine"), "rules[0]");
             w.put(zero, "rules[1]");
             Ok(())
@@ -191,6 +274,7 @@ async fn a_failed_edit_writes_nothing(db: TestDb) {
             &actor(),
             Action::RuleCreate,
             Some("b"),
+            NOW,
             |w: &mut Working| {
                 w.put(rule("b"), "");
                 w.remove("a");
@@ -210,7 +294,7 @@ async fn a_stale_revision_is_refused(db: TestDb) {
     let before = footprint(&db).await;
     let err = db
         .store
-        .edit(&actor(), Action::RuleDelete, Some("a"), |w| {
+        .edit(&actor(), Action::RuleDelete, Some("a"), NOW, |w| {
             w.require("a", Some(&IfMatch::Revisions(vec![7])))?;
             w.remove("a");
             Ok(())
@@ -225,7 +309,7 @@ async fn a_stale_revision_is_refused(db: TestDb) {
     // The right revision, or `*`, passes.
     for condition in [IfMatch::Revisions(vec![1]), IfMatch::Any] {
         db.store
-            .edit(&actor(), Action::RulePatch, Some("a"), |w| {
+            .edit(&actor(), Action::RulePatch, Some("a"), NOW, |w| {
                 w.require("a", Some(&condition))?;
                 Ok(())
             })
@@ -234,7 +318,7 @@ async fn a_stale_revision_is_refused(db: TestDb) {
     }
     assert!(matches!(
         db.store
-            .edit(&actor(), Action::RuleDelete, Some("x"), |w| {
+            .edit(&actor(), Action::RuleDelete, Some("x"), NOW, |w| {
                 w.require("x", None).map(|_| ())
             })
             .await,
@@ -248,7 +332,7 @@ async fn concurrent_edits_get_gapless_versions(db: TestDb) {
             let store = db.store.clone();
             tokio::spawn(async move {
                 store
-                    .edit(&actor(), Action::RuleCreate, None, |w| {
+                    .edit(&actor(), Action::RuleCreate, None, NOW, |w| {
                         w.put(rule(&format!("r{i}")), "");
                         Ok(())
                     })
@@ -279,7 +363,7 @@ async fn two_rules_can_swap_names_in_one_edit(db: TestDb) {
     create(&db, with_id("one", "alpha")).await;
     create(&db, with_id("two", "beta")).await;
     db.store
-        .edit(&actor(), Action::Apply, None, |w| {
+        .edit(&actor(), Action::Apply, None, NOW, |w| {
             w.put(with_id("one", "beta"), "rules[0]");
             w.put(with_id("two", "alpha"), "rules[1]");
             Ok(())
@@ -302,14 +386,14 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
     let mut a2 = rule("a");
     a2.limits[0].requests = 99;
     db.store
-        .edit(&actor(), Action::RuleReplace, Some("a"), |w| {
+        .edit(&actor(), Action::RuleReplace, Some("a"), NOW, |w| {
             w.put(a2.clone(), "");
             Ok(())
         })
         .await
         .unwrap(); // 3
     db.store
-        .edit(&actor(), Action::RuleDelete, Some("b"), |w| {
+        .edit(&actor(), Action::RuleDelete, Some("b"), NOW, |w| {
             w.remove("b");
             Ok(())
         })
@@ -337,7 +421,7 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
     let snapshot = db.store.version(2).await.unwrap().rules;
     let edited = db
         .store
-        .edit(&actor(), Action::Rollback, Some("version 2"), |w| {
+        .edit(&actor(), Action::Rollback, Some("version 2"), NOW, |w| {
             for id in w.ids() {
                 w.remove(&id);
             }
@@ -366,7 +450,7 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
 async fn revisions_are_never_reused(db: TestDb) {
     create(&db, rule("a")).await;
     db.store
-        .edit(&actor(), Action::RuleDelete, Some("a"), |w| {
+        .edit(&actor(), Action::RuleDelete, Some("a"), NOW, |w| {
             w.remove("a");
             Ok(())
         })
@@ -381,18 +465,24 @@ async fn tokens_are_stored_hashed_and_can_be_revoked(db: TestDb) {
     let by = Actor::cli();
     let created = db
         .store
-        .create_token(&by, "ci", Role::Editor)
+        .create_token(&by, "ci", Role::Editor, NOW)
         .await
         .unwrap();
     assert!(created.secret.starts_with("slc_"));
     let info = db
         .store
-        .authenticate(&created.secret)
+        .authenticate(&created.secret, NOW)
         .await
         .unwrap()
         .unwrap();
     assert_eq!((info.name.as_str(), info.role), ("ci", Role::Editor));
-    assert!(db.store.authenticate("slc_wrong").await.unwrap().is_none());
+    assert!(
+        db.store
+            .authenticate("slc_wrong", NOW)
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // Only the hash is stored.
     let stored: Vec<String> = sqlx::query_scalar("SELECT hash FROM tokens")
@@ -406,19 +496,26 @@ async fn tokens_are_stored_hashed_and_can_be_revoked(db: TestDb) {
     assert_eq!(listed[0].id, created.info.id);
     assert!(listed[0].last_used_at.is_some());
 
-    let revoked = db.store.revoke_token(&by, &created.info.id).await.unwrap();
+    let revoked = db
+        .store
+        .revoke_token(&by, &created.info.id, NOW)
+        .await
+        .unwrap();
     assert!(revoked.revoked_at.is_some());
     assert!(
         db.store
-            .authenticate(&created.secret)
+            .authenticate(&created.secret, NOW)
             .await
             .unwrap()
             .is_none()
     );
     // Again: harmless, and not audited twice.
-    db.store.revoke_token(&by, &created.info.id).await.unwrap();
+    db.store
+        .revoke_token(&by, &created.info.id, NOW)
+        .await
+        .unwrap();
     assert!(matches!(
-        db.store.revoke_token(&by, "tok_nope").await,
+        db.store.revoke_token(&by, "tok_nope", NOW).await,
         Err(StoreError::TokenNotFound(_))
     ));
     let audit = db.store.list_audit(10, None).await.unwrap();
@@ -429,9 +526,45 @@ async fn tokens_are_stored_hashed_and_can_be_revoked(db: TestDb) {
     assert!(!text.contains(&hash_token(&created.secret)));
 
     assert!(matches!(
-        db.store.create_token(&by, " ", Role::Viewer).await,
+        db.store.create_token(&by, " ", Role::Viewer, NOW).await,
         Err(StoreError::Invalid(_))
     ));
+}
+
+async fn token_times_are_the_callers(db: TestDb) {
+    let by = Actor::cli();
+    let created = db
+        .store
+        .create_token(&by, "ci", Role::Editor, NOW)
+        .await
+        .unwrap();
+    assert_eq!(created.info.created_at, NOW);
+    // Authenticates at `at`; returns the last use the token then has on record.
+    let use_at = |at: i64| {
+        let (store, secret) = (db.store.clone(), created.secret.clone());
+        async move {
+            store.authenticate(&secret, at).await.unwrap().unwrap();
+            store.list_tokens().await.unwrap()[0].last_used_at
+        }
+    };
+    assert_eq!(db.store.list_tokens().await.unwrap()[0].last_used_at, None);
+    assert_eq!(use_at(NOW + 1_000).await, Some(NOW + 1_000));
+    // Within a minute of the last noted use, a use is not written again.
+    assert_eq!(use_at(NOW + 60_999).await, Some(NOW + 1_000));
+    assert_eq!(use_at(NOW + 61_000).await, Some(NOW + 61_000));
+
+    let revoked = db
+        .store
+        .revoke_token(&by, &created.info.id, NOW + 90_000)
+        .await
+        .unwrap();
+    assert_eq!(revoked.revoked_at, Some(NOW + 90_000));
+    let audit = db.store.list_audit(10, None).await.unwrap();
+    let entries: Vec<(&str, i64)> = audit.iter().map(|a| (a.action.as_str(), a.at)).collect();
+    assert_eq!(
+        entries,
+        [("token.revoke", NOW + 90_000), ("token.create", NOW)]
+    );
 }
 
 async fn the_bootstrap_token_is_stored_once(db: TestDb) {
@@ -453,7 +586,7 @@ async fn the_bootstrap_token_is_stored_once(db: TestDb) {
         Bootstrap::NotNeeded
     ));
     db.store
-        .revoke_token(&Actor::cli(), &token.id)
+        .revoke_token(&Actor::cli(), &token.id, NOW)
         .await
         .unwrap();
     assert!(matches!(

@@ -198,7 +198,7 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, 
     if parts.headers.contains_key(header::AUTHORIZATION) {
         let secret = bearer(parts)?;
         return guarded(state, peer, Credential::Bearer, async {
-            state.store().authenticate(secret).await
+            state.store().authenticate(secret, now_ms()).await
         })
         .await?
         .ok_or(ApiError::Unauthenticated("unknown or revoked token"));

@@ -23,7 +23,8 @@ use super::error::{ApiError, Input, Problem};
 use super::openapi::{AuthErrors, RuleSpecSchema, RulesFileSchema, WriteErrors};
 use crate::rules_file::{self, RulesFileError, RulesFormat};
 use crate::store::{
-    Action, ChangeKind, Edited, RuleFilter, RuleRecord, StoreError, canonical, rfc3339, rule_id,
+    Action, ChangeKind, Edited, RuleFilter, RuleRecord, StoreError, canonical, now_ms, rfc3339,
+    rule_id,
 };
 
 /// Page size when none is asked for, and the largest allowed.
@@ -267,13 +268,19 @@ pub async fn create_rule(
     let id = rule_id(&spec).to_string();
     let edited = state
         .store()
-        .edit(&auth.actor(), Action::RuleCreate, Some(&id), |w| {
-            if w.get(&id).is_some() {
-                return Err(StoreError::RuleExists(id.clone()));
-            }
-            w.put_one(spec)?;
-            Ok(())
-        })
+        .edit(
+            &auth.actor(),
+            Action::RuleCreate,
+            Some(&id),
+            now_ms(),
+            |w| {
+                if w.get(&id).is_some() {
+                    return Err(StoreError::RuleExists(id.clone()));
+                }
+                w.put_one(spec)?;
+                Ok(())
+            },
+        )
         .await
         .map_err(rule_error)?;
     state.committed(edited.version);
@@ -311,11 +318,17 @@ pub async fn replace_rule(
     let spec = keep_identity(spec, &id)?;
     let edited = state
         .store()
-        .edit(&auth.actor(), Action::RuleReplace, Some(&id), |w| {
-            w.require(&id, precondition.as_ref())?;
-            w.put_one(spec)?;
-            Ok(())
-        })
+        .edit(
+            &auth.actor(),
+            Action::RuleReplace,
+            Some(&id),
+            now_ms(),
+            |w| {
+                w.require(&id, precondition.as_ref())?;
+                w.put_one(spec)?;
+                Ok(())
+            },
+        )
         .await
         .map_err(rule_error)?;
     state.committed(edited.version);
@@ -355,7 +368,7 @@ pub async fn patch_rule(
     // different fields never undo each other.
     let edited = state
         .store()
-        .edit(&auth.actor(), Action::RulePatch, Some(&id), |w| {
+        .edit(&auth.actor(), Action::RulePatch, Some(&id), now_ms(), |w| {
             let current = w.require(&id, precondition.as_ref())?;
             let mut value =
                 serde_json::to_value(current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -400,11 +413,17 @@ pub async fn delete_rule(
     let precondition = if_match(&headers);
     let edited = state
         .store()
-        .edit(&auth.actor(), Action::RuleDelete, Some(&id), |w| {
-            w.require(&id, precondition.as_ref())?;
-            w.remove(&id);
-            Ok(())
-        })
+        .edit(
+            &auth.actor(),
+            Action::RuleDelete,
+            Some(&id),
+            now_ms(),
+            |w| {
+                w.require(&id, precondition.as_ref())?;
+                w.remove(&id);
+                Ok(())
+            },
+        )
         .await?;
     state.committed(edited.version);
     Ok((StatusCode::NO_CONTENT, [version_header(edited.version)]).into_response())
@@ -425,7 +444,7 @@ async fn set_enabled(
     };
     let edited = state
         .store()
-        .edit(&auth.actor(), action, Some(id), |w| {
+        .edit(&auth.actor(), action, Some(id), now_ms(), |w| {
             let mut spec = w.require(id, precondition.as_ref())?.clone();
             spec.enabled = enabled;
             w.put(spec, "");
@@ -586,11 +605,11 @@ pub async fn apply_rules(
     };
     let actor = auth.actor();
     let edited = if query.dry_run {
-        state.store().preview(&actor, Action::Apply, edit).await?
+        state.store().preview(edit).await?
     } else {
         state
             .store()
-            .edit(&actor, Action::Apply, None, edit)
+            .edit(&actor, Action::Apply, None, now_ms(), edit)
             .await?
     };
     if edited.created {

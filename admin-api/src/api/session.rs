@@ -96,7 +96,10 @@ pub async fn create_session(
     JsonBody(request): JsonBody<SignIn>,
 ) -> Result<Response, ApiError> {
     let token = guarded(&state, peer, Credential::SignIn, async {
-        state.store().authenticate(request.token.trim()).await
+        state
+            .store()
+            .authenticate(request.token.trim(), now_ms())
+            .await
     })
     .await?
     .ok_or(ApiError::Unauthenticated("unknown or revoked token"))?;

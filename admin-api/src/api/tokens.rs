@@ -12,7 +12,7 @@ use super::auth::{Auth, ManageTokens};
 use super::body::{BodyInput, JsonBody, PathParam};
 use super::error::{ApiError, Input, Problem};
 use super::openapi::{AuthErrors, WriteErrors};
-use crate::store::{Role, TokenInfo, rfc3339};
+use crate::store::{Role, TokenInfo, now_ms, rfc3339};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TokenView {
@@ -101,7 +101,7 @@ pub async fn create_token(
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     let created = state
         .store()
-        .create_token(&auth.actor(), &request.name, request.role)
+        .create_token(&auth.actor(), &request.name, request.role, now_ms())
         .await
         .map_err(|e| ApiError::from(e).about(Input::Token))?;
     Ok((
@@ -133,6 +133,9 @@ pub async fn revoke_token(
             "token `{id}` is the one sending this request: revoke it with another admin token"
         )));
     }
-    let info = state.store().revoke_token(&auth.actor(), &id).await?;
+    let info = state
+        .store()
+        .revoke_token(&auth.actor(), &id, now_ms())
+        .await?;
     Ok(Json(TokenView::from(&info)))
 }

@@ -12,7 +12,7 @@ use super::body::{Params, PathParam, Whole};
 use super::error::{ApiError, Problem};
 use super::openapi::{AuthErrors, RuleSpecSchema, WriteErrors};
 use super::rules::ChangeSummary;
-use crate::store::{Action, ChangeKind, RuleChange, VersionSummary, rfc3339};
+use crate::store::{Action, ChangeKind, RuleChange, VersionSummary, now_ms, rfc3339};
 
 /// One ruleset version: who made it, when, and how.
 #[derive(Debug, Serialize, ToSchema)]
@@ -206,15 +206,21 @@ pub async fn rollback(
     let target = format!("version {version}");
     let edited = state
         .store()
-        .edit(&auth.actor(), Action::Rollback, Some(&target), |w| {
-            for id in w.ids() {
-                w.remove(&id);
-            }
-            for (i, spec) in snapshot.into_iter().enumerate() {
-                w.put(spec, format!("rules[{i}]"));
-            }
-            Ok(())
-        })
+        .edit(
+            &auth.actor(),
+            Action::Rollback,
+            Some(&target),
+            now_ms(),
+            |w| {
+                for id in w.ids() {
+                    w.remove(&id);
+                }
+                for (i, spec) in snapshot.into_iter().enumerate() {
+                    w.put(spec, format!("rules[{i}]"));
+                }
+                Ok(())
+            },
+        )
         .await?;
     state.committed(edited.version);
     Ok(Json(ChangeSummary::of(&edited, false)))

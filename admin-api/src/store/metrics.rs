@@ -5,8 +5,9 @@
 //! what almost every view reads, so a chart over a week reads one row per rule and bucket
 //! however many proxies there are), `metric_proxy_buckets` (per proxy and rule, for
 //! `?proxy=`), and `metric_clients` (the most throttled clients per rule and bucket).
-//! Every write adds to what is stored (`ON CONFLICT ... DO UPDATE SET n = n + excluded.n`),
-//! so a bucket can be written by many flushes.
+//! Every write adds to what is stored (one upsert for all three, [`AdditiveRow`]:
+//! `ON CONFLICT ... DO UPDATE SET n = n + excluded.n`), so a bucket can be written by many
+//! flushes.
 //!
 //! Sums are cast back to `BIGINT`: PostgreSQL's `SUM(bigint)` is `numeric`, which the
 //! `Any` driver cannot decode.
@@ -17,7 +18,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
-use super::{Backend, Store, StoreError, to_i64, to_u64};
+use super::{AnyQuery, Backend, Store, StoreError, to_i64, to_u64};
 
 /// Clients kept per rule and bucket.
 pub const TOP_CLIENTS_PER_BUCKET: usize = 50;
@@ -248,19 +249,19 @@ impl Counts {
     }
 }
 
-const COUNT_COLUMNS: &str = "allowed, denied, shadow_denied, near_limit, fail_open, key_missing";
-const SUMMED_COUNTS: &str = "CAST(SUM(allowed) AS BIGINT) AS allowed, \
-    CAST(SUM(denied) AS BIGINT) AS denied, \
-    CAST(SUM(shadow_denied) AS BIGINT) AS shadow_denied, \
-    CAST(SUM(near_limit) AS BIGINT) AS near_limit, \
-    CAST(SUM(fail_open) AS BIGINT) AS fail_open, \
-    CAST(SUM(key_missing) AS BIGINT) AS key_missing";
-const ADD_COUNTS: &str = "allowed = {t}.allowed + excluded.allowed, \
-    denied = {t}.denied + excluded.denied, \
-    shadow_denied = {t}.shadow_denied + excluded.shadow_denied, \
-    near_limit = {t}.near_limit + excluded.near_limit, \
-    fail_open = {t}.fail_open + excluded.fail_open, \
-    key_missing = {t}.key_missing + excluded.key_missing";
+/// The count columns of `metric_rule_buckets` and `metric_proxy_buckets`, in the order of
+/// [`Counts::values`].
+const COUNT_COLUMNS: [&str; 6] = [
+    "allowed",
+    "denied",
+    "shadow_denied",
+    "near_limit",
+    "fail_open",
+    "key_missing",
+];
+
+/// The metrics tables, each written by one [`AdditiveRow`] type.
+const METRIC_TABLES: [&str; 3] = [RuleBucket::TABLE, ProxyBucket::TABLE, ClientBucket::TABLE];
 
 /// One rule's counts in one bucket, summed over proxies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,9 +379,10 @@ impl Store {
         before_commit: impl FnOnce(),
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        write_rule_rows(&mut tx, self.backend, &batch.rules).await?;
-        write_proxy_rows(&mut tx, self.backend, &batch.proxies).await?;
-        write_client_rows(&mut tx, self.backend, &batch.clients, true).await?;
+        upsert(&mut tx, self.backend, &batch.rules).await?;
+        upsert(&mut tx, self.backend, &batch.proxies).await?;
+        upsert(&mut tx, self.backend, &batch.clients).await?;
+        trim_to_top_clients(&mut tx, &batch.clients).await?;
         for beat in &batch.beats {
             // A report is a sign of life: last_seen moves forward. Address, token and
             // version are the polls' to keep current; a proxy that reports before it ever
@@ -410,9 +412,9 @@ impl Store {
     /// of life: for loading history in bulk (the ingest benchmark's week of data).
     pub async fn load_metrics(&self, batch: &MetricsBatch) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        write_rule_rows(&mut tx, self.backend, &batch.rules).await?;
-        write_proxy_rows(&mut tx, self.backend, &batch.proxies).await?;
-        write_client_rows(&mut tx, self.backend, &batch.clients, false).await?;
+        upsert(&mut tx, self.backend, &batch.rules).await?;
+        upsert(&mut tx, self.backend, &batch.proxies).await?;
+        upsert(&mut tx, self.backend, &batch.clients).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -428,12 +430,15 @@ impl Store {
         proxy: Option<&str>,
     ) -> Result<Vec<(i64, Counts)>, StoreError> {
         let table = if proxy.is_some() {
-            "metric_proxy_buckets"
+            ProxyBucket::TABLE
         } else {
-            "metric_rule_buckets"
+            RuleBucket::TABLE
         };
+        let summed = COUNT_COLUMNS
+            .map(|c| format!("CAST(SUM({c}) AS BIGINT) AS {c}"))
+            .join(", ");
         let mut sql = format!(
-            "SELECT bucket_ms, {SUMMED_COUNTS} FROM {table} \
+            "SELECT bucket_ms, {summed} FROM {table} \
              WHERE resolution = $1 AND bucket_ms >= $2 AND bucket_ms < $3"
         );
         let mut next = 4;
@@ -469,8 +474,10 @@ impl Store {
         to_ms: i64,
     ) -> Result<Vec<RuleBucket>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT bucket_ms, rule_id, {COUNT_COLUMNS} FROM metric_rule_buckets \
-             WHERE resolution = $1 AND bucket_ms >= $2 AND bucket_ms < $3"
+            "SELECT bucket_ms, rule_id, {} FROM {} \
+             WHERE resolution = $1 AND bucket_ms >= $2 AND bucket_ms < $3",
+            COUNT_COLUMNS.join(", "),
+            RuleBucket::TABLE,
         ))
         .bind(resolution.seconds())
         .bind(from_ms)
@@ -600,11 +607,7 @@ impl Store {
         max_statements: usize,
     ) -> Result<u64, StoreError> {
         let mut deleted = 0;
-        for table in [
-            "metric_rule_buckets",
-            "metric_proxy_buckets",
-            "metric_clients",
-        ] {
+        for table in METRIC_TABLES {
             for _ in 0..max_statements {
                 // The newest of the oldest few buckets: everything up to it goes.
                 let upto: Option<i64> = sqlx::query_scalar(&format!(
@@ -633,11 +636,7 @@ impl Store {
     /// Rows stored per table, for tests and benchmarks.
     pub async fn metric_row_counts(&self) -> Result<[u64; 3], StoreError> {
         let mut out = [0; 3];
-        for (slot, table) in out.iter_mut().zip([
-            "metric_rule_buckets",
-            "metric_proxy_buckets",
-            "metric_clients",
-        ]) {
+        for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
             let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
                 .fetch_one(&self.pool)
                 .await?;
@@ -667,11 +666,7 @@ fn client_pieces(spans: &[Span], rule: Option<&str>, params: &mut Params) -> Str
         .join(" UNION ALL ")
 }
 
-fn bind_pieces<'q>(
-    mut query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
-    spans: &[Span],
-    rule: Option<&'q str>,
-) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+fn bind_pieces<'q>(mut query: AnyQuery<'q>, spans: &[Span], rule: Option<&'q str>) -> AnyQuery<'q> {
     for span in spans {
         query = query
             .bind(span.resolution.seconds())
@@ -693,92 +688,112 @@ fn client_total(row: &AnyRow) -> Result<ClientTotal, StoreError> {
     })
 }
 
-async fn write_rule_rows(
+/// A metrics row stored by adding to the stored row with the same key: a bucket is
+/// written by many flushes, and each adds its counts to what the others stored.
+trait AdditiveRow {
+    /// The table, whose primary key is [`AdditiveRow::KEY`].
+    const TABLE: &'static str;
+    /// The key columns, in the order [`AdditiveRow::bind`] binds them.
+    const KEY: &'static [&'static str];
+    /// The counter columns, bound after the key, each added to the stored value.
+    const COUNTERS: &'static [&'static str];
+
+    /// Binds this row's key, then its counters.
+    fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q>;
+}
+
+fn bind_counts<'q>(mut query: AnyQuery<'q>, counts: &Counts) -> AnyQuery<'q> {
+    for v in counts.values() {
+        query = query.bind(v);
+    }
+    query
+}
+
+impl AdditiveRow for RuleBucket {
+    const TABLE: &'static str = "metric_rule_buckets";
+    const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id"];
+    const COUNTERS: &'static [&'static str] = &COUNT_COLUMNS;
+
+    fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
+        let query = query
+            .bind(self.resolution.seconds())
+            .bind(self.bucket_ms)
+            .bind(&self.rule);
+        bind_counts(query, &self.counts)
+    }
+}
+
+impl AdditiveRow for ProxyBucket {
+    const TABLE: &'static str = "metric_proxy_buckets";
+    const KEY: &'static [&'static str] = &["resolution", "proxy_id", "bucket_ms", "rule_id"];
+    const COUNTERS: &'static [&'static str] = &COUNT_COLUMNS;
+
+    fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
+        let query = query
+            .bind(self.resolution.seconds())
+            .bind(&self.proxy)
+            .bind(self.bucket_ms)
+            .bind(&self.rule);
+        bind_counts(query, &self.counts)
+    }
+}
+
+impl AdditiveRow for ClientBucket {
+    const TABLE: &'static str = "metric_clients";
+    const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id", "client"];
+    const COUNTERS: &'static [&'static str] = &["throttled", "error"];
+
+    fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
+        query
+            .bind(self.resolution.seconds())
+            .bind(self.bucket_ms)
+            .bind(&self.rule)
+            .bind(&self.client)
+            .bind(to_i64(self.throttled))
+            .bind(to_i64(self.error))
+    }
+}
+
+/// `INSERT ... ON CONFLICT (key) DO UPDATE SET counter = stored + new` for `rows` rows.
+fn upsert_sql<R: AdditiveRow>(backend: Backend, rows: usize) -> String {
+    let columns: Vec<&str> = R::KEY.iter().chain(R::COUNTERS).copied().collect();
+    let table = R::TABLE;
+    let add = R::COUNTERS
+        .iter()
+        .map(|c| format!("{c} = {table}.{c} + excluded.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {add}",
+        columns.join(", "),
+        Params::new(backend).values(rows, columns.len()),
+        R::KEY.join(", "),
+    )
+}
+
+/// Adds `rows` to their table, [`ROWS_PER_STATEMENT`] rows per statement.
+async fn upsert<R: AdditiveRow>(
     tx: &mut Transaction<'static, Any>,
     backend: Backend,
-    rows: &[RuleBucket],
+    rows: &[R],
 ) -> Result<(), StoreError> {
-    let update = ADD_COUNTS.replace("{t}", "metric_rule_buckets");
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, {COUNT_COLUMNS}) \
-             VALUES {} ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET {update}",
-            Params::new(backend).values(chunk.len(), 9)
-        );
+        let sql = upsert_sql::<R>(backend, chunk.len());
         let mut query = sqlx::query(&sql);
         for row in chunk {
-            query = query
-                .bind(row.resolution.seconds())
-                .bind(row.bucket_ms)
-                .bind(&row.rule);
-            for v in row.counts.values() {
-                query = query.bind(v);
-            }
+            query = row.bind(query);
         }
         query.execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-async fn write_proxy_rows(
+/// Trims every bucket `rows` touched back to its [`TOP_CLIENTS_PER_BUCKET`] most
+/// throttled clients.
+async fn trim_to_top_clients(
     tx: &mut Transaction<'static, Any>,
-    backend: Backend,
-    rows: &[ProxyBucket],
-) -> Result<(), StoreError> {
-    let update = ADD_COUNTS.replace("{t}", "metric_proxy_buckets");
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, {COUNT_COLUMNS}) \
-             VALUES {} ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET {update}",
-            Params::new(backend).values(chunk.len(), 10)
-        );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind(row.resolution.seconds())
-                .bind(&row.proxy)
-                .bind(row.bucket_ms)
-                .bind(&row.rule);
-            for v in row.counts.values() {
-                query = query.bind(v);
-            }
-        }
-        query.execute(&mut **tx).await?;
-    }
-    Ok(())
-}
-
-/// Adds the clients to their buckets, then (with `trim`) trims every bucket touched back
-/// to its [`TOP_CLIENTS_PER_BUCKET`] most throttled clients.
-async fn write_client_rows(
-    tx: &mut Transaction<'static, Any>,
-    backend: Backend,
     rows: &[ClientBucket],
-    trim: bool,
 ) -> Result<(), StoreError> {
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO metric_clients (resolution, bucket_ms, rule_id, client, throttled, error) \
-             VALUES {} ON CONFLICT (resolution, bucket_ms, rule_id, client) DO UPDATE SET \
-             throttled = metric_clients.throttled + excluded.throttled, \
-             error = metric_clients.error + excluded.error",
-            Params::new(backend).values(chunk.len(), 6)
-        );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind(row.resolution.seconds())
-                .bind(row.bucket_ms)
-                .bind(&row.rule)
-                .bind(&row.client)
-                .bind(to_i64(row.throttled))
-                .bind(to_i64(row.error));
-        }
-        query.execute(&mut **tx).await?;
-    }
-    if !trim {
-        return Ok(());
-    }
     let mut touched: Vec<(Resolution, i64, &str)> = rows
         .iter()
         .map(|r| (r.resolution, r.bucket_ms, r.rule.as_str()))
@@ -890,6 +905,45 @@ mod tests {
             "($1, $2, $3), ($4, $5, $6)"
         );
         assert_eq!(Params::new(Backend::Sqlite).values(1, 2), "(?, ?)");
+    }
+
+    /// The SQL the three tables were written with before they shared one upsert.
+    #[test]
+    fn every_metrics_table_adds_to_its_stored_row() {
+        assert_eq!(
+            upsert_sql::<RuleBucket>(Backend::Postgres, 1),
+            "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, allowed, denied, \
+             shadow_denied, near_limit, fail_open, key_missing) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET \
+             allowed = metric_rule_buckets.allowed + excluded.allowed, \
+             denied = metric_rule_buckets.denied + excluded.denied, \
+             shadow_denied = metric_rule_buckets.shadow_denied + excluded.shadow_denied, \
+             near_limit = metric_rule_buckets.near_limit + excluded.near_limit, \
+             fail_open = metric_rule_buckets.fail_open + excluded.fail_open, \
+             key_missing = metric_rule_buckets.key_missing + excluded.key_missing"
+        );
+        assert_eq!(
+            upsert_sql::<ProxyBucket>(Backend::Sqlite, 1),
+            "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, allowed, \
+             denied, shadow_denied, near_limit, fail_open, key_missing) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET \
+             allowed = metric_proxy_buckets.allowed + excluded.allowed, \
+             denied = metric_proxy_buckets.denied + excluded.denied, \
+             shadow_denied = metric_proxy_buckets.shadow_denied + excluded.shadow_denied, \
+             near_limit = metric_proxy_buckets.near_limit + excluded.near_limit, \
+             fail_open = metric_proxy_buckets.fail_open + excluded.fail_open, \
+             key_missing = metric_proxy_buckets.key_missing + excluded.key_missing"
+        );
+        assert_eq!(
+            upsert_sql::<ClientBucket>(Backend::Postgres, 2),
+            "INSERT INTO metric_clients (resolution, bucket_ms, rule_id, client, throttled, error) \
+             VALUES ($1, $2, $3, $4, $5, $6), ($7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (resolution, bucket_ms, rule_id, client) DO UPDATE SET \
+             throttled = metric_clients.throttled + excluded.throttled, \
+             error = metric_clients.error + excluded.error"
+        );
     }
 
     #[test]

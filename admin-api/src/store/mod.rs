@@ -8,7 +8,13 @@
 //! Architecture invariant: every ruleset change happens in [`Store::edit`], in one
 //! transaction that validates the whole resulting ruleset, bumps the version, writes the
 //! rules, a snapshot and an audit entry — or writes nothing.
+//!
+//! The store never reads the clock: every time it stores (a change's, a token's creation
+//! or use, a poll's) is the caller's `now`, so its behaviour can be tested at a fixed time.
+//! [`now_ms`] is the callers' clock.
 
+mod audit;
+mod edit;
 mod metrics;
 mod notify;
 mod proxies;
@@ -23,6 +29,8 @@ use sluice_core::rule::ValidationErrors;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions as _};
 
+pub use audit::{Action, AuditEntry};
+pub use edit::{Edited, Working};
 pub use metrics::{
     ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution,
     RuleBucket, Span, TOP_CLIENTS_PER_BUCKET,
@@ -30,8 +38,8 @@ pub use metrics::{
 pub use notify::{VERSION_CHANNEL, VersionNotices};
 pub use proxies::{ProxyRecord, ProxySeen};
 pub use rules::{
-    Action, AuditEntry, ChangeKind, Edited, IfMatch, RuleChange, RuleFilter, RulePage, RuleRecord,
-    VersionDetail, VersionSummary, Working, canonical, rule_id,
+    ChangeKind, IfMatch, RuleChange, RuleFilter, RulePage, RuleRecord, VersionDetail,
+    VersionSummary, canonical, rule_id,
 };
 pub use sessions::{NewSession, SESSION_TTL_MS, Session};
 pub use tokens::{NewToken, Role, TokenInfo, hash_token};
@@ -261,6 +269,9 @@ pub fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
 }
+
+/// A query being built, with the parameters bound so far.
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 /// Stored counters are `BIGINT`; versions and revisions are never negative.
 fn to_u64(v: i64) -> u64 {

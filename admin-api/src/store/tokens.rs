@@ -16,8 +16,8 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use subtle::ConstantTimeEq as _;
 
-use super::rules::{NewAudit, insert_audit};
-use super::{Actor, Store, StoreError, now_ms};
+use super::audit::{Action, NewAudit, insert_audit};
+use super::{Actor, Store, StoreError};
 
 /// Every token starts with this, so leaked tokens are easy to find with a secret scanner.
 pub const TOKEN_PREFIX: &str = "slc_";
@@ -138,33 +138,35 @@ fn audit_json(info: &TokenInfo) -> String {
 }
 
 impl Store {
-    /// Creates a token with a fresh random secret.
+    /// Creates a token with a fresh random secret, at `now` (Unix ms).
     pub async fn create_token(
         &self,
         by: &Actor,
         name: &str,
         role: Role,
+        now: i64,
     ) -> Result<NewToken, StoreError> {
         let secret = generate_secret();
-        let info = self.add_token(by, name, role, &secret).await?;
+        let info = self.add_token(by, name, role, &secret, now).await?;
         Ok(NewToken { info, secret })
     }
 
     /// Stores a token whose secret the caller chose (the bootstrap token from
-    /// `SLUICE_ADMIN_TOKEN`).
+    /// `SLUICE_ADMIN_TOKEN`), at `now` (Unix ms).
     pub async fn add_token(
         &self,
         by: &Actor,
         name: &str,
         role: Role,
         secret: &str,
+        now: i64,
     ) -> Result<TokenInfo, StoreError> {
         check_name(name)?;
         let info = TokenInfo {
             id: format!("tok_{}", random_string(9)),
             name: name.to_string(),
             role,
-            created_at: now_ms(),
+            created_at: now,
             created_by: by.name.clone(),
             last_used_at: None,
             revoked_at: None,
@@ -186,7 +188,8 @@ impl Store {
             &mut *tx,
             NewAudit {
                 actor: by,
-                action: "token.create",
+                action: Action::TokenCreate,
+                at: now,
                 target: Some(&info.id),
                 version: None,
                 before: None,
@@ -233,15 +236,19 @@ impl Store {
         token_info(&row).map(Some)
     }
 
-    /// The active (not revoked) token with this secret; notes when it was last used.
-    pub async fn authenticate(&self, secret: &str) -> Result<Option<TokenInfo>, StoreError> {
+    /// The active (not revoked) token with this secret; notes that it was used at `now`
+    /// (Unix ms).
+    pub async fn authenticate(
+        &self,
+        secret: &str,
+        now: i64,
+    ) -> Result<Option<TokenInfo>, StoreError> {
         let Some(info) = self.find_token(secret).await? else {
             return Ok(None);
         };
         if info.revoked_at.is_some() {
             return Ok(None);
         }
-        let now = now_ms();
         if info
             .last_used_at
             .is_none_or(|t| now - t >= LAST_USED_RESOLUTION_MS)
@@ -255,10 +262,15 @@ impl Store {
         Ok(Some(info))
     }
 
-    /// Revokes a token; revoking a revoked token changes nothing and succeeds.
-    pub async fn revoke_token(&self, by: &Actor, id: &str) -> Result<TokenInfo, StoreError> {
+    /// Revokes a token at `now` (Unix ms); revoking a revoked token changes nothing and
+    /// succeeds.
+    pub async fn revoke_token(
+        &self,
+        by: &Actor,
+        id: &str,
+        now: i64,
+    ) -> Result<TokenInfo, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let now = now_ms();
         let updated =
             sqlx::query("UPDATE tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
                 .bind(now)
@@ -277,7 +289,8 @@ impl Store {
                 &mut *tx,
                 NewAudit {
                     actor: by,
-                    action: "token.revoke",
+                    action: Action::TokenRevoke,
+                    at: now,
                     target: Some(id),
                     version: None,
                     before: Some(audit_json(&info)),

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt as _;
 use serde_json::Value;
 use sluice_admin::api::{self, AppState};
-use sluice_admin::store::{Actor, Role, Store};
+use sluice_admin::store::{Actor, Role, Store, now_ms};
 use tower::ServiceExt as _;
 
 pub const POSTGRES_URL_ENV: &str = "SLUICE_TEST_POSTGRES_URL";
@@ -164,7 +164,7 @@ impl TestDb {
     /// A token with `role`, created directly in the database; returns its secret.
     pub async fn token(&self, role: Role) -> String {
         self.store
-            .create_token(&Actor::system(), &format!("test-{role}"), role)
+            .create_token(&Actor::system(), &format!("test-{role}"), role, now_ms())
             .await
             .expect("create token")
             .secret

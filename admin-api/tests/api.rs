@@ -646,13 +646,7 @@ async fn every_endpoint_checks_the_token_and_the_role(db: TestDb) {
         v
     };
     let revoked = db.token(Role::Admin).await;
-    let revoked_id = db
-        .store
-        .authenticate(&revoked, now_ms())
-        .await
-        .unwrap()
-        .unwrap()
-        .id;
+    let revoked_id = db.store.find_token(&revoked).await.unwrap().unwrap().id;
     db.store
         .revoke_token(&sluice_admin::store::Actor::cli(), &revoked_id, now_ms())
         .await

@@ -337,13 +337,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         .await
         .expect(401);
     let revoked = db.token(Role::Proxy).await;
-    let id = db
-        .store
-        .authenticate(&revoked, now_ms())
-        .await
-        .unwrap()
-        .unwrap()
-        .id;
+    let id = db.store.find_token(&revoked).await.unwrap().unwrap().id;
     db.store
         .revoke_token(&Actor::cli(), &id, now_ms())
         .await
@@ -398,13 +392,7 @@ async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
     let api = TestApp::new(&db).await;
     let proxy = db.token(Role::Proxy).await;
     let revoked = db.token(Role::Viewer).await;
-    let id = db
-        .store
-        .authenticate(&revoked, now_ms())
-        .await
-        .unwrap()
-        .unwrap()
-        .id;
+    let id = db.store.find_token(&revoked).await.unwrap().unwrap().id;
     db.store
         .revoke_token(&Actor::cli(), &id, now_ms())
         .await

@@ -157,6 +157,7 @@ pub async fn bootstrap_admin(
     store: &Store,
     env_token: Option<&str>,
 ) -> Result<Bootstrap, StoreError> {
+    let now = now_ms();
     if let Some(secret) = env_token.filter(|s| !s.is_empty()) {
         return Ok(match store.find_token(secret).await? {
             Some(token) if token.revoked_at.is_some() => Bootstrap::EnvTokenRevoked(token),
@@ -172,7 +173,7 @@ pub async fn bootstrap_admin(
                         BOOTSTRAP_TOKEN_NAME,
                         Role::Admin,
                         secret,
-                        now_ms(),
+                        now,
                     )
                     .await?,
             },
@@ -180,12 +181,7 @@ pub async fn bootstrap_admin(
     }
     if store.token_count().await? == 0 {
         let token = store
-            .create_token(
-                &Actor::system(),
-                BOOTSTRAP_TOKEN_NAME,
-                Role::Admin,
-                now_ms(),
-            )
+            .create_token(&Actor::system(), BOOTSTRAP_TOKEN_NAME, Role::Admin, now)
             .await?;
         return Ok(Bootstrap::Generated(token));
     }

@@ -266,21 +266,16 @@ pub async fn create_rule(
 ) -> Result<Response, ApiError> {
     let spec = canonical(spec);
     let id = rule_id(&spec).to_string();
+    let now = now_ms();
     let edited = state
         .store()
-        .edit(
-            &auth.actor(),
-            Action::RuleCreate,
-            Some(&id),
-            now_ms(),
-            |w| {
-                if w.get(&id).is_some() {
-                    return Err(StoreError::RuleExists(id.clone()));
-                }
-                w.put_one(spec)?;
-                Ok(())
-            },
-        )
+        .edit(&auth.actor(), Action::RuleCreate, Some(&id), now, |w| {
+            if w.get(&id).is_some() {
+                return Err(StoreError::RuleExists(id.clone()));
+            }
+            w.put_one(spec)?;
+            Ok(())
+        })
         .await
         .map_err(rule_error)?;
     state.committed(edited.version);
@@ -316,19 +311,14 @@ pub async fn replace_rule(
 ) -> Result<Response, ApiError> {
     let precondition = if_match(&headers);
     let spec = keep_identity(spec, &id)?;
+    let now = now_ms();
     let edited = state
         .store()
-        .edit(
-            &auth.actor(),
-            Action::RuleReplace,
-            Some(&id),
-            now_ms(),
-            |w| {
-                w.require(&id, precondition.as_ref())?;
-                w.put_one(spec)?;
-                Ok(())
-            },
-        )
+        .edit(&auth.actor(), Action::RuleReplace, Some(&id), now, |w| {
+            w.require(&id, precondition.as_ref())?;
+            w.put_one(spec)?;
+            Ok(())
+        })
         .await
         .map_err(rule_error)?;
     state.committed(edited.version);
@@ -366,9 +356,10 @@ pub async fn patch_rule(
     let precondition = if_match(&headers);
     // The patch applies to the rule as it is inside the transaction, so two patches of
     // different fields never undo each other.
+    let now = now_ms();
     let edited = state
         .store()
-        .edit(&auth.actor(), Action::RulePatch, Some(&id), now_ms(), |w| {
+        .edit(&auth.actor(), Action::RulePatch, Some(&id), now, |w| {
             let current = w.require(&id, precondition.as_ref())?;
             let mut value =
                 serde_json::to_value(current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -411,19 +402,14 @@ pub async fn delete_rule(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let precondition = if_match(&headers);
+    let now = now_ms();
     let edited = state
         .store()
-        .edit(
-            &auth.actor(),
-            Action::RuleDelete,
-            Some(&id),
-            now_ms(),
-            |w| {
-                w.require(&id, precondition.as_ref())?;
-                w.remove(&id);
-                Ok(())
-            },
-        )
+        .edit(&auth.actor(), Action::RuleDelete, Some(&id), now, |w| {
+            w.require(&id, precondition.as_ref())?;
+            w.remove(&id);
+            Ok(())
+        })
         .await?;
     state.committed(edited.version);
     Ok((StatusCode::NO_CONTENT, [version_header(edited.version)]).into_response())
@@ -442,9 +428,10 @@ async fn set_enabled(
     } else {
         Action::RuleDisable
     };
+    let now = now_ms();
     let edited = state
         .store()
-        .edit(&auth.actor(), action, Some(id), now_ms(), |w| {
+        .edit(&auth.actor(), action, Some(id), now, |w| {
             let mut spec = w.require(id, precondition.as_ref())?.clone();
             spec.enabled = enabled;
             w.put(spec, "");

@@ -204,23 +204,18 @@ pub async fn rollback(
 ) -> Result<Json<ChangeSummary>, ApiError> {
     let snapshot = state.store().version(version).await?.rules;
     let target = format!("version {version}");
+    let now = now_ms();
     let edited = state
         .store()
-        .edit(
-            &auth.actor(),
-            Action::Rollback,
-            Some(&target),
-            now_ms(),
-            |w| {
-                for id in w.ids() {
-                    w.remove(&id);
-                }
-                for (i, spec) in snapshot.into_iter().enumerate() {
-                    w.put(spec, format!("rules[{i}]"));
-                }
-                Ok(())
-            },
-        )
+        .edit(&auth.actor(), Action::Rollback, Some(&target), now, |w| {
+            for id in w.ids() {
+                w.remove(&id);
+            }
+            for (i, spec) in snapshot.into_iter().enumerate() {
+                w.put(spec, format!("rules[{i}]"));
+            }
+            Ok(())
+        })
         .await?;
     state.committed(edited.version);
     Ok(Json(ChangeSummary::of(&edited, false)))

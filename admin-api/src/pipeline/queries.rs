@@ -74,13 +74,13 @@ impl Window {
     }
 
     /// Buckets in the range.
-    pub fn len(&self) -> i64 {
+    fn len(&self) -> i64 {
         let ms = self.resolution.ms();
         (self.to - self.first + ms - 1) / ms
     }
 
     /// The start of every bucket in the range, oldest first.
-    pub fn buckets(&self) -> impl Iterator<Item = i64> + use<> {
+    fn buckets(&self) -> impl Iterator<Item = i64> + use<> {
         let (first, ms) = (self.first, self.resolution.ms());
         (0..self.len()).map(move |i| first + i * ms)
     }

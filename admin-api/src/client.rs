@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use serde_json::Value;
+use sluice_api::{ChangeSummary, Problem};
 
 use crate::rules_file::RulesFormat;
 
@@ -115,7 +115,7 @@ impl ApiClient {
         format: RulesFormat,
         prune: bool,
         dry_run: bool,
-    ) -> Result<Value, ClientError> {
+    ) -> Result<ChangeSummary, ClientError> {
         let content_type = match format {
             RulesFormat::Json => "application/json",
             RulesFormat::Yaml => "application/yaml",
@@ -158,26 +158,13 @@ impl ApiClient {
     }
 }
 
-/// A problem document as lines a person reads: the detail, then each field's problem.
+/// A problem document as lines a person reads (see [`Problem::describe`]); a body that
+/// is no problem document, as it came.
 pub fn describe_problem(body: &str) -> String {
-    let Ok(problem) = serde_json::from_str::<Value>(body) else {
-        return body.trim().to_string();
-    };
-    let mut message = problem["detail"]
-        .as_str()
-        .or(problem["title"].as_str())
-        .unwrap_or("request refused")
-        .to_string();
-    if let Some(errors) = problem["errors"].as_array() {
-        for error in errors {
-            message.push_str(&format!(
-                "\n  {}: {}",
-                error["field"].as_str().unwrap_or("?"),
-                error["message"].as_str().unwrap_or("?")
-            ));
-        }
+    match serde_json::from_str::<Problem>(body) {
+        Ok(problem) => problem.describe(),
+        Err(_) => body.trim().to_string(),
     }
-    message
 }
 
 #[cfg(test)]

@@ -594,19 +594,8 @@ async fn rules(command: RulesCommand) -> Result<(), Failure> {
                     Failure::BadInput(m) => Failure::BadInput(format!("{}: {m}", file.display())),
                     other => other,
                 })?;
-            let list = |key: &str| {
-                summary[key]
-                    .as_array()
-                    .map(|ids| {
-                        ids.iter()
-                            .filter_map(|id| id.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_default()
-            };
-            let version = summary["version"].as_u64().unwrap_or(0);
-            if summary["changed"] == true {
+            let version = summary.version;
+            if summary.changed {
                 let verb = if dry_run { "would change" } else { "applied" };
                 println!(
                     "{verb} {}{}",
@@ -617,14 +606,13 @@ async fn rules(command: RulesCommand) -> Result<(), Failure> {
                         format!(": ruleset version {version}")
                     }
                 );
-                for (label, key) in [
-                    ("added", "added"),
-                    ("updated", "updated"),
-                    ("removed", "removed"),
+                for (label, ids) in [
+                    ("added", &summary.added),
+                    ("updated", &summary.updated),
+                    ("removed", &summary.removed),
                 ] {
-                    let ids = list(key);
                     if !ids.is_empty() {
-                        println!("  {label}: {ids}");
+                        println!("  {label}: {}", ids.join(", "));
                     }
                 }
             } else {

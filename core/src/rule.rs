@@ -34,10 +34,10 @@ const MAX_REGEX_LEN: usize = 1_024;
 /// Compiled size limit for one regular expression, so one rule cannot bloat every worker.
 const REGEX_SIZE_LIMIT: usize = 256 * 1024;
 
-/// One problem with one field.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// One problem with one field: `limits[0].requests`, `rules[2].name`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldError {
-    /// Where the problem is, e.g. `limits[0].requests` or `rules[2].name`.
     pub field: String,
     pub message: String,
 }

@@ -2,18 +2,19 @@
 //! `application/problem+json` errors turned into [`ApiError`]s with their field list.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use sluice_core::spec::RuleSpec;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Request, RequestCredentials, RequestInit, Response};
 
-/// One problem with one field, as the API and the core name them (`limits[0].requests`).
-pub use sluice_dashboard_model::FieldError;
+/// The API's request and answer types, as the server defines them.
+pub use sluice_api::{
+    AuditList, ChangeKind, ChangeSummary, ClientHistory, ClientMetricsList, DiffView, FieldError,
+    Overview, Problem, ProxyList, RuleList, RuleMetricsList, RuleSpec, RuleView, Series,
+    SeriesPoint, SessionView, SignIn, StreamEvent, VersionList, VersionView,
+};
 
 /// A failed call: the problem document's parts, or a network failure (status 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,18 +48,6 @@ impl ApiError {
             _ => self.detail.clone(),
         }
     }
-}
-
-#[derive(Deserialize)]
-struct Problem {
-    #[serde(default, rename = "type")]
-    kind: String,
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    detail: String,
-    #[serde(default)]
-    errors: Vec<FieldError>,
 }
 
 thread_local! {
@@ -144,6 +133,7 @@ pub async fn send(
     let problem: Problem = serde_json::from_str(&text).unwrap_or(Problem {
         kind: String::new(),
         title: response.status_text(),
+        status,
         detail: String::new(),
         errors: Vec::new(),
     });
@@ -196,246 +186,4 @@ pub const SESSION_PATH: &str = "/api/v1/session";
 /// Now, in Unix milliseconds (the browser's clock).
 pub fn now_ms() -> i64 {
     js_sys::Date::now() as i64
-}
-
-// ---- Types of the API's answers. Lenient (`default`) where a field is informative. ----
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SessionInfo {
-    pub role: String,
-    pub token_name: String,
-}
-
-impl SessionInfo {
-    pub fn can_edit(&self) -> bool {
-        self.role == "admin" || self.role == "editor"
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct RuleView {
-    pub id: String,
-    pub revision: u64,
-    #[serde(default)]
-    pub updated_at: String,
-    pub spec: RuleSpec,
-}
-
-impl RuleView {
-    pub fn etag(&self) -> String {
-        format!("\"{}\"", self.revision)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct RuleList {
-    pub rules: Vec<RuleView>,
-    #[serde(default)]
-    pub total: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ChangeSummary {
-    #[serde(default)]
-    pub changed: bool,
-    pub version: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct VersionView {
-    pub version: u64,
-    pub created_at: String,
-    pub actor_name: String,
-    pub action: String,
-    #[serde(default)]
-    pub summary: String,
-    #[serde(default)]
-    pub rule_count: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct VersionList {
-    pub versions: Vec<VersionView>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct RuleChange {
-    pub id: String,
-    pub change: String,
-    pub before: Option<Value>,
-    pub after: Option<Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct DiffView {
-    pub from: u64,
-    pub to: u64,
-    pub changes: Vec<RuleChange>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct AuditEntry {
-    pub id: u64,
-    pub at: String,
-    pub actor_name: String,
-    pub action: String,
-    pub target: Option<String>,
-    pub version: Option<u64>,
-    pub before: Option<Value>,
-    pub after: Option<Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct AuditList {
-    pub entries: Vec<AuditEntry>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ProxyView {
-    pub id: String,
-    pub address: String,
-    #[serde(default)]
-    pub last_seen: String,
-    pub ruleset_version: u64,
-    pub last_error: Option<String>,
-    pub connected: bool,
-    #[serde(default)]
-    pub global_sync: Option<GlobalSync>,
-}
-
-/// How a proxy's syncs of global (fleet-wide) buckets stand.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct GlobalSync {
-    pub last_answered: Option<String>,
-    pub on_fallback: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ProxyList {
-    pub proxies: Vec<ProxyView>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct SeriesPoint {
-    pub t: i64,
-    pub allowed: u64,
-    pub denied: u64,
-    pub shadow_denied: u64,
-    pub near_limit: u64,
-    pub fail_open: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct Series {
-    pub step_seconds: u64,
-    pub from: i64,
-    pub to: i64,
-    pub points: Vec<SeriesPoint>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct RuleMetrics {
-    pub rule: String,
-    pub name: Option<String>,
-    pub allowed: u64,
-    pub denied: u64,
-    pub shadow_denied: u64,
-    pub near_limit: u64,
-    pub fail_open: u64,
-    pub throttle_ratio: f64,
-    pub sparkline: Vec<u64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct RuleMetricsList {
-    pub rules: Vec<RuleMetrics>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ClientRow {
-    pub client: String,
-    pub rule: String,
-    pub throttled: u64,
-    pub error: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ClientList {
-    pub clients: Vec<ClientRow>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ClientPoint {
-    pub t: i64,
-    pub throttled: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ClientRule {
-    pub rule: String,
-    pub throttled: u64,
-    pub points: Vec<ClientPoint>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ClientDetail {
-    pub client: String,
-    pub step_seconds: u64,
-    pub rules: Vec<ClientRule>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct ProxyCounts {
-    pub connected: u64,
-    pub total: u64,
-    pub versions: BTreeMap<String, u64>,
-    pub on_fallback: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct Overview {
-    pub window_seconds: u64,
-    pub allowed: u64,
-    pub denied: u64,
-    pub shadow_denied: u64,
-    pub near_limit: u64,
-    pub fail_open: u64,
-    pub throttle_ratio: f64,
-    pub requests_per_second: f64,
-    pub throttled_per_second: f64,
-    pub ruleset_version: u64,
-    pub proxies: ProxyCounts,
-    pub errors: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct StreamRule {
-    pub allowed: u64,
-    pub denied: u64,
-    pub shadow_denied: u64,
-}
-
-/// One `event: metrics` of `GET /api/v1/metrics/stream`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct StreamEvent {
-    pub t: i64,
-    pub allowed: u64,
-    pub denied: u64,
-    pub shadow_denied: u64,
-    pub near_limit: u64,
-    pub fail_open: u64,
-    pub rules: BTreeMap<String, StreamRule>,
 }

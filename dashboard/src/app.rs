@@ -4,9 +4,8 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::path;
-use serde_json::json;
 
-use crate::api::{self, SESSION_PATH, SessionInfo};
+use crate::api::{self, SESSION_PATH, SessionView, SignIn};
 use crate::components::{Ctx, Spinner};
 use crate::pages::{audit, clients, history, overview, rule_form, rules};
 
@@ -21,7 +20,7 @@ pub fn App() -> impl IntoView {
         ctx.session.try_set(Some(None));
     });
     spawn_local(async move {
-        let who = api::get::<SessionInfo>(SESSION_PATH).await.ok();
+        let who = api::get::<SessionView>(SESSION_PATH).await.ok();
         ctx.session.set(Some(who));
     });
 
@@ -64,7 +63,7 @@ fn SignIn() -> impl IntoView {
         }
         busy.set(true);
         spawn_local(async move {
-            match api::post_json::<SessionInfo>(SESSION_PATH, &json!({ "token": secret })).await {
+            match api::post_json::<SessionView>(SESSION_PATH, &SignIn { token: secret }).await {
                 Ok(who) => {
                     error.set(None);
                     ctx.session.set(Some(Some(who)));
@@ -102,7 +101,7 @@ fn SignIn() -> impl IntoView {
 }
 
 #[component]
-fn Shell(who: SessionInfo) -> impl IntoView {
+fn Shell(who: SessionView) -> impl IntoView {
     let ctx = Ctx::get();
     let sign_out = move |_| {
         spawn_local(async move {
@@ -110,7 +109,7 @@ fn Shell(who: SessionInfo) -> impl IntoView {
             ctx.session.set(Some(None));
         });
     };
-    let role = who.role.clone();
+    let role = who.role.to_string();
     view! {
         <div class="shell">
             <header class="topbar">

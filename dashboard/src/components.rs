@@ -6,7 +6,7 @@ use std::future::Future;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use crate::api::{ApiError, SessionInfo};
+use crate::api::{ApiError, SessionView};
 
 /// What a page knows about one thing it loads.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +106,7 @@ where
 #[derive(Debug, Clone, Copy)]
 pub struct Ctx {
     /// `None` until known, then who is signed in (`Some(None)`: nobody).
-    pub session: RwSignal<Option<Option<SessionInfo>>>,
+    pub session: RwSignal<Option<Option<SessionView>>>,
     pub flash: RwSignal<Option<(bool, String)>>,
 }
 
@@ -119,7 +119,7 @@ impl Ctx {
         self.session.with(|s| {
             s.as_ref()
                 .and_then(|s| s.as_ref())
-                .is_some_and(SessionInfo::can_edit)
+                .is_some_and(|s| s.role.can_edit_rules())
         })
     }
 

@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use sluice_api::Problem;
 use sluice_core::rule::{FieldError, ValidationErrors};
 
 use crate::store::{Role, StoreError};
@@ -49,29 +49,6 @@ pub enum ApiError {
     /// Details are logged, not sent.
     #[error("internal error")]
     Internal(String),
-}
-
-/// An RFC 9457 problem document.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Problem {
-    /// A URN naming the kind of problem, e.g. `urn:sluice:invalid`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub title: &'static str,
-    pub status: u16,
-    pub detail: String,
-    /// For `urn:sluice:invalid`: every problem found, by field path.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<FieldErrorSchema>)]
-    pub errors: Vec<FieldError>,
-}
-
-/// One problem with one field: `limits[0].requests`, `rules[2].name`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[schema(as = FieldError)]
-pub struct FieldErrorSchema {
-    pub field: String,
-    pub message: String,
 }
 
 /// What a request's invalid input was: the title of its 422 names it, so a bad report is
@@ -222,8 +199,8 @@ impl IntoResponse for ApiError {
             other => (other.to_string(), Vec::new()),
         };
         let problem = Problem {
-            kind,
-            title,
+            kind: kind.to_string(),
+            title: title.to_string(),
             status: status.as_u16(),
             detail,
             errors,

@@ -26,7 +26,7 @@ impl BodyInput for SyncRequest {
     responses(
         (status = 200, description = "One grant per bucket, in the request's order", body = SyncResponse),
         (status = 503, description = "The coordinator's Redis is unreachable: keep to the fallback shares and sync again next interval",
-         body = super::error::Problem, content_type = "application/problem+json"),
+         body = sluice_api::Problem, content_type = "application/problem+json"),
         WriteErrors,
         AuthErrors,
     ),

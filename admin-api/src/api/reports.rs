@@ -14,15 +14,16 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
+use sluice_api::MAX_SAFE_INTEGER;
 use sluice_core::rule::{FieldError, ValidationErrors};
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::{Auth, SendReports};
-use super::body::{BodyInput, JsonBody, MAX_SAFE_INTEGER};
+use super::body::{BodyInput, JsonBody};
 use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
-use crate::pipeline::{Tally, ValidReport, ValidRule};
+use crate::pipeline::{RejectReason, Tally, ValidReport, ValidRule};
 use crate::store::{Counts, now_ms};
 
 /// Longest proxy id (visible ASCII).
@@ -303,17 +304,17 @@ impl ReportBody {
     }
 }
 
-/// The reason label of a refused report, for `sluice_admin_reports_rejected_total`.
-fn reason(err: &ApiError) -> &'static str {
+/// Why a report was refused, for `sluice_admin_reports_rejected_total`.
+fn reason(err: &ApiError) -> RejectReason {
     match err {
-        ApiError::Unauthenticated(_) => "unauthenticated",
-        ApiError::Forbidden { .. } => "forbidden",
-        ApiError::PayloadTooLarge { .. } => "too_large",
-        ApiError::UnsupportedMediaType(_) => "media_type",
-        ApiError::BadRequest(_) | ApiError::Invalid(..) => "invalid",
-        ApiError::Unavailable(_) => "overloaded",
-        ApiError::TooManyFailures { .. } => "throttled",
-        _ => "error",
+        ApiError::Unauthenticated(_) => RejectReason::Unauthenticated,
+        ApiError::Forbidden { .. } => RejectReason::Forbidden,
+        ApiError::PayloadTooLarge { .. } => RejectReason::TooLarge,
+        ApiError::UnsupportedMediaType(_) => RejectReason::MediaType,
+        ApiError::BadRequest(_) | ApiError::Invalid(..) => RejectReason::Invalid,
+        ApiError::Unavailable(_) => RejectReason::Overloaded,
+        ApiError::TooManyFailures { .. } => RejectReason::Throttled,
+        _ => RejectReason::Error,
     }
 }
 
@@ -324,7 +325,7 @@ fn reason(err: &ApiError) -> &'static str {
     responses(
         (status = 204, description = "Accepted: visible in the metrics endpoints at once, stored within ~2 s"),
         (status = 503, description = "The database is not keeping up; send the report again later",
-         body = super::error::Problem, content_type = "application/problem+json"),
+         body = sluice_api::Problem, content_type = "application/problem+json"),
         WriteErrors,
         AuthErrors,
     ),

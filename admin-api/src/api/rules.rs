@@ -10,124 +10,56 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sluice_core::spec::{Mode, RuleSpec};
+use sluice_api::schema::{RuleSpecSchema, RulesFileSchema};
+use sluice_api::{
+    ApplyQuery, ChangeKind, ChangeSummary, ListQuery, Problem, RuleList, RuleView, etag,
+};
+use sluice_core::spec::RuleSpec;
 use sluice_core::wire::PROXY_RULESET_VERSION_HEADER;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{
-    self, IfMatchHeader, JsonBody, Params, PathParam, Whole, etag, if_match, merge_patch,
-};
-use super::error::{ApiError, Input, Problem};
-use super::openapi::{AuthErrors, RuleSpecSchema, RulesFileSchema, WriteErrors};
+use super::body::{self, IfMatchHeader, JsonBody, Params, PathParam, if_match, merge_patch};
+use super::error::{ApiError, Input};
+use super::openapi::{AuthErrors, WriteErrors};
 use crate::rules_file::{self, RulesFileError, RulesFormat};
 use crate::store::{
-    Action, ChangeKind, Edited, RuleFilter, RuleRecord, StoreError, canonical, now_ms, rfc3339,
-    rule_id,
+    Action, Edited, RuleFilter, RuleRecord, StoreError, canonical, now_ms, rfc3339, rule_id,
 };
 
 /// Page size when none is asked for, and the largest allowed.
 const DEFAULT_LIMIT: u32 = 100;
 const MAX_LIMIT: u32 = 1000;
 
-/// A stored rule: its spec and the metadata the server keeps.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RuleView {
-    /// The rule's id (its `id`, or its name when it has none): its URL is
-    /// `/api/v1/rules/{id}`.
-    pub id: String,
-    /// The ruleset version that last changed this rule; the rule's `ETag` is this number
-    /// in quotes.
-    pub revision: u64,
-    pub created_at: String,
-    pub updated_at: String,
-    /// The rule as written, the body `PUT` takes.
-    #[schema(value_type = RuleSpecSchema)]
-    pub spec: RuleSpec,
-}
-
-impl From<&RuleRecord> for RuleView {
-    fn from(record: &RuleRecord) -> Self {
-        RuleView {
-            id: record.id.clone(),
-            revision: record.revision,
-            created_at: rfc3339(record.created_at),
-            updated_at: rfc3339(record.updated_at),
-            spec: record.spec.clone(),
-        }
+/// A stored rule as the API shows it.
+pub fn rule_view(record: &RuleRecord) -> RuleView {
+    RuleView {
+        id: record.id.clone(),
+        revision: record.revision,
+        created_at: rfc3339(record.created_at),
+        updated_at: rfc3339(record.updated_at),
+        spec: record.spec.clone(),
     }
 }
 
-/// One page of rules, in evaluation order (highest priority first, then by name).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RuleList {
-    pub rules: Vec<RuleView>,
-    /// Rules matching the filter on all pages.
-    pub total: u64,
-    pub limit: u32,
-    pub offset: u64,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Only rules whose name contains this (case-insensitive).
-    name: Option<String>,
-    /// Only enabled (`true`) or disabled (`false`) rules.
-    enabled: Option<bool>,
-    /// Only rules in this mode.
-    #[param(inline, value_type = Option<ModeName>)]
-    mode: Option<Mode>,
-    /// Page size (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// Rules to skip (default 0).
-    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
-    offset: Option<Whole>,
-}
-
-/// The schema of `sluice_core::spec::Mode`, which has no OpenAPI derive of its own.
-#[derive(Debug, ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)] // Only its schema is used.
-enum ModeName {
-    Enforce,
-    Shadow,
-}
-
-/// What a bulk change did.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChangeSummary {
-    /// Whether a new ruleset version was made (or, for a dry run, would be).
-    pub changed: bool,
-    pub dry_run: bool,
-    /// The ruleset version now current.
-    pub version: u64,
-    pub added: Vec<String>,
-    pub updated: Vec<String>,
-    pub removed: Vec<String>,
-}
-
-impl ChangeSummary {
-    pub fn of(edited: &Edited, dry_run: bool) -> ChangeSummary {
-        let ids = |kind| {
-            edited
-                .changes
-                .iter()
-                .filter(|c| c.change == kind)
-                .map(|c| c.id.clone())
-                .collect()
-        };
-        ChangeSummary {
-            changed: !edited.changes.is_empty(),
-            dry_run,
-            version: edited.version,
-            added: ids(ChangeKind::Added),
-            updated: ids(ChangeKind::Changed),
-            removed: ids(ChangeKind::Removed),
-        }
+/// What an edit (or, for a dry run, a preview) did.
+pub fn change_summary(edited: &Edited, dry_run: bool) -> ChangeSummary {
+    let ids = |kind| {
+        edited
+            .changes
+            .iter()
+            .filter(|c| c.change == kind)
+            .map(|c| c.id.clone())
+            .collect()
+    };
+    ChangeSummary {
+        changed: !edited.changes.is_empty(),
+        dry_run,
+        version: edited.version,
+        added: ids(ChangeKind::Added),
+        updated: ids(ChangeKind::Changed),
+        removed: ids(ChangeKind::Removed),
     }
 }
 
@@ -140,7 +72,7 @@ pub fn version_header(version: u64) -> (HeaderName, HeaderValue) {
 }
 
 fn rule_response(status: StatusCode, record: &RuleRecord, version: u64) -> Response {
-    let mut response = (status, Json(RuleView::from(record))).into_response();
+    let mut response = (status, Json(rule_view(record))).into_response();
     let headers = response.headers_mut();
     if let Ok(tag) = HeaderValue::from_str(&etag(record.revision)) {
         headers.insert(header::ETAG, tag);
@@ -217,7 +149,7 @@ pub async fn list_rules(
     };
     let page = state.store().list_rules(&filter).await?;
     Ok(Json(RuleList {
-        rules: page.rules.iter().map(RuleView::from).collect(),
+        rules: page.rules.iter().map(rule_view).collect(),
         total: page.total,
         limit,
         offset: filter.offset,
@@ -490,18 +422,6 @@ pub async fn disable_rule(
     set_enabled(&state, &auth, &id, &headers, false).await
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ApplyQuery {
-    /// Delete rules that are not in the file.
-    #[serde(default)]
-    prune: bool,
-    /// Validate and report what would change, without changing anything.
-    #[serde(default)]
-    dry_run: bool,
-}
-
 /// The syntax of a rules file sent as a request body, by its `Content-Type`.
 fn body_format(headers: &HeaderMap) -> Result<RulesFormat, ApiError> {
     match body::media_type(headers).as_deref() {
@@ -602,7 +522,7 @@ pub async fn apply_rules(
     if edited.created {
         state.committed(edited.version);
     }
-    Ok(Json(ChangeSummary::of(&edited, query.dry_run)))
+    Ok(Json(change_summary(&edited, query.dry_run)))
 }
 
 /// How an export asks for YAML.

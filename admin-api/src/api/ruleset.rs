@@ -14,17 +14,18 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use sluice_core::spec::RuleSpec;
+use sluice_api::schema::RulesetDocumentSchema;
+use sluice_api::{PollQuery, etag};
 use sluice_core::wire::{
     PROXY_ERROR_HEADER, PROXY_ID_HEADER, PROXY_RULESET_VERSION_HEADER, RulesetDocument,
 };
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use super::AppState;
 use super::auth::{Auth, PollRuleset};
-use super::body::{Params, Peer, Whole, etag};
+use super::body::{Params, Peer};
 use super::error::ApiError;
-use super::openapi::{AuthErrors, RuleSpecSchema};
+use super::openapi::AuthErrors;
 use super::rules::version_header;
 use crate::store::{ProxySeen, now_ms};
 
@@ -34,19 +35,6 @@ pub const MAX_WAIT_SECONDS: u64 = 60;
 /// Longest proxy id and error message stored: headers are the proxy's to fill.
 const MAX_PROXY_ID_LEN: usize = 256;
 const MAX_PROXY_ERROR_LEN: usize = 2048;
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct PollQuery {
-    /// The version the proxy runs (default 0: none). Answered at once when the current
-    /// version is newer.
-    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
-    after: Option<Whole>,
-    /// Seconds to hold the request when nothing is newer (default 30; 0 answers at once).
-    #[param(minimum = 0, maximum = 60)]
-    wait: Option<u64>,
-}
 
 /// What a proxy says about itself when it polls. The server reads these leniently:
 /// bookkeeping never costs a proxy its rules, so a value it cannot use is ignored.
@@ -63,19 +51,6 @@ pub struct ProxyHeaders {
     /// The proxy's last error, if any (cut to 2,048 bytes).
     #[param(rename = "x-sluice-proxy-error", value_type = String, required = false)]
     proxy_error: Option<String>,
-}
-
-/// `sluice_core::wire::RulesetDocument`, for the OpenAPI document.
-#[derive(Debug, ToSchema)]
-// Never built: it only describes the bytes of the core's type, which is what is served.
-#[allow(dead_code)]
-#[schema(as = RulesetDocument)]
-pub struct RulesetDocumentSchema {
-    /// Increases with every change; poll again with `after` set to it.
-    pub version: u64,
-    /// Every rule, enabled or not, in evaluation order.
-    #[schema(value_type = Vec<RuleSpecSchema>)]
-    pub rules: Vec<RuleSpec>,
 }
 
 /// Marks a proxy as polling while a poll is held; dropped when the poll ends, also when

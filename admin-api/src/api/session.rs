@@ -6,48 +6,27 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use sluice_api::{Problem, SessionView, SignIn};
 
 use super::AppState;
 use super::auth::{self, Auth, Read, SESSION_COOKIE, guarded};
 use super::body::{BodyInput, JsonBody, Peer};
-use super::error::{ApiError, Input, Problem};
+use super::error::{ApiError, Input};
 use super::failed_auth::Credential;
 use super::openapi::{AuthErrors, WriteErrors};
 use crate::store::{Role, TokenInfo, now_ms, rfc3339};
 use crate::tls::OverTls;
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SignIn {
-    /// An API token (`slc_...`) with the viewer, editor or admin role.
-    pub token: String,
-}
-
 impl BodyInput for SignIn {
     const INPUT: Input = Input::SignIn;
 }
 
-/// Who is signed in.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionView {
-    pub role: Role,
-    pub token_name: String,
-    pub token_id: String,
-    /// When the session ends unless used (it slides with use); absent for a bearer token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-}
-
-impl SessionView {
-    fn of(token: &TokenInfo, expires_at: Option<i64>) -> SessionView {
-        SessionView {
-            role: token.role,
-            token_name: token.name.clone(),
-            token_id: token.id.clone(),
-            expires_at: expires_at.map(rfc3339),
-        }
+fn session_view(token: &TokenInfo, expires_at: Option<i64>) -> SessionView {
+    SessionView {
+        role: token.role,
+        token_name: token.name.clone(),
+        token_id: token.id.clone(),
+        expires_at: expires_at.map(rfc3339),
     }
 }
 
@@ -114,7 +93,7 @@ pub async fn create_session(
         .ok_or_else(|| ApiError::Internal("session id is not a header value".to_string()))?;
     let mut response = (
         StatusCode::CREATED,
-        Json(SessionView::of(&token, Some(session.expires_at))),
+        Json(session_view(&token, Some(session.expires_at))),
     )
         .into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
@@ -129,7 +108,7 @@ pub async fn create_session(
     responses((status = 200, description = "The signed-in token's role and name (also answers for a bearer token)", body = SessionView), AuthErrors),
 )]
 pub async fn get_session(auth: Auth<Read>) -> Json<SessionView> {
-    Json(SessionView::of(&auth.token, None))
+    Json(session_view(&auth.token, None))
 }
 
 #[utoipa::path(

@@ -4,71 +4,29 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use sluice_api::{CreateToken, CreatedToken, Problem, TokenList, TokenView};
 
 use super::AppState;
 use super::auth::{Auth, ManageTokens};
 use super::body::{BodyInput, JsonBody, PathParam};
-use super::error::{ApiError, Input, Problem};
+use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
-use crate::store::{Role, TokenInfo, now_ms, rfc3339};
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TokenView {
-    pub id: String,
-    pub name: String,
-    pub role: Role,
-    pub created_at: String,
-    pub created_by: String,
-    pub last_used_at: Option<String>,
-    /// Set once revoked; a revoked token is refused with 401.
-    pub revoked_at: Option<String>,
-}
+use crate::store::{TokenInfo, now_ms, rfc3339};
 
 impl BodyInput for CreateToken {
     const INPUT: Input = Input::Token;
 }
 
-impl From<&TokenInfo> for TokenView {
-    fn from(t: &TokenInfo) -> Self {
-        TokenView {
-            id: t.id.clone(),
-            name: t.name.clone(),
-            role: t.role,
-            created_at: rfc3339(t.created_at),
-            created_by: t.created_by.clone(),
-            last_used_at: t.last_used_at.map(rfc3339),
-            revoked_at: t.revoked_at.map(rfc3339),
-        }
+fn token_view(t: &TokenInfo) -> TokenView {
+    TokenView {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        role: t.role,
+        created_at: rfc3339(t.created_at),
+        created_by: t.created_by.clone(),
+        last_used_at: t.last_used_at.map(rfc3339),
+        revoked_at: t.revoked_at.map(rfc3339),
     }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TokenList {
-    pub tokens: Vec<TokenView>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateToken {
-    /// Who or what holds it, e.g. `ci-deploy` or `envoy-eu-1`: 1 to 128 characters, not
-    /// all blank, without control characters.
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
-    )]
-    pub name: String,
-    pub role: Role,
-}
-
-/// A new token. `token` is the secret: it is shown this once and cannot be recovered.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CreatedToken {
-    pub token: String,
-    #[serde(flatten)]
-    pub info: TokenView,
 }
 
 #[utoipa::path(
@@ -81,7 +39,7 @@ pub async fn list_tokens(
 ) -> Result<Json<TokenList>, ApiError> {
     let tokens = state.store().list_tokens().await?;
     Ok(Json(TokenList {
-        tokens: tokens.iter().map(TokenView::from).collect(),
+        tokens: tokens.iter().map(token_view).collect(),
     }))
 }
 
@@ -108,7 +66,7 @@ pub async fn create_token(
         StatusCode::CREATED,
         Json(CreatedToken {
             token: created.secret,
-            info: TokenView::from(&created.info),
+            info: token_view(&created.info),
         }),
     ))
 }
@@ -137,5 +95,5 @@ pub async fn revoke_token(
         .store()
         .revoke_token(&auth.actor(), &id, now_ms())
         .await?;
-    Ok(Json(TokenView::from(&info)))
+    Ok(Json(token_view(&info)))
 }

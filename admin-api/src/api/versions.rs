@@ -2,73 +2,29 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde::{Deserialize, Serialize};
-use sluice_core::spec::RuleSpec;
-use utoipa::{IntoParams, ToSchema};
+use sluice_api::{
+    ChangeSummary, DiffQuery, DiffView, Problem, RuleChangeView, VersionDetailView, VersionList,
+    VersionView, VersionsQuery, Whole,
+};
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{Params, PathParam, Whole};
-use super::error::{ApiError, Problem};
-use super::openapi::{AuthErrors, RuleSpecSchema, WriteErrors};
-use super::rules::ChangeSummary;
-use crate::store::{Action, ChangeKind, RuleChange, VersionSummary, now_ms, rfc3339};
+use super::body::{Params, PathParam};
+use super::error::ApiError;
+use super::openapi::{AuthErrors, WriteErrors};
+use super::rules::change_summary;
+use crate::store::{Action, RuleChange, VersionSummary, now_ms, rfc3339};
 
-/// One ruleset version: who made it, when, and how.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct VersionView {
-    pub version: u64,
-    pub created_at: String,
-    /// The token that made the change (absent for the command line or the system).
-    pub actor_id: Option<String>,
-    pub actor_name: String,
-    /// `rule.create`, `rule.update`, `rule.patch`, `rule.delete`, `rule.enable`,
-    /// `rule.disable`, `rules.apply` or `ruleset.rollback`.
-    pub action: String,
-    pub summary: String,
-    pub rule_count: u64,
-}
-
-impl From<&VersionSummary> for VersionView {
-    fn from(v: &VersionSummary) -> Self {
-        VersionView {
-            version: v.version,
-            created_at: rfc3339(v.created_at),
-            actor_id: v.actor_id.clone(),
-            actor_name: v.actor_name.clone(),
-            action: v.action.clone(),
-            summary: v.summary.clone(),
-            rule_count: v.rule_count,
-        }
+fn version_view(v: &VersionSummary) -> VersionView {
+    VersionView {
+        version: v.version,
+        created_at: rfc3339(v.created_at),
+        actor_id: v.actor_id.clone(),
+        actor_name: v.actor_name.clone(),
+        action: v.action.clone(),
+        summary: v.summary.clone(),
+        rule_count: v.rule_count,
     }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct VersionList {
-    /// Newest first.
-    pub versions: Vec<VersionView>,
-}
-
-/// A version with the whole ruleset as it was.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct VersionDetailView {
-    #[serde(flatten)]
-    pub version: VersionView,
-    /// In evaluation order.
-    #[schema(value_type = Vec<RuleSpecSchema>)]
-    pub rules: Vec<RuleSpec>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct VersionsQuery {
-    /// Page size (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// Only versions older than this (the last `version` of the previous page).
-    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
-    before: Option<Whole>,
 }
 
 #[utoipa::path(
@@ -92,7 +48,7 @@ pub async fn list_versions(
         .list_versions(limit, query.before.map(|b| b.0))
         .await?;
     Ok(Json(VersionList {
-        versions: versions.iter().map(VersionView::from).collect(),
+        versions: versions.iter().map(version_view).collect(),
     }))
 }
 
@@ -112,53 +68,18 @@ pub async fn get_version(
 ) -> Result<Json<VersionDetailView>, ApiError> {
     let detail = state.store().version(version).await?;
     Ok(Json(VersionDetailView {
-        version: VersionView::from(&detail.summary),
+        version: version_view(&detail.summary),
         rules: detail.rules,
     }))
 }
 
-/// How one rule differs between two versions.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RuleChangeView {
-    pub id: String,
-    pub change: ChangeKind,
-    /// Absent when the rule was added.
-    #[schema(value_type = Option<RuleSpecSchema>)]
-    pub before: Option<RuleSpec>,
-    /// Absent when the rule was removed.
-    #[schema(value_type = Option<RuleSpecSchema>)]
-    pub after: Option<RuleSpec>,
-}
-
-impl From<RuleChange> for RuleChangeView {
-    fn from(c: RuleChange) -> Self {
-        RuleChangeView {
-            id: c.id,
-            change: c.change,
-            before: c.before,
-            after: c.after,
-        }
+fn rule_change_view(c: RuleChange) -> RuleChangeView {
+    RuleChangeView {
+        id: c.id,
+        change: c.change,
+        before: c.before,
+        after: c.after,
     }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DiffView {
-    pub from: u64,
-    pub to: u64,
-    /// By rule id; rules equal in both versions are not listed.
-    pub changes: Vec<RuleChangeView>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct DiffQuery {
-    /// The older version.
-    #[param(value_type = u64, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
-    from: Whole,
-    /// The newer version (default: the current one).
-    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64)]
-    to: Option<Whole>,
 }
 
 #[utoipa::path(
@@ -183,7 +104,7 @@ pub async fn diff_versions(
     Ok(Json(DiffView {
         from: query.from.0,
         to,
-        changes: changes.into_iter().map(RuleChangeView::from).collect(),
+        changes: changes.into_iter().map(rule_change_view).collect(),
     }))
 }
 
@@ -218,5 +139,5 @@ pub async fn rollback(
         })
         .await?;
     state.committed(edited.version);
-    Ok(Json(ChangeSummary::of(&edited, false)))
+    Ok(Json(change_summary(&edited, false)))
 }

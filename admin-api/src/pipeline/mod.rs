@@ -16,12 +16,13 @@
 //! accepted is lost. A crash loses at most what arrived since the last flush (~2 s).
 
 pub mod pending;
+pub mod queries;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -417,9 +418,53 @@ fn to_gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Why a report was refused: the `reason` label of
+/// `sluice_admin_reports_rejected_total`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum RejectReason {
+    /// No token, or an unknown or revoked one.
+    Unauthenticated,
+    /// A token whose role may not send reports.
+    Forbidden,
+    /// A body over the size limit.
+    TooLarge,
+    /// A body that is not JSON.
+    MediaType,
+    /// A body that does not parse, or a report that is not valid.
+    Invalid,
+    /// Too many entries waiting for the database.
+    Overloaded,
+    /// Too many failed authentications from the sender's address.
+    Throttled,
+    /// Anything else (the server's fault).
+    Error,
+}
+
+impl RejectReason {
+    /// The label value, as dashboards and alerts select it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Unauthenticated => "unauthenticated",
+            RejectReason::Forbidden => "forbidden",
+            RejectReason::TooLarge => "too_large",
+            RejectReason::MediaType => "media_type",
+            RejectReason::Invalid => "invalid",
+            RejectReason::Overloaded => "overloaded",
+            RejectReason::Throttled => "throttled",
+            RejectReason::Error => "error",
+        }
+    }
+}
+
+impl EncodeLabelValue for RejectReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
-    reason: String,
+    reason: RejectReason,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -461,7 +506,7 @@ impl Instruments {
         );
         registry.register(
             "sluice_admin_reports_rejected",
-            "Proxy reports refused, by reason (unauthenticated, forbidden, invalid, too_large, media_type, overloaded)",
+            "Proxy reports refused, by reason (unauthenticated, forbidden, invalid, too_large, media_type, overloaded, throttled, error)",
             instruments.reports_rejected.clone(),
         );
         registry.register(
@@ -498,7 +543,7 @@ impl Instruments {
     }
 
     /// Counts a report's outcome: `Ok`, or the reason it was refused.
-    pub fn observe_report(&self, outcome: Result<(), &'static str>, took: Duration) {
+    pub fn observe_report(&self, outcome: Result<(), RejectReason>, took: Duration) {
         match outcome {
             Ok(()) => {
                 self.reports_ingested.inc();
@@ -506,9 +551,7 @@ impl Instruments {
             }
             Err(reason) => {
                 self.reports_rejected
-                    .get_or_create(&ReasonLabels {
-                        reason: reason.to_string(),
-                    })
+                    .get_or_create(&ReasonLabels { reason })
                     .inc();
             }
         }

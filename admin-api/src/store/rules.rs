@@ -74,13 +74,7 @@ impl IfMatch {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ChangeKind {
-    Added,
-    Removed,
-    Changed,
-}
+pub use sluice_api::ChangeKind;
 
 /// How one rule differs between two rulesets.
 #[derive(Debug, Clone, PartialEq, Eq)]

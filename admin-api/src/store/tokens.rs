@@ -4,9 +4,6 @@
 //! is enough: there is no dictionary to try. Lookups go by hash (indexed), and the stored
 //! hash is then compared in constant time as a second line of defence.
 
-use std::fmt;
-use std::str::FromStr;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore as _;
@@ -25,51 +22,8 @@ pub const TOKEN_PREFIX: &str = "slc_";
 /// not turn every read into a write.
 const LAST_USED_RESOLUTION_MS: i64 = 60_000;
 
-/// What a token may do.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Everything, including tokens.
-    Admin,
-    /// Rules, versions and rollbacks; reads everything but tokens.
-    Editor,
-    /// Reads rules, versions, audit, proxies.
-    Viewer,
-    /// Only `GET /api/v1/ruleset` (and later reports): what an Envoy holds.
-    Proxy,
-}
-
-impl Role {
-    pub const ALL: [Role; 4] = [Role::Admin, Role::Editor, Role::Viewer, Role::Proxy];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Editor => "editor",
-            Role::Viewer => "viewer",
-            Role::Proxy => "proxy",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Role {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("`{s}` is not a role: use admin, editor, viewer or proxy"))
-    }
-}
+/// What a token may do: the wire type, which the store keeps as its name.
+pub use sluice_api::Role;
 
 /// A token as listed: never its secret or hash.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 //! text means which period, what is a number, which field path a problem belongs to) lives
 //! here, so it is tested on the host without a browser.
 
-use serde::{Deserialize, Serialize};
 use sluice_core::rule::Rule;
 use sluice_core::spec::{
     ClientIpSpec, CostSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec, KeySpec,
@@ -14,11 +13,7 @@ use sluice_core::spec::{
 };
 
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
+pub use sluice_core::rule::FieldError;
 
 /// One limit's inputs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,7 +5,9 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::{self, ClientDetail as Detail, ClientList, RuleList, enc, now_ms};
+use crate::api::{
+    self, ClientHistory as Detail, ClientMetricsList as ClientList, RuleList, enc, now_ms,
+};
 use crate::chart::{Line, TimeChart};
 use crate::components::{Ctx, Empty, Load, WindowPicker, load, show};
 use crate::format;
@@ -134,7 +136,7 @@ pub fn ClientDetail() -> impl IntoView {
                     <section class="card"><Empty title="Not throttled">{format!("{} was not throttled in the last {}.", client(), format::window(window.get_untracked()))}</Empty></section>
                 }.into_any(),
                 Load::Ready(d) => d.rules.into_iter().map(|r| {
-                    let step = if d.step_seconds > 0 { d.step_seconds } else { infer_step(&r.points) };
+                    let step = d.step_seconds;
                     let now = now_ms();
                     let lines = vec![Line {
                         label: "Throttled",
@@ -166,17 +168,4 @@ pub fn ClientDetail() -> impl IntoView {
             }}
         </div>
     }
-}
-
-/// The points' spacing in seconds (their step), when the answer does not say.
-fn infer_step(points: &[api::ClientPoint]) -> u64 {
-    let step_ms = points
-        .windows(2)
-        .filter_map(|w| match w {
-            [a, b] if b.t > a.t => Some(b.t - a.t),
-            _ => None,
-        })
-        .min()
-        .unwrap_or(10_000);
-    u64::try_from(step_ms / 1000).unwrap_or(10).clamp(1, 3600)
 }

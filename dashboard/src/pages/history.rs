@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use crate::api::{self, ChangeSummary, DiffView, VersionList, VersionView};
+use crate::api::{self, ChangeKind, ChangeSummary, DiffView, RuleSpec, VersionList, VersionView};
 use crate::components::{Confirm, Ctx, Empty, Load, Spinner, load, show};
 use crate::diff::JsonDiff;
 use crate::format;
@@ -136,11 +136,12 @@ fn VersionDetail(
                 Load::Ready(d) => view! {
                     <p class="muted small">{format!("Changes from version {} to {}:", d.from, d.to)}</p>
                     {d.changes.into_iter().map(|c| {
-                        let tone = match c.change.as_str() { "added" => "good", "removed" => "bad", _ => "warn" };
+                        let tone = match c.change { ChangeKind::Added => "good", ChangeKind::Removed => "bad", ChangeKind::Changed => "warn" };
+                        let (before, after) = (as_json(c.before.as_ref()), as_json(c.after.as_ref()));
                         view! {
                             <div class="change">
-                                <div class="change-head"><span class="mono">{c.id.clone()}</span><span class=format!("badge {tone}")>{c.change.clone()}</span></div>
-                                <JsonDiff before=c.before after=c.after />
+                                <div class="change-head"><span class="mono">{c.id.clone()}</span><span class=format!("badge {tone}")>{c.change.as_str()}</span></div>
+                                <JsonDiff before=before after=after />
                             </div>
                         }
                     }).collect_view()}
@@ -148,4 +149,9 @@ fn VersionDetail(
             }}
         </div>
     }
+}
+
+/// A rule as the JSON the diff shows.
+fn as_json(spec: Option<&RuleSpec>) -> Option<serde_json::Value> {
+    spec.and_then(|s| serde_json::to_value(s).ok())
 }

@@ -9,8 +9,8 @@ use wasm_bindgen::closure::Closure;
 use web_sys::{EventSource, MessageEvent};
 
 use crate::api::{
-    self, ClientList, Overview as OverviewData, ProxyList, RuleMetricsList, Series, StreamEvent,
-    enc, now_ms,
+    self, ClientMetricsList as ClientList, Overview as OverviewData, ProxyList, RuleMetricsList,
+    Series, StreamEvent, enc, now_ms,
 };
 use crate::chart::{Legend, Line, Sparkline, TimeChart};
 use crate::components::{Empty, Load, Stat, WindowPicker, load, show};
@@ -23,7 +23,7 @@ pub const SHADOW: &str = "#e59c0b";
 /// The seconds a bucket starting at `t` covers so far: a whole step, or for the bucket in
 /// progress the part already elapsed. `None` for a bucket too fresh to show (under half
 /// elapsed: its rate would swing wildly and read as a sudden drop).
-pub fn bucket_seconds(t: i64, step_seconds: u64, now: i64) -> Option<f64> {
+pub fn bucket_seconds(t: i64, step_seconds: i64, now: i64) -> Option<f64> {
     let step = step_seconds.max(1) as f64;
     let elapsed = (now - t) as f64 / 1000.0;
     if elapsed >= step {

@@ -1,0 +1,340 @@
+//! Schemas written by hand, for what no derive can describe: the core's rule model
+//! (`sluice-core` keeps its spec free of OpenAPI), rules files, the ruleset document
+//! proxies poll for, parameters read as strings but documented as enums, and the
+//! metrics stream's events. Only with the `openapi` feature.
+//!
+//! `the_rule_schema_covers_every_field` pins the rule's schema to the serde model, so a
+//! field added in the core cannot go missing here.
+
+use std::borrow::Cow;
+
+use serde_json::json;
+use sluice_core::rule::{MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES};
+use sluice_core::spec::RuleSpec;
+use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
+
+use crate::metrics::StreamEvent;
+
+/// The schema of `sluice_core::spec::Mode`, which has no OpenAPI derive of its own.
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Only its schema is used.
+pub enum ModeName {
+    Enforce,
+    Shadow,
+}
+
+/// The bucket widths a `step` parameter names (`Resolution`'s labels), for the document.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // Only its schema is used.
+pub enum StepName {
+    #[schema(rename = "10s")]
+    TenSeconds,
+    #[schema(rename = "1m")]
+    Minute,
+    #[schema(rename = "1h")]
+    Hour,
+}
+
+/// `sluice_core::wire::RulesetDocument`, for the OpenAPI document.
+#[derive(Debug, utoipa::ToSchema)]
+// Never built: it only describes the bytes of the core's type, which is what is served.
+#[allow(dead_code)]
+#[schema(as = RulesetDocument)]
+pub struct RulesetDocumentSchema {
+    /// Increases with every change; poll again with `after` set to it.
+    pub version: u64,
+    /// Every rule, enabled or not, in evaluation order.
+    #[schema(value_type = Vec<RuleSpecSchema>)]
+    pub rules: Vec<RuleSpec>,
+}
+
+/// One server-sent event of the metrics stream as a client parses it (OpenAPI 3.1
+/// describes an event stream by its events): `event: metrics`, and `data` holding a
+/// [`StreamEvent`] as JSON.
+#[derive(Debug)]
+pub struct StreamFrame;
+
+impl utoipa::ToSchema for StreamFrame {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("StreamFrame")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            <StreamEvent as utoipa::ToSchema>::name().into_owned(),
+            <StreamEvent as utoipa::PartialSchema>::schema(),
+        ));
+        <StreamEvent as utoipa::ToSchema>::schemas(schemas);
+    }
+}
+
+impl utoipa::PartialSchema for StreamFrame {
+    fn schema() -> RefOr<Schema> {
+        let frame = json!({
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"type": "string", "enum": ["metrics"]},
+                "data": {"type": "string", "contentMediaType": "application/json",
+                         "contentSchema": {"$ref": "#/components/schemas/StreamEvent"}},
+            },
+        });
+        serde_json::from_value(frame)
+            .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
+    }
+}
+
+/// The schema of `sluice_core::spec::RuleSpec`.
+#[derive(Debug)]
+pub struct RuleSpecSchema;
+
+impl utoipa::ToSchema for RuleSpecSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("RuleSpec")
+    }
+}
+
+impl utoipa::PartialSchema for RuleSpecSchema {
+    fn schema() -> RefOr<Schema> {
+        serde_json::from_value(rule_spec_schema())
+            .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
+    }
+}
+
+/// The schema of a rules file, as `rules:apply` reads it (see
+/// `crate::rules_file::parse_rules`): a list of rules, or `{rules: [...]}`.
+#[derive(Debug)]
+pub struct RulesFileSchema;
+
+impl utoipa::ToSchema for RulesFileSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("RulesFile")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            RuleSpecSchema::name().into_owned(),
+            <RuleSpecSchema as utoipa::PartialSchema>::schema(),
+        ));
+    }
+}
+
+impl utoipa::PartialSchema for RulesFileSchema {
+    fn schema() -> RefOr<Schema> {
+        let rules = json!({"type": "array", "maxItems": sluice_core::ruleset::MAX_RULES,
+                           "items": {"$ref": "#/components/schemas/RuleSpec"}});
+        serde_json::from_value(json!({
+            "oneOf": [
+                rules,
+                {"type": "null", "description": "An empty YAML file: no rules"},
+                {"type": "object", "additionalProperties": false, "required": ["rules"],
+                 "properties": {"rules": rules}},
+            ],
+        }))
+        .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
+    }
+}
+
+/// JSON Schema (OpenAPI 3.1) of a rule, following serde's encoding of the core's types.
+/// An optional field may also be `null`, which serde reads as absent.
+fn rule_spec_schema() -> serde_json::Value {
+    let nullable = |mut schema: serde_json::Value| {
+        schema["type"] = json!([schema["type"].clone(), "null"]);
+        schema
+    };
+    let identifier = |max: u32, description: &str| {
+        json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$", "maxLength": max,
+               "description": description})
+    };
+    let period = json!({
+        "description": "second, minute, hour, day, or a number of seconds (1 to 31,622,400)",
+        "oneOf": [
+            {"type": "string", "enum": ["second", "minute", "hour", "day"]},
+            {"type": "integer", "minimum": 1, "maximum": 31_622_400},
+        ],
+    });
+    let limit = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["requests", "period"],
+        "properties": {
+            "requests": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64},
+            "period": period,
+            "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
+                      "description": "The bucket's capacity; defaults to `requests`"},
+            "scope": {"type": "string", "enum": ["proxy", "global"], "default": "proxy",
+                      "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"},
+        },
+    });
+    let limits = json!({"type": "array", "minItems": 1, "maxItems": MAX_LIMITS_PER_RULE,
+                        "items": limit});
+    // As `sluice_core::rule` checks them: token characters of RFC 9110, at most 256.
+    let header_name = json!({"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+^_`|~.-]{1,256}$"});
+    let part_keys = json!([
+        {"type": "string", "enum": ["path"]},
+        {"type": "object", "additionalProperties": false, "required": ["header"],
+         "properties": {"header": header_name}},
+        {"type": "object", "additionalProperties": false, "required": ["client_ip"],
+         "properties": {"client_ip": {"type": "object", "additionalProperties": false,
+            "properties": {"trusted_hops": {"type": "integer", "minimum": 0, "maximum": 16,
+                "default": 0,
+                "description": "Proxies in front of Envoy whose X-Forwarded-For entries to trust"}}}}},
+        {"type": "object", "additionalProperties": false, "required": ["query"],
+         "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 256}}},
+    ]);
+    let mut key_forms = part_keys.as_array().cloned().unwrap_or_default();
+    key_forms.push(json!({"type": "string", "enum": ["global"]}));
+    key_forms.push(
+        json!({"type": "object", "additionalProperties": false, "required": ["composite"],
+        "properties": {"composite": {"type": "array", "minItems": 2, "maxItems": 4,
+            "items": {"oneOf": part_keys},
+            "description": "2 to 4 keys (not `global`, not nested) joined with `|`"}}}),
+    );
+    let key = json!({"description": "Whose bucket a request draws from", "oneOf": key_forms});
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["name", "key", "limits"],
+        "properties": {
+            "id": nullable(identifier(128, "Stable identity of the rule and its buckets (defaults to `name`); keep it when renaming")),
+            "name": identifier(64, "Shown in headers and bodies"),
+            "description": {"type": "string", "maxLength": 1024},
+            "enabled": {"type": "boolean", "default": true},
+            "priority": {"type": "integer", "format": "int32", "default": 0,
+                         "minimum": i32::MIN, "maximum": i32::MAX,
+                         "description": "Higher is evaluated first"},
+            "mode": {"type": "string", "enum": ["enforce", "shadow"], "default": "enforce"},
+            "match": {
+                "type": "object",
+                "additionalProperties": false,
+                "description": "Every given condition must hold; empty matches everything",
+                "properties": {
+                    "host": {"type": ["string", "null"], "pattern": "^(\\*\\.)?[^*/ ]+$",
+                             "description": "`api.example.com` or `*.example.com`"},
+                    "path_exact": {"type": ["string", "null"], "pattern": "^/"},
+                    "path_prefix": {"type": ["string", "null"], "pattern": "^/"},
+                    "path_regex": {"type": ["string", "null"], "maxLength": 1024,
+                                   "description": "A regular expression (Rust `regex` syntax) that must match the whole path"},
+                    "methods": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z]+$"}},
+                    "headers": {"type": "array", "items": {
+                        "type": "object", "additionalProperties": false, "required": ["name"],
+                        "description": "`present`, `equals`, or both with `present: true`",
+                        "properties": {
+                            "name": header_name,
+                            "present": {"type": ["boolean", "null"]},
+                            "equals": {"type": ["string", "null"]},
+                        },
+                    }},
+                },
+            },
+            "key": key,
+            "limits": limits,
+            "cost": {
+                "description": "Tokens per request: `{fixed: N}` (default `{fixed: 1}`) or read from a header",
+                "oneOf": [
+                    {"type": "object", "additionalProperties": false, "required": ["fixed"],
+                     "properties": {"fixed": {"type": "integer", "minimum": 1, "maximum": MAX_COST}}},
+                    {"type": "object", "additionalProperties": false, "required": ["header"],
+                     "properties": {"header": {"type": "object", "additionalProperties": false,
+                        "required": ["name", "max"],
+                        "properties": {
+                            "name": header_name,
+                            "max": {"type": "integer", "minimum": 1, "maximum": MAX_COST},
+                            "default": {"type": "integer", "minimum": 0, "maximum": MAX_COST,
+                                        "default": 1, "description": "At most `max`"},
+                        }}}},
+                ],
+            },
+            "overrides": {"type": "array", "maxItems": MAX_OVERRIDES, "items": {
+                "type": "object", "additionalProperties": false, "required": ["client", "limits"],
+                "properties": {"client": {"type": "string", "minLength": 1, "maxLength": 1024,
+                                          "description": "A client key; each client once"},
+                               "limits": limits},
+            }},
+            "failure_mode": {"type": ["string", "null"], "enum": ["open", "closed", null],
+                             "description": "Defaults to the proxy's"},
+            "response": {
+                "type": "object", "additionalProperties": false,
+                "properties": {
+                    "status": {"type": "integer", "minimum": 400, "maximum": 599, "default": 429},
+                    "rate_limit_headers": {"type": "boolean", "default": true},
+                    "grpc_status": {
+                        "type": "string", "default": "resource_exhausted",
+                        "description": "The gRPC status of a denied gRPC call",
+                        "enum": ["cancelled", "unknown", "invalid_argument", "deadline_exceeded",
+                                 "not_found", "already_exists", "permission_denied",
+                                 "resource_exhausted", "failed_precondition", "aborted",
+                                 "out_of_range", "unimplemented", "internal", "unavailable",
+                                 "data_loss", "unauthenticated"],
+                    },
+                },
+            },
+        },
+        "example": {
+            "name": "api-per-key",
+            "match": {"path_prefix": "/api/"},
+            "key": {"header": "x-api-key"},
+            "limits": [
+                {"requests": 5, "period": "second", "burst": 10},
+                {"requests": 100, "period": "minute"},
+            ],
+            "mode": "enforce",
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// Every key serde writes for a rule with every field set is described by the schema.
+    #[test]
+    fn the_rule_schema_covers_every_field() {
+        let full: RuleSpec = serde_json::from_value(json!({
+            "id": "i", "name": "n", "description": "d", "enabled": false, "priority": 3,
+            "mode": "shadow",
+            "match": {"host": "h", "path_exact": "/a", "path_prefix": "/", "path_regex": ".*",
+                      "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}]},
+            "key": {"composite": [{"header": "x"}, {"client_ip": {"trusted_hops": 1}}]},
+            "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"}],
+            "cost": {"header": {"name": "c", "max": 5, "default": 2}},
+            "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
+            "failure_mode": "closed",
+            "response": {"status": 503, "rate_limit_headers": false, "grpc_status": "unavailable"},
+        }))
+        .unwrap();
+        let written = serde_json::to_value(&full).unwrap();
+        let schema = rule_spec_schema();
+        let props = &schema["properties"];
+        for key in written.as_object().unwrap().keys() {
+            assert!(props.get(key).is_some(), "schema lacks `{key}`");
+        }
+        for (section, value) in [
+            ("match", &written["match"]),
+            ("response", &written["response"]),
+        ] {
+            for key in value.as_object().unwrap().keys() {
+                assert!(
+                    props[section]["properties"].get(key).is_some(),
+                    "schema lacks `{section}.{key}`"
+                );
+            }
+        }
+        let limit_props = &props["limits"]["items"]["properties"];
+        for key in written["limits"][0].as_object().unwrap().keys() {
+            assert!(
+                limit_props.get(key).is_some(),
+                "schema lacks `limits[].{key}`"
+            );
+        }
+        // The schema is valid for utoipa, not the empty fallback.
+        let RefOr::T(Schema::Object(object)) = <RuleSpecSchema as utoipa::PartialSchema>::schema()
+        else {
+            panic!("not an object schema");
+        };
+        assert!(object.properties.contains_key("limits"));
+        let _: Value = serde_json::to_value(&object).unwrap();
+    }
+}

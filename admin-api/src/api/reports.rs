@@ -14,7 +14,7 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 use utoipa::ToSchema;
 
 use super::AppState;

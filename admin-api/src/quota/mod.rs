@@ -25,7 +25,7 @@ use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{Settings, Usage};
 use sluice_core::global::sync::{SyncRequest, SyncResponse};
 use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 
 use memory::MemoryBuckets;
 

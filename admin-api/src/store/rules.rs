@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::Value;
-use sluice_core::rule::{FieldError, ValidationErrors};
 use sluice_core::ruleset::Ruleset;
 use sluice_core::spec::{Mode, RuleSpec};
+use sluice_core::validation::{FieldError, ValidationErrors};
 use sluice_core::wire::RulesetDocument;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row};

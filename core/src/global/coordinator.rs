@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::gcra::Gcra;
+use crate::time::Nanos;
 
 /// The state the coordinator keeps per global bucket (in memory, or in Redis as the bytes
 /// of [`BucketState::encode`]).
@@ -176,7 +177,9 @@ pub fn settle(
     settings: &Settings,
 ) -> Grant {
     // 1. Gave back: never beyond full.
-    state.tat = limit.refund(state.tat, now, usage.returned);
+    state.tat = limit
+        .refund(Nanos::new(state.tat), Nanos::new(now), usage.returned)
+        .get();
     // 2. Spent without a lease: debited, into a debt of at most one burst. A debt is paid
     //    back by the refill before anything more is granted, so spending the coordinator
     //    had not seen (a new bucket's even shares, fallback during an outage) is made up
@@ -311,8 +314,8 @@ fn record_demand(
 mod tests {
 
     use super::*;
-    use crate::gcra::NANOS_PER_SECOND as S;
     use crate::global::test_support::{T, limit};
+    use crate::time::NANOS_PER_SECOND as S;
 
     fn want(want: u64) -> Usage {
         Usage {

@@ -79,7 +79,7 @@ impl Fleet {
                 buckets: HashMap::new(),
                 settings: Settings {
                     fleet_size: proxies as u32,
-                    ..Settings::for_interval(interval)
+                    ..Settings::for_interval(Nanos::new(interval))
                 },
                 up: true,
             },
@@ -151,8 +151,8 @@ impl Fleet {
                     state,
                     &self.limit,
                     &usage,
-                    covers.get(),
-                    now,
+                    covers,
+                    Nanos::new(now),
                     &self.coordinator.settings,
                 );
                 (bucket, grant)

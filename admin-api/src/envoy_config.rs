@@ -15,7 +15,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 use sluice_core::config::{ConfigError, ControlConfigSpec, FilterConfig, FilterConfigSpec};
 pub use sluice_core::listening::Scheme;
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 
 /// The listener that carries client traffic; also its stats prefix
 /// (`listener.sluice_ingress.worker_N.downstream_cx_total`), which would otherwise be the

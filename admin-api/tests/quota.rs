@@ -15,6 +15,7 @@ use sluice_admin::quota;
 use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::store::Role;
 use sluice_core::global::coordinator::Settings;
+use sluice_core::time::Nanos;
 use sluice_testkit::{RedisServer, redis_available};
 
 /// Bounds every wait in this file.
@@ -23,7 +24,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// How long a bucket counts as young for these syncs (every 500 ms): the coordinator keeps
 /// the other proxies' even shares meanwhile.
 fn young() -> Duration {
-    Duration::from_nanos(Settings::for_interval(500_000_000).young_ns())
+    Duration::from_nanos(Settings::for_interval(Nanos::new(500_000_000)).young_ns())
 }
 
 fn sync_body(proxy: &str, buckets: Value) -> Value {

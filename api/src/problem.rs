@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// One problem with one field (`limits[0].requests`, `rules[2].name`): the core's, which
 /// finds most of them.
-pub use sluice_core::rule::FieldError;
+pub use sluice_core::validation::FieldError;
 
 /// An RFC 9457 problem document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -27,6 +27,7 @@ use sluice_core::request::HttpRequest;
 use sluice_core::response;
 use sluice_core::ruleset::Outcome;
 use sluice_core::store::MemoryStore;
+use sluice_core::time::Nanos;
 
 const HUGE: u64 = 1_000_000_000;
 const MANY_CLIENTS: usize = 100_000;
@@ -152,7 +153,7 @@ fn time(
             &store,
             &config.table,
             &global,
-            now,
+            Nanos::new(now),
             config.failure_mode,
         );
         if decision.is_allowed() {

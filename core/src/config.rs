@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::global::table::LeaseTable;
 use crate::limiter::SlotTable;
-use crate::rule::ValidationErrors;
 use crate::ruleset::Ruleset;
 use crate::spec::{FailureMode, RuleSpec};
+use crate::validation::ValidationErrors;
 
 /// Default size of the bucket slot table: about 65k concurrently active clients, roughly
 /// 10 MiB of Envoy memory (Envoy keeps about 94 bytes per key, plus the value).
@@ -122,7 +122,7 @@ impl TryFrom<FilterConfigSpec> for FilterConfig {
     type Error = ConfigError;
 
     fn try_from(spec: FilterConfigSpec) -> Result<Self, Self::Error> {
-        let mut problems = crate::rule::Problems::default();
+        let mut problems = crate::validation::Problems::default();
         let slots =
             NonZeroU32::new(spec.slots).filter(|s| (MIN_SLOTS..=MAX_SLOTS).contains(&s.get()));
         if slots.is_none() {
@@ -250,7 +250,7 @@ impl ControlConfigSpec {
                 path: e.path().to_string(),
                 message: e.inner().to_string(),
             })?;
-        let mut problems = crate::rule::Problems::default();
+        let mut problems = crate::validation::Problems::default();
         for (field, value) in [
             ("admin_cluster", &spec.admin_cluster),
             ("admin_authority", &spec.admin_authority),

@@ -1,7 +1,7 @@
 //! Token buckets in GCRA form.
 //!
-//! A bucket's whole state is one `u64`: its *theoretical arrival time* (TAT) in
-//! nanoseconds on the host clock. The bucket is full when `tat <= now`; every token
+//! A bucket's whole state is one instant: its *theoretical arrival time* (TAT) in
+//! nanoseconds on the host clock (a [`Nanos`], stored as eight bytes). The bucket is full when `tat <= now`; every token
 //! taken pushes the TAT one emission interval into the future, and a request fits when
 //! the resulting backlog (`tat - now`) is at most the bucket's capacity in time.
 //!
@@ -12,8 +12,7 @@
 
 use std::num::NonZeroU64;
 
-/// Nanoseconds in one second.
-pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
+use crate::time::{NANOS_PER_SECOND, Nanos};
 
 /// The largest time a bucket may need to refill completely. Keeping `burst × interval`
 /// below 2^62 ns (about 146 years) means TAT arithmetic on host timestamps (about 2^60
@@ -93,7 +92,8 @@ impl Gcra {
 
     /// Decides whether `cost` tokens can be taken at `now` from a bucket whose TAT is
     /// `tat`. Pure: the caller stores [`Verdict::new_tat`] only if it commits.
-    pub fn check(&self, tat: u64, now: u64, cost: u64) -> Verdict {
+    pub fn check(&self, tat: Nanos, now: Nanos, cost: u64) -> Verdict {
+        let (tat, now) = (tat.get(), now.get());
         let start = tat.max(now);
         let backlog_before = start - now;
         // `cost × interval` may exceed the capacity (a cost larger than the burst); the
@@ -105,7 +105,7 @@ impl Gcra {
                 allowed: true,
                 // Saturating: a clock within one capacity of `u64::MAX` ns (from the
                 // year 2408 at the longest capacity) would otherwise wrap to a full bucket.
-                new_tat: now.saturating_add(backlog_after),
+                new_tat: Nanos::new(now.saturating_add(backlog_after)),
                 remaining: (self.capacity_ns - backlog_after) / self.interval_ns,
                 reset_ns: backlog_after,
                 retry_after_ns: 0,
@@ -120,7 +120,7 @@ impl Gcra {
             };
             Verdict {
                 allowed: false,
-                new_tat: tat,
+                new_tat: Nanos::new(tat),
                 remaining: (self.capacity_ns - backlog_before.min(self.capacity_ns))
                     / self.interval_ns,
                 reset_ns: backlog_before,
@@ -132,8 +132,8 @@ impl Gcra {
     /// The TAT after giving back `cost` tokens that were taken (used to undo a charge
     /// when another bucket of the same request denies it). Never moves the TAT below
     /// `now`, which would credit the bucket beyond full.
-    pub fn refund(&self, tat: u64, now: u64, cost: u64) -> u64 {
-        tat.saturating_sub(cost.saturating_mul(self.interval_ns))
+    pub fn refund(&self, tat: Nanos, now: Nanos, cost: u64) -> Nanos {
+        tat.saturating_sub(Nanos::new(cost.saturating_mul(self.interval_ns)))
             .max(now.min(tat))
     }
 }
@@ -144,7 +144,7 @@ pub struct Verdict {
     /// Whether the tokens fit.
     pub allowed: bool,
     /// The TAT to store if the caller commits an allowed request (the old TAT when denied).
-    pub new_tat: u64,
+    pub new_tat: Nanos,
     /// Whole tokens left after this request (before it, when denied).
     pub remaining: u64,
     /// Time until the bucket is full again.
@@ -174,8 +174,8 @@ mod tests {
     #[test]
     fn a_full_bucket_admits_exactly_burst_then_denies() {
         let g = gcra(5, 1, 10);
-        let now = 1_000 * NANOS_PER_SECOND;
-        let mut tat = 0;
+        let now = Nanos::from_secs(1_000);
+        let mut tat = Nanos::ZERO;
         for i in 0..10 {
             let v = g.check(tat, now, 1);
             assert!(v.allowed, "request {i}");
@@ -193,11 +193,12 @@ mod tests {
     #[test]
     fn tokens_refill_at_the_configured_rate() {
         let g = gcra(5, 1, 10);
-        let now = 50 * NANOS_PER_SECOND;
-        let drained = now + g.capacity_ns();
+        let now = Nanos::from_secs(50);
+        let drained = now.saturating_add(Nanos::new(g.capacity_ns()));
         assert!(!g.check(drained, now, 1).allowed);
-        assert!(!g.check(drained, now + 199_999_999, 1).allowed);
-        let v = g.check(drained, now + 200_000_000, 1);
+        let later = |ns| now.saturating_add(Nanos::new(ns));
+        assert!(!g.check(drained, later(199_999_999), 1).allowed);
+        let v = g.check(drained, later(200_000_000), 1);
         assert!(v.allowed);
         assert_eq!(v.remaining, 0);
     }
@@ -205,8 +206,8 @@ mod tests {
     #[test]
     fn weighted_cost_takes_several_tokens_or_none() {
         let g = gcra(10, 1, 10);
-        let now = NANOS_PER_SECOND;
-        let v = g.check(0, now, 7);
+        let now = Nanos::from_secs(1);
+        let v = g.check(Nanos::ZERO, now, 7);
         assert!(v.allowed);
         assert_eq!(v.remaining, 3);
         let denied = g.check(v.new_tat, now, 4);
@@ -222,7 +223,7 @@ mod tests {
     #[test]
     fn a_cost_above_the_burst_never_fits() {
         let g = gcra(10, 1, 10);
-        let v = g.check(0, NANOS_PER_SECOND, 11);
+        let v = g.check(Nanos::ZERO, Nanos::from_secs(1), 11);
         assert!(!v.allowed);
         assert!(v.retry_after_ns > 0);
     }
@@ -247,17 +248,18 @@ mod tests {
     fn a_charge_at_the_end_of_time_saturates_instead_of_wrapping() {
         // Found by the `lease_entry` fuzz target: `now + backlog` overflowed.
         let g = gcra(10, 1, 10);
-        let verdict = g.check(0, u64::MAX - 1, 3);
+        let end = Nanos::new(u64::MAX - 1);
+        let verdict = g.check(Nanos::ZERO, end, 3);
         assert!(verdict.allowed);
-        assert_eq!(verdict.new_tat, u64::MAX);
-        assert!(!g.check(verdict.new_tat, u64::MAX - 1, 10).allowed);
+        assert_eq!(verdict.new_tat.get(), u64::MAX);
+        assert!(!g.check(verdict.new_tat, end, 10).allowed);
     }
 
     #[test]
     fn refund_undoes_a_charge_but_never_overfills() {
         let g = gcra(10, 1, 10);
-        let now = NANOS_PER_SECOND;
-        let charged = g.check(0, now, 3).new_tat;
+        let now = Nanos::from_secs(1);
+        let charged = g.check(Nanos::ZERO, now, 3).new_tat;
         assert_eq!(g.refund(charged, now, 3), now);
         assert_eq!(g.refund(charged, now, 100), now);
     }

@@ -14,11 +14,11 @@
 
 use std::fmt::Write as _;
 
-use crate::gcra::NANOS_PER_SECOND;
 use crate::response::{self, HeaderList};
 use crate::rule::Rule;
 use crate::ruleset::Limited;
 use crate::spec::GrpcStatus;
+use crate::time::NANOS_PER_SECOND;
 
 /// The metadata telling a client how long to wait before retrying, in milliseconds.
 pub const RETRY_PUSHBACK_HEADER: &str = "grpc-retry-pushback-ms";
@@ -156,7 +156,7 @@ mod tests {
                 tier: 0,
                 verdict: Verdict {
                     allowed: false,
-                    new_tat: 0,
+                    new_tat: crate::time::Nanos::ZERO,
                     remaining: 0,
                     reset_ns: retry_after_ns,
                     retry_after_ns,

@@ -3,6 +3,8 @@
 //! * [`spec`]: the rule model as users write it (JSON/YAML), shared with the admin API.
 //! * [`rule`] and [`ruleset`]: validation at the edge, compiled matchers, client keys,
 //!   and the per-request [`ruleset::Ruleset::decide`].
+//! * [`validation`]: the field errors every check at the edge reports.
+//! * [`time`]: [`time::Nanos`], the one type of every `now`, bucket state and duration.
 //! * [`gcra`]: token buckets as one theoretical-arrival-time per bucket.
 //! * [`slot`], [`store`] and [`limiter`]: the fixed-size bucket table in shared data,
 //!   compare-and-swap updates and all-or-nothing charging.
@@ -12,7 +14,7 @@
 //! * [`listening`]: the line `sluice serve` announces its address with.
 //!
 //! Architecture invariant: nothing here performs I/O or reads a clock. Every `now` is an
-//! argument in nanoseconds, and storage is the [`store::SharedStore`] trait, so the same
+//! argument in [`time::Nanos`], and storage is the [`store::SharedStore`] trait, so the same
 //! code runs in Envoy (wasm32) and in native tests.
 
 // Requests, configurations and shared-data bytes are untrusted: library code indexes
@@ -43,4 +45,6 @@ pub mod ruleset;
 pub mod slot;
 pub mod spec;
 pub mod store;
+pub mod time;
+pub mod validation;
 pub mod wire;

@@ -27,6 +27,7 @@ use crate::rule::Limit;
 use crate::slot::SlotValue;
 use crate::spec::FailureMode;
 use crate::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutcome};
+use crate::time::Nanos;
 
 /// Slots probed for one client before it shares a busy one.
 pub const MAX_PROBES: u32 = 4;
@@ -167,7 +168,7 @@ impl SlotTable {
     pub fn acquire(
         &self,
         store: &impl SharedStore,
-        now: u64,
+        now: Nanos,
         requests: &[BucketRequest<'_>],
     ) -> Acquisition {
         let mut counters = LimiterCounters::default();
@@ -240,7 +241,7 @@ impl SlotTable {
     fn commit(
         &self,
         store: &impl SharedStore,
-        now: u64,
+        now: Nanos,
         request: &BucketRequest<'_>,
         mut plan: Plan,
         counters: &mut LimiterCounters,
@@ -268,7 +269,7 @@ impl SlotTable {
     fn plan(
         &self,
         store: &impl SharedStore,
-        now: u64,
+        now: Nanos,
         request: &BucketRequest<'_>,
         counters: &mut LimiterCounters,
     ) -> Result<Plan, LimiterFailure> {
@@ -290,7 +291,7 @@ impl SlotTable {
                 // Charged in the lease table by the caller, not in a slot.
                 continue;
             }
-            let tat = next.tat_of(limit.identity).unwrap_or(0);
+            let tat = Nanos::new(next.tat_of(limit.identity).unwrap_or(0));
             let verdict = limit.gcra.check(tat, now, request.cost);
             let tv = TierVerdict { tier, verdict };
             if verdict.allowed {
@@ -310,10 +311,10 @@ impl SlotTable {
         let result = match (binding, tightest) {
             (Some(b), _) => PlanResult::Denied(b),
             (None, Some(t)) => {
-                next.drop_full(now);
+                next.drop_full(now.get());
                 for (limit, verdict) in request.limits.iter().zip(verdicts.iter()) {
                     let Some(verdict) = verdict else { continue };
-                    if next.set(limit.identity, verdict.new_tat, now) {
+                    if next.set(limit.identity, verdict.new_tat.get(), now.get()) {
                         counters.evictions += 1;
                     }
                 }
@@ -344,7 +345,7 @@ impl SlotTable {
     fn locate(
         &self,
         store: &impl SharedStore,
-        now: u64,
+        now: Nanos,
         fingerprint: u64,
         counters: &mut LimiterCounters,
     ) -> Result<Located, StoreError> {
@@ -391,13 +392,13 @@ impl SlotTable {
                     ..located
                 }));
             }
-            if value.is_idle(now) {
+            if value.is_idle(now.get()) {
                 free.get_or_insert(Located {
                     placement: Placement::Claimed,
                     ..located
                 });
             } else {
-                let backlog = value.backlog(now);
+                let backlog = value.backlog(now.get());
                 if most_drained.is_none_or(|(b, _)| backlog > b) {
                     most_drained = Some((
                         backlog,
@@ -427,7 +428,7 @@ impl SlotTable {
     fn refund(
         &self,
         store: &impl SharedStore,
-        now: u64,
+        now: Nanos,
         slot: u32,
         request: &BucketRequest<'_>,
         counters: &mut LimiterCounters,
@@ -441,11 +442,8 @@ impl SlotTable {
             };
             for limit in request.limits {
                 if let Some(tat) = value.tat_of(limit.identity) {
-                    value.set(
-                        limit.identity,
-                        limit.gcra.refund(tat, now, request.cost),
-                        now,
-                    );
+                    let refunded = limit.gcra.refund(Nanos::new(tat), now, request.cost);
+                    value.set(limit.identity, refunded.get(), now.get());
                 }
             }
             let (buf, len) = value.to_bytes();
@@ -482,8 +480,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::gcra::{Gcra, NANOS_PER_SECOND};
+    use crate::gcra::Gcra;
     use crate::store::MemoryStore;
+    use crate::time::NANOS_PER_SECOND;
 
     const T0: u64 = 1_000 * NANOS_PER_SECOND;
 
@@ -522,7 +521,7 @@ mod tests {
     ) -> usize {
         (0..n)
             .filter(|_| {
-                let outcome = table.acquire(store, now, requests);
+                let outcome = table.acquire(store, Nanos::new(now), requests);
                 outcome.allowed
                     && outcome
                         .buckets
@@ -538,7 +537,7 @@ mod tests {
         let limits = [limit(1, 5, 1, 10)];
         assert_eq!(admitted(&t, &store, T0, &[bucket(7, &limits)], 10), 10);
         let before = store.read(7).unwrap();
-        let outcome = t.acquire(&store, T0, &[bucket(7, &limits)]);
+        let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(7, &limits)]);
         assert!(!outcome.allowed);
         assert_eq!(store.read(7).unwrap(), before, "a denial must not write");
         let BucketResult::Denied { binding } = outcome.buckets[0] else {
@@ -557,7 +556,11 @@ mod tests {
             admitted(&t, &store, T0 + NANOS_PER_SECOND, &[bucket(3, &limits)], 25),
             10
         );
-        let outcome = t.acquire(&store, T0 + 1_100_000_000, &[bucket(3, &limits)]);
+        let outcome = t.acquire(
+            &store,
+            Nanos::new(T0 + 1_100_000_000),
+            &[bucket(3, &limits)],
+        );
         let BucketResult::Denied { binding } = outcome.buckets[0] else {
             panic!("{outcome:?}")
         };
@@ -571,7 +574,7 @@ mod tests {
         let tight = [limit(2, 1, 60, 1)];
         let both = [bucket(10, &roomy), bucket(20, &tight)];
         assert_eq!(admitted(&t, &store, T0, &both, 50), 1);
-        let outcome = t.acquire(&store, T0, &[bucket(10, &roomy)]);
+        let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(10, &roomy)]);
         let BucketResult::Allowed { tightest } = outcome.buckets[0] else {
             panic!()
         };
@@ -626,7 +629,11 @@ mod tests {
             drained: false.into(),
             drain_to: drained,
         };
-        let outcome = t.acquire(&store, T0, &[bucket(10, &first), bucket(20, &second)]);
+        let outcome = t.acquire(
+            &store,
+            Nanos::new(T0),
+            &[bucket(10, &first), bucket(20, &second)],
+        );
         assert!(!outcome.allowed);
         assert!(matches!(outcome.buckets[1], BucketResult::Denied { .. }));
         assert!(outcome.counters.cas_conflicts >= 1);
@@ -643,12 +650,12 @@ mod tests {
         let (t, store) = (table(64), MemoryStore::new());
         let limits = [limit(1, 10, 1, 10)];
         store.inject_conflicts(3);
-        let outcome = t.acquire(&store, T0, &[bucket(5, &limits)]);
+        let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(5, &limits)]);
         assert!(outcome.allowed);
         assert_eq!(outcome.counters.cas_conflicts, 3);
 
         store.inject_conflicts(MAX_WRITE_ATTEMPTS);
-        let outcome = t.acquire(&store, T0, &[bucket(5, &limits)]);
+        let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(5, &limits)]);
         assert!(outcome.allowed);
         assert_eq!(
             outcome.buckets[0],
@@ -660,7 +667,7 @@ mod tests {
             on_failure: FailureMode::Closed,
             ..bucket(5, &limits)
         };
-        let outcome = t.acquire(&store, T0, &[closed]);
+        let outcome = t.acquire(&store, Nanos::new(T0), &[closed]);
         assert!(!outcome.allowed);
         assert_eq!(
             outcome.buckets[0],
@@ -674,7 +681,8 @@ mod tests {
         let limits = [limit(1, 10, 1, 10)];
         store.inject_failures(1);
         assert!(matches!(
-            t.acquire(&store, T0, &[bucket(5, &limits)]).buckets[0],
+            t.acquire(&store, Nanos::new(T0), &[bucket(5, &limits)])
+                .buckets[0],
             BucketResult::FailedOpen(_)
         ));
         store.inject_failures(1);
@@ -682,7 +690,7 @@ mod tests {
             on_failure: FailureMode::Closed,
             ..bucket(5, &limits)
         };
-        assert!(!t.acquire(&store, T0, &[closed]).allowed);
+        assert!(!t.acquire(&store, Nanos::new(T0), &[closed]).allowed);
     }
 
     #[test]
@@ -693,7 +701,10 @@ mod tests {
             let now = T0 + round * NANOS_PER_SECOND;
             for client in 0..16u64 {
                 let fp = round * 1_000 + client + 1;
-                assert!(t.acquire(&store, now, &[bucket(fp, &limits)]).allowed);
+                assert!(
+                    t.acquire(&store, Nanos::new(now), &[bucket(fp, &limits)])
+                        .allowed
+                );
             }
         }
         assert_eq!(store.slots_used(), 16);
@@ -705,14 +716,19 @@ mod tests {
         let short = [limit(1, 1, 1, 1)];
         let long = [limit(2, 1, 3_600, 1)];
         // Both fingerprints start probing at slot 0; the first holds it briefly.
-        assert!(t.acquire(&store, T0, &[bucket(64, &short)]).allowed);
         assert!(
-            t.acquire(&store, T0, &[bucket(128, &long)]).allowed,
+            t.acquire(&store, Nanos::new(T0), &[bucket(64, &short)])
+                .allowed
+        );
+        assert!(
+            t.acquire(&store, Nanos::new(T0), &[bucket(128, &long)])
+                .allowed,
             "placed in slot 1"
         );
         let later = T0 + 2 * NANOS_PER_SECOND;
         assert!(
-            !t.acquire(&store, later, &[bucket(128, &long)]).allowed,
+            !t.acquire(&store, Nanos::new(later), &[bucket(128, &long)])
+                .allowed,
             "slot 0 is idle now, but the client's drained bucket is still in slot 1"
         );
     }
@@ -722,13 +738,19 @@ mod tests {
         let (t, store) = (table(16), MemoryStore::new());
         let limits = [limit(1, 1, 60, 2)];
         for fp in (0..MAX_PROBES as u64).map(|i| 16 * (i + 1) + i) {
-            assert!(t.acquire(&store, T0, &[bucket(fp, &limits)]).allowed);
+            assert!(
+                t.acquire(&store, Nanos::new(T0), &[bucket(fp, &limits)])
+                    .allowed
+            );
         }
         // A new client whose probe sequence covers only busy slots shares one.
-        let outcome = t.acquire(&store, T0, &[bucket(16 * 99, &limits)]);
+        let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(16 * 99, &limits)]);
         assert_eq!(outcome.counters.shared_slots, 1);
         assert!(outcome.allowed, "the shared bucket still had a token");
-        assert!(!t.acquire(&store, T0, &[bucket(16 * 99, &limits)]).allowed);
+        assert!(
+            !t.acquire(&store, Nanos::new(T0), &[bucket(16 * 99, &limits)])
+                .allowed
+        );
     }
 
     #[test]
@@ -742,7 +764,10 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut counts = (0, 0, 0);
                     for _ in 0..100 {
-                        match t.acquire(&*store, T0, &[bucket(9, &limits[..])]).buckets[0] {
+                        match t
+                            .acquire(&*store, Nanos::new(T0), &[bucket(9, &limits[..])])
+                            .buckets[0]
+                        {
                             BucketResult::Allowed { .. } => counts.0 += 1,
                             BucketResult::Denied { .. } => counts.1 += 1,
                             _ => counts.2 += 1,

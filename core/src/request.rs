@@ -118,6 +118,26 @@ impl RequestAttributes for HttpRequest {
     }
 }
 
+/// What the rules of a ruleset can look at, so a host reads only that from a request
+/// (each header read from Envoy is a host call).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestNeeds {
+    pub method: bool,
+    pub authority: bool,
+    pub path: bool,
+    pub peer_ip: bool,
+    /// Lowercase header names, without duplicates.
+    pub headers: Vec<String>,
+}
+
+impl RequestNeeds {
+    pub(crate) fn header(&mut self, name: &str) {
+        if !self.headers.iter().any(|h| h == name) {
+            self.headers.push(name.to_string());
+        }
+    }
+}
+
 /// Parses Envoy's `source.address` property (`1.2.3.4:5678` or `[::1]:5678`).
 pub fn parse_socket_ip(address: &str) -> Option<IpAddr> {
     if let Ok(ip) = address.parse() {

@@ -13,10 +13,12 @@ use crate::limiter::{
     Acquisition, BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, SlotTable,
     TierVerdict,
 };
-use crate::request::RequestAttributes;
-use crate::rule::{FieldError, Limit, Problems, Rule, ValidationErrors};
+use crate::request::{RequestAttributes, RequestNeeds};
+use crate::rule::{Limit, Rule};
 use crate::spec::{FailureMode, Mode, RuleSpec};
 use crate::store::SharedStore;
+use crate::time::Nanos;
+use crate::validation::{Problems, ValidationErrors};
 
 /// Most rules in one ruleset.
 pub const MAX_RULES: usize = 1_000;
@@ -32,34 +34,13 @@ pub struct Ruleset {
     needs: RequestNeeds,
 }
 
-/// What the rules of a ruleset can look at, so a host reads only that from a request
-/// (each header read from Envoy is a host call).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestNeeds {
-    pub method: bool,
-    pub authority: bool,
-    pub path: bool,
-    pub peer_ip: bool,
-    /// Lowercase header names, without duplicates.
-    pub headers: Vec<String>,
-}
-
-impl RequestNeeds {
-    fn of(rules: &[Rule]) -> RequestNeeds {
-        let mut needs = RequestNeeds::default();
-        for rule in rules.iter().filter(|r| r.enabled) {
-            rule.matcher.add_needs(&mut needs);
-            rule.key.add_needs(&mut needs);
-            rule.cost.add_needs(&mut needs);
-        }
-        needs
+/// What the enabled rules of `rules` read from a request.
+fn needs_of(rules: &[Rule]) -> RequestNeeds {
+    let mut needs = RequestNeeds::default();
+    for rule in rules.iter().filter(|r| r.enabled) {
+        rule.add_needs(&mut needs);
     }
-
-    pub(crate) fn header(&mut self, name: &str) {
-        if !self.headers.iter().any(|h| h == name) {
-            self.headers.push(name.to_string());
-        }
-    }
+    needs
 }
 
 impl Ruleset {
@@ -100,7 +81,7 @@ impl Ruleset {
                 .then_with(|| a.name.cmp(&b.name))
         });
         problems.finish(|| {
-            let needs = RequestNeeds::of(&rules);
+            let needs = needs_of(&rules);
             Ruleset { rules, needs }
         })
     }
@@ -134,7 +115,7 @@ impl Ruleset {
         store: &impl SharedStore,
         table: &SlotTable,
         global: &GlobalBuckets<'_, impl SharedStore>,
-        now: u64,
+        now: Nanos,
         default_failure: FailureMode,
     ) -> Decision<'r> {
         self.decide_observed(request, store, table, global, now, default_failure, &mut ())
@@ -154,7 +135,7 @@ impl Ruleset {
         store: &impl SharedStore,
         table: &SlotTable,
         global: &GlobalBuckets<'_, impl SharedStore>,
-        now: u64,
+        now: Nanos,
         default_failure: FailureMode,
         sink: &mut impl DecisionSink,
     ) -> Decision<'r> {
@@ -305,7 +286,7 @@ impl Ruleset {
         store: &impl SharedStore,
         table: &SlotTable,
         global: &GlobalBuckets<'_, impl SharedStore>,
-        now: u64,
+        now: Nanos,
         decision: &mut Decision<'_>,
     ) -> RuleOutcome {
         let mut spends = GlobalSpends::default();
@@ -372,7 +353,7 @@ impl GlobalSpends {
         &mut self,
         bucket: &BucketRequest<'_>,
         global: &GlobalBuckets<'_, impl SharedStore>,
-        now: u64,
+        now: Nanos,
         decision: &mut Decision<'_>,
     ) -> Result<Option<TierVerdict>, GlobalDenial> {
         let first_of_rule = self.spent.len();
@@ -393,7 +374,7 @@ impl GlobalSpends {
                         tier,
                         verdict: Verdict {
                             allowed: false,
-                            new_tat: 0,
+                            new_tat: Nanos::ZERO,
                             remaining: 0,
                             reset_ns: retry_after_ns,
                             retry_after_ns,
@@ -409,7 +390,7 @@ impl GlobalSpends {
                             tier,
                             verdict: Verdict {
                                 allowed: true,
-                                new_tat: 0,
+                                new_tat: Nanos::ZERO,
                                 remaining: spent.remaining,
                                 // As this proxy sees it: the time its share takes to refill.
                                 reset_ns: limit
@@ -440,11 +421,16 @@ impl GlobalSpends {
         Ok(tightest)
     }
 
-    fn undo_all(&mut self, global: &GlobalBuckets<'_, impl SharedStore>, now: u64) {
+    fn undo_all(&mut self, global: &GlobalBuckets<'_, impl SharedStore>, now: Nanos) {
         self.undo_from(0, global, now);
     }
 
-    fn undo_from(&mut self, first: usize, global: &GlobalBuckets<'_, impl SharedStore>, now: u64) {
+    fn undo_from(
+        &mut self,
+        first: usize,
+        global: &GlobalBuckets<'_, impl SharedStore>,
+        now: Nanos,
+    ) {
         for (id, cost, spent) in self.spent.drain(first..) {
             global
                 .table
@@ -612,10 +598,4 @@ pub trait DecisionSink {
 /// Ignores everything.
 impl DecisionSink for () {
     fn record(&mut self, _: &Rule, _: RuleOutcome, _: &str) {}
-}
-
-impl From<FieldError> for ValidationErrors {
-    fn from(e: FieldError) -> Self {
-        ValidationErrors(vec![e])
-    }
 }

@@ -8,9 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::rule::ValidationErrors;
 use crate::ruleset::Ruleset;
 use crate::spec::RuleSpec;
+use crate::validation::ValidationErrors;
 
 /// The long-poll endpoint.
 pub const RULESET_PATH: &str = "/api/v1/ruleset";

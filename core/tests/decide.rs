@@ -1,13 +1,13 @@
 //! Whole-request decisions over a ruleset, with the in-memory store and a fake clock.
 
 use sluice_core::config::FilterConfig;
-use sluice_core::gcra::NANOS_PER_SECOND;
 use sluice_core::global::lease::FleetView;
 use sluice_core::hash::{client_fingerprint, global_bucket};
 use sluice_core::request::HttpRequest;
 use sluice_core::response::{problem_body, rate_limit_headers, retry_after_seconds};
 use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::store::MemoryStore;
+use sluice_core::time::{NANOS_PER_SECOND, Nanos};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 
@@ -43,7 +43,7 @@ impl Harness {
             &self.store,
             &self.config.table,
             &self.global(),
-            now,
+            Nanos::new(now),
             self.config.failure_mode,
         )
     }
@@ -225,7 +225,7 @@ fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
             &h.store,
             &h.config.table,
             &h.global(),
-            T0,
+            Nanos::new(T0),
             h.config.failure_mode,
             &mut stats,
         );
@@ -256,7 +256,7 @@ fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
 
 #[test]
 fn a_ruleset_lists_exactly_the_request_attributes_its_rules_read() {
-    use sluice_core::ruleset::RequestNeeds;
+    use sluice_core::request::RequestNeeds;
     let key_only = Harness::new(
         r#"[{"name":"k","key":{"header":"X-Api-Key"},"limits":[{"requests":1,"period":1}]}]"#,
     );
@@ -352,7 +352,14 @@ fn a_denial_by_another_rule_gives_the_global_token_back() {
     let spend = |now| {
         h.config
             .lease_table
-            .spend(&h.leases, bucket, &both.limits[0].gcra, 1, now, &h.view)
+            .spend(
+                &h.leases,
+                bucket,
+                &both.limits[0].gcra,
+                1,
+                Nanos::new(now),
+                &h.view,
+            )
             .unwrap()
             .spend
             .admitted()

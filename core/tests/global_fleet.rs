@@ -6,11 +6,12 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use sluice_core::gcra::{Gcra, NANOS_PER_SECOND as S};
+use sluice_core::gcra::Gcra;
 use sluice_core::global::DEFAULT_SYNC_INTERVAL_NS;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
 use sluice_core::global::lease::{FleetView, LeaseEntry};
-use sluice_core::global::schedule::{CONTROL_TICK_NS, SyncSchedule};
+use sluice_core::global::schedule::{CONTROL_TICK, SyncSchedule};
+use sluice_core::time::{NANOS_PER_SECOND as S, Nanos};
 
 const MS: u64 = 1_000_000;
 
@@ -60,8 +61,11 @@ impl Fleet {
         Self {
             proxies: (0..proxies)
                 .map(|p| {
-                    let mut schedule = SyncSchedule::new(interval);
-                    schedule.record(S - interval + interval * p as u64 / proxies as u64, true);
+                    let mut schedule = SyncSchedule::new(Nanos::new(interval));
+                    schedule.record(
+                        Nanos::new(S - interval + interval * p as u64 / proxies as u64),
+                        true,
+                    );
                     Proxy {
                         entries: HashMap::new(),
                         pending: HashMap::new(),
@@ -75,7 +79,7 @@ impl Fleet {
                 buckets: HashMap::new(),
                 settings: Settings {
                     fleet_size: proxies as u32,
-                    ..Settings::for_interval(interval)
+                    ..Settings::for_interval(Nanos::new(interval))
                 },
                 up: true,
             },
@@ -92,8 +96,8 @@ impl Fleet {
         proxy
             .entries
             .entry(bucket)
-            .or_insert_with(|| LeaseEntry::new(bucket, &limit, now))
-            .spend(1, now, &view)
+            .or_insert_with(|| LeaseEntry::new(bucket, &limit, Nanos::new(now)))
+            .spend(1, Nanos::new(now), &view)
             .admitted()
     }
 
@@ -108,13 +112,13 @@ impl Fleet {
             {
                 self.answer(p, now);
             }
-            let on_tick = (now + p as u64 * 17 * MS) % CONTROL_TICK_NS == 0;
+            let on_tick = (now + p as u64 * 17 * MS) % CONTROL_TICK.get() == 0;
             if !on_tick || self.proxies[p].in_flight.is_some() {
                 continue;
             }
             let proxy = &self.proxies[p];
             let new_buckets = proxy.entries.values().any(|e| !e.settled);
-            if proxy.schedule.due(now, new_buckets) {
+            if proxy.schedule.due(Nanos::new(now), new_buckets) {
                 self.sync(p, now);
             }
         }
@@ -123,12 +127,12 @@ impl Fleet {
     fn sync(&mut self, p: usize, now: u64) {
         let fleet_size = self.proxies.len() as u32;
         let proxy = &mut self.proxies[p];
-        let covers = proxy.schedule.covers(now);
+        let covers = proxy.schedule.covers(Nanos::new(now));
         for (bucket, entry) in &mut proxy.entries {
-            let usage = entry.collect(now, covers, &proxy.view);
+            let usage = entry.collect(Nanos::new(now), covers, &proxy.view);
             proxy.pending.entry(*bucket).or_default().merge(&usage);
         }
-        proxy.schedule.record(now, self.coordinator.up);
+        proxy.schedule.record(Nanos::new(now), self.coordinator.up);
         if !self.coordinator.up {
             proxy.view.fallback = true;
             return;
@@ -148,7 +152,7 @@ impl Fleet {
                     &self.limit,
                     &usage,
                     covers,
-                    now,
+                    Nanos::new(now),
                     &self.coordinator.settings,
                 );
                 (bucket, grant)
@@ -171,7 +175,7 @@ impl Fleet {
             proxy.view = answer.view;
             for (bucket, grant) in answer.grants {
                 if let Some(entry) = proxy.entries.get_mut(&bucket) {
-                    entry.apply(&grant, now, &proxy.view);
+                    entry.apply(&grant, Nanos::new(now), &proxy.view);
                 }
             }
         }

@@ -4,11 +4,12 @@
 use std::num::{NonZeroU32, NonZeroU64};
 
 use proptest::prelude::*;
-use sluice_core::gcra::{Gcra, NANOS_PER_SECOND};
+use sluice_core::gcra::Gcra;
 use sluice_core::limiter::{BucketRequest, BucketResult, SlotTable};
 use sluice_core::rule::Limit;
 use sluice_core::spec::FailureMode;
 use sluice_core::store::MemoryStore;
+use sluice_core::time::{NANOS_PER_SECOND, Nanos};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 
@@ -80,13 +81,13 @@ fn limit_of(g: Gcra, identity: u64) -> Limit {
 proptest! {
     #[test]
     fn gcra_decides_exactly_like_a_naive_token_bucket(g in gcra_strategy(), arrivals in arrivals()) {
-        let mut tat = 0;
+        let mut tat = Nanos::ZERO;
         let mut now = T0;
         let mut naive = NaiveBucket::new(&g, now);
         for (gap, cost) in arrivals {
             now += gap;
             naive.refill(now);
-            let verdict = g.check(tat, now, cost);
+            let verdict = g.check(tat, Nanos::new(now), cost);
             prop_assert_eq!(verdict.allowed, naive.fits(cost));
             if verdict.allowed {
                 naive.take(cost);
@@ -96,8 +97,8 @@ proptest! {
                 // The reported wait is exact: one nanosecond earlier would not fit.
                 let at = now + verdict.retry_after_ns;
                 if cost <= g.burst() {
-                    prop_assert!(g.check(tat, at, cost).allowed);
-                    prop_assert!(!g.check(tat, at - 1, cost).allowed);
+                    prop_assert!(g.check(tat, Nanos::new(at), cost).allowed);
+                    prop_assert!(!g.check(tat, Nanos::new(at - 1), cost).allowed);
                 }
             }
         }
@@ -113,7 +114,7 @@ proptest! {
         for (gap, cost) in arrivals {
             now += gap;
             let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open };
-            if table.acquire(&store, now, &[request]).allowed {
+            if table.acquire(&store, Nanos::new(now), &[request]).allowed {
                 admitted.push((now, cost));
             }
         }
@@ -144,7 +145,7 @@ proptest! {
             naive.iter_mut().for_each(|n| n.refill(now));
             let expected = naive.iter().all(|n| n.fits(cost));
             let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open };
-            let outcome = table.acquire(&store, now, &[request]);
+            let outcome = table.acquire(&store, Nanos::new(now), &[request]);
             prop_assert_eq!(outcome.allowed, expected);
             let evaluated = matches!(outcome.buckets[0], BucketResult::Allowed { .. } | BucketResult::Denied { .. });
             prop_assert!(evaluated, "{:?}", outcome);
@@ -198,6 +199,6 @@ proptest! {
             store: &leases,
             view: sluice_core::global::lease::FleetView::ALONE,
         };
-        let _ = config.ruleset.decide(&request, &store, &config.table, &global, T0, config.failure_mode);
+        let _ = config.ruleset.decide(&request, &store, &config.table, &global, Nanos::new(T0), config.failure_mode);
     }
 }

@@ -9,7 +9,7 @@
 //! them the answers, publishes rulesets and the fleet view to shared data, drains the
 //! workers' report queue, and logs and counts what the machines say happened.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
@@ -18,18 +18,20 @@ use sluice_core::control::follow::{PollOutcome, RulesetFollower};
 use sluice_core::control::global::{GlobalSyncer, Leases, SyncFailure};
 use sluice_core::control::reports::{ReportOutcome, ReportSender};
 use sluice_core::control::{Answer, header_safe};
-use sluice_core::global::schedule::CONTROL_TICK_NS;
+use sluice_core::global::schedule::CONTROL_TICK;
 use sluice_core::global::sync::SYNC_PATH;
 use sluice_core::global::table::LeaseTable;
 use sluice_core::report::{REPORTS_PATH, RuleBatch};
+use sluice_core::time::Nanos;
 use sluice_core::wire::{PROXY_ERROR_HEADER, PROXY_ID_HEADER, PROXY_RULESET_VERSION_HEADER};
 
+use crate::clock;
 use crate::host_store::HostStore;
 use crate::metrics::ControlMetrics;
 use crate::{global_channel, report_channel, ruleset_channel};
 
 /// How often the service checks whether a poll retry, a report or a sync is due.
-pub const TICK: Duration = Duration::from_nanos(CONTROL_TICK_NS);
+pub const TICK: Duration = Duration::from_nanos(CONTROL_TICK.get());
 /// Extra time the HTTP call may take beyond the poll's own hold time.
 const CALL_SLACK: Duration = Duration::from_secs(5);
 const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -64,11 +66,12 @@ impl ControlService {
              from ruleset version {running_version}",
             config.admin_cluster
         );
-        let report_interval_ns = u64::from(config.report_interval_seconds) * 1_000_000_000;
+        let report_interval = Nanos::from_secs(u64::from(config.report_interval_seconds));
+        let now = clock::now().unwrap_or_default();
         ControlService {
             follower: RulesetFollower::new(running_version),
-            reports: ReportSender::new(proxy_id.clone(), report_interval_ns, now_ns()),
-            global: GlobalSyncer::new(u64::from(config.sync_interval_ms) * 1_000_000),
+            reports: ReportSender::new(proxy_id.clone(), report_interval, now),
+            global: GlobalSyncer::new(Nanos::from_millis(u64::from(config.sync_interval_ms))),
             leases: HostStore::leases(),
             config,
             proxy_id,
@@ -83,9 +86,9 @@ impl ControlService {
     /// Called on every tick: polls, syncs and reports when due.
     pub fn on_tick(&mut self) {
         self.metrics.flush();
-        let now = now_ns();
+        let now = clock::now().unwrap_or_default();
         if self.queue.is_some() {
-            report_channel::beat(now / 1_000_000);
+            report_channel::beat(now.as_millis());
         }
         self.poll(now);
         self.sync(now);
@@ -111,7 +114,7 @@ impl ControlService {
     /// Called with the answer to an HTTP call (or its failure: no headers at all).
     pub fn on_response(&mut self, token: u32, body_size: usize) {
         let status = response_status();
-        let now = now_ns();
+        let now = clock::now().unwrap_or_default();
         if self.report_call == Some(token) {
             self.report_call = None;
             match self.reports.answered(status) {
@@ -154,7 +157,7 @@ impl ControlService {
         }
     }
 
-    fn poll(&mut self, now: u64) {
+    fn poll(&mut self, now: Nanos) {
         let Some(poll) = self.follower.poll(now, self.config.poll_timeout_seconds) else {
             return;
         };
@@ -193,7 +196,7 @@ impl ControlService {
     }
 
     /// Carries out what the follower made of a poll's answer.
-    fn follow(&mut self, now: u64, outcome: PollOutcome) {
+    fn follow(&mut self, now: Nanos, outcome: PollOutcome) {
         match outcome {
             PollOutcome::Publish(doc, ruleset) => {
                 let result = ruleset_channel::publish(&doc);
@@ -227,7 +230,7 @@ impl ControlService {
         }
     }
 
-    fn sync(&mut self, now: u64) {
+    fn sync(&mut self, now: Nanos) {
         let mark = global_channel::new_buckets_mark();
         let leases = lease_table(&self.leases);
         let Some(request) = self.global.start(now, mark, leases, &self.proxy_id) else {
@@ -236,7 +239,7 @@ impl ControlService {
         self.metrics
             .global_buckets
             .set(request.buckets.len() as u64);
-        let timeout = Duration::from_nanos(self.global.timeout_ns());
+        let timeout = Duration::from(self.global.timeout());
         match self.post_json(SYNC_PATH, &request.to_json(), timeout) {
             Ok(token) => self.sync_call = Some(token),
             Err(status) => {
@@ -349,14 +352,5 @@ fn default_proxy_id() -> String {
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .filter(|id| !id.is_empty())
         .map(|id| header_safe(&id))
-        .unwrap_or_else(|| format!("envoy-{:x}", now_ns()))
-}
-
-/// The host's wall clock in ns since the Unix epoch (0 if it cannot be read).
-fn now_ns() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .and_then(|d| u64::try_from(d.as_nanos()).ok())
-        .unwrap_or_default()
+        .unwrap_or_else(|| format!("envoy-{:x}", clock::now().unwrap_or_default().get()))
 }

@@ -12,6 +12,7 @@
 
 use proxy_wasm::hostcalls;
 use sluice_core::global::lease::FleetView;
+use sluice_core::time::Nanos;
 
 const VIEW_KEY: &str = "sluice.global.view";
 const SLOTS_KEY: &str = "sluice.global.slots";
@@ -48,8 +49,8 @@ pub fn slots() -> Option<u32> {
 
 /// Notes that a worker created lease entries. Best effort: a lost note only delays the
 /// first sync of a new bucket to the next regular one.
-pub fn note_new_buckets(now_ns: u64) {
-    let _ = hostcalls::set_shared_data(NEW_KEY, Some(&now_ns.to_le_bytes()), None);
+pub fn note_new_buckets(now: Nanos) {
+    let _ = hostcalls::set_shared_data(NEW_KEY, Some(&now.get().to_le_bytes()), None);
 }
 
 /// The last note of new buckets (an opaque value that changes with each note).

@@ -4,7 +4,6 @@
 //! reads and compare-and-swap writes on this worker's thread.
 
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -15,10 +14,10 @@ use sluice_core::response::{self, HeaderList};
 use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 
-use crate::global_channel;
 use crate::metrics::Metrics;
 use crate::request::LazyRequest;
-use crate::root::Shared;
+use crate::shared::Shared;
+use crate::{clock, global_channel};
 
 #[derive(Debug)]
 pub struct SluiceHttp {
@@ -46,7 +45,7 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         }
-        let Some(now) = host_now() else {
+        let Some(now) = clock::now() else {
             log::warn!("the host clock is unavailable");
             metrics.errors.inc();
             metrics.fail_open.inc();
@@ -161,14 +160,6 @@ impl HttpContext for SluiceHttp {
         }
         Action::Continue
     }
-}
-
-/// The host clock in nanoseconds since the Unix epoch.
-fn host_now() -> Option<u64> {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .and_then(|d| u64::try_from(d.as_nanos()).ok())
 }
 
 fn record(metrics: &Metrics, decision: &Decision<'_>) {

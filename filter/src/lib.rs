@@ -7,6 +7,9 @@
 //!   [`ruleset_channel`] (shared data) to every worker, reports statistics, and syncs
 //!   global buckets.
 //! * [`http`]: one per request; asks the core for a decision and answers or forwards.
+//! * [`shared`]: what a worker's root and its requests share (configuration, stores,
+//!   metrics, statistics).
+//! * [`clock`]: the host's wall clock, read in one place.
 //! * [`host_store`]: the core's `SharedStore` over proxy-wasm shared data (bucket slots
 //!   and lease entries).
 //! * [`global_channel`]: the fleet view and the lease table's size, between the control
@@ -24,6 +27,7 @@
 )]
 #![deny(clippy::indexing_slicing)]
 
+pub mod clock;
 pub mod control;
 pub mod global_channel;
 pub mod host_store;
@@ -33,6 +37,7 @@ pub mod report_channel;
 pub mod request;
 pub mod root;
 pub mod ruleset_channel;
+pub mod shared;
 
 use proxy_wasm::types::LogLevel;
 

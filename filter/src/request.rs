@@ -11,8 +11,7 @@ use std::net::IpAddr;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
-use sluice_core::request::{RequestAttributes, parse_socket_ip};
-use sluice_core::ruleset::RequestNeeds;
+use sluice_core::request::{RequestAttributes, RequestNeeds, parse_socket_ip};
 
 /// One request's attributes, each fetched from the host on first use.
 #[derive(Debug)]

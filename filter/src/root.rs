@@ -6,7 +6,6 @@
 //! * anything else: the HTTP filter, one root per worker VM, owning what every request
 //!   of that worker shares: the configuration in force, the metrics and the store.
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -15,13 +14,12 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::config::{ControlConfigSpec, FilterConfig, FilterConfigSpec};
-use sluice_core::global::lease::FleetView;
-use sluice_core::report::Aggregate;
 
+use crate::clock;
 use crate::control::{self, ControlService};
-use crate::host_store::HostStore;
 use crate::http::SluiceHttp;
 use crate::metrics::{Metrics, RuleCounters};
+use crate::shared::Shared;
 use crate::{global_channel, report_channel, ruleset_channel};
 
 /// The root id of the control service in the generated Envoy configuration.
@@ -31,46 +29,6 @@ pub const CONTROL_ROOT_ID: &str = "sluice_control";
 const WORKER_TICK: Duration = Duration::from_millis(100);
 /// Ticks between two statistics flushes (one second).
 const TICKS_PER_FLUSH: u32 = 10;
-
-/// State shared by a worker's root context and its request contexts (one VM, one
-/// thread).
-#[derive(Debug)]
-pub struct Shared {
-    /// The configuration in force; `None` until a valid one arrives. Replaced whole, so
-    /// a request keeps the `Rc` it started with.
-    config: RefCell<Option<Rc<FilterConfig>>>,
-    pub metrics: RefCell<Metrics>,
-    pub store: HostStore,
-    /// The lease table's entries (global buckets).
-    pub leases: HostStore,
-    /// What the control service last said about the fleet (read on every tick).
-    pub view: Cell<FleetView>,
-    /// Decision statistics since the last flush: per-rule counts and throttled clients.
-    pub statistics: RefCell<Aggregate>,
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Self {
-            config: RefCell::default(),
-            metrics: RefCell::default(),
-            store: HostStore::slots(),
-            leases: HostStore::leases(),
-            view: Cell::new(FleetView::ALONE),
-            statistics: RefCell::default(),
-        }
-    }
-}
-
-impl Shared {
-    pub fn config(&self) -> Option<Rc<FilterConfig>> {
-        self.config.borrow().clone()
-    }
-
-    pub fn metrics(&self) -> std::cell::Ref<'_, Metrics> {
-        self.metrics.borrow()
-    }
-}
 
 #[derive(Debug, Default)]
 pub struct SluiceRoot {
@@ -215,7 +173,7 @@ impl FilterRoot {
                     log::warn!("{e}");
                     metrics.errors.inc();
                 }
-                *self.shared.config.borrow_mut() = Some(Rc::new(config.clone()));
+                self.shared.install(config.clone());
                 self.base = Some(config);
             }
             Err(error) => {
@@ -256,10 +214,7 @@ impl FilterRoot {
                 .or_insert_with(|| RuleCounters::define(&rule.rule))
                 .add(&rule.counts);
         }
-        let now_ms = hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = clock::now().unwrap_or_default().as_millis();
         if !report_channel::control_alive(now_ms) {
             // No control service (static rules only) or it is not draining: Envoy's own
             // counters above are all there is.
@@ -323,7 +278,7 @@ impl FilterRoot {
             .clone()
             .or_else(|| FilterConfig::try_from(FilterConfigSpec::default()).ok());
         if let Some(base) = base {
-            *self.shared.config.borrow_mut() = Some(Rc::new(FilterConfig { ruleset, ..base }));
+            self.shared.install(FilterConfig { ruleset, ..base });
             metrics.rulesets_applied.inc();
             log::info!("now enforcing pushed ruleset version {}", doc.version);
         }

@@ -21,6 +21,7 @@ use sluice_core::global::sync::{BucketUsage, SyncRequest, SyncResponse};
 use sluice_core::report::{ClientCount, Report, RuleBatch, RuleCounts, RuleReport};
 use sluice_core::slot::SlotValue;
 use sluice_core::spec::{FailureMode, RuleSpec};
+use sluice_core::time::Nanos;
 use sluice_core::wire::RulesetDocument;
 
 // The admin API's own rules-file reader, compiled in as the `rules_file` target does.
@@ -66,17 +67,17 @@ fn main() {
         fallback: false,
         sync_interval_ns: SECOND / 4,
     };
-    let mut entry = LeaseEntry::new(0xb0c4e7, &limit, T0);
+    let mut entry = LeaseEntry::new(0xb0c4e7, &limit, Nanos::new(T0));
     corpus.write("lease_entry", "new", &with_noise(&entry.encode(), 1));
-    entry.spend(1, T0, &view);
+    entry.spend(1, Nanos::new(T0), &view);
     corpus.write("lease_entry", "spent", &with_noise(&entry.encode(), 2));
-    entry.collect(T0 + SECOND / 4, SECOND / 4, &view);
+    entry.collect(Nanos::new(T0 + SECOND / 4), Nanos::new(SECOND / 4), &view);
     let grant = Grant {
         granted: 5,
         share_ppm: 400_000,
         full_in_ns: SECOND,
     };
-    entry.apply(&grant, T0 + SECOND / 4, &view);
+    entry.apply(&grant, Nanos::new(T0 + SECOND / 4), &view);
     corpus.write("lease_entry", "leased", &with_noise(&entry.encode(), 3));
 
     corpus.write("fleet_view", "alone", &FleetView::ALONE.encode());

@@ -15,6 +15,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, STATE_LEN, Settings, Usage, settle};
+use sluice_core::time::Nanos;
 
 fuzz_target!(|input: &[u8]| {
     // The state's bytes come first, so the seed corpus is plain encoded states; whatever
@@ -35,8 +36,8 @@ fuzz_target!(|input: &[u8]| {
         &mut settled,
         &step.limit,
         &step.usage,
-        step.covers_ns,
-        step.now,
+        Nanos::new(step.covers_ns),
+        Nanos::new(step.now),
         &step.settings,
     );
     assert_eq!(
@@ -75,7 +76,7 @@ impl<'a> Arbitrary<'a> for Settlement {
             want: count()?,
         };
         let interval_ms = u.int_in_range(50..=10_000u64)?;
-        let mut settings = Settings::for_interval(interval_ms * MS);
+        let mut settings = Settings::for_interval(Nanos::new(interval_ms * MS));
         settings.warming_up = u.arbitrary()?;
         settings.fleet_size = u.int_in_range(1..=u32::MAX)?;
         Ok(Settlement {

@@ -27,6 +27,7 @@ use sluice_core::limiter::SlotTable;
 use sluice_core::rule::Rule;
 use sluice_core::ruleset::{DecisionSink, GlobalBuckets, Outcome, RuleOutcome, Ruleset};
 use sluice_core::store::MemoryStore;
+use sluice_core::time::Nanos;
 use sluice_fuzz::{LATEST_CLOCK_NS, Scenario};
 
 fuzz_target!(|scenario: Scenario| {
@@ -54,7 +55,7 @@ fuzz_target!(|scenario: Scenario| {
             &store,
             &table,
             &global,
-            now,
+            Nanos::new(now),
             scenario.failure_mode,
             &mut outcomes,
         );

@@ -15,6 +15,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use sluice_core::global::coordinator::Grant;
 use sluice_core::global::lease::{ENTRY_LEN, FleetView, LeaseEntry, Spend};
+use sluice_core::time::Nanos;
 
 fuzz_target!(|input: &[u8]| {
     // The entry's bytes come first, so the seed corpus is plain encoded entries; whatever
@@ -38,33 +39,33 @@ fuzz_target!(|input: &[u8]| {
         match op.kind {
             OpKind::Spend { cost, undo } => {
                 let before = entry;
-                let spent = entry.spend(cost, now, &view);
+                let spent = entry.spend(cost, Nanos::new(now), &view);
                 if spent == Spend::Lease {
                     assert_eq!(entry.balance, before.balance - cost);
                 }
                 if undo {
-                    entry.undo(cost, spent, now, &view);
+                    entry.undo(cost, spent, Nanos::new(now), &view);
                     if spent == Spend::Lease {
                         assert_eq!(entry.balance, before.balance);
                     }
                 }
             }
             OpKind::Remaining => {
-                let _ = entry.remaining(now, &view);
+                let _ = entry.remaining(Nanos::new(now), &view);
             }
             OpKind::Collect { covers_ns } => {
-                let usage = entry.collect(now, covers_ns, &view);
+                let usage = entry.collect(Nanos::new(now), Nanos::new(covers_ns), &view);
                 assert_eq!((entry.attempts, entry.unleased), (0, 0));
                 let _ = usage;
             }
-            OpKind::Apply(grant) => entry.apply(&grant, now, &view),
+            OpKind::Apply(grant) => entry.apply(&grant, Nanos::new(now), &view),
         }
         assert_eq!(
             LeaseEntry::decode(&entry.encode()),
             Some(entry),
             "an entry written back must read back"
         );
-        let _ = entry.forgettable(now);
+        let _ = entry.forgettable(Nanos::new(now));
     }
 });
 

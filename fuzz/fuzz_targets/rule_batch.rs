@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use libfuzzer_sys::fuzz_target;
 use sluice_core::control::reports::ReportSender;
 use sluice_core::report::{MAX_RULES, Report, RuleBatch, RuleCounts, TOP_CLIENTS};
+use sluice_core::time::Nanos;
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: Nanos = Nanos::from_secs(1);
 
 fuzz_target!(|bytes: &[u8]| {
     let Some(batch) = RuleBatch::decode(bytes) else {
@@ -23,7 +24,7 @@ fuzz_target!(|bytes: &[u8]| {
     };
     assert_eq!(RuleBatch::decode(&batch.encode()).as_ref(), Some(&batch));
 
-    let mut sender = ReportSender::new("fuzz-proxy".into(), SECOND, 0);
+    let mut sender = ReportSender::new("fuzz-proxy".into(), SECOND, Nanos::ZERO);
     sender.merge(&batch);
     sender.merge(&batch);
     sender.tick(SECOND, 1);

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 use utoipa::IntoParams;
 
 use super::error::Input;

@@ -4,7 +4,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sluice_api::Problem;
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 
 use crate::store::{Role, StoreError};
 

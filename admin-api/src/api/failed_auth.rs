@@ -28,6 +28,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use sluice_core::gcra::Gcra;
+use sluice_core::time::Nanos;
 
 /// Failures an address may make at once, by default (`sluice serve --auth-failures`).
 pub const ALLOWED_FAILURES: u64 = 10;
@@ -164,7 +165,7 @@ impl FailedAuths {
         let Some(&tat) = buckets.get(&address) else {
             return Ok(());
         };
-        let verdict = self.limit.check(tat, now_ns, 1);
+        let verdict = self.limit.check(Nanos::new(tat), Nanos::new(now_ns), 1);
         if verdict.allowed {
             Ok(())
         } else {
@@ -194,9 +195,9 @@ impl FailedAuths {
             }
         }
         let tat = buckets.get(&address).copied().unwrap_or(0);
-        let verdict = self.limit.check(tat, now_ns, 1);
+        let verdict = self.limit.check(Nanos::new(tat), Nanos::new(now_ns), 1);
         if verdict.allowed {
-            buckets.insert(address, verdict.new_tat);
+            buckets.insert(address, verdict.new_tat.get());
         }
     }
 }

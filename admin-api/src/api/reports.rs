@@ -15,7 +15,7 @@ use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use sluice_api::MAX_SAFE_INTEGER;
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 use utoipa::ToSchema;
 
 use super::AppState;

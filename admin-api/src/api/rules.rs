@@ -444,7 +444,7 @@ fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
         let id = rule_id(spec);
         if let Some(first) = seen.insert(id, i) {
             let field = if spec.id.is_some() { "id" } else { "name" };
-            problems.push(sluice_core::rule::FieldError {
+            problems.push(sluice_core::validation::FieldError {
                 field: format!("rules[{i}].{field}"),
                 message: format!("rule id `{id}` is also used by rules[{first}]"),
             });
@@ -455,7 +455,7 @@ fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
     } else {
         Err(ApiError::Invalid(
             Input::Ruleset,
-            sluice_core::rule::ValidationErrors(problems),
+            sluice_core::validation::ValidationErrors(problems),
         ))
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
+use sluice_core::time::Nanos;
 
 /// Buckets kept no longer than needed: a full bucket without recent demand is the same as
 /// no bucket, so it is dropped (swept at most every [`SWEEP_EVERY_NS`]).
@@ -42,7 +43,14 @@ impl MemoryBuckets {
             .iter()
             .map(|(id, limit, usage)| {
                 let state = inner.buckets.entry(*id).or_default();
-                settle(state, limit, usage, covers_ns, now, settings)
+                settle(
+                    state,
+                    limit,
+                    usage,
+                    Nanos::new(covers_ns),
+                    Nanos::new(now),
+                    settings,
+                )
             })
             .collect();
         if now.saturating_sub(inner.last_sweep) >= SWEEP_EVERY_NS {

@@ -25,7 +25,8 @@ use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{Settings, Usage};
 use sluice_core::global::sync::{SyncRequest, SyncResponse};
 use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::time::Nanos;
+use sluice_core::validation::{FieldError, ValidationErrors};
 
 use memory::MemoryBuckets;
 
@@ -330,7 +331,7 @@ impl Coordinator {
     async fn settle(&self, sync: &ValidSync, now: Instant) -> Result<SyncResponse, Unavailable> {
         let lease_ttl_ns = sync.interval_ns * LEASE_TTL_INTERVALS;
         let fleet_memory_ns = sync.interval_ns * FLEET_MEMORY_INTERVALS;
-        let settings = Settings::for_interval(sync.interval_ns);
+        let settings = Settings::for_interval(Nanos::new(sync.interval_ns));
         let answer = match &self.state {
             State::Memory {
                 buckets,
@@ -505,7 +506,7 @@ mod tests {
         // one interval's refill (5) stays for the proxies' demand shares, and b reported
         // no demand.
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
-        let young_ns = Settings::for_interval(500_000_000).young_ns();
+        let young_ns = Settings::for_interval(Nanos::new(500_000_000)).young_ns();
         assert_eq!(young_ns, 800_000_000, "300 ms and one interval");
         let young_no_more = later + Duration::from_nanos(young_ns);
         let answer = coordinator.sync(&other, young_no_more).await.unwrap();

@@ -34,6 +34,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, RedisResult, Script};
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
+use sluice_core::time::Nanos;
 use tokio::sync::{mpsc, oneshot};
 
 const FLEET_KEY: &str = "sluice:quota:fleet";
@@ -312,8 +313,14 @@ impl Batcher {
                     for &(s, b) in &usages[id] {
                         let sync = &syncs[s];
                         let (_, limit, usage) = &sync.buckets[b];
-                        let grant =
-                            settle(&mut state, limit, usage, sync.covers_ns, now, &settings[s]);
+                        let grant = settle(
+                            &mut state,
+                            limit,
+                            usage,
+                            Nanos::new(sync.covers_ns),
+                            Nanos::new(now),
+                            &settings[s],
+                        );
                         // Kept while the bucket refills and its demand is remembered; after
                         // that a missing key is the same as a full, quiet bucket.
                         keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::rule::{FieldError, ValidationErrors};
+use sluice_core::validation::{FieldError, ValidationErrors};
 use sluice_core::ruleset::Ruleset;
 use sluice_core::spec::RuleSpec;
 use sqlx::{Any, Transaction};

@@ -25,7 +25,7 @@ mod tokens;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sluice_core::rule::ValidationErrors;
+use sluice_core::validation::ValidationErrors;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions as _};
 

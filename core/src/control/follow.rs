@@ -10,6 +10,7 @@
 //! enforcing what they have.
 
 use crate::ruleset::Ruleset;
+use crate::time::Nanos;
 use crate::wire::{RULESET_PATH, RulesetDocument};
 
 use super::{Answer, header_safe};
@@ -30,7 +31,7 @@ pub struct RulesetFollower {
     /// Why the last ruleset or poll failed, sent with the next poll.
     last_error: Option<String>,
     polling: bool,
-    retry_at: u64,
+    retry_at: Nanos,
     backoff_ns: u64,
 }
 
@@ -67,7 +68,7 @@ impl RulesetFollower {
             seen_version: running_version,
             last_error: None,
             polling: false,
-            retry_at: 0,
+            retry_at: Nanos::ZERO,
             backoff_ns: FIRST_BACKOFF_NS,
         }
     }
@@ -78,7 +79,7 @@ impl RulesetFollower {
 
     /// The poll to send at `now`, if none is outstanding and no backoff runs; the
     /// follower then counts it as outstanding.
-    pub fn poll(&mut self, now: u64, wait_seconds: u32) -> Option<Poll> {
+    pub fn poll(&mut self, now: Nanos, wait_seconds: u32) -> Option<Poll> {
         if self.polling || now < self.retry_at {
             return None;
         }
@@ -94,13 +95,13 @@ impl RulesetFollower {
     }
 
     /// The poll could not be sent (the host refused the call).
-    pub fn not_sent(&mut self, now: u64, why: &str) -> PollOutcome {
+    pub fn not_sent(&mut self, now: Nanos, why: &str) -> PollOutcome {
         self.polling = false;
         self.fail(now, why.to_string())
     }
 
     /// Takes the answer to the outstanding poll.
-    pub fn answered(&mut self, now: u64, answer: Answer<'_>) -> PollOutcome {
+    pub fn answered(&mut self, now: Nanos, answer: Answer<'_>) -> PollOutcome {
         self.polling = false;
         match answer.status {
             Some(200) => self.take(now, answer.body.unwrap_or_default()),
@@ -119,7 +120,12 @@ impl RulesetFollower {
     }
 
     /// Records how publishing the ruleset of a [`PollOutcome::Publish`] went.
-    pub fn published(&mut self, now: u64, version: u64, result: Result<(), String>) -> PollOutcome {
+    pub fn published(
+        &mut self,
+        now: Nanos,
+        version: u64,
+        result: Result<(), String>,
+    ) -> PollOutcome {
         match result {
             Ok(()) => {
                 self.running_version = version;
@@ -131,7 +137,7 @@ impl RulesetFollower {
         }
     }
 
-    fn take(&mut self, now: u64, body: &[u8]) -> PollOutcome {
+    fn take(&mut self, now: Nanos, body: &[u8]) -> PollOutcome {
         let doc = match RulesetDocument::from_json(body) {
             Ok(doc) => doc,
             Err(e) => {
@@ -154,7 +160,7 @@ impl RulesetFollower {
                 let message = format!("refused ruleset version {}: {errors}", doc.version);
                 self.last_error = Some(header_safe(&message));
                 self.backoff_ns = FIRST_BACKOFF_NS;
-                self.retry_at = 0;
+                self.retry_at = Nanos::ZERO;
                 PollOutcome::Refused {
                     version: doc.version,
                     message,
@@ -165,14 +171,14 @@ impl RulesetFollower {
 
     fn succeed(&mut self) -> PollOutcome {
         self.backoff_ns = FIRST_BACKOFF_NS;
-        self.retry_at = 0;
+        self.retry_at = Nanos::ZERO;
         PollOutcome::Unchanged
     }
 
-    fn fail(&mut self, now: u64, message: String) -> PollOutcome {
+    fn fail(&mut self, now: Nanos, message: String) -> PollOutcome {
         self.last_error = Some(header_safe(&message));
         let retry_in_ns = self.backoff_ns;
-        self.retry_at = now.saturating_add(retry_in_ns);
+        self.retry_at = now.saturating_add(Nanos::new(retry_in_ns));
         self.backoff_ns = (self.backoff_ns.saturating_mul(2)).min(MAX_BACKOFF_NS);
         PollOutcome::Failed {
             message,
@@ -203,17 +209,21 @@ mod tests {
     #[test]
     fn a_valid_newer_ruleset_is_published_and_followed_from() {
         let mut follower = RulesetFollower::new(0);
-        let poll = follower.poll(NOW, 30).unwrap();
+        let poll = follower.poll(Nanos::new(NOW), 30).unwrap();
         assert_eq!(poll.path, "/api/v1/ruleset?after=0&wait=30");
-        assert!(follower.poll(NOW, 30).is_none(), "one poll at a time");
+        assert!(
+            follower.poll(Nanos::new(NOW), 30).is_none(),
+            "one poll at a time"
+        );
         let body = ruleset(3, 10);
-        let PollOutcome::Publish(doc, compiled) = follower.answered(NOW, ok(&body)) else {
+        let PollOutcome::Publish(doc, compiled) = follower.answered(Nanos::new(NOW), ok(&body))
+        else {
             panic!("a valid ruleset is published");
         };
         assert_eq!((doc.version, compiled.rules().len()), (3, 1));
-        follower.published(NOW, doc.version, Ok(()));
+        follower.published(Nanos::new(NOW), doc.version, Ok(()));
         assert_eq!(follower.running_version(), 3);
-        let next = follower.poll(NOW, 30).unwrap();
+        let next = follower.poll(Nanos::new(NOW), 30).unwrap();
         assert_eq!(next.path, "/api/v1/ruleset?after=3&wait=30");
         assert_eq!((next.running_version, next.last_error), (3, None));
     }
@@ -221,14 +231,16 @@ mod tests {
     #[test]
     fn an_invalid_ruleset_is_refused_once_and_its_reason_sent_back() {
         let mut follower = RulesetFollower::new(2);
-        follower.poll(NOW, 30);
+        follower.poll(Nanos::new(NOW), 30);
         let body = ruleset(5, 0);
-        let outcome = follower.answered(NOW, ok(&body));
+        let outcome = follower.answered(Nanos::new(NOW), ok(&body));
         assert!(
             matches!(&outcome, PollOutcome::Refused { version: 5, message } if message.contains("requests")),
             "{outcome:?}"
         );
-        let next = follower.poll(NOW, 30).expect("polls again at once");
+        let next = follower
+            .poll(Nanos::new(NOW), 30)
+            .expect("polls again at once");
         assert_eq!(
             next.path, "/api/v1/ruleset?after=5&wait=30",
             "not fetched again"
@@ -247,24 +259,31 @@ mod tests {
         let mut now = NOW;
         let mut waits = Vec::new();
         for _ in 0..6 {
-            follower.poll(now, 30).expect("due");
-            let PollOutcome::Failed { retry_in_ns, .. } = follower.answered(now, Answer::NONE)
+            follower.poll(Nanos::new(now), 30).expect("due");
+            let PollOutcome::Failed { retry_in_ns, .. } =
+                follower.answered(Nanos::new(now), Answer::NONE)
             else {
                 panic!("no answer is a failure");
             };
-            assert!(follower.poll(now + retry_in_ns - 1, 30).is_none());
+            assert!(
+                follower
+                    .poll(Nanos::new(now + retry_in_ns - 1), 30)
+                    .is_none()
+            );
             waits.push(retry_in_ns / SECOND);
             now += retry_in_ns;
         }
         assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
-        let poll = follower.poll(now, 30).unwrap();
+        let poll = follower.poll(Nanos::new(now), 30).unwrap();
         assert!(poll.last_error.unwrap().contains("did not answer"));
         assert!(matches!(
-            follower.answered(now, Answer::new(Some(304), None)),
+            follower.answered(Nanos::new(now), Answer::new(Some(304), None)),
             PollOutcome::Unchanged
         ));
-        follower.poll(now, 30).expect("at once after an answer");
-        let outcome = follower.answered(now, Answer::new(Some(503), None));
+        follower
+            .poll(Nanos::new(now), 30)
+            .expect("at once after an answer");
+        let outcome = follower.answered(Nanos::new(now), Answer::new(Some(503), None));
         assert!(matches!(
             outcome,
             PollOutcome::Failed {
@@ -277,20 +296,20 @@ mod tests {
     #[test]
     fn garbage_a_refused_token_and_an_old_version_are_told_apart() {
         let mut follower = RulesetFollower::new(4);
-        follower.poll(NOW, 30);
-        let outcome = follower.answered(NOW, ok(b"{not json"));
+        follower.poll(Nanos::new(NOW), 30);
+        let outcome = follower.answered(Nanos::new(NOW), ok(b"{not json"));
         assert!(
             matches!(&outcome, PollOutcome::Failed { message, .. } if message.contains("unreadable"))
         );
-        follower.poll(NOW + MAX_BACKOFF_NS, 30);
-        let outcome = follower.answered(NOW, Answer::new(Some(401), None));
+        follower.poll(Nanos::new(NOW + MAX_BACKOFF_NS), 30);
+        let outcome = follower.answered(Nanos::new(NOW), Answer::new(Some(401), None));
         assert!(
             matches!(&outcome, PollOutcome::Failed { message, .. } if message.contains("token (HTTP 401)"))
         );
-        follower.poll(NOW + 2 * MAX_BACKOFF_NS, 30);
+        follower.poll(Nanos::new(NOW + 2 * MAX_BACKOFF_NS), 30);
         let body = ruleset(4, 10);
         assert!(matches!(
-            follower.answered(NOW, ok(&body)),
+            follower.answered(Nanos::new(NOW), ok(&body)),
             PollOutcome::Unchanged
         ));
         assert_eq!(follower.running_version(), 4);
@@ -299,22 +318,26 @@ mod tests {
     #[test]
     fn a_ruleset_that_cannot_be_published_is_a_failure() {
         let mut follower = RulesetFollower::new(0);
-        follower.poll(NOW, 30);
+        follower.poll(Nanos::new(NOW), 30);
         let body = ruleset(1, 10);
-        let PollOutcome::Publish(doc, _) = follower.answered(NOW, ok(&body)) else {
+        let PollOutcome::Publish(doc, _) = follower.answered(Nanos::new(NOW), ok(&body)) else {
             panic!("valid");
         };
-        let outcome = follower.published(NOW, doc.version, Err("shared data full".into()));
+        let outcome =
+            follower.published(Nanos::new(NOW), doc.version, Err("shared data full".into()));
         assert!(matches!(outcome, PollOutcome::Failed { .. }));
         assert_eq!(follower.running_version(), 0);
-        assert!(follower.poll(NOW, 30).is_none(), "backs off");
+        assert!(follower.poll(Nanos::new(NOW), 30).is_none(), "backs off");
     }
 
     #[test]
     fn a_poll_the_host_would_not_send_backs_off() {
         let mut follower = RulesetFollower::new(0);
-        follower.poll(NOW, 30);
-        let outcome = follower.not_sent(NOW, "cannot call cluster sluice_admin: BadArgument");
+        follower.poll(Nanos::new(NOW), 30);
+        let outcome = follower.not_sent(
+            Nanos::new(NOW),
+            "cannot call cluster sluice_admin: BadArgument",
+        );
         assert!(matches!(
             outcome,
             PollOutcome::Failed {
@@ -322,6 +345,10 @@ mod tests {
                 ..
             }
         ));
-        assert!(follower.poll(NOW + FIRST_BACKOFF_NS, 30).is_some());
+        assert!(
+            follower
+                .poll(Nanos::new(NOW + FIRST_BACKOFF_NS), 30)
+                .is_some()
+        );
     }
 }

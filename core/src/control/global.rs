@@ -18,6 +18,7 @@ use crate::global::schedule::SyncSchedule;
 use crate::global::sync::{BucketUsage, SyncRequest, SyncResponse};
 use crate::global::table::{Collected, LeaseTable};
 use crate::store::SharedStore;
+use crate::time::Nanos;
 
 use super::Answer;
 
@@ -43,7 +44,7 @@ pub struct GlobalSyncer {
 
 #[derive(Debug)]
 struct InFlight {
-    sent_at: u64,
+    sent_at: Nanos,
     /// The buckets sent, in the request's order.
     buckets: Vec<u64>,
 }
@@ -67,13 +68,13 @@ pub struct Synced {
 }
 
 impl GlobalSyncer {
-    pub fn new(sync_interval_ns: u64) -> Self {
+    pub fn new(sync_interval: Nanos) -> Self {
         GlobalSyncer {
-            schedule: SyncSchedule::new(sync_interval_ns),
+            schedule: SyncSchedule::new(sync_interval),
             pending: BTreeMap::new(),
             in_flight: None,
             view: FleetView {
-                sync_interval_ns,
+                sync_interval_ns: sync_interval.get(),
                 ..FleetView::ALONE
             },
             new_mark: 0,
@@ -96,7 +97,7 @@ impl GlobalSyncer {
     /// request to send, which then counts as on its way.
     pub fn start<S: SharedStore>(
         &mut self,
-        now: u64,
+        now: Nanos,
         new_buckets_mark: u64,
         leases: Leases<'_, S>,
         proxy_id: &str,
@@ -105,11 +106,11 @@ impl GlobalSyncer {
             return None;
         }
         self.new_mark = new_buckets_mark;
-        let covers_ns = self.schedule.covers(now);
+        let covers = self.schedule.covers(now);
         // No worker configured yet: nothing to collect, but the sync still tells the
         // coordinator this proxy is part of the fleet.
         if let Some(table) = leases.table {
-            for collected in table.collect(leases.store, now, covers_ns, &self.view) {
+            for collected in table.collect(leases.store, now, covers, &self.view) {
                 let (latest, usage) = self
                     .pending
                     .entry(collected.bucket)
@@ -121,8 +122,8 @@ impl GlobalSyncer {
         let buckets: Vec<u64> = self.pending.keys().copied().collect();
         let request = SyncRequest {
             proxy: proxy_id.to_string(),
-            interval_ms: self.schedule.interval_ns() / 1_000_000,
-            covers_ms: covers_ns / 1_000_000,
+            interval_ms: self.schedule.interval().as_millis(),
+            covers_ms: covers.as_millis(),
             buckets: self
                 .pending
                 .iter()
@@ -140,22 +141,23 @@ impl GlobalSyncer {
 
     /// How long to wait for an answer: one later than two intervals is no use, the next
     /// sync carries the usage.
-    pub fn timeout_ns(&self) -> u64 {
-        (2 * self.schedule.interval_ns()).clamp(500_000_000, 5_000_000_000)
+    pub fn timeout(&self) -> Nanos {
+        Nanos::new(2 * self.schedule.interval().get())
+            .clamp(Nanos::from_millis(500), Nanos::from_secs(5))
     }
 
     /// The host would not send the sync started at `now`.
     pub fn not_sent(&mut self, why: &str) -> SyncFailure {
         match self.in_flight.take() {
             Some(call) => self.failed(call.sent_at, format!("cannot send a sync: {why}")),
-            None => self.failed(0, format!("cannot send a sync: {why}")),
+            None => self.failed(Nanos::ZERO, format!("cannot send a sync: {why}")),
         }
     }
 
     /// Takes the answer to the sync on its way, received at `now`, and applies its grants.
     pub fn answered<S: SharedStore>(
         &mut self,
-        now: u64,
+        now: Nanos,
         answer: Answer<'_>,
         leases: Leases<'_, S>,
     ) -> Result<Synced, SyncFailure> {
@@ -187,7 +189,7 @@ impl GlobalSyncer {
         self.view = FleetView {
             fleet_size: response.fleet_size.max(1),
             fallback: response.warming_up,
-            sync_interval_ns: self.schedule.interval_ns(),
+            sync_interval_ns: self.schedule.interval().get(),
         };
         let mut applied = 0;
         if let Some(table) = leases.table {
@@ -204,7 +206,7 @@ impl GlobalSyncer {
         Ok(Synced { applied, recovered })
     }
 
-    fn failed(&mut self, sent_at: u64, message: String) -> SyncFailure {
+    fn failed(&mut self, sent_at: Nanos, message: String) -> SyncFailure {
         self.schedule.record(sent_at, false);
         self.view.fallback = true;
         SyncFailure {
@@ -238,7 +240,7 @@ mod tests {
             Proxy {
                 store: MemoryStore::new(),
                 table: LeaseTable::new(NonZeroU32::new(64).unwrap()),
-                syncer: GlobalSyncer::new(T),
+                syncer: GlobalSyncer::new(Nanos::new(T)),
                 limit: Gcra::per_second(10, 10).unwrap(),
             }
         }
@@ -246,7 +248,7 @@ mod tests {
         fn spend(&self, bucket: u64, now: u64) {
             let view = self.syncer.view();
             self.table
-                .spend(&self.store, bucket, &self.limit, 1, now, &view)
+                .spend(&self.store, bucket, &self.limit, 1, Nanos::new(now), &view)
                 .unwrap();
         }
 
@@ -255,7 +257,7 @@ mod tests {
                 table: Some(self.table),
                 store: &self.store,
             };
-            self.syncer.start(now, mark, leases, "edge-1")
+            self.syncer.start(Nanos::new(now), mark, leases, "edge-1")
         }
 
         fn reply(&mut self, now: u64, answer: Answer<'_>) -> Result<Synced, SyncFailure> {
@@ -263,7 +265,7 @@ mod tests {
                 table: Some(self.table),
                 store: &self.store,
             };
-            self.syncer.answered(now, answer, leases)
+            self.syncer.answered(Nanos::new(now), answer, leases)
         }
 
         fn answer(&mut self, now: u64, body: &str) -> Result<Synced, SyncFailure> {

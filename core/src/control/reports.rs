@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use crate::report::{Aggregate, Report, RuleBatch};
+use crate::time::Nanos;
 
 /// Reports kept while the admin API cannot take them (a minute at the default interval).
 pub const MAX_UNSENT: usize = 30;
@@ -16,10 +17,10 @@ pub const MAX_UNSENT: usize = 30;
 #[derive(Debug)]
 pub struct ReportSender {
     proxy_id: String,
-    interval_ns: u64,
+    interval: Nanos,
     /// Merged from the workers since `interval_start`.
     current: Aggregate,
-    interval_start: u64,
+    interval_start: Nanos,
     /// Finished reports not yet accepted, oldest first.
     unsent: VecDeque<Report>,
     dropped: u64,
@@ -39,10 +40,10 @@ pub enum ReportOutcome {
 }
 
 impl ReportSender {
-    pub fn new(proxy_id: String, interval_ns: u64, now: u64) -> Self {
+    pub fn new(proxy_id: String, interval: Nanos, now: Nanos) -> Self {
         ReportSender {
             proxy_id,
-            interval_ns,
+            interval,
             current: Aggregate::default(),
             interval_start: now,
             unsent: VecDeque::new(),
@@ -69,8 +70,8 @@ impl ReportSender {
     /// At `now`, closes the interval into a report when it is over and anything happened
     /// in it, the workers running `ruleset_version`. Returns whether the oldest unsent
     /// report was dropped to make room.
-    pub fn tick(&mut self, now: u64, ruleset_version: u64) -> bool {
-        if now < self.interval_start.saturating_add(self.interval_ns) {
+    pub fn tick(&mut self, now: Nanos, ruleset_version: u64) -> bool {
+        if now < self.interval_start.saturating_add(self.interval) {
             return false;
         }
         let start = std::mem::replace(&mut self.interval_start, now);
@@ -85,8 +86,8 @@ impl ReportSender {
         }
         self.unsent.push_back(Report {
             proxy_id: self.proxy_id.clone(),
-            start_ms: start / 1_000_000,
-            end_ms: now / 1_000_000,
+            start_ms: start.as_millis(),
+            end_ms: now.as_millis(),
             ruleset_version,
             batch: self.current.take(),
             dropped_reports: self.dropped,
@@ -152,7 +153,7 @@ mod tests {
     }
 
     fn sender() -> ReportSender {
-        ReportSender::new("edge-1".into(), 10 * S, START)
+        ReportSender::new("edge-1".into(), Nanos::new(10 * S), Nanos::new(START))
     }
 
     fn sent(body: &[u8]) -> serde_json::Value {
@@ -164,9 +165,9 @@ mod tests {
         let mut reports = sender();
         reports.merge(&batch(3));
         reports.merge(&batch(4));
-        reports.tick(START + 9 * S, 7);
+        reports.tick(Nanos::new(START + 9 * S), 7);
         assert!(reports.next_to_send().is_none(), "the interval is not over");
-        reports.tick(START + 10 * S, 7);
+        reports.tick(Nanos::new(START + 10 * S), 7);
         let body = sent(&reports.next_to_send().unwrap());
         assert_eq!(body["proxy_id"], "edge-1");
         assert_eq!(body["ruleset_version"], 7);
@@ -181,7 +182,7 @@ mod tests {
     #[test]
     fn a_quiet_interval_sends_nothing() {
         let mut reports = sender();
-        reports.tick(START + 10 * S, 1);
+        reports.tick(Nanos::new(START + 10 * S), 1);
         assert!(reports.next_to_send().is_none());
     }
 
@@ -192,7 +193,7 @@ mod tests {
         for i in 0..(MAX_UNSENT as u64 + 2) {
             reports.merge(&batch(i + 1));
             now += 10 * S;
-            let dropped = reports.tick(now, 1);
+            let dropped = reports.tick(Nanos::new(now), 1);
             assert_eq!(dropped, i >= MAX_UNSENT as u64, "interval {i}");
             if reports.next_to_send().is_some() {
                 assert_eq!(reports.answered(None), ReportOutcome::Kept);
@@ -220,7 +221,7 @@ mod tests {
     fn a_refused_report_is_dropped_and_counted_and_an_unsent_one_stays() {
         let mut reports = sender();
         reports.merge(&batch(1));
-        reports.tick(START + 10 * S, 1);
+        reports.tick(Nanos::new(START + 10 * S), 1);
         reports.next_to_send().unwrap();
         reports.not_sent();
         reports.next_to_send().expect("still first in line");

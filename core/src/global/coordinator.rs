@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::gcra::Gcra;
+use crate::time::Nanos;
 
 /// The state the coordinator keeps per global bucket (in memory, or in Redis as the bytes
 /// of [`BucketState::encode`]).
@@ -152,7 +153,8 @@ impl Settings {
     }
 
     /// The defaults for a sync interval (see the constants in [`super`]).
-    pub fn for_interval(sync_interval_ns: u64) -> Self {
+    pub fn for_interval(sync_interval: Nanos) -> Self {
+        let sync_interval_ns = sync_interval.get();
         Self {
             sync_interval_ns,
             demand_tau_ns: (sync_interval_ns as f64 * super::DEMAND_TAU_INTERVALS) as u64,
@@ -165,18 +167,22 @@ impl Settings {
 /// Settles one proxy's usage of one bucket at `now` and returns its grant.
 ///
 /// `limit` is the limit the proxy enforces for this bucket (it sends it with the usage, so
-/// the coordinator needs no copy of the rules or overrides); `covers_ns` is how long the
+/// the coordinator needs no copy of the rules or overrides); `covers` is how long the
 /// usage covers (the time since the proxy's last successful sync).
 pub fn settle(
     state: &mut BucketState,
     limit: &Gcra,
     usage: &Usage,
-    covers_ns: u64,
-    now: u64,
+    covers: Nanos,
+    now: Nanos,
     settings: &Settings,
 ) -> Grant {
     // 1. Gave back: never beyond full.
-    state.tat = limit.refund(state.tat, now, usage.returned);
+    state.tat = limit
+        .refund(Nanos::new(state.tat), now, usage.returned)
+        .get();
+    // The rest is arithmetic on the state's stored words (the Redis layout), in ns.
+    let (covers_ns, now) = (covers.get(), now.get());
     // 2. Spent without a lease: debited, into a debt of at most one burst. A debt is paid
     //    back by the refill before anything more is granted, so spending the coordinator
     //    had not seen (a new bucket's even shares, fallback during an outage) is made up
@@ -311,8 +317,8 @@ fn record_demand(
 mod tests {
 
     use super::*;
-    use crate::gcra::NANOS_PER_SECOND as S;
     use crate::global::test_support::{T, limit};
+    use crate::time::NANOS_PER_SECOND as S;
 
     fn want(want: u64) -> Usage {
         Usage {
@@ -326,16 +332,44 @@ mod tests {
         let l = limit(10, 20);
         let mut state = BucketState::default();
         let now = 100 * S;
-        let settings = Settings::for_interval(T);
-        let first = settle(&mut state, &l, &want(15), T, now, &settings);
+        let settings = Settings::for_interval(Nanos::new(T));
+        let first = settle(
+            &mut state,
+            &l,
+            &want(15),
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert_eq!(first.granted, 15);
-        let second = settle(&mut state, &l, &want(15), T, now, &settings);
+        let second = settle(
+            &mut state,
+            &l,
+            &want(15),
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert_eq!(second.granted, 5, "only the burst's rest is left");
-        let third = settle(&mut state, &l, &want(15), T, now, &settings);
+        let third = settle(
+            &mut state,
+            &l,
+            &want(15),
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert_eq!(third.granted, 0);
         assert_eq!(third.full_in_ns, 2 * S, "20 tokens at 10/s refill in 2 s");
         // Half a second later five tokens have refilled.
-        let later = settle(&mut state, &l, &want(15), T, now + S / 2, &settings);
+        let later = settle(
+            &mut state,
+            &l,
+            &want(15),
+            Nanos::new(T),
+            Nanos::new(now + S / 2),
+            &settings,
+        );
         assert_eq!(later.granted, 5);
     }
 
@@ -343,7 +377,7 @@ mod tests {
     fn spending_without_a_lease_is_debited_into_at_most_one_burst_of_debt() {
         let l = limit(10, 20);
         let now = 100 * S;
-        let settings = Settings::for_interval(T);
+        let settings = Settings::for_interval(Nanos::new(T));
         let mut state = BucketState::default();
         let g = settle(
             &mut state,
@@ -353,8 +387,8 @@ mod tests {
                 want: 100,
                 ..Usage::default()
             },
-            T,
-            now,
+            Nanos::new(T),
+            Nanos::new(now),
             &settings,
         );
         assert_eq!(
@@ -373,20 +407,27 @@ mod tests {
                 unleased: 1_000,
                 ..Usage::default()
             },
-            T,
-            now,
+            Nanos::new(T),
+            Nanos::new(now),
             &settings,
         );
         assert_eq!(g.full_in_ns, 4 * S);
-        let paying = settle(&mut state, &l, &want(100), T, now + S, &settings);
+        let paying = settle(
+            &mut state,
+            &l,
+            &want(100),
+            Nanos::new(T),
+            Nanos::new(now + S),
+            &settings,
+        );
         assert_eq!(paying.granted, 0, "still paying back");
         assert_eq!(
             settle(
                 &mut state,
                 &l,
                 &want(100),
-                T,
-                now + 2 * S + S / 2,
+                Nanos::new(T),
+                Nanos::new(now + 2 * S + S / 2),
                 &settings
             )
             .granted,
@@ -400,7 +441,7 @@ mod tests {
         // syncing. The first to sync must not be granted what the others already spent.
         let l = limit(10, 20);
         let now = 100 * S;
-        let mut settings = Settings::for_interval(T);
+        let mut settings = Settings::for_interval(Nanos::new(T));
         settings.fleet_size = 3;
         let mut state = BucketState::default();
         let spent = Usage {
@@ -409,13 +450,38 @@ mod tests {
             want: 100,
             returned: 0,
         };
-        let first = settle(&mut state, &l, &spent, T, now, &settings);
+        let first = settle(
+            &mut state,
+            &l,
+            &spent,
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert_eq!(
             first.granted, 0,
             "its third of the bucket (6.67) is what it spent already (6)"
         );
-        assert_eq!(settle(&mut state, &l, &spent, T, now, &settings).granted, 0);
-        settle(&mut state, &l, &spent, T, now, &settings);
+        assert_eq!(
+            settle(
+                &mut state,
+                &l,
+                &spent,
+                Nanos::new(T),
+                Nanos::new(now),
+                &settings
+            )
+            .granted,
+            0
+        );
+        settle(
+            &mut state,
+            &l,
+            &spent,
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         // 18 of 20 spent unleased. A second later the 2 left and the refill (10) are
         // there: 30 in all, exactly `burst + rate × elapsed`.
         let later = now + S;
@@ -425,7 +491,17 @@ mod tests {
             ..Usage::default()
         };
         let granted: u64 = (0..3)
-            .map(|_| settle(&mut state, &l, &asking, S, later, &settings).granted)
+            .map(|_| {
+                settle(
+                    &mut state,
+                    &l,
+                    &asking,
+                    Nanos::new(S),
+                    Nanos::new(later),
+                    &settings,
+                )
+                .granted
+            })
             .sum();
         assert_eq!(granted, 12);
     }
@@ -434,10 +510,18 @@ mod tests {
     fn returned_tokens_go_back_but_never_beyond_full() {
         let l = limit(10, 20);
         let now = 100 * S;
-        let settings = Settings::for_interval(T);
+        let settings = Settings::for_interval(Nanos::new(T));
         let mut state = BucketState::default();
         assert_eq!(
-            settle(&mut state, &l, &want(20), T, now, &settings).granted,
+            settle(
+                &mut state,
+                &l,
+                &want(20),
+                Nanos::new(T),
+                Nanos::new(now),
+                &settings
+            )
+            .granted,
             20
         );
         let back = Usage {
@@ -445,9 +529,24 @@ mod tests {
             want: 0,
             ..Usage::default()
         };
-        settle(&mut state, &l, &back, T, now, &settings);
+        settle(
+            &mut state,
+            &l,
+            &back,
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert_eq!(
-            settle(&mut state, &l, &want(100), T, now, &settings).granted,
+            settle(
+                &mut state,
+                &l,
+                &want(100),
+                Nanos::new(T),
+                Nanos::new(now),
+                &settings
+            )
+            .granted,
             15
         );
 
@@ -456,9 +555,24 @@ mod tests {
             returned: 50,
             ..Usage::default()
         };
-        settle(&mut full, &l, &back, T, now, &settings);
+        settle(
+            &mut full,
+            &l,
+            &back,
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert_eq!(
-            settle(&mut full, &l, &want(100), T, now, &settings).granted,
+            settle(
+                &mut full,
+                &l,
+                &want(100),
+                Nanos::new(T),
+                Nanos::new(now),
+                &settings
+            )
+            .granted,
             20
         );
     }
@@ -467,7 +581,7 @@ mod tests {
     fn warming_up_grants_nothing_but_still_learns_demand_and_debits() {
         let l = limit(10, 20);
         let now = 100 * S;
-        let mut settings = Settings::for_interval(T);
+        let mut settings = Settings::for_interval(Nanos::new(T));
         settings.warming_up = true;
         let mut state = BucketState::default();
         let g = settle(
@@ -479,8 +593,8 @@ mod tests {
                 want: 10,
                 returned: 0,
             },
-            T,
-            now,
+            Nanos::new(T),
+            Nanos::new(now),
             &settings,
         );
         assert_eq!(g.granted, 0);
@@ -494,7 +608,14 @@ mod tests {
             want: 100,
             ..Usage::default()
         };
-        let g = settle(&mut state, &l, &more, T, now, &settings);
+        let g = settle(
+            &mut state,
+            &l,
+            &more,
+            Nanos::new(T),
+            Nanos::new(now),
+            &settings,
+        );
         assert!(g.share_ppm > 0, "shares again once warmed up");
         assert_eq!(
             g.granted, 20,
@@ -507,7 +628,7 @@ mod tests {
         // Three proxies with a 70/20/10 split of 200 attempts per second, syncing every
         // interval, staggered: after a few seconds each share is near its part.
         let l = limit(100, 100);
-        let settings = Settings::for_interval(T);
+        let settings = Settings::for_interval(Nanos::new(T));
         let mut state = BucketState::default();
         let parts = [0.7, 0.2, 0.1];
         let mut last = [0u32; 3];
@@ -520,7 +641,15 @@ mod tests {
                     want: attempts,
                     ..Usage::default()
                 };
-                last[p] = settle(&mut state, &l, &usage, T, now, &settings).share_ppm;
+                last[p] = settle(
+                    &mut state,
+                    &l,
+                    &usage,
+                    Nanos::new(T),
+                    Nanos::new(now),
+                    &settings,
+                )
+                .share_ppm;
             }
         }
         for (p, part) in parts.iter().enumerate() {

@@ -22,6 +22,7 @@ use std::num::NonZeroU64;
 use super::coordinator::{Grant, PPM, Usage};
 use super::{LEASE_TTL_INTERVALS, WANT_HORIZON_INTERVALS};
 use crate::gcra::{Gcra, MAX_CAPACITY_NS};
+use crate::time::Nanos;
 
 /// What every worker knows about the fleet, published by the control service after each
 /// sync attempt.
@@ -109,21 +110,21 @@ pub struct LeaseEntry {
     /// Leased tokens not yet spent.
     pub balance: u64,
     /// The lease is spendable while `now < expires_at` (this proxy's clock).
-    pub expires_at: u64,
+    pub expires_at: Nanos,
     /// This proxy's share of the fleet's demand, parts per million; `0` when unknown.
     pub share_ppm: u32,
     /// The local share's GCRA theoretical arrival time.
-    pub local_tat: u64,
+    pub local_tat: Nanos,
     /// Tokens attempted since the control service last collected.
     pub attempts: u64,
     /// Tokens admitted without a lease since the control service last collected.
     pub unleased: u64,
     /// When the coordinator's bucket is full again if nobody takes more: after this the
     /// entry may be forgotten without losing anything.
-    pub full_at: u64,
+    pub full_at: Nanos,
     /// When this proxy first saw the bucket: a new bucket's attempts cover only the time
     /// since, not a whole sync interval.
-    pub born_at: u64,
+    pub born_at: Nanos,
 }
 
 /// A fleet's fallback share never drops below this fraction of an even split, so a proxy
@@ -137,25 +138,25 @@ const SHARE_SMOOTHING: u64 = 4;
 
 impl LeaseEntry {
     /// A bucket this proxy sees for the first time at `now`.
-    pub fn new(bucket: u64, limit: &Gcra, now: u64) -> Self {
+    pub fn new(bucket: u64, limit: &Gcra, now: Nanos) -> Self {
         Self {
             bucket,
             interval_ns: limit.interval_ns(),
             burst: limit.burst(),
             settled: false,
             balance: 0,
-            expires_at: 0,
+            expires_at: Nanos::ZERO,
             share_ppm: 0,
-            local_tat: 0,
+            local_tat: Nanos::ZERO,
             attempts: 0,
             unleased: 0,
-            full_at: 0,
+            full_at: Nanos::ZERO,
             born_at: now,
         }
     }
 
     /// Spends `cost` tokens at `now`, or says why not.
-    pub fn spend(&mut self, cost: u64, now: u64, view: &FleetView) -> Spend {
+    pub fn spend(&mut self, cost: u64, now: Nanos, view: &FleetView) -> Spend {
         self.attempts = self.attempts.saturating_add(cost);
         if now < self.expires_at && self.balance >= cost {
             self.balance -= cost;
@@ -189,7 +190,7 @@ impl LeaseEntry {
 
     /// Gives back what [`Self::spend`] took, when another limit of the same request denied
     /// it. The attempt stays counted: it was demand.
-    pub fn undo(&mut self, cost: u64, spent: Spend, now: u64, view: &FleetView) {
+    pub fn undo(&mut self, cost: u64, spent: Spend, now: Nanos, view: &FleetView) {
         match spent {
             Spend::Lease => self.balance = self.balance.saturating_add(cost),
             Spend::NewBucket | Spend::Fallback => {
@@ -203,7 +204,7 @@ impl LeaseEntry {
     }
 
     /// Whole tokens this proxy could admit now without asking anyone.
-    pub fn remaining(&self, now: u64, view: &FleetView) -> u64 {
+    pub fn remaining(&self, now: Nanos, view: &FleetView) -> u64 {
         let leased = if now < self.expires_at {
             self.balance
         } else {
@@ -242,13 +243,13 @@ impl LeaseEntry {
         .ok()
     }
 
-    /// Takes the counts for the next sync, `covers_ns` after the previous collection:
+    /// Takes the counts for the next sync, `covers` after the previous collection:
     /// attempts and unleased spending are zeroed, the wish is this proxy's attempt rate over
     /// [`WANT_HORIZON_INTERVALS`] sync intervals, and a balance nobody used since the
     /// previous collection goes back to the fleet. A lease that expired is dropped without
     /// being returned: after a coordinator restart its tokens may already be counted as
     /// refilled.
-    pub fn collect(&mut self, now: u64, covers_ns: u64, view: &FleetView) -> Usage {
+    pub fn collect(&mut self, now: Nanos, covers: Nanos, view: &FleetView) -> Usage {
         let attempts = std::mem::take(&mut self.attempts);
         let unleased = std::mem::take(&mut self.unleased);
         let leased = now < self.expires_at;
@@ -262,7 +263,7 @@ impl LeaseEntry {
             // flight, and this bucket would start afresh with a new even share, admitting
             // its burst again. The answer replaces this with the fleet's own figure.
             let refill_ns = self.burst.saturating_mul(self.interval_ns);
-            self.full_at = self.full_at.max(now.saturating_add(refill_ns));
+            self.full_at = self.full_at.max(now.saturating_add(Nanos::new(refill_ns)));
         }
         let returned = if attempts == 0 && leased {
             std::mem::take(&mut self.balance)
@@ -282,10 +283,11 @@ impl LeaseEntry {
         // its refill is lost until the proxy's wish catches up. Asking too much costs
         // nothing lasting: the grant is capped by what the fleet's bucket holds, and an
         // unused lease goes back after one idle interval.
-        let covers = covers_ns
+        let covers = covers
             .min(now.saturating_sub(self.born_at))
-            .max(1_000_000.min(covers_ns))
-            .max(1);
+            .max(Nanos::from_millis(1).min(covers))
+            .max(Nanos::new(1))
+            .get();
         let horizon = (attempts as f64 * horizon_ns / covers as f64).ceil() as u64;
         Usage {
             attempts,
@@ -296,7 +298,7 @@ impl LeaseEntry {
     }
 
     /// Applies the coordinator's answer for this bucket, received at `now`.
-    pub fn apply(&mut self, grant: &Grant, now: u64, view: &FleetView) {
+    pub fn apply(&mut self, grant: &Grant, now: Nanos, view: &FleetView) {
         self.settled = true;
         // Tokens admitted without a lease since the usage was collected (a new bucket's
         // even share, or the fallback share) are paid for by this grant, which the
@@ -308,7 +310,7 @@ impl LeaseEntry {
         let covered = self.unleased.min(grant.granted);
         self.unleased -= covered;
         self.balance = self.balance.saturating_add(grant.granted - covered);
-        self.expires_at = now.saturating_add(view.lease_ttl_ns());
+        self.expires_at = now.saturating_add(Nanos::new(view.lease_ttl_ns()));
         // No share (0): the coordinator does not know the fleet's demand yet (it is
         // warming up); the last known share stays. Otherwise the share is smoothed over
         // the last few answers: each is one interval's sample of this proxy's traffic, and
@@ -322,18 +324,20 @@ impl LeaseEntry {
                     / SHARE_SMOOTHING) as u32
             };
         }
-        self.full_at = now.saturating_add(grant.full_in_ns);
+        self.full_at = now.saturating_add(Nanos::new(grant.full_in_ns));
         // The local GCRA has the fleet bucket's capacity in time, so making it at most as
         // full as the fleet's bucket is now continues the fleet's limit where it stands if
         // the coordinator is lost, instead of handing every proxy a fresh burst. Never
         // fuller than it is: while on fallback shares, the coordinator has not yet heard
         // of this proxy's latest spending.
-        self.local_tat = self.local_tat.max(now.saturating_add(grant.full_in_ns));
+        self.local_tat = self
+            .local_tat
+            .max(now.saturating_add(Nanos::new(grant.full_in_ns)));
     }
 
     /// Whether the entry can be dropped without losing anything: nothing left to report,
     /// no lease to spend, and the fleet's bucket is full again.
-    pub fn forgettable(&self, now: u64) -> bool {
+    pub fn forgettable(&self, now: Nanos) -> bool {
         self.attempts == 0
             && self.unleased == 0
             && (self.balance == 0 || now >= self.expires_at)
@@ -360,12 +364,12 @@ impl LeaseEntry {
             self.interval_ns,
             self.burst,
             self.balance,
-            self.expires_at,
-            self.local_tat,
+            self.expires_at.get(),
+            self.local_tat.get(),
             self.attempts,
             self.unleased,
-            self.full_at,
-            self.born_at,
+            self.full_at.get(),
+            self.born_at.get(),
         ];
         let (head, rest) = out.split_at_mut(2);
         head.copy_from_slice(&[ENTRY_FORMAT, u8::from(self.settled)]);
@@ -396,12 +400,12 @@ impl LeaseEntry {
             burst: next()?,
             settled,
             balance: next()?,
-            expires_at: next()?,
-            local_tat: next()?,
+            expires_at: Nanos::new(next()?),
+            local_tat: Nanos::new(next()?),
             attempts: next()?,
             unleased: next()?,
-            full_at: next()?,
-            born_at: next()?,
+            full_at: Nanos::new(next()?),
+            born_at: Nanos::new(next()?),
             share_ppm: u32::from_le_bytes(share.try_into().ok()?),
         };
         (entry.interval_ns > 0 && entry.burst > 0).then_some(entry)
@@ -411,8 +415,8 @@ impl LeaseEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gcra::NANOS_PER_SECOND as S;
     use crate::global::test_support::{T, leasing, limit};
+    use crate::time::NANOS_PER_SECOND as S;
 
     fn grant(granted: u64, share_ppm: u32, full_in_ns: u64) -> Grant {
         Grant {
@@ -425,31 +429,38 @@ mod tests {
     #[test]
     fn a_new_bucket_spends_an_even_share_then_waits_for_a_lease() {
         let view = leasing(3);
-        let mut entry = LeaseEntry::new(7, &limit(10, 10), 0);
+        let mut entry = LeaseEntry::new(7, &limit(10, 10), Nanos::new(0));
         let now = 100 * S;
         for _ in 0..3 {
-            assert_eq!(entry.spend(1, now, &view), Spend::NewBucket);
+            assert_eq!(entry.spend(1, Nanos::new(now), &view), Spend::NewBucket);
         }
         assert!(
-            !entry.spend(1, now, &view).admitted(),
+            !entry.spend(1, Nanos::new(now), &view).admitted(),
             "10 / 3 proxies, rounded down"
         );
         // The even share refills at a third of the rate: one token per 300 ms.
-        assert_eq!(entry.spend(1, now + 300_000_000, &view), Spend::NewBucket);
-        let usage = entry.collect(now, T, &view);
+        assert_eq!(
+            entry.spend(1, Nanos::new(now + 300_000_000), &view),
+            Spend::NewBucket
+        );
+        let usage = entry.collect(Nanos::new(now), Nanos::new(T), &view);
         assert_eq!(usage.attempts, 5);
         assert_eq!(usage.unleased, 4);
         assert_eq!(usage.want, 8, "1.5 intervals of this interval's attempts");
-        entry.apply(&grant(6, 500_000, S), now, &view);
+        entry.apply(&grant(6, 500_000, S), Nanos::new(now), &view);
         assert!(entry.settled);
-        assert_eq!(entry.spend(2, now, &view), Spend::Lease);
-        assert_eq!(entry.remaining(now, &view), 4);
-        assert_eq!(entry.remaining(now + 3 * T, &view), 0, "the lease expired");
+        assert_eq!(entry.spend(2, Nanos::new(now), &view), Spend::Lease);
+        assert_eq!(entry.remaining(Nanos::new(now), &view), 4);
+        assert_eq!(
+            entry.remaining(Nanos::new(now + 3 * T), &view),
+            0,
+            "the lease expired"
+        );
         for _ in 0..4 {
-            assert_eq!(entry.spend(1, now, &view), Spend::Lease);
+            assert_eq!(entry.spend(1, Nanos::new(now), &view), Spend::Lease);
         }
         assert_eq!(
-            entry.spend(1, now, &view),
+            entry.spend(1, Nanos::new(now), &view),
             Spend::Denied { retry_after_ns: T },
             "settled: only leases while the coordinator answers"
         );
@@ -466,10 +477,10 @@ mod tests {
         )
         .unwrap();
         let view = leasing(20);
-        let mut entry = LeaseEntry::new(1, &l, 0);
-        assert_eq!(entry.spend(1, 0, &view), Spend::NewBucket);
-        assert!(!entry.spend(1, 0, &view).admitted());
-        let usage = entry.collect(0, T, &view);
+        let mut entry = LeaseEntry::new(1, &l, Nanos::new(0));
+        assert_eq!(entry.spend(1, Nanos::new(0), &view), Spend::NewBucket);
+        assert!(!entry.spend(1, Nanos::new(0), &view).admitted());
+        let usage = entry.collect(Nanos::new(0), Nanos::new(T), &view);
         assert_eq!(usage.attempts, 2);
         assert!(usage.want >= 2, "the denied attempt still asks for a lease");
     }
@@ -477,14 +488,14 @@ mod tests {
     #[test]
     fn an_idle_lease_goes_back_and_an_expired_one_is_dropped() {
         let view = leasing(2);
-        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
-        entry.apply(&grant(5, PPM, S), 0, &view);
-        let usage = entry.collect(T, T, &view);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), Nanos::new(0));
+        entry.apply(&grant(5, PPM, S), Nanos::new(0), &view);
+        let usage = entry.collect(Nanos::new(T), Nanos::new(T), &view);
         assert_eq!(usage.returned, 5, "no attempts for a whole interval");
         assert_eq!(entry.balance, 0);
 
-        entry.apply(&grant(5, PPM, S), T, &view);
-        let usage = entry.collect(T + view.lease_ttl_ns(), T, &view);
+        entry.apply(&grant(5, PPM, S), Nanos::new(T), &view);
+        let usage = entry.collect(Nanos::new(T + view.lease_ttl_ns()), Nanos::new(T), &view);
         assert_eq!(
             usage.returned, 0,
             "an expired lease is dropped, not returned"
@@ -496,35 +507,40 @@ mod tests {
     fn the_fallback_spends_the_lease_then_this_proxys_share() {
         let mut view = leasing(4);
         let l = limit(100, 100);
-        let mut entry = LeaseEntry::new(1, &l, 0);
-        entry.apply(&grant(2, 700_000, 0), 0, &view);
+        let mut entry = LeaseEntry::new(1, &l, Nanos::new(0));
+        entry.apply(&grant(2, 700_000, 0), Nanos::new(0), &view);
         view.fallback = true;
-        assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
-        assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
+        assert_eq!(entry.spend(1, Nanos::new(1), &view), Spend::Lease);
+        assert_eq!(entry.spend(1, Nanos::new(1), &view), Spend::Lease);
         let admitted = (0..1_000)
-            .filter(|_| entry.spend(1, 1, &view) == Spend::Fallback)
+            .filter(|_| entry.spend(1, Nanos::new(1), &view) == Spend::Fallback)
             .count();
         assert_eq!(admitted, 70, "70% of the burst of 100");
         // One second later 70% of 100/s has refilled (the interval rounds up: 69 whole).
         let refilled = (0..1_000)
-            .filter(|_| entry.spend(1, 1 + S, &view).admitted())
+            .filter(|_| entry.spend(1, Nanos::new(1 + S), &view).admitted())
             .count();
         assert_eq!(refilled, 69);
-        assert_eq!(entry.collect(1 + S, T, &view).unleased, 70 + 69);
+        assert_eq!(
+            entry
+                .collect(Nanos::new(1 + S), Nanos::new(T), &view)
+                .unleased,
+            70 + 69
+        );
     }
 
     #[test]
     fn the_local_share_starts_as_full_as_the_fleets_bucket() {
         let view = leasing(2);
-        let mut entry = LeaseEntry::new(1, &limit(100, 100), 0);
+        let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
         // The fleet's bucket needs 0.8 s to refill: 20 of 100 tokens left.
-        entry.apply(&grant(0, 500_000, 800_000_000), 0, &view);
+        entry.apply(&grant(0, 500_000, 800_000_000), Nanos::new(0), &view);
         let fallback = FleetView {
             fallback: true,
             ..view
         };
         let admitted = (0..1_000)
-            .filter(|_| entry.spend(1, 0, &fallback).admitted())
+            .filter(|_| entry.spend(1, Nanos::new(0), &fallback).admitted())
             .count();
         assert_eq!(admitted, 10, "half of the 20 the fleet has left");
     }
@@ -532,7 +548,7 @@ mod tests {
     #[test]
     fn a_proxy_without_a_known_share_splits_evenly_with_a_floor() {
         let view = leasing(4);
-        let entry = LeaseEntry::new(1, &limit(100, 100), 0);
+        let entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
         assert_eq!(entry.local_limit(&view).unwrap().burst(), 25);
         let mut quiet = entry;
         quiet.share_ppm = 1;
@@ -541,7 +557,7 @@ mod tests {
             2,
             "a tenth of an even split"
         );
-        let alone = LeaseEntry::new(1, &limit(100, 100), 0);
+        let alone = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
         assert_eq!(
             alone.local_limit(&leasing(0)).unwrap().burst(),
             100,
@@ -552,18 +568,18 @@ mod tests {
     #[test]
     fn undo_gives_back_exactly_what_was_taken() {
         let view = leasing(1);
-        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
-        let before = entry.remaining(0, &view);
-        let spent = entry.spend(3, 0, &view);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), Nanos::new(0));
+        let before = entry.remaining(Nanos::new(0), &view);
+        let spent = entry.spend(3, Nanos::new(0), &view);
         assert_eq!(spent, Spend::NewBucket);
-        entry.undo(3, spent, 0, &view);
-        assert_eq!(entry.remaining(0, &view), before);
+        entry.undo(3, spent, Nanos::new(0), &view);
+        assert_eq!(entry.remaining(Nanos::new(0), &view), before);
         assert_eq!(entry.unleased, 0);
         assert_eq!(entry.attempts, 3, "the attempt stays counted as demand");
 
-        entry.apply(&grant(5, PPM, 0), 0, &view);
-        let spent = entry.spend(2, 0, &view);
-        entry.undo(2, spent, 0, &view);
+        entry.apply(&grant(5, PPM, 0), Nanos::new(0), &view);
+        let spent = entry.spend(2, Nanos::new(0), &view);
+        entry.undo(2, spent, Nanos::new(0), &view);
         assert_eq!(entry.balance, 5);
     }
 
@@ -581,9 +597,9 @@ mod tests {
     #[test]
     fn entries_round_trip_through_their_bytes_and_reject_others() {
         let view = leasing(3);
-        let mut entry = LeaseEntry::new(0xfeed, &limit(10, 20), 0);
-        entry.spend(2, 5, &view);
-        entry.apply(&grant(4, 123_456, 99), 5, &view);
+        let mut entry = LeaseEntry::new(0xfeed, &limit(10, 20), Nanos::new(0));
+        entry.spend(2, Nanos::new(5), &view);
+        entry.apply(&grant(4, 123_456, 99), Nanos::new(5), &view);
         let bytes = entry.encode();
         assert_eq!(LeaseEntry::decode(&bytes), Some(entry));
         assert_eq!(LeaseEntry::decode(&bytes[..ENTRY_LEN - 1]), None);
@@ -599,44 +615,47 @@ mod tests {
     #[test]
     fn an_idle_bucket_starts_afresh_once_the_fleets_bucket_is_full() {
         let view = leasing(2);
-        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
-        assert_eq!(entry.spend(1, 0, &view), Spend::NewBucket);
-        entry.collect(0, T, &view);
-        entry.apply(&grant(1, PPM, S), 0, &view);
-        assert_eq!(entry.spend(1, 1, &view), Spend::Lease);
-        entry.collect(T, T, &view);
-        entry.apply(&grant(0, PPM, S - T), T, &view);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), Nanos::new(0));
+        assert_eq!(entry.spend(1, Nanos::new(0), &view), Spend::NewBucket);
+        entry.collect(Nanos::new(0), Nanos::new(T), &view);
+        entry.apply(&grant(1, PPM, S), Nanos::new(0), &view);
+        assert_eq!(entry.spend(1, Nanos::new(1), &view), Spend::Lease);
+        entry.collect(Nanos::new(T), Nanos::new(T), &view);
+        entry.apply(&grant(0, PPM, S - T), Nanos::new(T), &view);
         assert!(entry.settled, "the fleet's bucket is not full yet");
-        entry.collect(S, T, &view);
+        entry.collect(Nanos::new(S), Nanos::new(T), &view);
         assert!(!entry.settled, "idle and full: a slow client is not denied");
-        assert_eq!(entry.spend(1, 2 * S, &view), Spend::NewBucket);
+        assert_eq!(entry.spend(1, Nanos::new(2 * S), &view), Spend::NewBucket);
     }
 
     #[test]
     fn an_entry_awaiting_its_answer_is_not_forgettable() {
         let view = leasing(3);
-        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
-        entry.spend(1, 0, &view);
-        entry.collect(T, T, &view);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), Nanos::new(0));
+        entry.spend(1, Nanos::new(0), &view);
+        entry.collect(Nanos::new(T), Nanos::new(T), &view);
         // Nothing left to report, but the sync is in flight: reclaiming the key now would
         // let this bucket start afresh with a new even share.
-        assert!(!entry.forgettable(2 * T));
+        assert!(!entry.forgettable(Nanos::new(2 * T)));
         // Unanswered, it may go once a full refill (10 tokens at 10/s) has passed.
-        assert!(entry.forgettable(T + S));
+        assert!(entry.forgettable(Nanos::new(T + S)));
     }
 
     #[test]
     fn a_forgotten_entry_loses_nothing() {
         let view = leasing(2);
-        let mut entry = LeaseEntry::new(1, &limit(10, 10), 0);
-        entry.spend(1, 0, &view);
-        assert!(!entry.forgettable(0), "an attempt is still to be reported");
-        entry.collect(0, T, &view);
-        entry.apply(&grant(0, PPM, S), 0, &view);
+        let mut entry = LeaseEntry::new(1, &limit(10, 10), Nanos::new(0));
+        entry.spend(1, Nanos::new(0), &view);
         assert!(
-            !entry.forgettable(S / 2),
+            !entry.forgettable(Nanos::new(0)),
+            "an attempt is still to be reported"
+        );
+        entry.collect(Nanos::new(0), Nanos::new(T), &view);
+        entry.apply(&grant(0, PPM, S), Nanos::new(0), &view);
+        assert!(
+            !entry.forgettable(Nanos::new(S / 2)),
             "the fleet's bucket is not full yet"
         );
-        assert!(entry.forgettable(S));
+        assert!(entry.forgettable(Nanos::new(S)));
     }
 }

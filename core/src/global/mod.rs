@@ -24,7 +24,7 @@ pub mod schedule;
 pub mod sync;
 pub mod table;
 
-use crate::gcra::NANOS_PER_SECOND;
+use crate::time::NANOS_PER_SECOND;
 
 /// How often each proxy's control service syncs its global buckets, by default.
 ///
@@ -75,7 +75,8 @@ fn words(body: &[u8]) -> impl Iterator<Item = u64> + '_ {
 #[cfg(test)]
 mod test_support {
     use super::lease::FleetView;
-    use crate::gcra::{Gcra, NANOS_PER_SECOND};
+    use crate::gcra::Gcra;
+    use crate::time::NANOS_PER_SECOND;
 
     /// The sync interval of every test.
     pub const T: u64 = NANOS_PER_SECOND / 2;

@@ -1,17 +1,19 @@
 //! When a proxy's control service syncs its global buckets.
 
+use crate::time::Nanos;
+
 /// The control service syncs every interval, and sooner (but at most once per
-/// [`EARLY_SYNC_NS`]) while a bucket new to this proxy waits for its first answer: until
+/// [`EARLY_SYNC`]) while a bucket new to this proxy waits for its first answer: until
 /// then the bucket is held to an even local share, and the fleet's refill beyond what those
 /// shares spend is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncSchedule {
-    interval_ns: u64,
+    interval: Nanos,
     /// When the last sync was sent, answered or not.
-    last_attempt: Option<u64>,
+    last_attempt: Option<Nanos>,
     /// When the last answered sync was sent: the usage collected since then is what the
     /// next sync covers.
-    last_success: Option<u64>,
+    last_success: Option<Nanos>,
 }
 
 /// How often the control service checks whether a sync is due. A sync goes out on the
@@ -19,45 +21,45 @@ pub struct SyncSchedule {
 /// workers' 100 ms, 250 ms syncs would go out every 300 ms, and the refill each proxy is
 /// owed waits at the coordinator that much longer. A tick with nothing due costs a couple
 /// of shared-data calls on Envoy's main thread.
-pub const CONTROL_TICK_NS: u64 = 50_000_000;
+pub const CONTROL_TICK: Nanos = Nanos::from_millis(50);
 
 /// The shortest gap between two syncs: the workers' tick, so a new bucket is settled within
 /// a couple of ticks of its first request.
-pub const EARLY_SYNC_NS: u64 = 100_000_000;
+pub const EARLY_SYNC: Nanos = Nanos::from_millis(100);
 
 impl SyncSchedule {
-    pub fn new(interval_ns: u64) -> Self {
+    pub fn new(interval: Nanos) -> Self {
         Self {
-            interval_ns,
+            interval,
             last_attempt: None,
             last_success: None,
         }
     }
 
-    pub fn interval_ns(&self) -> u64 {
-        self.interval_ns
+    pub fn interval(&self) -> Nanos {
+        self.interval
     }
 
     /// Whether to sync at `now`; `new_buckets` says whether any bucket waits for its first
     /// answer.
-    pub fn due(&self, now: u64, new_buckets: bool) -> bool {
+    pub fn due(&self, now: Nanos, new_buckets: bool) -> bool {
         let Some(last) = self.last_attempt else {
             return true;
         };
         let since = now.saturating_sub(last);
-        since >= self.interval_ns || (new_buckets && since >= EARLY_SYNC_NS)
+        since >= self.interval || (new_buckets && since >= EARLY_SYNC)
     }
 
     /// How long the usage collected at `now` covers: the time since the last answered sync
     /// (one interval before the first).
-    pub fn covers(&self, now: u64) -> u64 {
+    pub fn covers(&self, now: Nanos) -> Nanos {
         self.last_success
-            .map_or(self.interval_ns, |last| now.saturating_sub(last))
-            .max(1)
+            .map_or(self.interval, |last| now.saturating_sub(last))
+            .max(Nanos::new(1))
     }
 
     /// Records a sync sent at `now` and whether it was answered.
-    pub fn record(&mut self, now: u64, answered: bool) {
+    pub fn record(&mut self, now: Nanos, answered: bool) {
         self.last_attempt = Some(now);
         if answered {
             self.last_success = Some(now);
@@ -70,26 +72,31 @@ mod tests {
     use super::*;
 
     const T: u64 = 500_000_000;
+    const EARLY_SYNC_NS: u64 = EARLY_SYNC.get();
+
+    fn at(ns: u64) -> Nanos {
+        Nanos::new(ns)
+    }
 
     #[test]
     fn syncs_every_interval_and_early_for_new_buckets() {
-        let mut schedule = SyncSchedule::new(T);
-        assert!(schedule.due(0, false), "the first sync is at once");
-        schedule.record(0, true);
-        assert!(!schedule.due(T - 1, false));
-        assert!(schedule.due(T, false));
-        assert!(!schedule.due(EARLY_SYNC_NS - 1, true));
-        assert!(schedule.due(EARLY_SYNC_NS, true));
+        let mut schedule = SyncSchedule::new(at(T));
+        assert!(schedule.due(at(0), false), "the first sync is at once");
+        schedule.record(at(0), true);
+        assert!(!schedule.due(at(T - 1), false));
+        assert!(schedule.due(at(T), false));
+        assert!(!schedule.due(at(EARLY_SYNC_NS - 1), true));
+        assert!(schedule.due(at(EARLY_SYNC_NS), true));
     }
 
     #[test]
     fn usage_covers_the_time_since_the_last_answer() {
-        let mut schedule = SyncSchedule::new(T);
-        assert_eq!(schedule.covers(7), T);
-        schedule.record(10, true);
-        schedule.record(10 + T, false);
+        let mut schedule = SyncSchedule::new(at(T));
+        assert_eq!(schedule.covers(at(7)).get(), T);
+        schedule.record(at(10), true);
+        schedule.record(at(10 + T), false);
         assert_eq!(
-            schedule.covers(10 + 2 * T),
+            schedule.covers(at(10 + 2 * T)).get(),
             2 * T,
             "a failed sync does not count"
         );

@@ -19,6 +19,7 @@ use super::lease::{FleetView, LeaseEntry, Spend};
 use crate::gcra::Gcra;
 use crate::limiter::MAX_WRITE_ATTEMPTS;
 use crate::store::{SharedStore, StoreError, WriteCondition, WriteOutcome};
+use crate::time::Nanos;
 
 /// Keys a bucket's entry may occupy, from its hash onwards. Further than the slot table's:
 /// lease entries are kept longer (while a sync is in flight and until the fleet's bucket
@@ -93,7 +94,7 @@ impl LeaseTable {
         bucket: u64,
         limit: &Gcra,
         cost: u64,
-        now: u64,
+        now: Nanos,
         view: &FleetView,
     ) -> Result<Spent, LeaseFailure> {
         for _ in 0..MAX_WRITE_ATTEMPTS {
@@ -127,7 +128,7 @@ impl LeaseTable {
         bucket: u64,
         cost: u64,
         spent: &Spent,
-        now: u64,
+        now: Nanos,
         view: &FleetView,
     ) -> bool {
         self.update(store, spent.slot, bucket, |entry| {
@@ -136,12 +137,12 @@ impl LeaseTable {
     }
 
     /// Takes the usage of every entry with something to report (attempts, unleased
-    /// spending, or a balance), zeroing its counts. `covers_ns` is the time since the last answered sync.
+    /// spending, or a balance), zeroing its counts. `covers` is the time since the last answered sync.
     pub fn collect(
         &self,
         store: &impl SharedStore,
-        now: u64,
-        covers_ns: u64,
+        now: Nanos,
+        covers: Nanos,
         view: &FleetView,
     ) -> Vec<Collected> {
         let mut collected = Vec::new();
@@ -160,7 +161,7 @@ impl LeaseTable {
             }
             let mut usage = Usage::default();
             let written = self.update(store, slot, entry.bucket, |e| {
-                usage = e.collect(now, covers_ns, view);
+                usage = e.collect(now, covers, view);
             });
             if written {
                 collected.push(Collected {
@@ -183,7 +184,7 @@ impl LeaseTable {
         store: &impl SharedStore,
         collected: &Collected,
         grant: &Grant,
-        now: u64,
+        now: Nanos,
         view: &FleetView,
     ) -> bool {
         self.update(store, collected.slot, collected.bucket, |entry| {
@@ -221,7 +222,7 @@ impl LeaseTable {
         &self,
         store: &impl SharedStore,
         bucket: u64,
-        now: u64,
+        now: Nanos,
     ) -> Result<Located, LeaseFailure> {
         let start = bucket % u64::from(self.slots);
         let mut free: Option<Located> = None;
@@ -263,10 +264,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::gcra::NANOS_PER_SECOND as S;
     use crate::global::coordinator::PPM;
     use crate::global::test_support::{T, leasing as view, limit};
     use crate::store::MemoryStore;
+    use crate::time::NANOS_PER_SECOND as S;
 
     fn table(slots: u32) -> LeaseTable {
         LeaseTable::new(NonZeroU32::new(slots).unwrap())
@@ -275,11 +276,11 @@ mod tests {
     #[test]
     fn spend_collect_apply_round_trip_through_shared_data() {
         let (store, table, v, l) = (MemoryStore::new(), table(64), view(2), limit(10, 10));
-        let first = table.spend(&store, 7, &l, 1, 0, &v).unwrap();
+        let first = table.spend(&store, 7, &l, 1, Nanos::new(0), &v).unwrap();
         assert_eq!(first.spend, Spend::NewBucket);
         assert_eq!(first.remaining, 4, "half of the burst of 10, one spent");
 
-        let collected = table.collect(&store, 0, T, &v);
+        let collected = table.collect(&store, Nanos::new(0), Nanos::new(T), &v);
         assert_eq!(collected.len(), 1);
         let c = collected[0];
         assert_eq!((c.bucket, c.burst, c.interval_ns), (7, 10, l.interval_ns()));
@@ -289,25 +290,28 @@ mod tests {
             share_ppm: PPM,
             full_in_ns: S,
         };
-        assert!(table.apply(&store, &c, &grant, 0, &v));
-        let spent = table.spend(&store, 7, &l, 2, 1, &v).unwrap();
+        assert!(table.apply(&store, &c, &grant, Nanos::new(0), &v));
+        let spent = table.spend(&store, 7, &l, 2, Nanos::new(1), &v).unwrap();
         assert_eq!(spent.spend, Spend::Lease);
         assert_eq!(spent.remaining, 4);
-        assert!(table.undo(&store, 7, 2, &spent, 1, &v));
+        assert!(table.undo(&store, 7, 2, &spent, Nanos::new(1), &v));
         assert_eq!(
-            table.spend(&store, 7, &l, 6, 1, &v).unwrap().spend,
+            table
+                .spend(&store, 7, &l, 6, Nanos::new(1), &v)
+                .unwrap()
+                .spend,
             Spend::Lease
         );
         assert!(
             !table
-                .spend(&store, 7, &l, 1, 1, &v)
+                .spend(&store, 7, &l, 1, Nanos::new(1), &v)
                 .unwrap()
                 .spend
                 .admitted()
         );
 
         // The attempts since are reported next time; counts were zeroed by the collection.
-        let again = table.collect(&store, T, T, &v);
+        let again = table.collect(&store, Nanos::new(T), Nanos::new(T), &v);
         assert_eq!(
             again[0].usage.attempts,
             2 + 6 + 1,
@@ -321,34 +325,44 @@ mod tests {
         let (store, table, v, l) = (MemoryStore::new(), table(4), view(1), limit(10, 10));
         // Four busy buckets (each with an attempt to report) fill a table of four.
         let slots: Vec<u32> = (0..4)
-            .map(|b| table.spend(&store, b, &l, 1, 0, &v).unwrap().slot)
+            .map(|b| {
+                table
+                    .spend(&store, b, &l, 1, Nanos::new(0), &v)
+                    .unwrap()
+                    .slot
+            })
             .collect();
         let mut distinct = slots.clone();
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 4, "{slots:?}");
         assert_eq!(
-            table.spend(&store, 99, &l, 1, 0, &v),
+            table.spend(&store, 99, &l, 1, Nanos::new(0), &v),
             Err(LeaseFailure::TableFull)
         );
         // Reported, answered and refilled: the entries can be forgotten, and reused.
-        for c in table.collect(&store, 0, T, &v) {
+        for c in table.collect(&store, Nanos::new(0), Nanos::new(T), &v) {
             let grant = Grant {
                 granted: 0,
                 share_ppm: PPM,
                 full_in_ns: S,
             };
-            assert!(table.apply(&store, &c, &grant, 0, &v));
+            assert!(table.apply(&store, &c, &grant, Nanos::new(0), &v));
         }
-        assert!(table.spend(&store, 99, &l, 1, S, &v).is_ok());
+        assert!(table.spend(&store, 99, &l, 1, Nanos::new(S), &v).is_ok());
     }
 
     #[test]
     fn corrupt_entries_are_reclaimed() {
         let (store, table, v, l) = (MemoryStore::new(), table(1), view(1), limit(10, 10));
         store.write(0, b"junk", WriteCondition::Absent).unwrap();
-        assert!(table.spend(&store, 5, &l, 1, 0, &v).is_ok());
-        assert!(table.collect(&store, 0, T, &v).len() == 1);
+        assert!(table.spend(&store, 5, &l, 1, Nanos::new(0), &v).is_ok());
+        assert!(
+            table
+                .collect(&store, Nanos::new(0), Nanos::new(T), &v)
+                .len()
+                == 1
+        );
     }
 
     #[test]
@@ -356,14 +370,14 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let (table, v, l) = (table(16), view(1), limit(1, 1_000));
         // Settle the bucket with a lease of 500 and nothing else to spend.
-        table.spend(&*store, 3, &l, 1, 0, &v).unwrap();
-        let c = table.collect(&*store, 0, T, &v)[0];
+        table.spend(&*store, 3, &l, 1, Nanos::new(0), &v).unwrap();
+        let c = table.collect(&*store, Nanos::new(0), Nanos::new(T), &v)[0];
         let grant = Grant {
             granted: 500,
             share_ppm: PPM,
             full_in_ns: S,
         };
-        assert!(table.apply(&*store, &c, &grant, 0, &v));
+        assert!(table.apply(&*store, &c, &grant, Nanos::new(0), &v));
         let workers: Vec<_> = (0..4)
             .map(|_| {
                 let store = Arc::clone(&store);
@@ -371,7 +385,7 @@ mod tests {
                     (0..400)
                         .filter(|_| {
                             table
-                                .spend(&*store, 3, &l, 1, 1, &v)
+                                .spend(&*store, 3, &l, 1, Nanos::new(1), &v)
                                 .is_ok_and(|s| s.spend.admitted())
                         })
                         .count()

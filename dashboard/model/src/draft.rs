@@ -13,7 +13,7 @@ use sluice_core::spec::{
 };
 
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
-pub use sluice_core::rule::FieldError;
+pub use sluice_core::validation::FieldError;
 
 /// One limit's inputs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

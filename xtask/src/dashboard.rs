@@ -14,8 +14,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd::{self, note, step};
 use crate::toolchain::WasmRoute;
+use sluice_harness::cmd::{self, note, step};
 
 const PACKAGE: &str = "sluice-dashboard";
 const ARTEFACT: &str = "sluice_dashboard.wasm";
@@ -342,7 +342,7 @@ pub fn ensure_browser() -> Result<(PathBuf, PathBuf)> {
         note("Debian's chromium and chromium-driver are installed");
     } else {
         note("chromium or chromedriver missing: installing Debian's packages");
-        crate::apt::install(&["chromium", "chromium-driver"])?;
+        sluice_harness::apt::install(&["chromium", "chromium-driver"])?;
         if !(cmd::is_executable(&chromium) && cmd::is_executable(&driver)) {
             bail!(
                 "installed chromium and chromium-driver, but /usr/bin/chromium or /usr/bin/chromedriver is still missing"

@@ -4,8 +4,8 @@
 
 use anyhow::{Result, bail};
 
-use crate::cmd::{self, note, step};
 use crate::toolchain::WasmRoute;
+use sluice_harness::cmd::{self, note, step};
 
 const FILTER_PACKAGE: &str = "sluice-filter";
 const DASHBOARD_PACKAGE: &str = "sluice-dashboard";

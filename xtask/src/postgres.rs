@@ -19,9 +19,9 @@ use sluice_testkit::{
     stop_left_behind,
 };
 
-use crate::apt;
-use crate::cmd::{note, step};
 use crate::server_dir::{self, Record};
+use sluice_harness::apt;
+use sluice_harness::cmd::{note, step};
 
 /// The database created in the throwaway cluster.
 const DATABASE: &str = "sluice_test";
@@ -46,11 +46,6 @@ struct Cluster {
 }
 
 impl TestPostgres {
-    /// `postgres://…` of the suite's server.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The environment the test commands need.
     pub fn env(&self) -> [(&'static str, &str); 3] {
         [

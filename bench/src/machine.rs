@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::cmd;
+use sluice_harness::cmd;
 
 #[derive(Debug, Clone)]
 pub struct Machine {

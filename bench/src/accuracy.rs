@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
 
 use crate::Bench;
 use crate::configs::FilterChain;
 use crate::wrk::{Clients, Load, Measured};
-use sluice_harness::cmd::{note, step};
-use sluice_harness::envoy::EnvoyProcess;
 
 /// `(requests per second, burst)` of each bucket under test.
 pub const RATES: [(u64, u64); 3] = [(50, 100), (500, 500), (5_000, 2_500)];

@@ -6,7 +6,6 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-
 use sluice_harness::cmd;
 
 const WASM_FILTER: &str = "envoy.filters.http.wasm";

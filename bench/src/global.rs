@@ -24,14 +24,14 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use sluice_core::global::coordinator::Usage;
 use sluice_core::global::sync::{BucketUsage, SYNC_PATH, SyncRequest};
-use sluice_testkit::{POSTGRES_URL_ENV, RedisServer};
-
-use crate::Bench;
-use crate::fleet_load::{self, Outcome, Plan};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use sluice_harness::wait_until;
+use sluice_testkit::{POSTGRES_URL_ENV, RedisServer};
+
+use crate::Bench;
+use crate::fleet_load::{self, Outcome, Plan};
 
 const ENVOYS: usize = 3;
 const WORKERS: u32 = 2;

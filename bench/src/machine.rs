@@ -5,7 +5,6 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-
 use sluice_harness::cmd;
 
 #[derive(Debug, Clone)]

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde_json::{Value, json};
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
 
 use crate::Bench;
 use crate::configs::FilterChain;
 use crate::wrk::{Clients, Load, Measured};
-use sluice_harness::cmd::{note, step};
-use sluice_harness::envoy::EnvoyProcess;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Envoy workers in the memory runs.

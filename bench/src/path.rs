@@ -4,13 +4,13 @@
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
 
 use crate::configs::FilterChain;
 use crate::stats::{self, Summary};
 use crate::wrk::{Clients, Load, Measured};
 use crate::{Bench, machine};
-use sluice_harness::cmd::{note, step};
-use sluice_harness::envoy::EnvoyProcess;
 
 /// The key every single-client variant sends.
 pub const CLIENT_KEY: &str = "bench-client";

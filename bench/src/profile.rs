@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-
 use sluice_harness::cmd::{self, Outcome, note, step};
 
 const EXAMPLE: &str = "hot_path";

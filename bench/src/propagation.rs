@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-
-use crate::Bench;
 use sluice_harness::cmd::{note, step};
 use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::wait_until;
+
+use crate::Bench;
 
 const APPLIED: &str = "wasmcustom.sluice_rulesets_applied_total";
 const WORKERS: u32 = 2;

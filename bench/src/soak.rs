@@ -32,12 +32,12 @@ use hyper::Request;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-
-use crate::Bench;
 use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
 use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::wait_until;
+
+use crate::Bench;
 
 const WORKERS: u32 = 2;
 const RULE: &str = "soak";

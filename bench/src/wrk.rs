@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-
 use sluice_harness::apt;
 use sluice_harness::cmd::{self, note, step};
 

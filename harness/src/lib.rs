@@ -30,6 +30,10 @@ pub const FILTER_WASM_ENV: &str = "SLUICE_FILTER_WASM";
 pub const SLUICE_BIN_ENV: &str = "SLUICE_BIN";
 /// The Envoy binary: chosen by the user, or set by `cargo xtask` to the one it provisioned.
 pub const ENVOY_ENV: &str = "SLUICE_ENVOY";
+/// Set by `cargo xtask test` to Chromium (it installs Debian's `chromium` if missing).
+pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
+/// Set by `cargo xtask test` to chromedriver (Debian's `chromium-driver`).
+pub const CHROMEDRIVER_ENV: &str = "SLUICE_CHROMEDRIVER";
 
 /// Polls `check` every 20 ms until it holds, for at most `limit`; an error naming `what`
 /// after that, or as soon as `check` fails.

@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use sluice_harness::cmd::{self, note, step};
+use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV};
 
 use crate::toolchain::WasmRoute;
-use sluice_harness::cmd::{self, note, step};
 
 const PACKAGE: &str = "sluice-dashboard";
 const ARTEFACT: &str = "sluice_dashboard.wasm";
@@ -354,9 +355,6 @@ pub fn ensure_browser() -> Result<(PathBuf, PathBuf)> {
     }
     Ok((chromium, driver))
 }
-
-pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
-pub const CHROMEDRIVER_ENV: &str = "SLUICE_CHROMEDRIVER";
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use sluice_harness::cmd::{self, note, step};
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
 use sluice_harness::upstream::EchoUpstream;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -20,7 +21,6 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::dist::Dist;
 use crate::{demo_load, dist, envoy};
-use sluice_harness::cmd::{self, note, step};
 
 /// How long Envoy may take to load the config and start the wasm VMs.
 const READY_LIMIT: Duration = Duration::from_secs(30);

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use sluice_harness::cmd::{self, step};
 
 use crate::dashboard;
 use crate::toolchain::WasmRoute;
-use sluice_harness::cmd::{self, step};
 
 const FILTER_PACKAGE: &str = "sluice-filter";
 const FILTER_ARTEFACT: &str = "sluice_filter.wasm";

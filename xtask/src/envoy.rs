@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-
 use sluice_harness::ENVOY_ENV;
 use sluice_harness::apt;
 use sluice_harness::cmd::{self, note, step};

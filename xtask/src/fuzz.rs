@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-
 use sluice_harness::cmd::{self, note, step};
 
 /// Seconds per target in `cargo xtask test`: thirteen targets in about two and a half

@@ -13,7 +13,6 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-
 use sluice_harness::cmd::{self, note};
 
 /// Test counts summed over libtest's `test result:` lines.

@@ -3,9 +3,9 @@
 //! `cargo xtask test` runs it first: a lint failure fails the suite.
 
 use anyhow::{Result, bail};
+use sluice_harness::cmd::{self, note, step};
 
 use crate::toolchain::WasmRoute;
-use sluice_harness::cmd::{self, note, step};
 
 const FILTER_PACKAGE: &str = "sluice-filter";
 const DASHBOARD_PACKAGE: &str = "sluice-dashboard";

@@ -14,14 +14,14 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use sluice_harness::apt;
+use sluice_harness::cmd::{note, step};
 use sluice_testkit::{
     POSTGRES_BIN_ENV, POSTGRES_URL_ENV, PostgresServer, REQUIRE_POSTGRES_ENV, server_bin_dir,
     stop_left_behind,
 };
 
 use crate::server_dir::{self, Record};
-use sluice_harness::apt;
-use sluice_harness::cmd::{note, step};
 
 /// The database created in the throwaway cluster.
 const DATABASE: &str = "sluice_test";

@@ -9,7 +9,6 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-
 use sluice_harness::apt;
 use sluice_harness::cmd::{self, note, step};
 use sluice_testkit::{REDIS_SERVER_ENV, REQUIRE_REDIS_ENV};

@@ -14,10 +14,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-
-use crate::envoy;
 use sluice_harness::cmd::{self, Outcome, note, step};
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
+
+use crate::envoy;
 
 /// Pinned, so that a new release's new checks show up as a deliberate upgrade rather than
 /// as a red suite on an unchanged tree.

@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-
 use sluice_harness::cmd::{self, note};
 
 /// The record of one server's folder; dropping it keeps the server's log and removes the

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sluice_harness::cmd::{self, note, step};
+use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
 
 use crate::libtest::{self, TestCounts};
 use crate::{dashboard, dist, envoy, lint, postgres, redis, schemathesis};
-use sluice_harness::cmd::{self, note, step};
-use sluice_harness::{ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -157,8 +157,8 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
         .env(FILTER_WASM_ENV, &dist.filter_wasm)
         .env(SLUICE_BIN_ENV, &dist.sluice_bin)
         .env(ENVOY_ENV, &envoy)
-        .env(dashboard::CHROMIUM_ENV, &chromium)
-        .env(dashboard::CHROMEDRIVER_ENV, &chromedriver)
+        .env(CHROMIUM_ENV, &chromium)
+        .env(CHROMEDRIVER_ENV, &chromedriver)
         .envs(postgres.env())
         .envs(redis_env);
     timings.time("integration tests", || {

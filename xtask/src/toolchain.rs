@@ -16,7 +16,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-
 use sluice_harness::apt;
 use sluice_harness::cmd::{self, Outcome, note, step};
 

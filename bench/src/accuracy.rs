@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use sluice_admin::envoy_config::LISTENER_NAME;
 use sluice_harness::cmd::{note, step};
-use sluice_harness::envoy::EnvoyProcess;
 
 use crate::Bench;
 use crate::configs::FilterChain;
@@ -162,12 +162,16 @@ pub fn run(bench: &Bench) -> Result<AccuracyResults> {
             let allowed_before = envoy.counter("wasmcustom.sluice_allowed_total")?;
             let cas_before = envoy.counter("wasmcustom.sluice_cas_contention_total")?;
             let fail_open_before = envoy.counter("wasmcustom.sluice_fail_open_total")?;
-            let workers_before = worker_connections(&envoy)?;
+            let workers_before = envoy
+                .worker_downstream_connections(LISTENER_NAME)
+                .context("reading per-worker connection counts")?;
             let measured = bench.wrk.run(&load)?;
             // Let in-flight responses finish before reading Envoy's counters.
             std::thread::sleep(Duration::from_millis(300));
             envoy.check_running()?;
-            let workers_after = worker_connections(&envoy)?;
+            let workers_after = envoy
+                .worker_downstream_connections(LISTENER_NAME)
+                .context("reading per-worker connection counts")?;
             let case = Case {
                 workers,
                 rate,
@@ -211,25 +215,4 @@ pub fn run(bench: &Bench) -> Result<AccuracyResults> {
         duration: settings.accuracy,
         commands,
     })
-}
-
-/// `listener.sluice_ingress.worker_N.downstream_cx_total`, by worker.
-fn worker_connections(envoy: &EnvoyProcess) -> Result<Vec<u64>> {
-    let stats = envoy
-        .stats_matching("^listener\\.sluice_ingress\\.worker_[0-9]+\\.downstream_cx_total$")
-        .context("reading per-worker connection counts")?;
-    let mut per_worker: Vec<(usize, u64)> = stats
-        .iter()
-        .filter_map(|(name, value)| {
-            let worker = name
-                .strip_prefix("listener.sluice_ingress.worker_")?
-                .split('.')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((worker, *value))
-        })
-        .collect();
-    per_worker.sort_unstable();
-    Ok(per_worker.into_iter().map(|(_, v)| v).collect())
 }

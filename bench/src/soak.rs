@@ -185,18 +185,6 @@ fn flat(samples: &[(f64, u64)], duration: Duration) -> (u64, u64, bool) {
     (first, last, last <= first + allowance)
 }
 
-fn rss_of(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kb| kb.trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .with_context(|| format!("no VmRSS in /proc/{pid}/status (has it exited?)"))
-}
-
 fn unix_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -405,7 +393,7 @@ pub fn run(
         Ok(Sample {
             seconds,
             envoy_rss: envoy.rss_bytes()?,
-            serve_rss: rss_of(serve_pid)?,
+            serve_rss: sluice_harness::envoy::rss_bytes(serve_pid)?,
             load: counts.snapshot(),
             edits_ok: edits.ok.load(Ordering::Relaxed),
             edits_failed: edits.failed.load(Ordering::Relaxed),

@@ -227,15 +227,31 @@ impl EnvoyProcess {
 
     /// Resident memory (VmRSS) in bytes.
     pub fn rss_bytes(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .with_context(|| format!("reading /proc/{}/status", self.pid))?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kb| kb.trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .with_context(|| format!("no VmRSS in /proc/{}/status", self.pid))
+        rss_bytes(self.pid)
+    }
+
+    /// Connections each worker accepted on `listener` (its
+    /// `listener.NAME.worker_N.downstream_cx_total`), indexed by worker.
+    pub fn worker_downstream_connections(&self, listener: &str) -> Result<Vec<u64>> {
+        let prefix = format!("listener.{listener}.worker_");
+        let stats = self.stats_matching(&format!(
+            "^{}[0-9]+\\.downstream_cx_total$",
+            regex_escape(&prefix)
+        ))?;
+        let mut per_worker: Vec<(usize, u64)> = stats
+            .iter()
+            .filter_map(|(name, value)| {
+                let worker = name
+                    .strip_prefix(&prefix)?
+                    .split('.')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((worker, *value))
+            })
+            .collect();
+        per_worker.sort_unstable();
+        Ok(per_worker.into_iter().map(|(_, value)| value).collect())
     }
 
     /// How Envoy ended, `None` while it runs.
@@ -366,6 +382,19 @@ fn spawn(command: Command) -> std::io::Result<Child> {
         .send((command, reply))
         .map_err(|_| gone())?;
     result.recv().map_err(|_| gone())?
+}
+
+/// Resident memory (VmRSS) of process `pid` in bytes.
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status (has it exited?)"))
 }
 
 /// One request to an Envoy admin interface: `(status, body)`.

@@ -13,7 +13,7 @@ use sluice_admin::envoy_config::{
 };
 use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
-use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats, regex_escape};
+use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats};
 
 use crate::artifacts::Artifacts;
 
@@ -288,25 +288,9 @@ impl Envoy {
     /// Connections accepted by each worker (`listener.sluice_ingress.worker_N.downstream_cx_total`),
     /// indexed by worker.
     pub fn worker_downstream_connections(&self) -> Vec<u64> {
-        let prefix = format!("listener.{LISTENER_NAME}.worker_");
-        let stats = self.stats_matching(&format!(
-            "^listener\\.{}\\.worker_[0-9]+\\.downstream_cx_total$",
-            regex_escape(LISTENER_NAME)
-        ));
-        let mut per_worker: Vec<(usize, u64)> = stats
-            .iter()
-            .filter_map(|(name, value)| {
-                let worker = name
-                    .strip_prefix(&prefix)?
-                    .split('.')
-                    .next()?
-                    .parse()
-                    .ok()?;
-                Some((worker, *value))
-            })
-            .collect();
-        per_worker.sort_unstable();
-        per_worker.into_iter().map(|(_, value)| value).collect()
+        self.process
+            .worker_downstream_connections(LISTENER_NAME)
+            .unwrap_or_else(|err| panic!("{err:#}"))
     }
 
     /// Envoy's resident memory (VmRSS).

@@ -30,7 +30,6 @@ use anyhow::{Context, Result, bail};
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
@@ -38,6 +37,7 @@ use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::wait_until;
 
 use crate::Bench;
+use crate::fleet_load::connect;
 
 const WORKERS: u32 = 2;
 const RULE: &str = "soak";
@@ -310,18 +310,6 @@ async fn connection(
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-async fn connect(
-    addr: SocketAddr,
-) -> Option<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> {
-    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let _ = stream.set_nodelay(true);
-    let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::spawn(driver);
-    Some(sender)
 }
 
 /// What the end of the run found once the last report was in.

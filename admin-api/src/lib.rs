@@ -5,7 +5,6 @@
 //! * [`api`]: the HTTP API, `api::app(state) -> Router`.
 //! * [`server`]: binding, bootstrap token, graceful shutdown; [`tls`]: serving over TLS.
 //! * [`pipeline`]: proxies' reports aggregated in memory, flushed to time series.
-//! * [`ingest_bench`]: the report-ingest benchmark (`examples/ingest_bench.rs`).
 //! * [`ui`]: the dashboard's embedded files, served at `/`.
 //! * [`client`]: what `sluice rules apply|export` use to talk to a running server.
 //! * [`envoy_config`] and [`rules_file`]: `sluice envoy-config` and rules files.
@@ -13,7 +12,6 @@
 pub mod api;
 pub mod client;
 pub mod envoy_config;
-pub mod ingest_bench;
 pub mod pipeline;
 pub mod quota;
 pub mod rules_file;

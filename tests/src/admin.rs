@@ -1,35 +1,27 @@
 //! The real admin API for end-to-end tests: `sluice serve` on loopback with a SQLite file
-//! in a temporary directory (or a database given by URL), stopped on drop.
+//! in a temporary directory (or a database given by URL), stopped on drop. The process is
+//! the harness's [`AdminApi`]; this adds the tests' client, TLS and panics.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::sync::Arc;
 
 use hyper::Method;
 use serde_json::{Value, json};
 use sluice_admin::envoy_config::{AdminConnection, AdminTls, AdminUrl};
-use sluice_core::listening::{Listening, Scheme};
+use sluice_core::listening::Scheme;
+use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use tempfile::TempDir;
 
 use crate::artifacts::Artifacts;
 use crate::client::{Client, Req};
 use crate::tls::TestPki;
 
-/// The bootstrap admin token every test server starts with.
-pub const ADMIN_TOKEN: &str = "slc_test_admin_token_0123456789abcdef";
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-
 /// A running `sluice serve`.
 #[derive(Debug)]
 pub struct AdminServer {
-    child: Option<Child>,
-    addr: SocketAddr,
-    database: String,
-    /// `--redis URL`: global buckets in Redis.
-    redis: Option<String>,
+    /// Before `dir`: the server stops before its database's folder goes.
+    api: AdminApi,
     /// `--tls-cert/--tls-key`: the API over TLS.
     tls: Option<ServeTls>,
     dir: TempDir,
@@ -87,56 +79,53 @@ impl AdminServer {
             .expect("temp dir");
         let database =
             database.unwrap_or_else(|| format!("sqlite://{}/sluice.db", dir.path().display()));
-        let (child, addr) = spawn(
-            &database,
-            redis.as_deref(),
-            tls.as_ref(),
-            "127.0.0.1:0".parse().expect("address"),
-        );
-        AdminServer {
-            child: Some(child),
-            addr,
-            database,
-            redis,
-            tls,
-            dir,
+        let mut serve = Serve::new(Artifacts::from_env().sluice_bin().to_path_buf(), database);
+        serve.redis = redis;
+        serve.show_log = true;
+        if let Some(tls) = &tls {
+            serve.flags = vec![
+                "--tls-cert".into(),
+                tls.cert.display().to_string(),
+                "--tls-key".into(),
+                tls.key.display().to_string(),
+            ];
         }
+        let api = AdminApi::start(&serve).unwrap_or_else(|err| panic!("{err:#}"));
+        let server = AdminServer { api, tls, dir };
+        server.check_scheme();
+        server
+    }
+
+    /// Over TLS exactly when started with a certificate.
+    fn check_scheme(&self) {
+        let expected = match self.tls {
+            Some(_) => Scheme::Https,
+            None => Scheme::Http,
+        };
+        let listening = self.api.listening();
+        assert_eq!(
+            listening.scheme, expected,
+            "`sluice serve` said {listening}"
+        );
     }
 
     /// Stops the server (SIGKILL: like a crash, or an unreachable admin API).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.api.kill();
     }
 
     /// Starts it again on the same address and database.
     pub fn restart(&mut self) {
-        self.stop();
-        let (child, addr) = spawn(
-            &self.database,
-            self.redis.as_deref(),
-            self.tls.as_ref(),
-            self.addr,
-        );
-        self.child = Some(child);
-        self.addr = addr;
+        self.api.restart().unwrap_or_else(|err| panic!("{err:#}"));
+        self.check_scheme();
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.api.addr()
     }
 
     pub fn url(&self) -> String {
-        self.listening().url()
-    }
-
-    fn listening(&self) -> Listening {
-        Listening {
-            scheme: scheme(self.tls.as_ref()),
-            addr: self.addr,
-        }
+        self.api.url()
     }
 
     /// The CA file a client needs to trust this server (over TLS only).
@@ -147,8 +136,8 @@ impl AdminServer {
     /// A client of this server with `connections` connections (TLS when it serves TLS).
     pub fn client(&self, connections: usize) -> Client {
         match &self.tls {
-            Some(tls) => Client::connect_tls(self.addr, connections, Arc::clone(&tls.client)),
-            None => Client::connect(self.addr, connections),
+            Some(tls) => Client::connect_tls(self.addr(), connections, Arc::clone(&tls.client)),
+            None => Client::connect(self.addr(), connections),
         }
     }
 
@@ -212,76 +201,5 @@ impl AdminServer {
         connection.proxy_id = Some(proxy_id.to_string());
         connection.poll_timeout_seconds = 10;
         connection
-    }
-}
-
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn scheme(tls: Option<&ServeTls>) -> Scheme {
-    match tls {
-        Some(_) => Scheme::Https,
-        None => Scheme::Http,
-    }
-}
-
-/// Starts `sluice serve` and waits for its listening line.
-fn spawn(
-    database: &str,
-    redis: Option<&str>,
-    tls: Option<&ServeTls>,
-    listen: SocketAddr,
-) -> (Child, SocketAddr) {
-    let artifacts = Artifacts::from_env();
-    let mut command = Command::new(artifacts.sluice_bin());
-    command.args([
-        "serve",
-        "--listen",
-        &listen.to_string(),
-        "--database",
-        database,
-    ]);
-    if let Some(url) = redis {
-        command.args(["--redis", url]);
-    }
-    if let Some(tls) = tls {
-        command
-            .arg("--tls-cert")
-            .arg(&tls.cert)
-            .arg("--tls-key")
-            .arg(&tls.key);
-    }
-    let mut child = command
-        .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting `sluice serve`");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(listening) = Listening::parse(&line) {
-                let _ = tx.send(listening);
-            }
-        }
-    });
-    match rx.recv_timeout(START_TIMEOUT) {
-        Ok(listening) => {
-            assert_eq!(
-                listening.scheme,
-                scheme(tls),
-                "`sluice serve` said {listening}"
-            );
-            (child, listening.addr)
-        }
-        Err(_) => {
-            let _ = child.kill();
-            panic!("`sluice serve` did not report its address within {START_TIMEOUT:?}");
-        }
     }
 }

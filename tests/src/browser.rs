@@ -12,7 +12,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,15 +22,14 @@ use anyhow::{Context, Result, bail};
 use fantoccini::{Client, ClientBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
-use sluice_core::listening::{Listening, Scheme};
+use sluice_core::listening::Scheme;
+use sluice_harness::http::http_request;
+use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 
 use crate::artifacts::{Artifacts, workspace_root};
 use crate::tls::TestPki;
 
-/// Set by `cargo xtask test` (it installs Debian's `chromium` if missing).
-pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
-/// Set by `cargo xtask test` (Debian's `chromium-driver`).
-pub const CHROMEDRIVER_ENV: &str = "SLUICE_CHROMEDRIVER";
+pub use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV};
 
 /// The flags that make Chromium run headless and quiet in a container.
 const CHROMIUM_FLAGS: &[&str] = &[
@@ -206,12 +204,11 @@ pub fn screenshots_dir() -> PathBuf {
 /// token; killed when dropped.
 #[derive(Debug)]
 pub struct AdminServer {
-    process: Child,
-    listening: Listening,
+    /// Before `_dir`: the server stops before its database's folder goes.
+    api: AdminApi,
     /// Over TLS: a client configuration trusting the server's CA.
     tls: Option<Arc<rustls::ClientConfig>>,
     database: String,
-    admin_token: String,
     _dir: tempfile::TempDir,
 }
 
@@ -232,72 +229,44 @@ impl AdminServer {
             .tempdir()
             .context("creating a folder for the database")?;
         let database = format!("sqlite://{}", dir.path().join("sluice.db").display());
-        let admin_token = format!("slc_test_admin_{:016x}", rand_u64());
-        let mut command = Command::new(&sluice);
-        command.args(["serve", "--listen", "127.0.0.1:0", "--database", &database]);
+        let mut serve = Serve::new(sluice, database.clone());
+        serve.show_log = true;
         if let Some(pki) = pki {
-            command
-                .arg("--tls-cert")
-                .arg(pki.server_cert())
-                .arg("--tls-key")
-                .arg(pki.server_key());
+            serve.flags = vec![
+                "--tls-cert".into(),
+                pki.server_cert().display().to_string(),
+                "--tls-key".into(),
+                pki.server_key().display().to_string(),
+            ];
         }
-        let mut process = command
-            .env("SLUICE_ADMIN_TOKEN", &admin_token)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", sluice.display()))?;
-        let stdout = process.stdout.take().context("the server's stdout")?;
-        // The one stdout line: `listening on http(s)://IP:PORT`.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            for _ in lines {}
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = process.kill();
-                bail!("sluice serve printed no address within 30 s");
-            }
+        let api = AdminApi::start(&serve)?;
+        let expected = if pki.is_some() {
+            Scheme::Https
+        } else {
+            Scheme::Http
         };
-        let listening = Listening::parse(&line)
-            .filter(|l| {
-                l.scheme
-                    == if pki.is_some() {
-                        Scheme::Https
-                    } else {
-                        Scheme::Http
-                    }
-            })
-            .with_context(|| format!("unexpected first line from sluice serve: {line:?}"))?;
+        if api.listening().scheme != expected {
+            bail!("`sluice serve` said {}", api.listening());
+        }
         Ok(AdminServer {
-            process,
-            listening,
+            api,
             tls: pki.map(TestPki::client_config),
             database,
-            admin_token,
             _dir: dir,
         })
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.listening.addr
+        self.api.addr()
     }
 
     /// `http(s)://IP:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.listening.url())
+        format!("{}{path}", self.api.url())
     }
 
     pub fn admin_token(&self) -> &str {
-        &self.admin_token
+        ADMIN_TOKEN
     }
 
     /// `sluice token create --role ROLE --name NAME` on this server's database; the secret.
@@ -332,18 +301,6 @@ impl AdminServer {
     }
 }
 
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::process::id())
-}
-
 impl AdminServer {
     /// A request to the API with the admin token: `(status, body)`.
     pub fn call(
@@ -352,7 +309,7 @@ impl AdminServer {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<(u16, String)> {
-        self.call_as(&self.admin_token, method, path, body)
+        self.call_as(ADMIN_TOKEN, method, path, body)
     }
 
     /// A request to the API with `token`: `(status, body)`. Plain blocking HTTP on loopback,
@@ -364,7 +321,6 @@ impl AdminServer {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<(u16, String)> {
-        use std::io::{Read, Write};
         if let Some(tls) = &self.tls {
             let method = method.parse().context("an HTTP method")?;
             let mut request = crate::Req::new(method, path)
@@ -380,27 +336,18 @@ impl AdminServer {
             });
             return Ok((resp.status, resp.body));
         }
-        let mut stream = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(5))?;
-        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let bearer = format!("Bearer {token}");
         let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        http_request(
             self.addr(),
-            token,
-            body.len()
-        );
-        stream.write_all(request.as_bytes())?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response)?;
-        let text = String::from_utf8_lossy(&response).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").context("no end of headers")?;
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .context("no status")?;
-        Ok((status, body.to_string()))
+            method,
+            path,
+            &[
+                ("Authorization", bearer.as_str()),
+                ("Content-Type", "application/json"),
+            ],
+            &body,
+        )
     }
 
     /// GET with the admin token, as JSON; fails unless 200.

@@ -30,30 +30,20 @@ mod envoy;
 mod tls;
 mod upstream;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub use admin::{ADMIN_TOKEN, AdminServer};
+pub use admin::AdminServer;
 pub use artifacts::{Artifacts, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV, workspace_root};
 pub use client::{Client, Req, Resp, StatusCounts};
-pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol, admin_request, parse_stats};
+pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol};
 pub use hyper::Method;
 pub use sluice_core::spec::FailureMode;
+pub use sluice_harness::serve::ADMIN_TOKEN;
 pub use tls::{SERVER_NAMES, TestPki};
 pub use upstream::Upstream;
 
-/// Polls `check` every 50 ms until it holds; panics naming `what` after `timeout`.
+/// Polls `check` until it holds; panics naming `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check() {
-            return;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "timed out after {} s waiting for {what}",
-                timeout.as_secs_f32()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    sluice_harness::wait_until(what, timeout, || Ok(check()))
+        .unwrap_or_else(|err| panic!("{err:#}"));
 }

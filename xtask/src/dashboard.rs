@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use sluice_harness::cmd::{self, note, step};
+use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV};
 
-use crate::cmd::{self, note, step};
 use crate::toolchain::WasmRoute;
 
 const PACKAGE: &str = "sluice-dashboard";
@@ -342,7 +343,7 @@ pub fn ensure_browser() -> Result<(PathBuf, PathBuf)> {
         note("Debian's chromium and chromium-driver are installed");
     } else {
         note("chromium or chromedriver missing: installing Debian's packages");
-        crate::apt::install(&["chromium", "chromium-driver"])?;
+        sluice_harness::apt::install(&["chromium", "chromium-driver"])?;
         if !(cmd::is_executable(&chromium) && cmd::is_executable(&driver)) {
             bail!(
                 "installed chromium and chromium-driver, but /usr/bin/chromium or /usr/bin/chromedriver is still missing"
@@ -354,9 +355,6 @@ pub fn ensure_browser() -> Result<(PathBuf, PathBuf)> {
     }
     Ok((chromium, driver))
 }
-
-pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
-pub const CHROMEDRIVER_ENV: &str = "SLUICE_CHROMEDRIVER";
 
 #[cfg(test)]
 mod tests {

@@ -13,17 +13,18 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use sluice_harness::cmd::{self, note, step};
+use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
+use sluice_harness::upstream::EchoUpstream;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cmd::{self, note, step};
 use crate::dist::Dist;
-use crate::{demo_load, dist, envoy, upstream};
+use crate::{demo_load, dist, envoy};
 
 /// How long Envoy may take to load the config and start the wasm VMs.
 const READY_LIMIT: Duration = Duration::from_secs(30);
-/// How long Envoy may take to drain and exit after `/quitquitquit`.
+/// How long Envoy may take to drain and exit after `/quitquitquit`, before it is killed.
 const STOP_LIMIT: Duration = Duration::from_secs(10);
 /// How long the admin API may take to migrate its database and listen.
 const ADMIN_START_LIMIT: Duration = Duration::from_secs(30);
@@ -306,12 +307,8 @@ async fn run(
 ) -> Result<()> {
     let upstream_addr = upstream_listener.local_addr().context("upstream address")?;
     step(format!("starting the echo upstream on {upstream_addr}"));
-    upstream_listener
-        .set_nonblocking(true)
-        .context("making the upstream listener non-blocking")?;
-    let listener = tokio::net::TcpListener::from_std(upstream_listener)
-        .context("handing the upstream listener to tokio")?;
-    let mut upstream = tokio::spawn(upstream::serve(listener));
+    // Stops when dropped, whatever path leaves this function.
+    let _upstream = EchoUpstream::serve_on(upstream_listener)?;
 
     let mut signals = StopSignals::new()?;
     let mut admin = start_admin(args, setup, demo_dir).await?;
@@ -335,45 +332,36 @@ async fn run(
     )
     .context("step `sluice rules apply` failed")?;
 
-    let mut envoys = Vec::new();
+    let mut configs = Vec::new();
     for (edge, token) in edges.iter().zip(&proxy_tokens) {
-        let config = write_envoy_config(args, edge, upstream_addr, setup, token, demo_dir)?;
-        step(format!(
-            "starting Envoy {} on {}",
-            edge.proxy_id, edge.listen
-        ));
-        let mut command = Command::new(&setup.envoy);
-        command
-            .arg("-c")
-            .arg(&config)
-            .args(["--log-level", "warn"])
-            // Hot restart would claim base id 0; a second Envoy (this demo's other one, or
-            // the integration tests') could not start.
-            .arg("--disable-hot-restart")
-            .stdin(Stdio::null());
-        note(format!("$ {}", cmd::display(&command)));
-        envoys.push(
-            tokio::process::Command::from(command)
-                // Never leave an Envoy behind holding the ports, whatever path leaves this
-                // function.
-                .kill_on_drop(true)
-                .spawn()
-                .with_context(|| format!("starting {}", setup.envoy.display()))?,
-        );
+        configs.push(write_envoy_config(
+            args,
+            edge,
+            upstream_addr,
+            setup,
+            token,
+            demo_dir,
+        )?);
     }
-    let [first, second] = envoys.as_mut_slice() else {
-        bail!("the demo runs two Envoys");
+    // Envoy starts in a blocking wait (until its admin interface says LIVE), so Ctrl-C is
+    // watched meanwhile; an Envoy started after it is killed when the task drops it.
+    let starting = {
+        let (envoy, demo_dir) = (setup.envoy.clone(), demo_dir.to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            edges
+                .iter()
+                .zip(&configs)
+                .map(|(edge, config)| start_envoy(&envoy, edge, config, &demo_dir))
+                .collect::<Result<Vec<_>>>()
+        })
     };
-
-    tokio::select! {
-        ready = async { wait_ready(edges[0].admin).await?; wait_ready(edges[1].admin).await } => ready?,
-        status = first.wait() => bail!("Envoy {} exited during start-up ({})", edges[0].proxy_id, describe(status)),
-        status = second.wait() => bail!("Envoy {} exited during start-up ({})", edges[1].proxy_id, describe(status)),
+    let mut envoys = tokio::select! {
+        started = starting => started.context("starting the Envoys")??,
         signal = signals.recv() => {
             note(format!("{signal} during start-up"));
-            return stop_envoys(&edges, first, second).await;
+            return Ok(());
         }
-    }
+    };
 
     let load_until = tokio::time::Instant::now() + Duration::from_secs(args.load_minutes * 60);
     let mut load = tokio::spawn(demo_load::run(args.listen, load_until));
@@ -386,6 +374,8 @@ async fn run(
     }
     print_info(args, setup, &viewer_token);
 
+    // Envoy is a child process, not a future: look at it a few times a second.
+    let mut envoy_check = tokio::time::interval(Duration::from_millis(250));
     let outcome = loop {
         tokio::select! {
             signal = signals.recv() => {
@@ -394,8 +384,14 @@ async fn run(
             }
             // Ctrl-C in a terminal reaches the Envoys and the admin API too (one process
             // group): a clean exit is that, a failed one is a crash.
-            status = first.wait() => break envoy_exited(&edges[0], status),
-            status = second.wait() => break envoy_exited(&edges[1], status),
+            _ = envoy_check.tick() => {
+                let exited = edges.iter().zip(&envoys).find_map(|(edge, envoy)| {
+                    envoy.exit_status().map(|status| (edge, status))
+                });
+                if let Some((edge, status)) = exited {
+                    break envoy_exited(edge, status);
+                }
+            }
             status = admin.wait() => break match status {
                 Ok(s) if s.success() => Ok(()),
                 other => Err(anyhow::anyhow!(
@@ -404,7 +400,6 @@ async fn run(
                     demo_dir.join("sluice.log").display()
                 )),
             },
-            result = &mut upstream => break Err(anyhow::anyhow!("the echo upstream stopped: {result:?}")),
             counts = &mut load, if load_running => {
                 load_running = false;
                 if let Ok(counts) = counts {
@@ -419,33 +414,69 @@ async fn run(
         }
     };
     load.abort();
-    let stopped = stop_envoys(&edges, first, second).await;
+    let stopped = tokio::task::spawn_blocking(move || stop_envoys(&mut envoys))
+        .await
+        .context("stopping the Envoys")?;
     step("stopping the admin API");
     let _ = admin.start_kill();
     let _ = admin.wait().await;
-    upstream.abort();
     outcome.and(stopped)
 }
 
-fn envoy_exited(edge: &Edge, status: std::io::Result<ExitStatus>) -> Result<()> {
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        other => Err(anyhow::anyhow!(
-            "Envoy {} exited unexpectedly ({})",
-            edge.proxy_id,
-            describe(other)
-        )),
+/// Starts one of the demo's Envoys and waits until it is ready.
+fn start_envoy(envoy: &Path, edge: &Edge, config: &Path, demo_dir: &Path) -> Result<EnvoyProcess> {
+    step(format!(
+        "starting Envoy {} on {}",
+        edge.proxy_id, edge.listen
+    ));
+    let process = EnvoyProcess::start(&EnvoyLaunch {
+        envoy,
+        config,
+        // The generated config's own worker count.
+        concurrency: None,
+        log_level: "warn",
+        cpus: None,
+        dir: demo_dir,
+        name: edge.proxy_id,
+        ready_timeout: READY_LIMIT,
+        listener: None,
+    })?;
+    note(format!("$ {}", process.command()));
+    note(format!(
+        "Envoy {} is ready (log: {})",
+        edge.proxy_id,
+        process.log_path().display()
+    ));
+    Ok(process)
+}
+
+fn envoy_exited(edge: &Edge, status: ExitStatus) -> Result<()> {
+    if status.success() {
+        Ok(())
+    } else {
+        bail!("Envoy {} exited unexpectedly ({status})", edge.proxy_id)
     }
 }
 
-async fn stop_envoys(
-    edges: &[Edge; 2],
-    first: &mut tokio::process::Child,
-    second: &mut tokio::process::Child,
-) -> Result<()> {
-    let a = stop_envoy(edges[0].admin, first).await;
-    let b = stop_envoy(edges[1].admin, second).await;
-    a.and(b)
+/// Stops every Envoy, each through its admin interface (Ctrl-C in a terminal also reaches
+/// them, and they then exit by themselves), killing one only as a last resort.
+fn stop_envoys(envoys: &mut [EnvoyProcess]) -> Result<()> {
+    let mut outcome = Ok(());
+    for envoy in envoys {
+        step("stopping Envoy");
+        match envoy.stop(STOP_LIMIT) {
+            Ok(status) => note(format!("Envoy stopped ({status})")),
+            Err(err) => outcome = Err(err),
+        }
+    }
+    outcome
+}
+
+fn describe(status: std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(status) => status.to_string(),
+        Err(err) => format!("status unknown: {err}"),
+    }
 }
 
 /// Ctrl-C and SIGTERM, caught from before Envoy starts so that neither leaves it running.
@@ -468,71 +499,6 @@ impl StopSignals {
             _ = self.terminate.recv() => "SIGTERM",
         }
     }
-}
-
-async fn stop_envoy(admin: SocketAddr, envoy: &mut tokio::process::Child) -> Result<()> {
-    step("stopping Envoy");
-    // Ctrl-C in a terminal also reaches Envoy (same process group), which then exits by itself;
-    // otherwise ask it through the admin interface, and kill it only as a last resort.
-    let _ = admin_request(admin, "POST", "/quitquitquit").await;
-    match tokio::time::timeout(STOP_LIMIT, envoy.wait()).await {
-        Ok(status) => note(format!("Envoy stopped ({})", describe(status))),
-        Err(_elapsed) => {
-            note(format!(
-                "Envoy still running after {} s: killing it",
-                STOP_LIMIT.as_secs()
-            ));
-            envoy.kill().await.context("killing Envoy")?;
-        }
-    }
-    Ok(())
-}
-
-fn describe(status: std::io::Result<ExitStatus>) -> String {
-    match status {
-        Ok(status) => status.to_string(),
-        Err(err) => format!("status unknown: {err}"),
-    }
-}
-
-/// Waits until Envoy's admin `/ready` answers 200 (listeners up, wasm VMs loaded).
-async fn wait_ready(admin: SocketAddr) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + READY_LIMIT;
-    loop {
-        if let Ok(response) = admin_request(admin, "GET", "/ready").await {
-            if response.starts_with("HTTP/1.1 200") {
-                note("Envoy is ready");
-                return Ok(());
-            }
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!(
-                "Envoy was not ready within {} s (see its log above)",
-                READY_LIMIT.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A minimal HTTP/1.1 exchange with Envoy's admin interface (loopback, tiny responses; Envoy
-/// answers HTTP/1.0 with 426, so `Connection: close` marks the end instead).
-async fn admin_request(admin: SocketAddr, method: &str, path: &str) -> Result<String> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(admin).await?;
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\
-             Content-Length: 0\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .with_context(|| format!("{method} {path}: Envoy admin did not answer"))?
-        .with_context(|| format!("{method} {path} on {admin}"))
 }
 
 fn print_info(args: &DemoArgs, setup: &Setup, viewer_token: &str) {

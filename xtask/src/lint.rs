@@ -3,8 +3,8 @@
 //! `cargo xtask test` runs it first: a lint failure fails the suite.
 
 use anyhow::{Result, bail};
+use sluice_harness::cmd::{self, note, step};
 
-use crate::cmd::{self, note, step};
 use crate::toolchain::WasmRoute;
 
 const FILTER_PACKAGE: &str = "sluice-filter";

@@ -1,9 +1,7 @@
 //! `cargo xtask`: Sluice's build, test and demo automation, in Rust so it runs wherever cargo
 //! does. Each step says what it does and skips what is already done.
 
-mod apt;
 mod bench;
-mod cmd;
 mod dashboard;
 mod demo;
 mod demo_load;
@@ -18,12 +16,13 @@ mod schemathesis;
 mod server_dir;
 mod suite;
 mod toolchain;
-mod upstream;
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use sluice_harness::bench_args::BenchArgs;
+use sluice_harness::cmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,7 +54,7 @@ enum Task {
     /// Find or install Envoy and print its path.
     Envoy,
     /// Benchmark request cost, accuracy and memory against Envoy; writes bench/results/.
-    Bench(bench::BenchArgs),
+    Bench(BenchArgs),
     /// Fuzz every decoder of untrusted bytes (cargo-fuzz, libFuzzer) for --seconds per target.
     Fuzz(fuzz::FuzzArgs),
 }

@@ -14,13 +14,13 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use sluice_harness::apt;
+use sluice_harness::cmd::{note, step};
 use sluice_testkit::{
     POSTGRES_BIN_ENV, POSTGRES_URL_ENV, PostgresServer, REQUIRE_POSTGRES_ENV, server_bin_dir,
     stop_left_behind,
 };
 
-use crate::apt;
-use crate::cmd::{note, step};
 use crate::server_dir::{self, Record};
 
 /// The database created in the throwaway cluster.
@@ -46,11 +46,6 @@ struct Cluster {
 }
 
 impl TestPostgres {
-    /// `postgres://…` of the suite's server.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The environment the test commands need.
     pub fn env(&self) -> [(&'static str, &str); 3] {
         [

@@ -5,17 +5,13 @@
 //! can kill and restart one without disturbing another. This step only makes sure the
 //! binary is there and tells the tests where it is.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-
-use crate::apt;
-use crate::cmd::{self, note, step};
-
-/// Where the tests find the server binary (read by `sluice-testkit`).
-pub const SERVER_ENV: &str = "SLUICE_REDIS_SERVER";
-/// Set for the test run: tests that need Redis fail instead of skipping when it is missing.
-pub const REQUIRE_ENV: &str = "SLUICE_REQUIRE_REDIS";
+use sluice_harness::apt;
+use sluice_harness::cmd::{self, note, step};
+use sluice_testkit::{REDIS_SERVER_ENV, REQUIRE_REDIS_ENV};
 
 /// The `redis-server` binary: on `PATH`, or installed from Debian's packages.
 pub fn ensure_server() -> Result<PathBuf> {
@@ -32,4 +28,13 @@ pub fn ensure_server() -> Result<PathBuf> {
             cmd::is_executable(&debian).then_some(debian)
         })
         .context("redis-server was installed but is not on PATH")
+}
+
+/// The environment that tells the tests (and the benchmark) where `server` is, and makes
+/// the tests that need Redis fail instead of skipping when it is missing.
+pub fn env(server: &Path) -> [(&'static str, &OsStr); 2] {
+    [
+        (REDIS_SERVER_ENV, server.as_os_str()),
+        (REQUIRE_REDIS_ENV, OsStr::new("1")),
+    ]
 }

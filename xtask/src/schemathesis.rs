@@ -14,9 +14,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use sluice_harness::cmd::{self, Outcome, note, step};
+use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 
-use crate::bench::admin::{ADMIN_TOKEN, AdminApi, Serve};
-use crate::cmd::{self, Outcome, note, step};
 use crate::envoy;
 
 /// Pinned, so that a new release's new checks show up as a deliberate upgrade rather than
@@ -45,15 +45,14 @@ pub fn check_contract(sluice: &Path) -> Result<()> {
         .join(format!("schemathesis-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let serve = Serve {
-        sluice: sluice.to_path_buf(),
-        database: format!("sqlite://{}", dir.join("sluice.db").display()),
-        redis: None,
-        // schemathesis sends wrong tokens on purpose (its authentication checks): a limit
-        // of 10 would answer the rest of the run 429 (the limit itself is tested in
-        // admin-api/tests/api.rs).
-        flags: vec!["--auth-failures".into(), "1000000".into()],
-    };
+    let mut serve = Serve::new(
+        sluice.to_path_buf(),
+        format!("sqlite://{}", dir.join("sluice.db").display()),
+    );
+    // schemathesis sends wrong tokens on purpose (its authentication checks): a limit of 10
+    // would answer the rest of the run 429 (the limit itself is tested in
+    // admin-api/tests/api.rs).
+    serve.flags = vec!["--auth-failures".into(), "1000000".into()];
     step("API contract: schemathesis against `sluice serve` (SQLite)");
     let server = AdminApi::start(&serve)?;
     note(format!("sluice serve at {}", server.url()));

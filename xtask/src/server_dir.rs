@@ -10,8 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-
-use crate::cmd::{self, note};
+use sluice_harness::cmd::{self, note};
 
 /// The record of one server's folder; dropping it keeps the server's log and removes the
 /// record (drop it while the folder still exists).

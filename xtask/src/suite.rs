@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sluice_harness::cmd::{self, note, step};
+use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
 
-use crate::cmd::{self, note, step};
 use crate::libtest::{self, TestCounts};
 use crate::{dashboard, dist, envoy, lint, postgres, redis, schemathesis};
 
@@ -102,10 +103,7 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
     // Lives until the suite ends, passed or failed: dropping it stops the server.
     let postgres = timings.time("provision PostgreSQL", postgres::for_tests)?;
     let redis_server = timings.time("provision Redis", redis::ensure_server)?;
-    let redis_env = [
-        (redis::SERVER_ENV, redis_server.as_os_str()),
-        (redis::REQUIRE_ENV, "1".as_ref()),
-    ];
+    let redis_env = redis::env(&redis_server);
 
     if args.skip_unit {
         step("unit and property tests, short fuzz run: skipped (--skip-unit)");
@@ -156,11 +154,11 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
             "--test-threads=1",
         ])
         .args(&args.test_args)
-        .env("SLUICE_FILTER_WASM", &dist.filter_wasm)
-        .env("SLUICE_BIN", &dist.sluice_bin)
-        .env(envoy::ENVOY_ENV, &envoy)
-        .env(dashboard::CHROMIUM_ENV, &chromium)
-        .env(dashboard::CHROMEDRIVER_ENV, &chromedriver)
+        .env(FILTER_WASM_ENV, &dist.filter_wasm)
+        .env(SLUICE_BIN_ENV, &dist.sluice_bin)
+        .env(ENVOY_ENV, &envoy)
+        .env(CHROMIUM_ENV, &chromium)
+        .env(CHROMEDRIVER_ENV, &chromedriver)
         .envs(postgres.env())
         .envs(redis_env);
     timings.time("integration tests", || {

@@ -16,9 +16,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-
-use crate::apt;
-use crate::cmd::{self, Outcome, note, step};
+use sluice_harness::apt;
+use sluice_harness::cmd::{self, Outcome, note, step};
 
 pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
 

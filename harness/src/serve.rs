@@ -1,20 +1,23 @@
-//! The real admin API for the benchmark sections: `sluice serve` on loopback, killed on
-//! drop, and killed and restarted on demand for the fault runs.
+//! The real admin API as a child process: `sluice serve` on loopback, killed on drop, and
+//! killed and started again on demand for fault runs. The end-to-end tests, the benchmark
+//! and `cargo xtask test`'s contract check start theirs here.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
+use sluice_core::listening::Listening;
 
-use super::envoy::http_request;
+use crate::http::http_request;
 
-/// The bootstrap admin token every benchmark server starts with.
-pub const ADMIN_TOKEN: &str = "slc_bench_admin_token_0123456789abcdef";
+/// The bootstrap admin token every server started here begins with.
+pub const ADMIN_TOKEN: &str = "slc_test_admin_token_0123456789abcdef";
+/// How long `sluice serve` may take to migrate its database and listen.
 const START_LIMIT: Duration = Duration::from_secs(20);
 
 /// How to start `sluice serve`.
@@ -25,8 +28,23 @@ pub struct Serve {
     pub database: String,
     /// `--redis URL`: global buckets in Redis instead of in memory.
     pub redis: Option<String>,
-    /// Further `sluice serve` flags.
+    /// Further `sluice serve` flags (e.g. `--tls-cert`, `--tls-key`).
     pub flags: Vec<String>,
+    /// The server's log (its stderr) on ours, for a test's output; discarded otherwise.
+    pub show_log: bool,
+}
+
+impl Serve {
+    /// `sluice serve` on `database` with no further flags, its log discarded.
+    pub fn new(sluice: PathBuf, database: String) -> Serve {
+        Serve {
+            sluice,
+            database,
+            redis: None,
+            flags: Vec::new(),
+            show_log: false,
+        }
+    }
 }
 
 /// A running `sluice serve`, killed when dropped.
@@ -34,23 +52,23 @@ pub struct Serve {
 pub struct AdminApi {
     serve: Serve,
     child: Option<Child>,
-    addr: SocketAddr,
+    listening: Listening,
     bearer: String,
 }
 
 impl AdminApi {
     /// Starts a server on a free loopback port.
     pub fn start(serve: &Serve) -> Result<AdminApi> {
-        let (child, addr) = spawn(serve, SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let (child, listening) = spawn(serve, SocketAddr::from(([127, 0, 0, 1], 0)))?;
         Ok(AdminApi {
             serve: serve.clone(),
             child: Some(child),
-            addr,
+            listening,
             bearer: format!("Bearer {ADMIN_TOKEN}"),
         })
     }
 
-    /// SIGKILL, like a crash.
+    /// SIGKILL, like a crash or an unreachable admin API.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -61,9 +79,9 @@ impl AdminApi {
     /// Starts it again on the same address and database.
     pub fn restart(&mut self) -> Result<()> {
         self.kill();
-        let (child, addr) = spawn(&self.serve, self.addr)?;
+        let (child, listening) = spawn(&self.serve, self.listening.addr)?;
         self.child = Some(child);
-        self.addr = addr;
+        self.listening = listening;
         Ok(())
     }
 
@@ -72,14 +90,24 @@ impl AdminApi {
         self.child.as_ref().map(Child::id)
     }
 
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+    /// What the server said it listens on.
+    pub fn listening(&self) -> Listening {
+        self.listening
     }
 
-    /// One API request with the admin token: `(status, body)`.
+    pub fn addr(&self) -> SocketAddr {
+        self.listening.addr
+    }
+
+    /// `http://ADDRESS` (or `https://` over TLS).
+    pub fn url(&self) -> String {
+        self.listening.url()
+    }
+
+    /// One API request over plain HTTP with the admin token: `(status, body)`.
     pub fn call(&self, method: &str, path: &str, body: &str) -> Result<(u16, String)> {
         http_request(
-            self.addr,
+            self.listening.addr,
             method,
             path,
             &[
@@ -134,7 +162,7 @@ impl Drop for AdminApi {
 }
 
 /// Starts `sluice serve` and waits for its listening line (`sluice_core::listening`).
-fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, SocketAddr)> {
+fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, Listening)> {
     let mut command = Command::new(&serve.sluice);
     command
         .args(["serve", "--listen", &listen.to_string()])
@@ -143,25 +171,32 @@ fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, SocketAddr)> {
         command.args(["--redis", redis]);
     }
     command.args(&serve.flags);
+    let stderr = if serve.show_log {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    };
     let mut child = command
         .env("SLUICE_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
-        .context("starting `sluice serve`")?;
+        .with_context(|| format!("starting `{} serve`", serve.sluice.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
     let (tx, rx) = mpsc::channel();
+    // Reads to the end, so the server never blocks on a full pipe.
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(listening) = sluice_core::listening::Listening::parse(&line) {
-                let _ = tx.send(listening.addr);
+            if let Some(listening) = Listening::parse(&line) {
+                let _ = tx.send(listening);
             }
         }
     });
-    match rx.recv_timeout(START_LIMIT).ok() {
-        Some(addr) => Ok((child, addr)),
-        None => {
+    match rx.recv_timeout(START_LIMIT) {
+        Ok(listening) => Ok((child, listening)),
+        Err(_) => {
             let _ = child.kill();
             let _ = child.wait();
             Err(anyhow!(
@@ -169,20 +204,4 @@ fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, SocketAddr)> {
             ))
         }
     }
-}
-
-/// Waits until `check` holds, polling every 20 ms, for at most `limit`.
-pub fn wait_until(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> Result<bool>,
-) -> Result<()> {
-    let deadline = Instant::now() + limit;
-    while !check()? {
-        if Instant::now() > deadline {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }

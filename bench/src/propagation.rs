@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
+use sluice_harness::cmd::{note, step};
+use sluice_harness::serve::{AdminApi, Serve};
+use sluice_harness::wait_until;
 
-use super::Bench;
-use super::admin::{AdminApi, Serve, wait_until};
-use super::envoy::{Envoy, EnvoySpec};
-use crate::cmd::{note, step};
+use crate::Bench;
 
 const APPLIED: &str = "wasmcustom.sluice_rulesets_applied_total";
 const WORKERS: u32 = 2;
@@ -34,42 +34,30 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
     let database = format!("sqlite://{}/propagation.db", dir.display());
     let sluice = &bench.generator.sluice_bin;
 
-    let admin = AdminApi::start(&Serve {
-        sluice: sluice.clone(),
-        database,
-        redis: None,
-        flags: Vec::new(),
-    })?;
+    let admin = AdminApi::start(&Serve::new(sluice.clone(), database))?;
     let proxy_token = admin.proxy_token("bench")?;
     let yaml = dir.join("propagation.yaml");
     bench
         .generator
         .write_following(&yaml, &admin.url(), &proxy_token, "bench", WORKERS)?;
-    let envoy = Envoy::start(&EnvoySpec {
-        envoy: &bench.envoy,
-        config: &yaml,
-        concurrency: WORKERS,
-        cpus: None,
-        dir: &dir,
-        name: "propagation",
-    })?;
+    let envoy = bench.start_envoy(&yaml, WORKERS, None, &dir, "propagation")?;
     wait_until("the control service to poll", WAIT_LIMIT, || {
-        Ok(envoy.stat("wasmcustom.sluice_control_polls_total")? > 0)
+        Ok(envoy.counter("wasmcustom.sluice_control_polls_total")? > 0)
     })?;
 
     let rule = |requests: usize| json!({"name": "bench", "key": "global", "limits": [{"requests": requests, "period": "minute"}]});
     // The first change tells how many filter roots apply each ruleset.
     admin.create_rule(&rule(1))?;
     wait_until("the first ruleset to be applied", WAIT_LIMIT, || {
-        Ok(envoy.stat(APPLIED)? > 0)
+        Ok(envoy.counter(APPLIED)? > 0)
     })?;
     std::thread::sleep(Duration::from_millis(500));
-    let roots = envoy.stat(APPLIED)?;
+    let roots = envoy.counter(APPLIED)?;
 
     let mut latencies_ms = Vec::with_capacity(changes);
     let mut puts_ms = Vec::with_capacity(changes);
     for i in 0..changes {
-        let target = envoy.stat(APPLIED)? + roots;
+        let target = envoy.counter(APPLIED)? + roots;
         let sent = Instant::now();
         let (status, _) = admin.call("PUT", "/api/v1/rules/bench", &rule(i + 2).to_string())?;
         let saved = Instant::now();
@@ -77,7 +65,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str, changes: usize) -> Result<
         if status != 200 {
             bail!("change {i} answered HTTP {status}");
         }
-        while envoy.stat(APPLIED)? < target {
+        while envoy.counter(APPLIED)? < target {
             if saved.elapsed() > CHANGE_TIMEOUT {
                 bail!("change {i} was not applied by every root within {CHANGE_TIMEOUT:?}");
             }

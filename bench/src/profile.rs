@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-
-use crate::cmd::{self, Outcome, note, step};
+use sluice_harness::cmd::{self, Outcome, note, step};
 
 const EXAMPLE: &str = "hot_path";
 /// Native timing iterations per scenario.

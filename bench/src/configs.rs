@@ -6,8 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-
-use crate::cmd;
+use sluice_harness::cmd;
 
 const WASM_FILTER: &str = "envoy.filters.http.wasm";
 const HTTP_FILTERS: &str =

@@ -1,5 +1,10 @@
-//! `cargo xtask bench`: what Sluice costs Envoy, how exactly it limits, and what memory it
-//! holds, measured on loopback and written to `bench/results/<date>.md` and `.json`.
+//! `sluice-bench`, run by `cargo xtask bench`: what Sluice costs Envoy, how exactly it
+//! limits, and what memory it holds, measured on loopback and written to
+//! `bench/results/<date>.md` and `.json`.
+//!
+//! xtask builds the artefacts and provisions Envoy (and Redis and PostgreSQL for the
+//! fleet-wide section), then runs this binary with the user's flags and the artefacts' paths.
+//! `sluice-bench ingest` runs the ingest benchmark alone, with every knob.
 //!
 //! Sections (each bounded in time and count):
 //! 1. request path cost ([`path`]): Envoy with no filter, native `local_ratelimit`, a
@@ -17,9 +22,7 @@
 //! interleaved run, medians with min–max over rounds, never absolute claims.
 
 mod accuracy;
-pub(crate) mod admin;
 mod configs;
-mod envoy;
 mod fleet_load;
 mod global;
 mod ingest;
@@ -33,65 +36,74 @@ mod soak;
 mod stats;
 mod wrk;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+use sluice_admin::envoy_config::LISTENER_NAME;
+use sluice_harness::bench_args::{BenchArgs, Section};
+use sluice_harness::cmd::{self, note, step};
+use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
 
-use crate::cmd::{self, note, step};
-use crate::toolchain::WasmRoute;
-use crate::{dist, envoy as provision};
+/// How long an Envoy may take to load its config and start the wasm VMs.
+const ENVOY_READY_LIMIT: Duration = Duration::from_secs(60);
 
-const PASSTHROUGH_PACKAGE: &str = "sluice-passthrough-filter";
-const PASSTHROUGH_ARTEFACT: &str = "sluice_passthrough_filter.wasm";
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Shorter rounds and fewer clients: finishes in under 5 minutes once built.
-    #[arg(long)]
-    pub quick: bool,
-
-    /// Run only these sections (comma-separated). Default: all; `profile` is left out of
-    /// `--quick` unless named here.
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub only: Vec<Section>,
-
-    /// Rounds of the request-path comparison (default: 3 quick, 5 full).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
-    pub rounds: Option<u32>,
-
-    /// Seconds per variant per round (default: 5 quick, 15 full).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=120))]
-    pub duration: Option<u64>,
-
-    /// Minutes of load in the soak section (`--only soak`).
-    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=240))]
-    pub soak_minutes: u64,
-
-    /// Leave README.md's `## Benchmarks` section alone (a full run of every section
-    /// otherwise rewrites it).
-    #[arg(long)]
-    pub no_readme: bool,
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice-bench",
+    about = "Benchmark Sluice against Envoy (run it with `cargo xtask bench`)",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    alone: Option<Alone>,
+    #[command(flatten)]
+    args: BenchArgs,
+    #[command(flatten)]
+    artefacts: Artefacts,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Section {
-    Path,
-    Accuracy,
-    Memory,
-    Profile,
-    /// The admin API's report ingestion and metric queries (written beside the report).
-    Ingest,
-    /// Rule changes from the admin API to every Envoy worker (written beside the report).
-    Propagation,
-    /// Fleet-wide limits: three Envoys sharing global limits through the admin API, with
-    /// faults (written beside the report).
-    Global,
-    /// A long run of one Envoy following `sluice serve` under churning clients and a rule
-    /// edit every second: memory, errors and reports (`--soak-minutes`, default 30; only
-    /// when named; written beside the report).
-    Soak,
+#[derive(Debug, Subcommand)]
+enum Alone {
+    /// The report-ingest benchmark alone (every knob), its tables on stdout.
+    Ingest(ingest::IngestArgs),
+}
+
+/// What `cargo xtask bench` built and provisioned.
+#[derive(Debug, Args)]
+struct Artefacts {
+    #[arg(long, required = true, value_name = "PATH")]
+    envoy: Option<PathBuf>,
+    #[arg(long, required = true, value_name = "PATH")]
+    filter_wasm: Option<PathBuf>,
+    #[arg(long, required = true, value_name = "PATH")]
+    sluice_bin: Option<PathBuf>,
+    #[arg(long, required = true, value_name = "PATH")]
+    passthrough_wasm: Option<PathBuf>,
+    /// How the wasm32 filters were compiled, for the report.
+    #[arg(long, required = true, value_name = "ROUTE")]
+    wasm_route: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match &cli.alone {
+        Some(Alone::Ingest(args)) => {
+            ingest::tables(&args.options()).map(|tables| print!("{tables}"))
+        }
+        None => bench(&cli.args, &cli.artefacts),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` prints the whole chain on one line: which step, then why.
+            eprintln!("\nsluice-bench: FAILED: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Durations and sizes of one run.
@@ -147,6 +159,31 @@ pub struct Bench {
     pub load_cpus: Option<String>,
 }
 
+impl Bench {
+    /// Starts an Envoy of this run from `config` (made by [`configs::Generator`]), logging
+    /// warnings into `dir`, pinned to `cpus` when given.
+    pub fn start_envoy(
+        &self,
+        config: &Path,
+        concurrency: u32,
+        cpus: Option<&str>,
+        dir: &Path,
+        name: &str,
+    ) -> Result<EnvoyProcess> {
+        EnvoyProcess::start(&EnvoyLaunch {
+            envoy: &self.envoy,
+            config,
+            concurrency: Some(concurrency),
+            log_level: "warn",
+            cpus,
+            dir,
+            name,
+            ready_timeout: ENVOY_READY_LIMIT,
+            listener: Some(LISTENER_NAME),
+        })
+    }
+}
+
 /// What the sections produced; a failed section keeps its error.
 #[derive(Debug, Default)]
 pub struct Results {
@@ -156,35 +193,19 @@ pub struct Results {
     pub profile: Option<Result<profile::ProfileResults>>,
 }
 
-pub fn bench(args: &BenchArgs) -> Result<()> {
+fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
     let started = Instant::now();
     let settings = Settings::new(args);
-    let sections: Vec<Section> = if args.only.is_empty() {
-        let mut all = vec![Section::Path, Section::Accuracy, Section::Memory];
-        if !settings.quick {
-            all.push(Section::Profile);
-            all.push(Section::Ingest);
-        }
-        all.push(Section::Propagation);
-        all.push(Section::Global);
-        all
-    } else {
-        args.only.clone()
+    let sections = args.sections();
+    let invocation = args.invocation();
+    step(format!("measuring: {invocation}"));
+    let given = |path: &Option<PathBuf>, flag: &str| {
+        path.clone().with_context(|| {
+            format!("--{flag} is missing: run the benchmark with `cargo xtask bench`")
+        })
     };
-    let invocation = invocation(args);
-    step(format!("benchmark: {invocation}"));
-
-    let dist = dist::build().context("step `build` failed")?;
-    let route = WasmRoute::select()?;
-    step(format!(
-        "building {PASSTHROUGH_PACKAGE} (release, {route} route)"
-    ));
-    let built = route
-        .build_release(PASSTHROUGH_PACKAGE, PASSTHROUGH_ARTEFACT)
-        .with_context(|| format!("building {PASSTHROUGH_PACKAGE} for wasm32"))?;
-    let passthrough_wasm = dist::dist_dir().join(PASSTHROUGH_ARTEFACT);
-    cmd::copy_file(&built, &passthrough_wasm)?;
-    let envoy = provision::ensure_envoy().context("step `provision Envoy` failed")?;
+    let envoy = given(&artefacts.envoy, "envoy")?;
+    let route = artefacts.wasm_route.clone().unwrap_or_default();
 
     let (date, stamp) = machine::utc_now();
     let run_dir = cmd::project_root()
@@ -194,17 +215,17 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     // The run keeps its own copies: another build replacing target/dist/ mid-run (the
     // filter is rebuilt by `cargo xtask test` and `demo` too) cannot mix versions.
-    let keep = |from: &std::path::Path| -> Result<PathBuf> {
+    let keep = |from: &Path| -> Result<PathBuf> {
         let to = run_dir.join(from.file_name().context("artefact without a file name")?);
         std::fs::copy(from, &to)
             .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         Ok(to)
     };
-    let filter_wasm = keep(&dist.filter_wasm)?;
-    let sluice_bin = keep(&dist.sluice_bin)?;
-    let passthrough_wasm = keep(&passthrough_wasm)?;
+    let filter_wasm = keep(&given(&artefacts.filter_wasm, "filter-wasm")?)?;
+    let sluice_bin = keep(&given(&artefacts.sluice_bin, "sluice-bin")?)?;
+    let passthrough_wasm = keep(&given(&artefacts.passthrough_wasm, "passthrough-wasm")?)?;
     let wrk = wrk::Wrk::ensure(&run_dir)?;
-    let machine = machine::Machine::inspect(&envoy, &route.to_string(), &wrk.version);
+    let machine = machine::Machine::inspect(&envoy, &route, &wrk.version);
     let (envoy_cpus, load_cpus) = if machine.taskset && machine.cores >= 2 {
         (Some("0".to_string()), Some("1".to_string()))
     } else {
@@ -319,7 +340,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if sections.contains(&Section::Ingest) {
         let seconds = if bench.settings.quick { 10 } else { 30 };
-        if let Err(err) = ingest::run(&out_dir, &name, 100, seconds) {
+        if let Err(err) = ingest::section(&out_dir, &name, 100, seconds) {
             note(format!("section Ingest failed: {err:#}"));
         }
     }
@@ -375,33 +396,4 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         started.elapsed().as_secs_f64() / 60.0
     ));
     Ok(())
-}
-
-/// The command line that reproduces this run.
-fn invocation(args: &BenchArgs) -> String {
-    let mut parts = vec!["cargo xtask bench".to_string()];
-    if args.quick {
-        parts.push("--quick".into());
-    }
-    if !args.only.is_empty() {
-        let names: Vec<String> = args
-            .only
-            .iter()
-            .filter_map(|s| s.to_possible_value().map(|v| v.get_name().to_string()))
-            .collect();
-        parts.push(format!("--only {}", names.join(",")));
-    }
-    if let Some(rounds) = args.rounds {
-        parts.push(format!("--rounds {rounds}"));
-    }
-    if let Some(duration) = args.duration {
-        parts.push(format!("--duration {duration}"));
-    }
-    if args.only.contains(&Section::Soak) {
-        parts.push(format!("--soak-minutes {}", args.soak_minutes));
-    }
-    if args.no_readme {
-        parts.push("--no-readme".into());
-    }
-    parts.join(" ")
 }

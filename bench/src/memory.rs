@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde_json::{Value, json};
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
 
-use super::Bench;
-use super::configs::FilterChain;
-use super::envoy::{Envoy, EnvoySpec};
-use super::wrk::{Clients, Load, Measured};
-use crate::cmd::{note, step};
+use crate::Bench;
+use crate::configs::FilterChain;
+use crate::wrk::{Clients, Load, Measured};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Envoy workers in the memory runs.
@@ -142,7 +142,7 @@ fn rule(name: &str, requests: u64, period: &str) -> Value {
 }
 
 /// RSS after a moment's rest, so freed buffers are returned and counted consistently.
-fn settled_rss(envoy: &Envoy) -> Result<u64> {
+fn settled_rss(envoy: &EnvoyProcess) -> Result<u64> {
     std::thread::sleep(Duration::from_secs(1));
     envoy.rss_bytes()
 }
@@ -155,24 +155,17 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         let bootstrap = bench
             .generator
             .write(name, rules, slots, WORKERS, FilterChain::Sluice)?;
-        let envoy = Envoy::start(&EnvoySpec {
-            envoy: &bench.envoy,
-            config: &bootstrap.path,
-            concurrency: WORKERS,
-            cpus: None,
-            dir: &bench.run_dir,
-            name,
-        })?;
+        let envoy = bench.start_envoy(&bootstrap.path, WORKERS, None, &bench.run_dir, name)?;
         commands.push(bootstrap.command);
-        commands.push(envoy.command.clone());
-        Ok::<Envoy, anyhow::Error>(envoy)
+        commands.push(envoy.command().to_string());
+        Ok::<EnvoyProcess, anyhow::Error>(envoy)
     };
     // Phase 1: bytes per tracked client.
     let fill_clients = u64::from(FILL_SLOTS / 2);
     step(format!(
         "memory, slot fill: {fill_clients} distinct active clients into a {FILL_SLOTS}-slot table"
     ));
-    let mut envoy = start(
+    let envoy = start(
         "memory-fill",
         &rule("fill", 10, "hour"),
         FILL_SLOTS,
@@ -185,8 +178,8 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         Clients::One("warm-up"),
     )?;
     let rss_before = settled_rss(&envoy)?;
-    let shared_before = envoy.stat("wasmcustom.sluice_slot_shared_total")?;
-    let requests_before = envoy.stat("wasmcustom.sluice_requests_total")?;
+    let shared_before = envoy.counter("wasmcustom.sluice_slot_shared_total")?;
+    let requests_before = envoy.counter("wasmcustom.sluice_requests_total")?;
     // Long enough to send every client at least once at a modest 10,000 requests/s, and
     // short enough that none sends more than its 10 requests at this machine's ~50,000.
     let duration = Duration::from_secs(fill_clients / 10_000 + 1);
@@ -199,7 +192,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
     envoy.check_running()?;
     let rss_after = settled_rss(&envoy)?;
     let requests = envoy
-        .stat("wasmcustom.sluice_requests_total")?
+        .counter("wasmcustom.sluice_requests_total")?
         .saturating_sub(requests_before);
     if requests < fill_clients {
         note(format!(
@@ -211,7 +204,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         clients: fill_clients.min(requests),
         requests,
         shared: envoy
-            .stat("wasmcustom.sluice_slot_shared_total")?
+            .counter("wasmcustom.sluice_slot_shared_total")?
             .saturating_sub(shared_before),
         rss_before,
         rss_after,
@@ -231,7 +224,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         "memory, churn: {target} distinct clients through a {slots}-slot table, RSS every {} s",
         settings.memory_segment.as_secs()
     ));
-    let mut envoy = start(
+    let envoy = start(
         "memory-churn",
         &rule("churn", 10, "second"),
         slots,
@@ -243,7 +236,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         Duration::from_secs(2),
         Clients::One("warm-up"),
     )?;
-    let base = envoy.stat("wasmcustom.sluice_requests_total")?;
+    let base = envoy.counter("wasmcustom.sluice_requests_total")?;
     let began = Instant::now();
     let mut checkpoints = vec![Checkpoint {
         clients: 0,
@@ -252,7 +245,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
     }];
     for segment in 0..settings.memory_max_segments {
         let done = envoy
-            .stat("wasmcustom.sluice_requests_total")?
+            .counter("wasmcustom.sluice_requests_total")?
             .saturating_sub(base);
         if done >= target || began.elapsed() >= settings.memory_time_limit {
             break;
@@ -266,7 +259,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         )?;
         envoy.check_running()?;
         let clients = envoy
-            .stat("wasmcustom.sluice_requests_total")?
+            .counter("wasmcustom.sluice_requests_total")?
             .saturating_sub(base);
         let rss = envoy.rss_bytes()?;
         note(format!(
@@ -283,11 +276,11 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         last.rss = settled_rss(&envoy)?;
     }
     let counters = envoy
-        .stats("^wasmcustom\\.sluice_")?
+        .stats_matching("^wasmcustom\\.sluice_")?
         .into_iter()
         .map(|(k, v)| (k.trim_start_matches("wasmcustom.").to_string(), v))
         .collect();
-    commands.push(crate::cmd::display(&bench.wrk.command(&Load {
+    commands.push(sluice_harness::cmd::display(&bench.wrk.command(&Load {
         url: &envoy.url("/"),
         threads: THREADS,
         connections: CONNECTIONS,

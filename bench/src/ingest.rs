@@ -21,18 +21,21 @@
 //! The load generator runs in the same process as the server, so on a small machine the
 //! numbers are a floor, not a ceiling.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result, anyhow};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-
-use crate::api::AppState;
-use crate::server;
-use crate::store::{
+use sluice_admin::api::AppState;
+use sluice_admin::server;
+use sluice_admin::store::{
     Actor, ClientBucket, Counts, MetricsBatch, ProxyBucket, Resolution, Role, RuleBucket, Store,
-    StoreError, TOP_CLIENTS_PER_BUCKET, now_ms,
+    TOP_CLIENTS_PER_BUCKET, now_ms,
 };
+use sluice_harness::cmd::{note, step};
+use sluice_testkit::PostgresDatabase;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -77,7 +80,6 @@ impl Default for BenchOptions {
 /// Latency percentiles of one kind of request, in milliseconds.
 #[derive(Debug, Clone, Default)]
 pub struct Latency {
-    pub samples: usize,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
@@ -90,7 +92,6 @@ impl Latency {
         let at =
             |q: usize| samples.get((samples.len() * q / 100).min(samples.len().saturating_sub(1)));
         Latency {
-            samples: samples.len(),
             p50_ms: ms(at(50)),
             p99_ms: ms(at(99)),
             max_ms: ms(samples.last()),
@@ -102,7 +103,6 @@ impl Latency {
 #[derive(Debug, Clone)]
 pub struct BackendResult {
     pub backend: &'static str,
-    pub proxies: usize,
     pub history_rows: u64,
     pub history_seconds: f64,
     /// Reports sent, accepted (204) and not.
@@ -128,22 +128,8 @@ impl BackendResult {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("http: {0}")]
-    Http(#[from] reqwest::Error),
-    #[error("{0}")]
-    Other(String),
-}
-
 /// Runs the benchmark on every backend asked for.
-pub async fn run(options: &BenchOptions) -> Result<Vec<BackendResult>, BenchError> {
+pub async fn run(options: &BenchOptions) -> Result<Vec<BackendResult>> {
     let mut results = Vec::new();
     if options.sqlite {
         let dir = std::env::temp_dir().join(format!(
@@ -158,40 +144,11 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BackendResult>, BenchErro
         results.push(result?);
     }
     if let Some(server_url) = &options.postgres_url {
-        let name = format!("sluice_bench_{:016x}", rand::rng().random::<u64>());
-        sqlx::any::install_default_drivers();
-        let admin = sqlx::AnyPool::connect(server_url).await?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await?;
-        let result = run_on(options, "postgres", &with_database(server_url, &name)).await;
-        let dropped = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&admin)
-            .await;
-        admin.close().await;
-        let result = result?;
-        dropped?;
-        results.push(result);
+        // Created with the client tools, and dropped (forcibly) when the run ends.
+        let database = PostgresDatabase::create(server_url, "sluice_bench")?;
+        results.push(run_on(options, "postgres", database.url()).await?);
     }
     Ok(results)
-}
-
-/// `postgres://user@host:port/db?x` with another database name.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let end = base
-        .get(authority..)
-        .and_then(|rest| rest.find('/'))
-        .map_or(base.len(), |j| authority + j);
-    let mut out = format!("{}/{name}", base.get(..end).unwrap_or(base));
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
 
 fn rule_id(r: usize) -> String {
@@ -199,7 +156,7 @@ fn rule_id(r: usize) -> String {
 }
 
 /// Writes `days` of history ending at the current minute. Returns the rows written.
-async fn prefill(store: &Store, options: &BenchOptions, now: i64) -> Result<u64, BenchError> {
+async fn prefill(store: &Store, options: &BenchOptions, now: i64) -> Result<u64> {
     let mut rng = StdRng::seed_from_u64(7);
     let day_ms = 86_400_000;
     let start = Resolution::Hour.bucket(now) - i64::from(options.history_days) * day_ms;
@@ -315,11 +272,7 @@ fn scrape(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn run_on(
-    options: &BenchOptions,
-    backend: &'static str,
-    url: &str,
-) -> Result<BackendResult, BenchError> {
+async fn run_on(options: &BenchOptions, backend: &'static str, url: &str) -> Result<BackendResult> {
     let store = Store::open(url).await?;
     let now = now_ms();
     let started = Instant::now();
@@ -335,13 +288,7 @@ async fn run_on(
         .await?
         .secret;
     let state = AppState::new(store.clone()).await?;
-    let server = server::start(
-        state,
-        "127.0.0.1:0"
-            .parse()
-            .map_err(|e| BenchError::Other(format!("{e}")))?,
-    )
-    .await?;
+    let server = server::start(state, "127.0.0.1:0".parse()?).await?;
     let base = format!("http://{}", server.addr());
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -432,14 +379,14 @@ async fn run_on(
             let sent = Instant::now();
             let response = request.send().await?;
             if !response.status().is_success() {
-                return Err(BenchError::Other(format!(
+                return Err(anyhow!(
                     "{path} answered {}: {}",
                     response.status(),
                     response.text().await.unwrap_or_default()
-                )));
+                ));
             }
             let _ = response.bytes().await?;
-            Ok::<_, BenchError>(sent.elapsed())
+            Ok::<_, anyhow::Error>(sent.elapsed())
         }
     };
     let mut loaded: Vec<Vec<Duration>> = vec![Vec::new(); queries.len()];
@@ -454,7 +401,7 @@ async fn run_on(
     }
     let (mut latencies, mut accepted, mut refused) = (Vec::new(), 0, 0);
     for s in senders {
-        let (l, a, r) = s.await.map_err(|e| BenchError::Other(e.to_string()))?;
+        let (l, a, r) = s.await?;
         latencies.extend(l);
         accepted += a;
         refused += r;
@@ -487,11 +434,9 @@ async fn run_on(
         })
         .collect();
     for sent in last {
-        let status = sent.await.map_err(|e| BenchError::Other(e.to_string()))??;
+        let status = sent.await??;
         if status != 204 {
-            return Err(BenchError::Other(format!(
-                "a last report was answered {status}"
-            )));
+            return Err(anyhow!("a last report was answered {status}"));
         }
     }
     let pending_at_stop = server.state().pipeline().pending_entries();
@@ -521,7 +466,6 @@ async fn run_on(
     .sum::<f64>();
     Ok(BackendResult {
         backend,
-        proxies: options.proxies,
         history_rows,
         history_seconds,
         sent: accepted + refused,
@@ -630,15 +574,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentiles_and_urls() {
+    fn percentiles_and_scrapes() {
         let l = Latency::of((1..=100).map(Duration::from_millis).collect());
         assert_eq!((l.p50_ms, l.p99_ms, l.max_ms), (51.0, 100.0, 100.0));
-        assert_eq!(Latency::of(Vec::new()).samples, 0);
-        assert_eq!(
-            with_database("postgres://u@h:1/db?sslmode=disable", "x"),
-            "postgres://u@h:1/x?sslmode=disable"
-        );
-        assert_eq!(with_database("postgres://u@h:1", "x"), "postgres://u@h:1/x");
+        let none = Latency::of(Vec::new());
+        assert_eq!((none.p50_ms, none.p99_ms, none.max_ms), (0.0, 0.0, 0.0));
         assert_eq!(scrape("a_count 3\na 2\n", "a"), 2.0);
     }
 
@@ -652,4 +592,80 @@ mod tests {
         assert_eq!(report.batch.rules.len(), options.rules);
         assert_eq!(report.batch.rules[0].top_clients.len(), options.clients);
     }
+}
+
+/// `sluice-bench ingest`: the ingest benchmark alone, with every knob; prints its tables.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IngestArgs {
+    /// Simulated proxies, one report a second each.
+    #[arg(long, default_value_t = 100)]
+    proxies: usize,
+    /// How long they send.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Rules per report.
+    #[arg(long, default_value_t = 10)]
+    rules: usize,
+    /// Top clients per rule per report.
+    #[arg(long, default_value_t = 20)]
+    clients: usize,
+    /// Days of history to pre-fill.
+    #[arg(long, default_value_t = 7)]
+    history_days: u32,
+    /// Also pre-fill per-proxy 1-minute history (millions of rows).
+    #[arg(long)]
+    proxy_minutes: bool,
+    /// A PostgreSQL server to run on as well (a database is created and dropped).
+    #[arg(long, env = "SLUICE_BENCH_POSTGRES_URL", value_name = "URL")]
+    postgres: Option<String>,
+    /// Skip SQLite.
+    #[arg(long)]
+    no_sqlite: bool,
+}
+
+impl IngestArgs {
+    pub fn options(&self) -> BenchOptions {
+        BenchOptions {
+            proxies: self.proxies,
+            duration: Duration::from_secs(self.seconds),
+            rules: self.rules,
+            clients: self.clients,
+            history_days: self.history_days,
+            proxy_minutes: self.proxy_minutes,
+            sqlite: !self.no_sqlite,
+            postgres_url: self.postgres.clone(),
+            ..BenchOptions::default()
+        }
+    }
+}
+
+/// Runs the benchmark with `options` and returns its Markdown tables.
+pub fn tables(options: &BenchOptions) -> Result<String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(run(options))?;
+    Ok(markdown(options, &results))
+}
+
+/// The `ingest` section of `cargo xtask bench`: SQLite, `proxies` proxies for `seconds`,
+/// its tables written to `<out_dir>/<name>-ingest.md`.
+pub fn section(out_dir: &Path, name: &str, proxies: usize, seconds: u64) -> Result<PathBuf> {
+    let command = format!("sluice-bench ingest --proxies {proxies} --seconds {seconds}");
+    step(format!("ingest: {command}"));
+    let options = BenchOptions {
+        proxies,
+        duration: Duration::from_secs(seconds),
+        ..BenchOptions::default()
+    };
+    let tables = tables(&options).context("running the ingest benchmark")?;
+    let path = out_dir.join(format!("{name}-ingest.md"));
+    let text = format!(
+        "# Sluice admin API: report ingestion and metric queries\n\n\
+         Produced by `cargo xtask bench` running `{command}` on this shared 2-core machine \
+         (the load generator shares the cores with the server).\n\n{tables}"
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    note(format!("ingest report: {}", path.display()));
+    Ok(path)
 }

@@ -259,7 +259,8 @@ async fn connection(shared: Arc<Shared>, target: usize, addr: SocketAddr) -> Vec
     latencies
 }
 
-async fn connect(
+/// One HTTP/1.1 connection to `addr` (no Nagle delay), or `None` if it cannot be made.
+pub async fn connect(
     addr: SocketAddr,
 ) -> Option<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> {
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;

@@ -7,12 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::accuracy::{AccuracyResults, RATES, WORKERS};
-use super::memory::MemoryResults;
-use super::path::{MANY_CLIENTS, PathResults, Sample};
-use super::profile::ProfileResults;
-use super::stats::{self, Summary};
-use super::{Bench, Results, machine};
+use crate::accuracy::{AccuracyResults, RATES, WORKERS};
+use crate::memory::MemoryResults;
+use crate::path::{MANY_CLIENTS, PathResults, Sample};
+use crate::profile::ProfileResults;
+use crate::stats::{self, Summary};
+use crate::{Bench, Results, machine};
 
 const MIB: f64 = 1024.0 * 1024.0;
 const README_HEADING: &str = "## Benchmarks";
@@ -206,7 +206,7 @@ impl Report<'_> {
             self.invocation,
             self.bench
                 .run_dir
-                .strip_prefix(crate::cmd::project_root())
+                .strip_prefix(sluice_harness::cmd::project_root())
                 .unwrap_or(&self.bench.run_dir)
                 .display()
         );
@@ -232,7 +232,7 @@ impl Report<'_> {
             lines.push("# 4. profile".into());
             lines.extend(p.commands.iter().cloned());
         }
-        let root = format!("{}/", crate::cmd::project_root().display());
+        let root = format!("{}/", sluice_harness::cmd::project_root().display());
         for line in lines {
             let _ = writeln!(md, "{}", line.replace(&root, ""));
         }

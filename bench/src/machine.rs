@@ -5,8 +5,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-
-use crate::cmd;
+use sluice_harness::cmd;
 
 #[derive(Debug, Clone)]
 pub struct Machine {

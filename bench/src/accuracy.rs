@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use sluice_admin::envoy_config::LISTENER_NAME;
+use sluice_harness::cmd::{note, step};
 
-use super::Bench;
-use super::configs::FilterChain;
-use super::envoy::{Envoy, EnvoySpec};
-use super::wrk::{Clients, Load, Measured};
-use crate::cmd::{note, step};
+use crate::Bench;
+use crate::configs::FilterChain;
+use crate::wrk::{Clients, Load, Measured};
 
 /// `(requests per second, burst)` of each bucket under test.
 pub const RATES: [(u64, u64); 3] = [(50, 100), (500, 500), (5_000, 2_500)];
@@ -143,16 +143,9 @@ pub fn run(bench: &Bench) -> Result<AccuracyResults> {
             workers,
             FilterChain::Sluice,
         )?;
-        let mut envoy = Envoy::start(&EnvoySpec {
-            envoy: &bench.envoy,
-            config: &bootstrap.path,
-            concurrency: workers,
-            cpus: None,
-            dir: &bench.run_dir,
-            name: &name,
-        })?;
+        let envoy = bench.start_envoy(&bootstrap.path, workers, None, &bench.run_dir, &name)?;
         commands.push(bootstrap.command.clone());
-        commands.push(envoy.command.clone());
+        commands.push(envoy.command().to_string());
         for (rate, burst) in RATES {
             let url = envoy.url(&format!("/r{rate}/"));
             let load = Load {
@@ -164,27 +157,31 @@ pub fn run(bench: &Bench) -> Result<AccuracyResults> {
                 clients: Clients::One("accuracy"),
             };
             if rate == RATES[0].0 {
-                commands.push(crate::cmd::display(&bench.wrk.command(&load)));
+                commands.push(sluice_harness::cmd::display(&bench.wrk.command(&load)));
             }
-            let allowed_before = envoy.stat("wasmcustom.sluice_allowed_total")?;
-            let cas_before = envoy.stat("wasmcustom.sluice_cas_contention_total")?;
-            let fail_open_before = envoy.stat("wasmcustom.sluice_fail_open_total")?;
-            let workers_before = worker_connections(&envoy)?;
+            let allowed_before = envoy.counter("wasmcustom.sluice_allowed_total")?;
+            let cas_before = envoy.counter("wasmcustom.sluice_cas_contention_total")?;
+            let fail_open_before = envoy.counter("wasmcustom.sluice_fail_open_total")?;
+            let workers_before = envoy
+                .worker_downstream_connections(LISTENER_NAME)
+                .context("reading per-worker connection counts")?;
             let measured = bench.wrk.run(&load)?;
             // Let in-flight responses finish before reading Envoy's counters.
             std::thread::sleep(Duration::from_millis(300));
             envoy.check_running()?;
-            let workers_after = worker_connections(&envoy)?;
+            let workers_after = envoy
+                .worker_downstream_connections(LISTENER_NAME)
+                .context("reading per-worker connection counts")?;
             let case = Case {
                 workers,
                 rate,
                 burst,
                 measured,
                 admitted_by_envoy: envoy
-                    .stat("wasmcustom.sluice_allowed_total")?
+                    .counter("wasmcustom.sluice_allowed_total")?
                     .saturating_sub(allowed_before),
                 cas_conflicts: envoy
-                    .stat("wasmcustom.sluice_cas_contention_total")?
+                    .counter("wasmcustom.sluice_cas_contention_total")?
                     .saturating_sub(cas_before),
                 per_worker_connections: workers_after
                     .iter()
@@ -192,7 +189,7 @@ pub fn run(bench: &Bench) -> Result<AccuracyResults> {
                     .map(|(i, n)| n.saturating_sub(workers_before.get(i).copied().unwrap_or(0)))
                     .collect(),
                 fail_open: envoy
-                    .stat("wasmcustom.sluice_fail_open_total")?
+                    .counter("wasmcustom.sluice_fail_open_total")?
                     .saturating_sub(fail_open_before),
             };
             note(format!(
@@ -218,25 +215,4 @@ pub fn run(bench: &Bench) -> Result<AccuracyResults> {
         duration: settings.accuracy,
         commands,
     })
-}
-
-/// `listener.sluice_ingress.worker_N.downstream_cx_total`, by worker.
-fn worker_connections(envoy: &Envoy) -> Result<Vec<u64>> {
-    let stats = envoy
-        .stats("^listener\\.sluice_ingress\\.worker_[0-9]+\\.downstream_cx_total$")
-        .context("reading per-worker connection counts")?;
-    let mut per_worker: Vec<(usize, u64)> = stats
-        .iter()
-        .filter_map(|(name, value)| {
-            let worker = name
-                .strip_prefix("listener.sluice_ingress.worker_")?
-                .split('.')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((worker, *value))
-        })
-        .collect();
-    per_worker.sort_unstable();
-    Ok(per_worker.into_iter().map(|(_, v)| v).collect())
 }

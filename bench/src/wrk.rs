@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-
-use crate::apt;
-use crate::cmd::{self, note, step};
+use sluice_harness::apt;
+use sluice_harness::cmd::{self, note, step};
 
 /// Printed by every script's `done`: one JSON object on the last line of wrk's output.
 const REPORT_LUA: &str = r#"

@@ -24,13 +24,14 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use sluice_core::global::coordinator::Usage;
 use sluice_core::global::sync::{BucketUsage, SYNC_PATH, SyncRequest};
-use sluice_testkit::RedisServer;
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
+use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
+use sluice_harness::wait_until;
+use sluice_testkit::{POSTGRES_URL_ENV, RedisServer};
 
-use super::Bench;
-use super::admin::{ADMIN_TOKEN, AdminApi, Serve, wait_until};
-use super::envoy::{Envoy, EnvoySpec};
-use super::fleet_load::{self, Outcome, Plan};
-use crate::cmd::{note, step};
+use crate::Bench;
+use crate::fleet_load::{self, Outcome, Plan};
 
 const ENVOYS: usize = 3;
 const WORKERS: u32 = 2;
@@ -85,7 +86,7 @@ impl Timing {
 
 /// The three Envoys and whoever coordinates them.
 struct Fleet {
-    envoys: Vec<Envoy>,
+    envoys: Vec<EnvoyProcess>,
     admins: Vec<AdminApi>,
     redis: Option<RedisServer>,
 }
@@ -117,14 +118,7 @@ impl Fleet {
                 &format!("{name}-edge-{i}"),
                 WORKERS,
             )?;
-            envoys.push(Envoy::start(&EnvoySpec {
-                envoy: &bench.envoy,
-                config: &yaml,
-                concurrency: WORKERS,
-                cpus: None,
-                dir: &dir,
-                name: &format!("edge-{i}"),
-            })?);
+            envoys.push(bench.start_envoy(&yaml, WORKERS, None, &dir, &format!("edge-{i}"))?);
         }
         let fleet = Fleet {
             envoys,
@@ -140,11 +134,11 @@ impl Fleet {
         for envoy in &self.envoys {
             if rules > 0 {
                 wait_until("every worker to run the rules", PATIENCE, || {
-                    Ok(envoy.stat(APPLIED)? >= u64::from(WORKERS))
+                    Ok(envoy.counter(APPLIED)? >= u64::from(WORKERS))
                 })?;
             }
             wait_until("the fleet to be coordinated", PATIENCE, || {
-                Ok(envoy.stat(FLEET_SIZE)? == ENVOYS as u64 && envoy.stat(ON_FALLBACK)? == 0)
+                Ok(envoy.counter(FLEET_SIZE)? == ENVOYS as u64 && envoy.counter(ON_FALLBACK)? == 0)
             })?;
         }
         Ok(())
@@ -155,12 +149,12 @@ impl Fleet {
         let before: Vec<u64> = self
             .envoys
             .iter()
-            .map(|e| e.stat(APPLIED))
+            .map(|e| e.counter(APPLIED))
             .collect::<Result<_>>()?;
         self.admins[0].create_rule(rule)?;
         for (envoy, before) in self.envoys.iter().zip(before) {
             wait_until("every worker to run the new rule", PATIENCE, || {
-                Ok(envoy.stat(APPLIED)? >= before + u64::from(WORKERS))
+                Ok(envoy.counter(APPLIED)? >= before + u64::from(WORKERS))
             })?;
         }
         Ok(())
@@ -193,15 +187,15 @@ impl Fleet {
     }
 
     fn sum_stat(&self, name: &str) -> Result<u64> {
-        self.envoys.iter().map(|e| e.stat(name)).sum()
+        self.envoys.iter().map(|e| e.counter(name)).sum()
     }
 
     fn cpu_ticks(&self) -> Result<u64> {
-        self.envoys.iter().map(Envoy::cpu_ticks).sum()
+        self.envoys.iter().map(EnvoyProcess::cpu_ticks).sum()
     }
 
     fn check_running(&mut self) -> Result<()> {
-        self.envoys.iter_mut().try_for_each(Envoy::check_running)
+        self.envoys.iter().try_for_each(EnvoyProcess::check_running)
     }
 }
 
@@ -299,12 +293,10 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
 }
 
 fn sqlite(bench: &Bench, name: &str) -> Serve {
-    Serve {
-        sluice: bench.generator.sluice_bin.clone(),
-        database: format!("sqlite://{}/{name}.db", bench.run_dir.display()),
-        redis: None,
-        flags: Vec::new(),
-    }
+    Serve::new(
+        bench.generator.sluice_bin.clone(),
+        format!("sqlite://{}/{name}.db", bench.run_dir.display()),
+    )
 }
 
 /// Fleet 1: one admin API coordinating in memory.
@@ -694,15 +686,13 @@ impl Fault {
 /// Fleet 2: two replicas sharing one PostgreSQL and one Redis.
 fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
     step("global: three Envoys, two admin API replicas on one PostgreSQL and one Redis");
-    crate::redis::ensure_server()?;
-    let postgres = crate::postgres::for_tests()?;
+    // `cargo xtask bench` provisions the PostgreSQL server (and names Redis's binary).
+    let postgres = std::env::var(POSTGRES_URL_ENV).with_context(|| {
+        format!("{POSTGRES_URL_ENV} is unset: run the benchmark with `cargo xtask bench`")
+    })?;
     let redis = RedisServer::try_start()?;
-    let serve = Serve {
-        sluice: bench.generator.sluice_bin.clone(),
-        database: postgres.url().to_string(),
-        redis: Some(redis.url()),
-        flags: Vec::new(),
-    };
+    let mut serve = Serve::new(bench.generator.sluice_bin.clone(), postgres);
+    serve.redis = Some(redis.url());
     let first = AdminApi::start(&serve)?;
     let second = AdminApi::start(&serve)?;
     let (rate, burst) = FAULT_RATE;
@@ -791,7 +781,6 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
             "global: coordinator {label}, {SIM_PROXIES} proxies × {SIM_BUCKETS} buckets"
         ));
         let redis = if with_redis {
-            crate::redis::ensure_server()?;
             Some(RedisServer::try_start()?)
         } else {
             None
@@ -919,7 +908,7 @@ fn simulate_proxies(admin: &AdminApi, duration: Duration, interval: Duration) ->
                         round += 1;
                         let body = &bodies[(round % 2) as usize];
                         let sent = Instant::now();
-                        let status = super::envoy::http_request(
+                        let status = sluice_harness::http::http_request(
                             addr,
                             "POST",
                             SYNC_PATH,

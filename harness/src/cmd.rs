@@ -22,14 +22,15 @@ pub fn note(msg: impl Display) {
     println!("    {msg}");
 }
 
-/// The workspace root. xtask is always built from `<root>/xtask`, so this holds whatever the
-/// current directory is (`cargo xtask` may be run from any sub-directory).
+/// The workspace root. This crate is always built from `<root>/harness`, so this holds
+/// whatever the current directory is (`cargo xtask` may be run from any sub-directory).
 pub fn project_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
 }
 
-/// The `cargo` that runs xtask, so nested builds use the same toolchain (cargo sets `CARGO`).
+/// The `cargo` that runs xtask (or the benchmark), so nested builds use the same toolchain
+/// (cargo sets `CARGO`).
 pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);

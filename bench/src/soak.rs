@@ -30,13 +30,14 @@ use anyhow::{Context, Result, bail};
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
+use sluice_harness::serve::{AdminApi, Serve};
+use sluice_harness::wait_until;
 
-use super::Bench;
-use super::admin::{AdminApi, Serve, wait_until};
-use super::envoy::{Envoy, EnvoySpec};
-use crate::cmd::{note, step};
+use crate::Bench;
+use crate::fleet_load::connect;
 
 const WORKERS: u32 = 2;
 const RULE: &str = "soak";
@@ -184,18 +185,6 @@ fn flat(samples: &[(f64, u64)], duration: Duration) -> (u64, u64, bool) {
     (first, last, last <= first + allowance)
 }
 
-fn rss_of(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kb| kb.trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .with_context(|| format!("no VmRSS in /proc/{pid}/status (has it exited?)"))
-}
-
 fn unix_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -204,8 +193,8 @@ fn unix_ms() -> i64 {
 
 /// Allowed and denied as Envoy's per-rule counters hold them: what the workers handed to
 /// the report queue, flushed once a second.
-fn envoy_rule_counts(envoy: &Envoy) -> Result<(u64, u64)> {
-    let stats = envoy.stats("^wasmcustom\\.sluice_rule\\.")?;
+fn envoy_rule_counts(envoy: &EnvoyProcess) -> Result<(u64, u64)> {
+    let stats = envoy.stats_matching("^wasmcustom\\.sluice_rule\\.")?;
     let sum = |suffix: &str| {
         stats
             .iter()
@@ -323,18 +312,6 @@ async fn connection(
     }
 }
 
-async fn connect(
-    addr: SocketAddr,
-) -> Option<hyper::client::conn::http1::SendRequest<Empty<Bytes>>> {
-    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let _ = stream.set_nodelay(true);
-    let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::spawn(driver);
-    Some(sender)
-}
-
 /// What the end of the run found once the last report was in.
 #[derive(Debug, Clone, Copy, Default)]
 struct Drain {
@@ -372,12 +349,7 @@ pub fn run(
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let database = format!("sqlite://{}/soak.db", dir.display());
     let from_ms = unix_ms() - 60_000;
-    let mut admin = AdminApi::start(&Serve {
-        sluice: bench.generator.sluice_bin.clone(),
-        database,
-        redis: None,
-        flags: Vec::new(),
-    })?;
+    let mut admin = AdminApi::start(&Serve::new(bench.generator.sluice_bin.clone(), database))?;
     let serve_pid = admin.pid().context("`sluice serve` has no process id")?;
     let proxy_token = admin.proxy_token("soak")?;
     admin.create_rule(&rule(BURSTS[0]))?;
@@ -386,20 +358,13 @@ pub fn run(
         .generator
         .write_following(&yaml, &admin.url(), &proxy_token, "soak", WORKERS)?
         .replace(&proxy_token, "<proxy token>");
-    let mut envoy = Envoy::start(&EnvoySpec {
-        envoy: &bench.envoy,
-        config: &yaml,
-        concurrency: WORKERS,
-        cpus: None,
-        dir: &dir,
-        name: "soak",
-    })?;
-    let envoy_command = envoy.command.clone();
+    let envoy = bench.start_envoy(&yaml, WORKERS, None, &dir, "soak")?;
+    let envoy_command = envoy.command().to_string();
     // Every filter root (each worker's and the main thread's) must run the rule before
     // the load starts: a worker still on the empty start-up ruleset admits requests that
     // no rule counts, and the end's comparison would rightly find them missing.
     wait_until("every filter root to apply the rule", WAIT_LIMIT, || {
-        Ok(envoy.stat("wasmcustom.sluice_rulesets_applied_total")? > u64::from(WORKERS))
+        Ok(envoy.counter("wasmcustom.sluice_rulesets_applied_total")? > u64::from(WORKERS))
     })?;
 
     let counts = Arc::new(LoadCounts::default());
@@ -410,13 +375,13 @@ pub fn run(
     let addr = envoy.listener();
     let mut samples: Vec<Sample> = Vec::new();
     let mut failure: Option<anyhow::Error> = None;
-    let take = |envoy: &Envoy, seconds: f64| -> Result<Sample> {
-        let failures = envoy.stats("^wasmcustom\\.sluice_")?;
+    let take = |envoy: &EnvoyProcess, seconds: f64| -> Result<Sample> {
+        let failures = envoy.stats_matching("^wasmcustom\\.sluice_")?;
         let get = |n: &str| failures.get(n).copied().unwrap_or(0);
         Ok(Sample {
             seconds,
             envoy_rss: envoy.rss_bytes()?,
-            serve_rss: rss_of(serve_pid)?,
+            serve_rss: sluice_harness::envoy::rss_bytes(serve_pid)?,
             load: counts.snapshot(),
             edits_ok: edits.ok.load(Ordering::Relaxed),
             edits_failed: edits.failed.load(Ordering::Relaxed),
@@ -512,8 +477,8 @@ pub fn run(
     std::thread::sleep(Duration::from_millis(1_500));
     drain.envoy = envoy_rule_counts(&envoy)?;
     drain.envoy_path = (
-        envoy.stat("wasmcustom.sluice_allowed_total")?,
-        envoy.stat("wasmcustom.sluice_denied_total")?,
+        envoy.counter("wasmcustom.sluice_allowed_total")?,
+        envoy.counter("wasmcustom.sluice_denied_total")?,
     );
     drain.counters_settled = load_ended.elapsed();
     let settled = Instant::now();
@@ -529,7 +494,7 @@ pub fn run(
     std::thread::sleep(REPORT_INTERVAL * 2);
     drain.api = api_counts(&admin, from_ms, unix_ms() + 60_000)?;
     drain.stable = matched.is_ok() && (drain.api.0, drain.api.1) == drain.envoy;
-    let last = envoy.stats("^wasmcustom\\.sluice_")?;
+    let last = envoy.stats_matching("^wasmcustom\\.sluice_")?;
     let counter = |n: &str| last.get(n).copied().unwrap_or(0);
     drop(envoy);
     admin.kill();

@@ -4,18 +4,21 @@
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use sluice_harness::cmd::{note, step};
+use sluice_harness::envoy::EnvoyProcess;
 
-use super::configs::FilterChain;
-use super::envoy::{Envoy, EnvoySpec};
-use super::stats::{self, Summary};
-use super::wrk::{Clients, Load, Measured};
-use super::{Bench, machine};
-use crate::cmd::{note, step};
+use crate::configs::FilterChain;
+use crate::stats::{self, Summary};
+use crate::wrk::{Clients, Load, Measured};
+use crate::{Bench, machine};
 
 /// The key every single-client variant sends.
 pub const CLIENT_KEY: &str = "bench-client";
 /// Distinct clients of variant (f).
 pub const MANY_CLIENTS: u64 = 100_000;
+/// Requests Envoy's HTTP connection manager completed (any status), as the generated
+/// config names its stats.
+const REQUESTS_COMPLETED: &str = "http.ingress_http.downstream_rq_completed";
 /// Sluice's "never denies" limit: the largest it accepts, per second.
 const HUGE: u64 = 1_000_000_000;
 
@@ -264,22 +267,22 @@ pub fn run(bench: &Bench) -> Result<PathResults> {
             .generator
             .write(&name, &v.rules, settings.slots, 1, v.chain)
             .with_context(|| format!("writing the config of variant ({})", v.id))?;
-        let envoy = Envoy::start(&EnvoySpec {
-            envoy: &bench.envoy,
-            config: &bootstrap.path,
-            concurrency: 1,
-            cpus: bench.envoy_cpus.as_deref(),
-            dir: &bench.run_dir,
-            name: &name,
-        })
-        .with_context(|| format!("starting Envoy for variant ({}) {}", v.id, v.label))?;
+        let envoy = bench
+            .start_envoy(
+                &bootstrap.path,
+                1,
+                bench.envoy_cpus.as_deref(),
+                &bench.run_dir,
+                &name,
+            )
+            .with_context(|| format!("starting Envoy for variant ({}) {}", v.id, v.label))?;
         note(format!("({}) {}: Envoy pid {}", v.id, v.label, envoy.pid()));
-        envoy_commands.push(format!("({}) {}", v.id, envoy.command));
+        envoy_commands.push(format!("({}) {}", v.id, envoy.command()));
         config_commands.push(format!("({}) {}", v.id, bootstrap.command));
         envoys.push(envoy);
     }
 
-    let load_for = |v: &Variant, envoy: &Envoy| -> (String, Clients<'static>) {
+    let load_for = |v: &Variant, envoy: &EnvoyProcess| -> (String, Clients<'static>) {
         let clients = match v.clients {
             VariantClients::One => Clients::One(CLIENT_KEY),
             VariantClients::Many(n) => Clients::Cycle(n, "client-"),
@@ -309,7 +312,11 @@ pub fn run(bench: &Bench) -> Result<PathResults> {
             duration: settings.round,
             ..load
         });
-        wrk_commands.push(format!("({}) {}", v.id, crate::cmd::display(&shown)));
+        wrk_commands.push(format!(
+            "({}) {}",
+            v.id,
+            sluice_harness::cmd::display(&shown)
+        ));
     }
 
     let mut samples = Vec::new();
@@ -326,11 +333,11 @@ pub fn run(bench: &Bench) -> Result<PathResults> {
                 cpus: bench.load_cpus.as_deref(),
                 clients,
             };
-            let requests_before = envoy.requests_completed()?;
+            let requests_before = envoy.counter(REQUESTS_COMPLETED)?;
             let ticks_before = envoy.cpu_ticks()?;
             let measured = bench.wrk.run(&load)?;
             let ticks_after = envoy.cpu_ticks()?;
-            let requests_after = envoy.requests_completed()?;
+            let requests_after = envoy.counter(REQUESTS_COMPLETED)?;
             envoy
                 .check_running()
                 .with_context(|| format!("variant ({})", v.id))?;
@@ -367,7 +374,7 @@ pub fn run(bench: &Bench) -> Result<PathResults> {
     let mut counters = Vec::new();
     for (v, envoy) in variants.iter().zip(&envoys) {
         if v.chain == FilterChain::Sluice {
-            let stats = envoy.stats("^wasmcustom\\.sluice_")?;
+            let stats = envoy.stats_matching("^wasmcustom\\.sluice_")?;
             counters.push(
                 stats
                     .into_iter()

@@ -1,0 +1,56 @@
+//! What `cargo xtask`, the benchmark (`sluice-bench`) and the end-to-end tests
+//! (`sluice-tests`) share, defined once.
+//!
+//! * [`cmd`] and [`apt`]: running commands with their command line shown, installing
+//!   Debian packages.
+//! * [`http`]: one blocking HTTP/1.1 exchange on loopback.
+//! * [`envoy`]: an Envoy process started from a bootstrap, its admin interface and stats.
+//! * [`upstream`]: the echo server behind Envoy.
+//! * [`serve`]: `sluice serve` as a child process.
+//! * [`bench_args`]: the benchmark's command line.
+//!
+//! Its dependencies stay light (no `sluice-admin`): xtask is compiled before anything else
+//! on a fresh machine, and it depends on this crate.
+
+pub mod apt;
+pub mod bench_args;
+pub mod cmd;
+pub mod envoy;
+pub mod http;
+pub mod serve;
+pub mod upstream;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+
+/// Set by `cargo xtask test` and `bench` to the built filter.
+pub const FILTER_WASM_ENV: &str = "SLUICE_FILTER_WASM";
+/// Set by `cargo xtask test` and `bench` to the built `sluice` binary.
+pub const SLUICE_BIN_ENV: &str = "SLUICE_BIN";
+/// The Envoy binary: chosen by the user, or set by `cargo xtask` to the one it provisioned.
+pub const ENVOY_ENV: &str = "SLUICE_ENVOY";
+/// Set by `cargo xtask test` to Chromium (it installs Debian's `chromium` if missing).
+pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
+/// Set by `cargo xtask test` to chromedriver (Debian's `chromium-driver`).
+pub const CHROMEDRIVER_ENV: &str = "SLUICE_CHROMEDRIVER";
+
+/// Polls `check` every 20 ms until it holds, for at most `limit`; an error naming `what`
+/// after that, or as soon as `check` fails.
+pub fn wait_until(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    while !check()? {
+        if Instant::now() > deadline {
+            bail!(
+                "timed out after {} s waiting for {what}",
+                limit.as_secs_f32()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

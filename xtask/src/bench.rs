@@ -1,0 +1,71 @@
+//! `cargo xtask bench`: builds and provisions what the benchmark needs (the filter, the
+//! pass-through filter, `sluice`, Envoy, and for the fleet-wide section Redis and
+//! PostgreSQL), then runs the benchmark itself, `sluice-bench` (`bench/`), with the same
+//! flags. The measuring lives there, so xtask stays a quick-to-build task runner.
+
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use sluice_harness::bench_args::{BenchArgs, Section};
+use sluice_harness::cmd::{self, step};
+
+use crate::toolchain::WasmRoute;
+use crate::{dist, envoy, postgres, redis};
+
+const PASSTHROUGH_PACKAGE: &str = "sluice-passthrough-filter";
+const PASSTHROUGH_ARTEFACT: &str = "sluice_passthrough_filter.wasm";
+const BENCH_PACKAGE: &str = "sluice-bench";
+
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    step(format!("benchmark: {}", args.invocation()));
+    let dist = dist::build().context("step `build` failed")?;
+    let route = WasmRoute::select()?;
+    step(format!(
+        "building {PASSTHROUGH_PACKAGE} (release, {route} route)"
+    ));
+    let built = route
+        .build_release(PASSTHROUGH_PACKAGE, PASSTHROUGH_ARTEFACT)
+        .with_context(|| format!("building {PASSTHROUGH_PACKAGE} for wasm32"))?;
+    let passthrough_wasm = dist::dist_dir().join(PASSTHROUGH_ARTEFACT);
+    cmd::copy_file(&built, &passthrough_wasm)?;
+    let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
+    // The fleet-wide section runs two admin API replicas on one PostgreSQL and one Redis,
+    // provisioned as for the test suite; the PostgreSQL server lives until the run ends.
+    let fleet_servers = if args.sections().contains(&Section::Global) {
+        Some((redis::ensure_server()?, postgres::for_tests()?))
+    } else {
+        None
+    };
+    // Release, as the admin API it measures in-process (the ingest section) ships.
+    step(format!("building {BENCH_PACKAGE} (release)"));
+    let bench_bin = cmd::cargo_build_artefact(
+        cmd::cargo().args([
+            "build",
+            "--release",
+            "-p",
+            BENCH_PACKAGE,
+            "--bin",
+            BENCH_PACKAGE,
+        ]),
+        BENCH_PACKAGE,
+    )
+    .with_context(|| format!("building {BENCH_PACKAGE}"))?;
+
+    let mut run = Command::new(bench_bin);
+    run.args(args.flags())
+        .arg("--envoy")
+        .arg(&envoy)
+        .arg("--filter-wasm")
+        .arg(&dist.filter_wasm)
+        .arg("--sluice-bin")
+        .arg(&dist.sluice_bin)
+        .arg("--passthrough-wasm")
+        .arg(&passthrough_wasm)
+        .arg("--wasm-route")
+        .arg(route.to_string())
+        .current_dir(cmd::project_root());
+    if let Some((redis_server, postgres)) = &fleet_servers {
+        run.envs(redis::env(redis_server)).envs(postgres.env());
+    }
+    cmd::run(&mut run)
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use hyper::Method;
 use serde_json::{Value, json};
-use sluice_admin::envoy_config::{AdminConnection, AdminTls, AdminUrl};
 use sluice_core::listening::{Listening, Scheme};
+use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl};
 use tempfile::TempDir;
 
 use crate::artifacts::Artifacts;

@@ -13,18 +13,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
-use sluice_admin::envoy_config::{
-    self, AdminConnection, EnvoyConfigOptions, LISTENER_NAME, PluginConfig, WASM_FILTER,
-};
 use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
+use sluice_envoy_config::{
+    self as envoy_config, AdminConnection, EnvoyConfigOptions, LISTENER_NAME, PluginConfig,
+    WASM_FILTER,
+};
 
 use crate::artifacts::Artifacts;
 
 /// Where allowed requests go: `Target::Cluster(addr)` (see [`crate::Upstream::target`]) or
 /// `Target::Direct` for Envoy to answer 200 "ok" itself.
-pub use sluice_admin::envoy_config::Upstream as Target;
-pub use sluice_admin::envoy_config::UpstreamProtocol;
+pub use sluice_envoy_config::Upstream as Target;
+pub use sluice_envoy_config::UpstreamProtocol;
 
 /// How long one admin request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);

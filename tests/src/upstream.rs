@@ -14,7 +14,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value};
-use sluice_admin::envoy_config;
+use sluice_envoy_config as envoy_config;
 use tokio::sync::oneshot;
 
 /// Answers every request with 200 and a JSON body describing the request as it arrived:

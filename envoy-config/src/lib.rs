@@ -392,13 +392,13 @@ fn socket_address(addr: SocketAddr) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use sluice_core::spec::FailureMode;
-
     use std::path::Path;
 
-    use super::*;
+    use sluice_core::config::ControlConfigSpec;
+    use sluice_core::spec::FailureMode;
     use sluice_rules_file::{RulesFormat, parse_rules};
 
+    use super::*;
     use crate::output::FAIL_OPEN_COMMENT;
 
     const WASM: &str = "/opt/sluice/sluice_filter.wasm";

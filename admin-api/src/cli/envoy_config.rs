@@ -1,7 +1,6 @@
 //! `sluice envoy-config`: flags to [`EnvoyConfigOptions`], rules and TLS files read and
 //! checked here, the bootstrap rendered by [`sluice_envoy_config`] and written out.
 
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -15,7 +14,7 @@ use sluice_envoy_config::{
     PluginConfig, Upstream, UpstreamProtocol,
 };
 
-use super::Failure;
+use super::{Failure, write_output};
 
 #[derive(Debug, clap::Args)]
 pub struct EnvoyConfigArgs {
@@ -195,20 +194,7 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         other => Failure::Other(other.into()),
     })?;
 
-    match &args.output {
-        Some(path) => {
-            std::fs::write(path, &yaml).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("wrote {}", path.display());
-        }
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            stdout
-                .write_all(yaml.as_bytes())
-                .and_then(|()| stdout.flush())
-                .context("writing to standard output")?;
-        }
-    }
-    Ok(())
+    write_output(args.output.as_deref(), &yaml)
 }
 
 /// `--admin-ca` and the flags beside it, with absolute paths (Envoy resolves relative

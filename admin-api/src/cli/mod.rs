@@ -7,6 +7,11 @@
 //! * [`rules`]: `sluice rules apply|export`, through a running server's API.
 //! * [`envoy_config`]: `sluice envoy-config` ([`sluice_envoy_config`]); needs no server.
 
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
 pub mod database;
 pub mod envoy_config;
 pub mod rules;
@@ -25,4 +30,23 @@ impl From<anyhow::Error> for Failure {
     fn from(err: anyhow::Error) -> Self {
         Failure::Other(err)
     }
+}
+
+/// Writes what a subcommand produced to `--output FILE` (saying so on standard error) or,
+/// without one, to standard output.
+pub fn write_output(output: Option<&Path>, text: &str) -> Result<(), Failure> {
+    match output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .context("writing to standard output")?;
+        }
+    }
+    Ok(())
 }

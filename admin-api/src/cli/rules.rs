@@ -1,15 +1,13 @@
 //! `sluice rules apply|export`: rules files through a running admin API, with the
 //! command line's HTTP client ([`sluice_admin::client`]).
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
 use sluice_admin::client::ApiClient;
 use sluice_rules_file::RulesFormat;
 
-use super::Failure;
+use super::{Failure, write_output};
 
 #[derive(Debug, clap::Args)]
 pub struct ApiArgs {
@@ -143,20 +141,7 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
                 FormatArg::Json => RulesFormat::Json,
             };
             let text = client.export(format).await.map_err(api_failure)?;
-            match output {
-                Some(path) => {
-                    std::fs::write(&path, text)
-                        .with_context(|| format!("writing {}", path.display()))?;
-                    eprintln!("wrote {}", path.display());
-                }
-                None => {
-                    let mut stdout = std::io::stdout().lock();
-                    stdout
-                        .write_all(text.as_bytes())
-                        .and_then(|()| stdout.flush())
-                        .context("writing to standard output")?;
-                }
-            }
+            write_output(output.as_deref(), &text)?;
         }
     }
     Ok(())

@@ -1,22 +1,31 @@
-//! The `sluice` binary's library: the admin API server and its database, the command
-//! line's HTTP client, and Envoy configuration generation.
+//! The `sluice` binary's library: the admin API server and the command line's HTTP
+//! client. The command line itself is the binary (`main.rs` and `cli/`, one module per
+//! subcommand); Envoy configuration generation is the `sluice-envoy-config` crate, and
+//! rules files the `sluice-rules-file` crate, so that neither drags the server along.
 //!
-//! * [`store`]: rules, versions, audit log, tokens and proxies in SQLite or PostgreSQL.
-//! * [`api`]: the HTTP API, `api::app(state) -> Router`.
-//! * [`server`]: binding, bootstrap token, graceful shutdown; [`tls`]: serving over TLS.
+//! The server's parts; each uses only parts listed above it:
+//!
+//! * [`store`]: rules, versions, audit log, tokens, proxies and metric series in SQLite or
+//!   PostgreSQL, the only writer of the database.
 //! * [`pipeline`]: proxies' reports aggregated in memory, flushed to time series.
-//! * [`ui`]: the dashboard's embedded files, served at `/`.
-//! * [`client`]: what `sluice rules apply|export` use to talk to a running server.
-//! * [`envoy_config`] and [`rules_file`]: `sluice envoy-config` and rules files.
+//! * [`quota`]: the coordinator of fleet-wide (`scope: global`) buckets, in memory or Redis.
+//! * [`tls`]: serving over TLS (`--tls-cert`/`--tls-key`).
+//! * [`api`]: the HTTP API, `api::app(state) -> Router`.
+//! * [`ui`]: the dashboard's embedded files, beside the API.
+//! * [`server`]: the site (the API, and the dashboard at every path the API does not
+//!   route), binding, bootstrap token, graceful shutdown.
+//!
+//! And beside the server: [`client`], what `sluice rules apply|export` use to talk to a
+//! running server.
 
 pub mod api;
 pub mod client;
-pub mod envoy_config;
 pub mod pipeline;
 pub mod quota;
-pub mod rules_file;
+/// Rules files and strict JSON: the `sluice-rules-file` crate, through which the API and
+/// the command line's client read rules.
+pub use sluice_rules_file as rules_file;
 pub mod server;
 pub mod store;
-pub mod strict_json;
 pub mod tls;
 pub mod ui;

@@ -1,4 +1,5 @@
-//! Running the admin API: bind, serve until told to stop, then stop gracefully.
+//! Running the admin API: assemble the site (the API, the dashboard beside it), bind,
+//! serve until told to stop, then stop gracefully.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use tokio::task::JoinHandle;
 use crate::api::{self, AppState};
 use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo, now_ms};
 use crate::tls::{OverTls, TlsListener};
+use crate::ui;
 
 /// The environment variable holding the bootstrap admin token.
 pub const ADMIN_TOKEN_ENV: &str = "SLUICE_ADMIN_TOKEN";
@@ -31,12 +33,18 @@ pub struct Server {
     pipeline: JoinHandle<()>,
 }
 
-/// Binds `listen` (port 0: any free port) and serves the API in a background task until
+/// Everything `sluice serve` answers: the API, and the dashboard at every path the API
+/// does not route.
+pub fn app(state: AppState) -> axum::Router {
+    api::app_beside(state, ui::router())
+}
+
+/// Binds `listen` (port 0: any free port) and serves [`app`] in a background task until
 /// [`Server::stop`] (or [`AppState::shutdown`]).
 pub async fn start(state: AppState, listen: SocketAddr) -> io::Result<Server> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let task = serve(listener, api::app(state.clone()), state.clone());
+    let task = serve(listener, app(state.clone()), state.clone());
     Ok(Server::running(state, addr, Scheme::Http, task))
 }
 
@@ -53,8 +61,8 @@ pub async fn start_tls(
     // read) only to its own TCP listener and to listeners wrapped by `tap_io`: hence the
     // wrapper, which does nothing to the connection.
     let listener = TlsListener::new(listener, tls)?.tap_io(|_| {});
-    let app = api::app(state.clone()).layer(Extension(OverTls));
-    let task = serve(listener, app, state.clone());
+    let site = app(state.clone()).layer(Extension(OverTls));
+    let task = serve(listener, site, state.clone());
     Ok(Server::running(state, addr, Scheme::Https, task))
 }
 

@@ -10,12 +10,13 @@
 //! path without a file extension is a route of the app (`/rules/api-per-key`) and gets
 //! `index.html`, which routes on the client. Unknown `/api/` paths stay JSON 404s.
 
+use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::Embed;
 
-use crate::api::ApiError;
+use crate::api::no_such_endpoint;
 
 #[derive(Embed)]
 #[folder = "../dashboard/dist/"]
@@ -39,14 +40,19 @@ const NOT_BUILT: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"
 <code>cargo xtask build</code> (which builds the dashboard, then this binary).</p>\
 <p>The JSON API is at <a href=\"/api/v1/openapi.json\">/api/v1/openapi.json</a>.</p></body></html>";
 
-/// The router's fallback: dashboard files and routes, and JSON 404s for the API.
-pub async fn serve(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+/// The dashboard beside the API (see `crate::server::app`): every path the API does not
+/// route.
+pub fn router() -> Router {
+    Router::new().fallback(serve)
+}
+
+/// Dashboard files and routes; unknown `/api/` paths, and anything but GET and HEAD,
+/// are the API's JSON 404s.
+async fn serve(method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path();
-    if path == "/api" || path.starts_with("/api/") {
-        return ApiError::NotFound("no such endpoint".to_string()).into_response();
-    }
-    if method != Method::GET && method != Method::HEAD {
-        return ApiError::NotFound("no such endpoint".to_string()).into_response();
+    let api_path = path == "/api" || path.starts_with("/api/");
+    if api_path || (method != Method::GET && method != Method::HEAD) {
+        return no_such_endpoint().into_response();
     }
     let name = path.trim_start_matches('/');
     let name = if name.is_empty() { INDEX } else { name };

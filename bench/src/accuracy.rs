@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-use sluice_admin::envoy_config::LISTENER_NAME;
+use sluice_envoy_config::LISTENER_NAME;
 use sluice_harness::cmd::{note, step};
 
 use crate::Bench;

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use sluice_admin::envoy_config::LISTENER_NAME;
+use sluice_envoy_config::LISTENER_NAME;
 use sluice_harness::bench_args::{BenchArgs, Section};
 use sluice_harness::cmd::{self, note, step};
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};

@@ -24,15 +24,6 @@ use sluice_core::spec::{FailureMode, RuleSpec};
 use sluice_core::time::Nanos;
 use sluice_core::wire::RulesetDocument;
 
-// The admin API's own rules-file reader, compiled in as the `rules_file` target does.
-#[path = "../../admin-api/src/rules_file.rs"]
-#[allow(dead_code)]
-mod rules_file;
-// `rules_file` reads through the admin API's strict JSON deserializer, as
-// `crate::strict_json`; compiled in the same way.
-#[path = "../../admin-api/src/strict_json.rs"]
-mod strict_json;
-
 const SECOND: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * SECOND;
 
@@ -41,9 +32,9 @@ fn main() {
     let corpus = Corpus(fuzz_dir.join("corpus"));
     let rules_yaml = fs::read_to_string(fuzz_dir.join("../examples/rules.yaml"))
         .expect("the example rules file is readable");
-    let rules: Vec<RuleSpec> = rules_file::parse_rules(
+    let rules: Vec<RuleSpec> = sluice_rules_file::parse_rules(
         &rules_yaml,
-        rules_file::RulesFormat::Yaml,
+        sluice_rules_file::RulesFormat::Yaml,
         Path::new("examples/rules.yaml"),
     )
     .expect("the example rules file parses");

@@ -1,13 +1,6 @@
-//! Rules files, JSON and YAML: `parse_rules` in `admin-api/src/rules_file.rs`, which
-//! reads `sluice rules apply` files and the admin API's `PUT /api/v1/rules` bodies.
-//!
-//! The module (and `strict_json.rs`, the deserializer it reads through) is compiled in
-//! from its own source file rather than through the `sluice-admin` crate: that crate
-//! brings axum, sqlx (with SQLite's C sources), Redis and reqwest, about ten times the
-//! crates of the core, all of which the fuzz build would instrument, while these modules
-//! need only serde, serde_json, serde_norway and the core. The code fuzzed is the admin
-//! API's own; if the module ever needs more of its crate, this target stops compiling and
-//! the suite's fuzz step says so.
+//! Rules files, JSON and YAML: `parse_rules` of the `sluice-rules-file` crate, which
+//! reads `sluice rules apply` and `sluice envoy-config --rules` files and the admin API's
+//! `PUT /api/v1/rules` bodies.
 //!
 //! The first byte chooses the syntax (even: JSON, odd: YAML); the rest is the file.
 //!
@@ -20,16 +13,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-
-#[path = "../../admin-api/src/rules_file.rs"]
-#[allow(dead_code)] // Reading files from disk is not fuzzed; only `parse_rules` is.
-mod rules_file;
-// `rules_file` reads through the admin API's strict JSON deserializer, as
-// `crate::strict_json`; compiled in the same way.
-#[path = "../../admin-api/src/strict_json.rs"]
-mod strict_json;
-
-use rules_file::{RulesFormat, parse_rules};
+use sluice_rules_file::{RulesFormat, parse_rules};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&selector, text)) = input.split_first() else {

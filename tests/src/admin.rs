@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use hyper::Method;
 use serde_json::{Value, json};
-use sluice_admin::envoy_config::{AdminConnection, AdminTls, AdminUrl};
 use sluice_core::listening::Scheme;
+use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl};
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use tempfile::TempDir;
 

@@ -8,19 +8,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use sluice_admin::envoy_config::{
-    self, AdminConnection, EnvoyConfigOptions, LISTENER_NAME, PluginConfig, WASM_FILTER,
-};
 use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
+use sluice_envoy_config::{
+    self as envoy_config, AdminConnection, EnvoyConfigOptions, LISTENER_NAME, PluginConfig,
+    WASM_FILTER,
+};
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats};
 
 use crate::artifacts::Artifacts;
 
 /// Where allowed requests go: `Target::Cluster(addr)` (see [`crate::Upstream::target`]) or
 /// `Target::Direct` for Envoy to answer 200 "ok" itself.
-pub use sluice_admin::envoy_config::Upstream as Target;
-pub use sluice_admin::envoy_config::UpstreamProtocol;
+pub use sluice_envoy_config::Upstream as Target;
+pub use sluice_envoy_config::UpstreamProtocol;
 
 /// How to configure and run Envoy. Start from `..Default::default()`.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use sluice_admin::envoy_config;
+use sluice_envoy_config as envoy_config;
 use sluice_harness::upstream::EchoUpstream;
 
 /// Answers every request with 200 and a JSON body describing the request as it arrived:

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use fantoccini::{Client as Web, Locator};
 use serde_json::Value;
-use sluice_admin::envoy_config::AdminConnection;
+use sluice_envoy_config::AdminConnection;
 use sluice_tests::browser::{AdminServer, Browser, browser_available};
 use sluice_tests::{Client, Envoy, EnvoyOptions, Req, TestPki};
 

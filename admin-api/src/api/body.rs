@@ -17,8 +17,8 @@ use utoipa::IntoParams;
 use super::error::Input;
 use super::{ApiError, MAX_BODY_BYTES};
 use crate::rules_file;
+use crate::rules_file::strict_json::Strict;
 use crate::store::IfMatch;
-use crate::strict_json::Strict;
 
 /// A JSON request body. Shape errors (unknown keys, wrong types, missing fields) name
 /// their path, e.g. `limits[0].brust`, like validation errors do.

@@ -283,8 +283,18 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// The whole HTTP application.
+/// The API alone, as tests drive it: a path it does not route is a JSON 404.
 pub fn app(state: AppState) -> Router {
+    app_beside(
+        state,
+        Router::new().fallback(|| async { no_such_endpoint() }),
+    )
+}
+
+/// The API, with `site` answering every path the API does not route (`sluice serve`
+/// mounts the dashboard there: `crate::server::app`). Whichever answers, the request is
+/// counted, timed and logged, and its body bounded.
+pub fn app_beside(state: AppState, site: Router) -> Router {
     let (api, mut doc) = api_routes().split_for_parts();
     openapi::complete(&mut doc);
     let doc = Bytes::from(doc.to_pretty_json().unwrap_or_else(|_| "{}".to_string()));
@@ -305,10 +315,15 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::render))
-        .fallback(crate::ui::serve)
+        .fallback_service(site)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
+}
+
+/// The answer to a path no route takes, in the API's problem format.
+pub fn no_such_endpoint() -> ApiError {
+    ApiError::NotFound("no such endpoint".to_string())
 }
 
 /// Alive: the process answers.

@@ -13,9 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::validation::{FieldError, ValidationErrors};
 use sluice_core::ruleset::Ruleset;
 use sluice_core::spec::RuleSpec;
+use sluice_core::validation::{FieldError, ValidationErrors};
 use sqlx::{Any, Transaction};
 
 use super::audit::{Action, NewAudit, insert_audit};

@@ -18,7 +18,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt as _;
 use serde_json::Value;
-use sluice_admin::api::{self, AppState};
+use sluice_admin::api::AppState;
 use sluice_admin::store::{Actor, Role, Store, now_ms};
 use tower::ServiceExt as _;
 
@@ -215,7 +215,7 @@ impl TestApp {
     /// An app over `state` (built by the test), with an admin token of `db`.
     pub async fn over(db: &TestDb, state: AppState) -> TestApp {
         TestApp {
-            app: api::app(state.clone()),
+            app: sluice_admin::server::app(state.clone()),
             admin: db.token(Role::Admin).await,
             state,
         }

@@ -1,9 +1,15 @@
 //! Rules files as operators write them: a JSON or YAML list of rules, or the same list under
 //! a `rules` key (the shape of the filter's plugin configuration and of the admin API).
 //!
-//! This module only checks shape. Whether the rules make sense is decided by
+//! Read by `sluice rules apply` and `sluice envoy-config`, by the admin API for its rules
+//! bodies (which it also reads through [`strict_json`] and [`integral_floats_to_integers`]),
+//! and by the `rules_file` fuzz target; none of them needs the others' dependencies.
+//!
+//! This crate only checks shape. Whether the rules make sense is decided by
 //! `sluice_core` validation, which reports every problem with a field path; shape errors
 //! here use the same `rules[i].field` paths so both kinds of message read alike.
+
+pub mod strict_json;
 
 use std::path::{Path, PathBuf};
 
@@ -148,7 +154,7 @@ pub fn parse_rules(
     struct RulesDocument {
         rules: Vec<RuleSpec>,
     }
-    serde_path_to_error::deserialize::<_, RulesDocument>(crate::strict_json::Strict(wrapped))
+    serde_path_to_error::deserialize::<_, RulesDocument>(strict_json::Strict(wrapped))
         .map(|doc| doc.rules)
         .map_err(|e| {
             let field = e.path().to_string();
@@ -163,7 +169,7 @@ pub fn parse_rules(
 
 /// serde's message for an untagged enum names a Rust type, which means nothing to someone
 /// editing a rules file; say what is accepted instead.
-pub(crate) fn explain(message: String) -> String {
+pub fn explain(message: String) -> String {
     if message.contains("untagged enum PeriodSpec") {
         "expected second, minute, hour, day or a number of seconds".to_string()
     } else {

@@ -1,0 +1,52 @@
+//! The subcommands of `sluice`, one module each, and the failure they all return.
+//!
+//! * [`serve`]: `sluice serve`, the admin API server ([`sluice_admin::server`]).
+//! * [`database`]: the `--database` flag every subcommand on the database shares, and
+//!   `sluice migrate`.
+//! * [`token`]: `sluice token create|list|revoke`, directly in the database.
+//! * [`rules`]: `sluice rules apply|export`, through a running server's API.
+//! * [`envoy_config`]: `sluice envoy-config` ([`sluice_envoy_config`]); needs no server.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+pub mod database;
+pub mod envoy_config;
+pub mod rules;
+pub mod serve;
+pub mod token;
+
+/// A failure with its exit status.
+#[derive(Debug)]
+pub enum Failure {
+    /// The user's input is wrong; the message says what to change.
+    BadInput(String),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(err: anyhow::Error) -> Self {
+        Failure::Other(err)
+    }
+}
+
+/// Writes what a subcommand produced to `--output FILE` (saying so on standard error) or,
+/// without one, to standard output.
+pub fn write_output(output: Option<&Path>, text: &str) -> Result<(), Failure> {
+    match output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .context("writing to standard output")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! The admin API connection (`--admin-url` and the flags beside it): where the admin API
+//! is, how its certificate is checked, the `sluice_admin` cluster that reaches its
+//! replicas, and the control service that long-polls it from inside Envoy.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde_json::{Value, json};
+use sluice_core::config::ControlConfigSpec;
+
+use crate::{ADMIN_CLUSTER, CONTROL_ROOT_ID, EnvoyConfigError, Scheme, field_errors};
+
+/// Where the admin API is: `--admin-url http://HOST:PORT` or `https://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminUrl {
+    /// `https`: the cluster gets an upstream TLS context ([`AdminTls`]).
+    pub scheme: Scheme,
+    /// An IP address (a STATIC cluster) or a DNS name (a STRICT_DNS cluster).
+    pub host: String,
+    pub port: u16,
+}
+
+impl AdminUrl {
+    /// `SCHEME://HOST:PORT`.
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme.as_str(), self.authority())
+    }
+
+    /// A loopback address, or `localhost`: traffic that never leaves the host.
+    pub fn is_loopback(&self) -> bool {
+        self.ip().is_some_and(|ip| ip.is_loopback()) || self.host.eq_ignore_ascii_case("localhost")
+    }
+
+    /// `HOST:PORT`, the `:authority` the control service sends.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    fn ip(&self) -> Option<std::net::IpAddr> {
+        self.host.parse().ok()
+    }
+}
+
+impl FromStr for AdminUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            format!(
+                "`{s}` is not http://HOST:PORT or https://HOST:PORT (e.g. https://127.0.0.1:8443)"
+            )
+        };
+        let (scheme, rest) = if let Some(rest) = s.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else {
+            (Scheme::Http, s.strip_prefix("http://").ok_or_else(bad)?)
+        };
+        let authority = rest.trim_end_matches('/');
+        if authority.contains('/') || authority.is_empty() {
+            return Err(bad());
+        }
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, port) = v6.split_once(']').ok_or_else(bad)?;
+            (host, port.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            }
+        };
+        let port = match (port, scheme) {
+            (Some(p), _) => p.parse().map_err(|_| bad())?,
+            (None, Scheme::Http) => 80,
+            (None, Scheme::Https) => 443,
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(AdminUrl {
+            scheme,
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+/// How Envoy checks the admin API's certificate for an `https://` admin URL
+/// (`--admin-ca`, `--admin-sni`, `--admin-client-cert`/`--admin-client-key`).
+///
+/// Paths are absolute: Envoy reads them at start-up relative to its own working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminTls {
+    /// PEM certificates of the CAs the admin API's certificate must chain to. Required:
+    /// without a validation context Envoy accepts any certificate at all.
+    pub ca: PathBuf,
+    /// The server name sent in the handshake and required in the certificate's subject
+    /// alternative names; by default the URL's host (for an IP address: no SNI, and the
+    /// certificate must name that IP).
+    pub sni: Option<String>,
+    /// A client certificate for an admin API (or a proxy in front of it) that asks for
+    /// one: PEM certificate chain and private key.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl AdminTls {
+    pub fn new(ca: impl Into<PathBuf>) -> AdminTls {
+        AdminTls {
+            ca: ca.into(),
+            sni: None,
+            client_cert: None,
+        }
+    }
+
+    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        std::iter::once(&self.ca).chain(self.client_cert.iter().flat_map(|(c, k)| [c, k]))
+    }
+}
+
+/// How the proxy reaches the admin API for its rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConnection {
+    pub url: AdminUrl,
+    /// Further replicas of the same admin API (`sluice serve` processes sharing one
+    /// PostgreSQL database): the control service's cluster spreads its requests over all
+    /// of them, health-checks them, and leaves out one that stops answering.
+    pub replicas: Vec<AdminUrl>,
+    /// A token with the `proxy` role.
+    pub token: String,
+    /// How the proxy names itself; the control service defaults to Envoy's node id.
+    pub proxy_id: Option<String>,
+    /// How long the admin API may hold a poll (1 to 60 s).
+    pub poll_timeout_seconds: u32,
+    /// How often fleet-wide buckets are synced; `None` for the control service's default.
+    pub sync_interval_ms: Option<u32>,
+    /// Certificate checks for an `https://` URL (required there, refused for `http://`).
+    pub tls: Option<AdminTls>,
+    /// Allows an `http://` URL that is not loopback (`--insecure`): the proxy token then
+    /// crosses the network in clear text.
+    pub insecure: bool,
+}
+
+impl AdminConnection {
+    pub fn new(url: AdminUrl, token: impl Into<String>) -> Self {
+        AdminConnection {
+            url,
+            replicas: Vec::new(),
+            token: token.into(),
+            proxy_id: None,
+            poll_timeout_seconds: 30,
+            sync_interval_ms: None,
+            tls: None,
+            insecure: false,
+        }
+    }
+
+    /// Every admin URL: the first, then the replicas.
+    pub fn urls(&self) -> impl Iterator<Item = &AdminUrl> {
+        std::iter::once(&self.url).chain(&self.replicas)
+    }
+
+    /// Refuses what would send the proxy token in clear text, or over TLS unchecked.
+    pub(crate) fn check_transport(&self) -> Result<(), EnvoyConfigError> {
+        if let Some(other) = self.replicas.iter().find(|r| r.scheme != self.url.scheme) {
+            return Err(EnvoyConfigError::MixedAdminSchemes(
+                self.url.url(),
+                other.url(),
+            ));
+        }
+        if let Some(remote) = self.urls().find(|u| !u.is_loopback())
+            && self.url.scheme == Scheme::Http
+            && self.tls.is_none()
+            && !self.insecure
+        {
+            return Err(EnvoyConfigError::PlainHttpToRemote(remote.url()));
+        }
+        match (self.url.scheme, &self.tls) {
+            (Scheme::Https, None) => Err(EnvoyConfigError::AdminCaMissing(self.url.url())),
+            (Scheme::Http, Some(_)) => Err(EnvoyConfigError::AdminTlsWithoutHttps(self.url.url())),
+            (Scheme::Https, Some(tls)) => match tls.paths().find(|p| !p.is_absolute()) {
+                Some(relative) => Err(EnvoyConfigError::RelativeTlsPath(relative.clone())),
+                None => Ok(()),
+            },
+            (Scheme::Http, None) => Ok(()),
+        }
+    }
+
+    /// The control service's configuration as JSON. Fields left out take the control
+    /// service's own defaults, so this stays valid as the core adds settings.
+    fn control_json(&self) -> Value {
+        let mut spec = json!({
+            "admin_cluster": ADMIN_CLUSTER,
+            "admin_authority": self.url.authority(),
+            "token": self.token,
+            "poll_timeout_seconds": self.poll_timeout_seconds,
+        });
+        if let Some(id) = &self.proxy_id {
+            spec["proxy_id"] = json!(id);
+        }
+        if let Some(ms) = self.sync_interval_ms {
+            spec["sync_interval_ms"] = json!(ms);
+        }
+        spec
+    }
+}
+
+/// The cluster that reaches the admin API, one endpoint per admin URL: STATIC when every
+/// host is an IP address, STRICT_DNS otherwise (a name with several addresses is several
+/// endpoints too); with TLS, checked against its CA.
+///
+/// With more than one endpoint, Envoy fails over between them: it health-checks each
+/// replica's `/readyz` every second (two failures mark it down, one success up again),
+/// and a replica that refuses a connection or answers 5xx is ejected at once (outlier
+/// detection), so the control service's next poll, a second later, reaches a live one.
+pub(crate) fn admin_cluster(admin: &AdminConnection) -> Value {
+    let urls: Vec<&AdminUrl> = admin.urls().collect();
+    let endpoints: Vec<Value> = urls
+        .iter()
+        .map(|url| {
+            json!({ "endpoint": { "address": {
+                "socket_address": { "address": url.host, "port_value": url.port },
+            } } })
+        })
+        .collect();
+    let all_ips = urls.iter().all(|url| url.ip().is_some());
+    let mut cluster = json!({
+        "name": ADMIN_CLUSTER,
+        "type": if all_ips { "STATIC" } else { "STRICT_DNS" },
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": ADMIN_CLUSTER,
+            "endpoints": [{ "lb_endpoints": endpoints }],
+        },
+    });
+    if urls.len() > 1 {
+        cluster["health_checks"] = json!([{
+            "timeout": "1s",
+            "interval": "1s",
+            "unhealthy_threshold": 2,
+            "healthy_threshold": 1,
+            "http_health_check": { "path": "/readyz" },
+        }]);
+        cluster["outlier_detection"] = json!({
+            "consecutive_5xx": 1,
+            "consecutive_local_origin_failure": 1,
+            "split_external_local_origin_errors": true,
+            "interval": "1s",
+            "base_ejection_time": "5s",
+            "max_ejection_percent": 100,
+        });
+    }
+    if let Some(tls) = &admin.tls {
+        cluster["transport_socket"] = upstream_tls(&urls, tls);
+    }
+    cluster
+}
+
+/// Envoy's `UpstreamTlsContext` for the admin cluster. A trusted CA alone checks only the
+/// chain: the expected name is matched against the certificate's subject alternative
+/// names explicitly, or any certificate from that CA would do.
+fn upstream_tls(urls: &[&AdminUrl], tls: &AdminTls) -> Value {
+    let file = |path: &PathBuf| json!({ "filename": path.to_string_lossy() });
+    let san = |url: &AdminUrl| match url.ip() {
+        Some(ip) => json!({ "san_type": "IP_ADDRESS", "matcher": { "exact": ip.to_string() } }),
+        None => json!({ "san_type": "DNS", "matcher": { "exact": url.host } }),
+    };
+    // SNI carries host names only (RFC 6066): an IP address is matched as an IP SAN and
+    // not sent. The cluster sends one SNI, the first URL's; a certificate naming any of
+    // the admin URLs' hosts passes.
+    let (sni, sans) = match &tls.sni {
+        Some(name) => (
+            Some(name.as_str()),
+            vec![json!({ "san_type": "DNS", "matcher": { "exact": name } })],
+        ),
+        None => (
+            urls.first()
+                .filter(|url| url.ip().is_none())
+                .map(|url| url.host.as_str()),
+            urls.iter().map(|url| san(url)).collect(),
+        ),
+    };
+    let mut common = json!({
+        "validation_context": {
+            "trusted_ca": file(&tls.ca),
+            "match_typed_subject_alt_names": sans,
+        },
+    });
+    if let Some((cert, key)) = &tls.client_cert {
+        common["tls_certificates"] =
+            json!([{ "certificate_chain": file(cert), "private_key": file(key) }]);
+    }
+    let mut context = json!({
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+        "common_tls_context": common,
+    });
+    if let Some(sni) = sni {
+        context["sni"] = json!(sni);
+    }
+    json!({ "name": "envoy.transport_sockets.tls", "typed_config": context })
+}
+
+/// The control service: a singleton on Envoy's main thread, in the filter's VM, that
+/// long-polls the admin API and publishes each new ruleset to shared data.
+pub(crate) fn control_service(
+    admin: &AdminConnection,
+    vm_config: Value,
+) -> Result<Value, EnvoyConfigError> {
+    let control_json = admin.control_json().to_string();
+    // The control service parses exactly these bytes; refuse here what it would refuse.
+    ControlConfigSpec::from_json(control_json.as_bytes())
+        .map_err(|e| EnvoyConfigError::InvalidControlConfig(field_errors(e)))?;
+    Ok(json!({
+        "name": "envoy.bootstrap.wasm",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService",
+            "singleton": true,
+            "config": {
+                "name": CONTROL_ROOT_ID,
+                "root_id": CONTROL_ROOT_ID,
+                "vm_config": vm_config,
+                "configuration": {
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": control_json,
+                },
+            },
+        },
+    }))
+}

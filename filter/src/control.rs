@@ -209,7 +209,10 @@ impl ControlService {
                     self.metrics.updates.inc();
                     self.metrics.version.set(doc.version);
                 }
-                let outcome = self.follower.published(now, doc.version, result);
+                // The follower reports the failure's text to the admin API on its next poll.
+                let outcome =
+                    self.follower
+                        .published(now, doc.version, result.map_err(|e| e.to_string()));
                 self.follow(now, outcome);
             }
             PollOutcome::Unchanged => {}

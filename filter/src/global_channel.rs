@@ -14,29 +14,32 @@ use proxy_wasm::hostcalls;
 use sluice_core::global::lease::FleetView;
 use sluice_core::time::Nanos;
 
+use crate::channel::ChannelError;
+
 const VIEW_KEY: &str = "sluice.global.view";
 const SLOTS_KEY: &str = "sluice.global.slots";
 const NEW_KEY: &str = "sluice.global.new";
 
 /// Publishes the fleet view. Only the control service calls this.
-pub fn publish_view(view: &FleetView) -> Result<(), String> {
+pub fn publish_view(view: &FleetView) -> Result<(), ChannelError> {
     hostcalls::set_shared_data(VIEW_KEY, Some(&view.encode()), None)
-        .map_err(|status| format!("cannot publish the fleet view: {status:?}"))
+        .map_err(ChannelError::host("publishing the fleet view"))
 }
 
 /// The published fleet view; [`FleetView::ALONE`] when there is none (no control service,
 /// or it never synced).
-pub fn view() -> Result<FleetView, String> {
-    let (bytes, _) = hostcalls::get_shared_data(VIEW_KEY).map_err(|s| format!("{s:?}"))?;
+pub fn view() -> Result<FleetView, ChannelError> {
+    let (bytes, _) = hostcalls::get_shared_data(VIEW_KEY)
+        .map_err(ChannelError::host("reading the fleet view"))?;
     Ok(bytes
         .and_then(|b| FleetView::decode(&b))
         .unwrap_or(FleetView::ALONE))
 }
 
 /// Records the lease table's size. Workers call this when configured.
-pub fn publish_slots(slots: u32) -> Result<(), String> {
+pub fn publish_slots(slots: u32) -> Result<(), ChannelError> {
     hostcalls::set_shared_data(SLOTS_KEY, Some(&slots.to_le_bytes()), None)
-        .map_err(|status| format!("cannot publish the lease table size: {status:?}"))
+        .map_err(ChannelError::host("publishing the lease table size"))
 }
 
 /// The lease table's size as the workers configured it; `None` before any worker did.

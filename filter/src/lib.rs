@@ -13,7 +13,8 @@
 //! * [`host_store`]: the core's `SharedStore` over proxy-wasm shared data (bucket slots
 //!   and lease entries).
 //! * [`global_channel`]: the fleet view and the lease table's size, between the control
-//!   service and the workers.
+//!   service and the workers; [`report_channel`]: statistics from the workers to the
+//!   control service; [`channel`]: `ChannelError`, how any of these channels fails.
 //! * [`metrics`]: Envoy counters.
 //!
 //! Architecture invariant: this crate holds no rate-limiting logic. It reads the host
@@ -27,6 +28,7 @@
 )]
 #![deny(clippy::indexing_slicing)]
 
+pub mod channel;
 pub mod clock;
 pub mod control;
 pub mod global_channel;

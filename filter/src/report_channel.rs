@@ -11,6 +11,8 @@
 use proxy_wasm::hostcalls;
 use sluice_core::report::RuleBatch;
 
+use crate::channel::ChannelError;
+
 /// The queue's name (resolved within the module's `vm_id`).
 pub const QUEUE: &str = "sluice.reports";
 const HEARTBEAT_KEY: &str = "sluice.control.heartbeat";
@@ -33,14 +35,15 @@ pub fn control_alive(now_ms: u64) -> bool {
 }
 
 /// Worker: hands a batch to the control service.
-pub fn send(batch: &RuleBatch) -> Result<(), String> {
+pub fn send(batch: &RuleBatch) -> Result<(), ChannelError> {
     let vm_id = hostcalls::get_property(vec!["plugin_vm_id"])
         .ok()
         .flatten()
         .and_then(|b| String::from_utf8(b).ok())
         .unwrap_or_default();
     let queue = hostcalls::resolve_shared_queue(&vm_id, QUEUE)
-        .map_err(|s| format!("{s:?}"))?
-        .ok_or_else(|| "the control service's report queue does not exist".to_string())?;
-    hostcalls::enqueue_shared_queue(queue, Some(&batch.encode())).map_err(|s| format!("{s:?}"))
+        .map_err(ChannelError::host("resolving the report queue"))?
+        .ok_or(ChannelError::NoReportQueue)?;
+    hostcalls::enqueue_shared_queue(queue, Some(&batch.encode()))
+        .map_err(ChannelError::host("queueing a statistics batch"))
 }

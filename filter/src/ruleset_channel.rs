@@ -10,30 +10,33 @@
 use proxy_wasm::hostcalls;
 use sluice_core::wire::RulesetDocument;
 
+use crate::channel::ChannelError;
+
 const DOC_KEY: &str = "sluice.ruleset.doc";
 const VERSION_KEY: &str = "sluice.ruleset.version";
 
 /// Publishes `doc` to every worker. Only the control service calls this.
-pub fn publish(doc: &RulesetDocument) -> Result<(), String> {
+pub fn publish(doc: &RulesetDocument) -> Result<(), ChannelError> {
     hostcalls::set_shared_data(DOC_KEY, Some(&doc.encode()), None)
-        .and_then(|()| {
-            hostcalls::set_shared_data(VERSION_KEY, Some(&doc.version.to_le_bytes()), None)
-        })
-        .map_err(|status| format!("cannot publish ruleset v{}: {status:?}", doc.version))
+        .map_err(ChannelError::host("publishing the ruleset document"))?;
+    hostcalls::set_shared_data(VERSION_KEY, Some(&doc.version.to_le_bytes()), None)
+        .map_err(ChannelError::host("publishing the ruleset version"))
 }
 
 /// The version of the published ruleset, `None` if none was published yet.
-pub fn published_version() -> Result<Option<u64>, String> {
-    let (bytes, _) = hostcalls::get_shared_data(VERSION_KEY).map_err(|s| format!("{s:?}"))?;
+pub fn published_version() -> Result<Option<u64>, ChannelError> {
+    let (bytes, _) = hostcalls::get_shared_data(VERSION_KEY)
+        .map_err(ChannelError::host("reading the ruleset version"))?;
     Ok(bytes
         .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
         .map(u64::from_le_bytes))
 }
 
 /// The published ruleset document.
-pub fn published_document() -> Result<Option<RulesetDocument>, String> {
-    let (bytes, _) = hostcalls::get_shared_data(DOC_KEY).map_err(|s| format!("{s:?}"))?;
+pub fn published_document() -> Result<Option<RulesetDocument>, ChannelError> {
+    let (bytes, _) = hostcalls::get_shared_data(DOC_KEY)
+        .map_err(ChannelError::host("reading the ruleset document"))?;
     bytes
-        .map(|b| RulesetDocument::decode(&b).map_err(|e| e.to_string()))
+        .map(|b| RulesetDocument::decode(&b).map_err(ChannelError::Undecodable))
         .transpose()
 }

@@ -1,7 +1,8 @@
-//! The `sluice` binary's library: the admin API server and the command line's HTTP
-//! client. The command line itself is the binary (`main.rs` and `cli/`, one module per
-//! subcommand); Envoy configuration generation is the `sluice-envoy-config` crate, and
-//! rules files the `sluice-rules-file` crate, so that neither drags the server along.
+//! The `sluice` binary's library: the admin API server. The command line itself is the
+//! binary (`main.rs` and `cli/`, one module per subcommand); Envoy configuration
+//! generation is the `sluice-envoy-config` crate, rules files the `sluice-rules-file`
+//! crate and the command line's HTTP client the `sluice-client` crate, so that none of
+//! them drags the server along.
 //!
 //! The server's parts; each uses only parts listed above it:
 //!
@@ -14,12 +15,8 @@
 //! * [`ui`]: the dashboard's embedded files, beside the API.
 //! * [`server`]: the site (the API, and the dashboard at every path the API does not
 //!   route), binding, bootstrap token, graceful shutdown.
-//!
-//! And beside the server: [`client`], what `sluice rules apply|export` use to talk to a
-//! running server.
 
 pub mod api;
-pub mod client;
 pub mod pipeline;
 pub mod quota;
 /// Rules files and strict JSON: the `sluice-rules-file` crate, through which the API and

@@ -1,10 +1,10 @@
 //! `sluice rules apply|export`: rules files through a running admin API, with the
-//! command line's HTTP client ([`sluice_admin::client`]).
+//! command line's HTTP client ([`sluice_client`]).
 
 use std::path::PathBuf;
 
 use clap::{Subcommand, ValueEnum};
-use sluice_admin::client::ApiClient;
+use sluice_client::ApiClient;
 use sluice_rules_file::RulesFormat;
 
 use super::{Failure, write_output};
@@ -58,7 +58,7 @@ pub enum RulesCommand {
     },
 }
 
-fn api_failure(err: sluice_admin::client::ClientError) -> Failure {
+fn api_failure(err: sluice_client::ClientError) -> Failure {
     if err.is_client_error() {
         Failure::BadInput(err.to_string())
     } else {

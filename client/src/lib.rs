@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use sluice_api::{ChangeSummary, Problem};
 
-use crate::rules_file::RulesFormat;
+use sluice_rules_file::RulesFormat;
 
 /// Why a call to the API failed.
 #[derive(Debug, thiserror::Error)]

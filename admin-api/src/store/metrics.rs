@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 
@@ -166,7 +165,7 @@ fn cover(
 }
 
 /// Exact counts of one rule's outcomes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub allowed: u64,
     pub denied: u64,

@@ -51,6 +51,13 @@ pub struct FilterConfigSpec {
     /// disable.
     #[serde(default = "default_shadow_header")]
     pub shadow_header: Option<String>,
+    /// The admin API to follow where no singleton control service can run (Istio, Envoy
+    /// Gateway and other control planes that load Sluice as a plain HTTP filter and allow
+    /// no bootstrap extension): the workers elect one of themselves to run the control
+    /// service. Absent: static rules only, or a singleton control service follows the
+    /// admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlConfigSpec>,
 }
 
 fn default_slots() -> u32 {
@@ -78,6 +85,7 @@ impl Default for FilterConfigSpec {
             global_slots: DEFAULT_GLOBAL_SLOTS,
             rate_limit_headers: true,
             shadow_header: default_shadow_header(),
+            control: None,
         }
     }
 }
@@ -91,6 +99,8 @@ pub struct FilterConfig {
     pub lease_table: LeaseTable,
     pub rate_limit_headers: bool,
     pub shadow_header: Option<String>,
+    /// The admin API the workers follow when no singleton does (already checked).
+    pub control: Option<ControlConfigSpec>,
 }
 
 /// Why a configuration was refused.
@@ -147,6 +157,9 @@ impl TryFrom<FilterConfigSpec> for FilterConfig {
                 );
             }
         }
+        if let Some(control) = &spec.control {
+            control.check(&mut problems, "control.");
+        }
         let ruleset = Ruleset::from_specs(spec.rules).map_err(|e| problems.nest_top(e));
         match (ruleset, slots, global_slots) {
             (Ok(ruleset), Some(slots), Some(global_slots)) if problems.is_empty() => {
@@ -157,6 +170,7 @@ impl TryFrom<FilterConfigSpec> for FilterConfig {
                     lease_table: LeaseTable::new(global_slots),
                     rate_limit_headers: spec.rate_limit_headers,
                     shadow_header: spec.shadow_header.map(|h| h.to_ascii_lowercase()),
+                    control: spec.control,
                 })
             }
             _ => Err(ConfigError::Invalid(problems.into_errors())),
@@ -174,6 +188,27 @@ mod tests {
         assert!(config.ruleset.is_empty());
         assert_eq!(config.table.slots(), DEFAULT_SLOTS);
         assert_eq!(config.shadow_header.as_deref(), Some(DEFAULT_SHADOW_HEADER));
+    }
+
+    #[test]
+    fn a_control_section_is_checked_like_the_singletons_configuration() {
+        let config = FilterConfig::from_json(
+            br#"{"control":{"admin_cluster":"outbound|8080||sluice-admin.sluice.svc.cluster.local",
+                            "admin_authority":"sluice-admin.sluice:8080","token":"t"}}"#,
+        )
+        .unwrap();
+        let control = config.control.unwrap();
+        assert_eq!(control.admin_authority, "sluice-admin.sluice:8080");
+        assert_eq!(control.poll_timeout_seconds, 30);
+
+        let err = FilterConfig::from_json(
+            br#"{"control":{"admin_cluster":"","admin_authority":"a","token":"t","sync_interval_ms":1}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "configuration is invalid: control.admin_cluster: must not be empty; control.sync_interval_ms: must be between 50 and 10000"
+        );
     }
 
     #[test]
@@ -251,28 +286,44 @@ impl ControlConfigSpec {
                 message: e.inner().to_string(),
             })?;
         let mut problems = crate::validation::Problems::default();
-        for (field, value) in [
-            ("admin_cluster", &spec.admin_cluster),
-            ("admin_authority", &spec.admin_authority),
-            ("token", &spec.token),
-        ] {
-            if value.is_empty() {
-                problems.add(field, "must not be empty");
-            }
-        }
-        if !(1..=60).contains(&spec.poll_timeout_seconds) {
-            problems.add("poll_timeout_seconds", "must be between 1 and 60");
-        }
-        if !(1..=300).contains(&spec.report_interval_seconds) {
-            problems.add("report_interval_seconds", "must be between 1 and 300");
-        }
-        if !(50..=10_000).contains(&spec.sync_interval_ms) {
-            problems.add("sync_interval_ms", "must be between 50 and 10000");
-        }
+        spec.check(&mut problems, "");
         if problems.is_empty() {
             Ok(spec)
         } else {
             Err(ConfigError::Invalid(problems.into_errors()))
+        }
+    }
+
+    /// Adds what is wrong with these settings to `problems`, each field named after
+    /// `prefix` (empty for the singleton's own configuration, `control.` inside the
+    /// filter's).
+    fn check(&self, problems: &mut crate::validation::Problems, prefix: &str) {
+        for (field, value) in [
+            ("admin_cluster", &self.admin_cluster),
+            ("admin_authority", &self.admin_authority),
+            ("token", &self.token),
+        ] {
+            if value.is_empty() {
+                problems.add(format!("{prefix}{field}"), "must not be empty");
+            }
+        }
+        if !(1..=60).contains(&self.poll_timeout_seconds) {
+            problems.add(
+                format!("{prefix}poll_timeout_seconds"),
+                "must be between 1 and 60",
+            );
+        }
+        if !(1..=300).contains(&self.report_interval_seconds) {
+            problems.add(
+                format!("{prefix}report_interval_seconds"),
+                "must be between 1 and 300",
+            );
+        }
+        if !(50..=10_000).contains(&self.sync_interval_ms) {
+            problems.add(
+                format!("{prefix}sync_interval_ms"),
+                "must be between 50 and 10000",
+            );
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ on_every_backend!(
     the_binary_serves_prints_its_address_and_stops_on_sigterm,
     the_first_start_prints_a_generated_admin_token_once,
     the_cli_manages_tokens_and_applies_and_exports_rules,
+    the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts,
 );
 
 /// Bounds every wait in this file, so a broken server fails a test instead of hanging it.
@@ -557,4 +559,85 @@ async fn the_cli_manages_tokens_and_applies_and_exports_rules(db: TestDb) {
     // Nothing listens here: an environment problem, status 1.
     let (code, _, stderr) = run(rules(&["export"], &editor)).await;
     assert_eq!(code, Some(1), "{stderr}");
+}
+
+async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: TestDb) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/envoy-ratelimit");
+    let config = examples.join("config.yaml").display().to_string();
+    let envoy = examples.join("envoy.yaml").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let imported = dir.path().join("imported.yaml");
+    let output = sluice()
+        .args(["rules", "import", "--from", "envoy-ratelimit", &config])
+        .args(["--envoy", &envoy, "-o", &imported.display().to_string()])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // What could not be converted is named, with the reason.
+    assert!(
+        stderr.contains("skipped descriptor (destination_cluster, legacy)")
+            && stderr.contains("the `destination_cluster` action has no Sluice equivalent")
+            && stderr.contains("converted 3 rule(s)"),
+        "{stderr}"
+    );
+
+    let api = start(&db).await;
+    let apply = |dry_run: bool| {
+        let mut command = sluice();
+        command.args(["rules", "apply", "-f", &imported.display().to_string()]);
+        if dry_run {
+            command.arg("--dry-run");
+        }
+        command.args(["--url", &api.base, "--token", &api.admin]);
+        command.output()
+    };
+    let output = apply(true).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("would change")
+            && stdout.contains("edge-remote_address")
+            && stdout.contains("edge-generic_key-slowpath-api_key")
+            && stdout.contains("edge-header_match-beta-writes"),
+        "{stdout}"
+    );
+    // A dry run changes nothing.
+    let rules: Value = api
+        .get("/api/v1/rules")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rules["rules"], json!([]), "{rules}");
+
+    // Nothing convertible: an error the user must act on, status 2.
+    let unbound = dir.path().join("unbound.yaml");
+    std::fs::write(
+        &unbound,
+        "domain: d\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let output = sluice()
+        .args(["rules", "import", "--from", "envoy-ratelimit"])
+        .arg(&unbound)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--header api_key=HEADER-NAME")
+            && stderr.contains("nothing could be converted"),
+        "{stderr}"
+    );
+    api.server.stop().await.unwrap();
 }

@@ -9,6 +9,7 @@
 //! `sluice_core` validation, which reports every problem with a field path; shape errors
 //! here use the same `rules[i].field` paths so both kinds of message read alike.
 
+pub mod envoy_ratelimit;
 pub mod strict_json;
 
 use std::path::{Path, PathBuf};
@@ -165,6 +166,31 @@ pub fn parse_rules(
             };
             shape(&field, &explain(e.inner().to_string()))
         })
+}
+
+/// Writes `rules` as a rules file, `{rules: [...]}`, that [`parse_rules`] reads back.
+pub fn render_rules(rules: &[RuleSpec], format: RulesFormat) -> Result<String, String> {
+    #[derive(serde::Serialize)]
+    struct RulesFile<'a> {
+        rules: &'a [RuleSpec],
+    }
+    let file = RulesFile { rules };
+    match format {
+        RulesFormat::Json => serde_json::to_string_pretty(&file)
+            .map(|json| json + "\n")
+            .map_err(|e| e.to_string()),
+        // Through a JSON value: serde_norway writes enums as YAML tags (`!header x`), which
+        // neither people nor `parse_rules` expect; JSON's shape is the contract.
+        RulesFormat::Yaml => serde_json::to_value(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|v| serde_norway::to_string(&v).map_err(|e| e.to_string()))
+            .map(|mut yaml| {
+                if !yaml.ends_with('\n') {
+                    yaml.push('\n');
+                }
+                yaml
+            }),
+    }
 }
 
 /// serde's message for an untagged enum names a Rust type, which means nothing to someone

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use sluice_api::schema::{RuleSpecSchema, RulesFileSchema};
 use sluice_api::{
@@ -535,12 +535,6 @@ pub struct ExportHeaders {
     accept: Option<String>,
 }
 
-/// A rules file: what export writes and apply reads.
-#[derive(Debug, Serialize)]
-struct RulesFile<'a> {
-    rules: &'a [RuleSpec],
-}
-
 #[utoipa::path(
     get, path = "/api/v1/export", tag = "rules",
     params(ExportHeaders),
@@ -561,13 +555,8 @@ pub async fn export_rules(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("yaml"));
-    let file = RulesFile { rules: &doc.rules };
     let (content_type, body) = if wants_yaml {
-        // Through a JSON value: serde_norway writes enums as YAML tags (`!header x`),
-        // which neither people nor `rules:apply` expect; JSON's shape is the contract.
-        let yaml = serde_json::to_value(&file)
-            .map_err(|e| e.to_string())
-            .and_then(|v| serde_norway::to_string(&v).map_err(|e| e.to_string()))
+        let yaml = rules_file::render_rules(&doc.rules, RulesFormat::Yaml)
             .map_err(|e| ApiError::Internal(format!("exporting YAML: {e}")))?;
         (
             "application/yaml",
@@ -577,9 +566,9 @@ pub async fn export_rules(
             ),
         )
     } else {
-        let json = serde_json::to_string_pretty(&file)
+        let json = rules_file::render_rules(&doc.rules, RulesFormat::Json)
             .map_err(|e| ApiError::Internal(format!("exporting JSON: {e}")))?;
-        ("application/json", json + "\n")
+        ("application/json", json)
     };
     Ok((
         [

@@ -1,11 +1,13 @@
 //! `sluice rules apply|export`: rules files through a running admin API, with the
-//! command line's HTTP client ([`sluice_client`]).
+//! command line's HTTP client ([`sluice_client`]); `sluice rules import`: rules files from
+//! another rate limiter's configuration ([`sluice_rules_file::envoy_ratelimit`]), offline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Subcommand, ValueEnum};
 use sluice_client::ApiClient;
 use sluice_rules_file::RulesFormat;
+use sluice_rules_file::envoy_ratelimit::{self, Bindings};
 
 use super::{Failure, write_output};
 
@@ -27,6 +29,15 @@ pub struct ApiArgs {
 pub enum FormatArg {
     Yaml,
     Json,
+}
+
+impl From<FormatArg> for RulesFormat {
+    fn from(format: FormatArg) -> RulesFormat {
+        match format {
+            FormatArg::Yaml => RulesFormat::Yaml,
+            FormatArg::Json => RulesFormat::Json,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,6 +67,48 @@ pub enum RulesCommand {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Convert another rate limiter's configuration into a rules file, saying what could
+    /// not be converted and why. Nothing is sent: check the result with
+    /// `apply --dry-run -f FILE`, then apply it.
+    Import {
+        /// What FILE is.
+        #[arg(long, value_enum)]
+        from: ImportFrom,
+        /// The configuration to convert (envoy-ratelimit: its YAML descriptor file).
+        file: PathBuf,
+        /// The Envoy configuration (YAML or JSON) whose `rate_limits` actions produce the
+        /// descriptors: it binds every descriptor key and gives each limit its routes.
+        #[arg(long, value_name = "FILE")]
+        envoy: Option<PathBuf>,
+        /// Without --envoy: descriptor key KEY is the value of request header NAME (a
+        /// `request_headers` action). Repeat for several keys.
+        #[arg(long = "header", value_name = "KEY=NAME", value_parser = key_binding)]
+        headers: Vec<(String, String)>,
+        /// `X-Forwarded-For` hops to trust for `remote_address` (0: the TCP peer).
+        #[arg(long, default_value_t = 0)]
+        trusted_hops: u32,
+        #[arg(long, value_enum, default_value_t = FormatArg::Yaml)]
+        format: FormatArg,
+        /// Write to this file instead of standard output.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+}
+
+/// The configurations `rules import` reads.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ImportFrom {
+    /// envoyproxy/ratelimit's descriptor configuration.
+    EnvoyRatelimit,
+}
+
+fn key_binding(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((key, header)) if !key.is_empty() && !header.is_empty() => {
+            Ok((key.to_string(), header.to_ascii_lowercase()))
+        }
+        _ => Err(format!("expected KEY=HEADER-NAME, got `{arg}`")),
+    }
 }
 
 fn api_failure(err: sluice_client::ClientError) -> Failure {
@@ -124,13 +177,75 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
         } => {
             let client =
                 ApiClient::new(&api.url, &api.token, api.ca.as_deref()).map_err(api_failure)?;
-            let format = match format {
-                FormatArg::Yaml => RulesFormat::Yaml,
-                FormatArg::Json => RulesFormat::Json,
-            };
-            let text = client.export(format).await.map_err(api_failure)?;
+            let text = client.export(format.into()).await.map_err(api_failure)?;
             write_output(output.as_deref(), &text)?;
         }
+        RulesCommand::Import {
+            from: ImportFrom::EnvoyRatelimit,
+            file,
+            envoy,
+            headers,
+            trusted_hops,
+            format,
+            output,
+        } => import_envoy_ratelimit(
+            &file,
+            envoy.as_deref(),
+            &Bindings {
+                headers: headers.into_iter().collect(),
+                trusted_hops,
+            },
+            format,
+            output.as_deref(),
+        )?,
     }
+    Ok(())
+}
+
+/// `rules import --from envoy-ratelimit`: the rules go to the output, what was skipped and
+/// what to know to standard error.
+fn import_envoy_ratelimit(
+    file: &Path,
+    envoy: Option<&Path>,
+    bindings: &Bindings,
+    format: FormatArg,
+    output: Option<&Path>,
+) -> Result<(), Failure> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| Failure::BadInput(format!("{}: {e}", path.display())))
+    };
+    let config = read(file)?;
+    let envoy_text = envoy.map(read).transpose()?;
+    let import = envoy_ratelimit::import(&config, envoy_text.as_deref(), bindings)
+        .map_err(|e| Failure::BadInput(e.to_string()))?;
+    for skipped in &import.skipped {
+        eprintln!("skipped {}: {}", skipped.what, skipped.why);
+    }
+    for note in &import.notes {
+        eprintln!("note: {note}");
+    }
+    if import.rules.is_empty() {
+        return Err(Failure::BadInput(format!(
+            "{}: nothing could be converted (see above)",
+            file.display()
+        )));
+    }
+    let format = RulesFormat::from(format);
+    let rules = sluice_rules_file::render_rules(&import.rules, format)
+        .map_err(|e| anyhow::anyhow!("writing the rules: {e}"))?;
+    let text = match format {
+        RulesFormat::Yaml => format!(
+            "# Sluice rules imported from {} (envoy-ratelimit).\n# Check with: sluice rules apply --dry-run -f FILE\n{rules}",
+            file.display()
+        ),
+        RulesFormat::Json => rules,
+    };
+    write_output(output, &text)?;
+    eprintln!(
+        "converted {} rule(s); {} part(s) skipped",
+        import.rules.len(),
+        import.skipped.len()
+    );
     Ok(())
 }

@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
-use sluice_core::rule::MAX_REQUESTS;
+use sluice_core::rule::{MAX_REQUESTS, Rule};
 use sluice_core::spec::{
     ClientIpSpec, HeaderMatchSpec, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod, OverrideSpec,
     PeriodSpec, RuleSpec, Scope,
@@ -171,7 +171,15 @@ pub fn import(
         let several = chains.len() > 1;
         for (i, chain) in chains.into_iter().enumerate() {
             for group in group.on(&chain) {
-                match rule_for(&config.domain, &group, chain.clone(), bindings.trusted_hops) {
+                let rule = rule_for(&config.domain, &group, chain.clone(), bindings.trusted_hops)
+                    .and_then(|(rule, notes)| {
+                        // A header name or path pattern Sluice refuses is found here, with
+                        // the validator's own words, rather than by `rules apply`.
+                        Rule::try_from(rule.clone())
+                            .map(|_| (rule, notes))
+                            .map_err(|errors| format!("the rule would be invalid: {errors}"))
+                    });
+                match rule {
                     Ok((mut rule, notes)) => {
                         let base = if several {
                             format!("{}-{}", rule.name, i + 1)
@@ -1233,6 +1241,24 @@ static_resources:
                 .all(|n| n.contains("applies to every request")),
             "{:?}",
             import.notes
+        );
+    }
+
+    #[test]
+    fn rules_sluice_would_refuse_are_skipped_with_the_validators_words() {
+        let import = import(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+            None,
+            &headers(&[("k", "not a header")]),
+        )
+        .unwrap();
+        assert!(import.rules.is_empty());
+        assert!(
+            import.skipped[0]
+                .why
+                .starts_with("the rule would be invalid: key.header:"),
+            "{:?}",
+            import.skipped
         );
     }
 

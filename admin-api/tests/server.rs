@@ -561,20 +561,29 @@ async fn the_cli_manages_tokens_and_applies_and_exports_rules(db: TestDb) {
     assert_eq!(code, Some(1), "{stderr}");
 }
 
+/// `sluice rules import --from envoy-ratelimit ARGS...`: its exit status and standard error.
+async fn import_envoy_ratelimit(args: &[&str]) -> (Option<i32>, String) {
+    let output = sluice()
+        .args(["rules", "import", "--from", "envoy-ratelimit"])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: TestDb) {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/envoy-ratelimit");
     let config = examples.join("config.yaml").display().to_string();
     let envoy = examples.join("envoy.yaml").display().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let imported = dir.path().join("imported.yaml");
-    let output = sluice()
-        .args(["rules", "import", "--from", "envoy-ratelimit", &config])
-        .args(["--envoy", &envoy, "-o", &imported.display().to_string()])
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let imported = dir.path().join("imported.yaml").display().to_string();
+    let (code, stderr) =
+        import_envoy_ratelimit(&[&config, "--envoy", &envoy, "-o", &imported]).await;
+    assert_eq!(code, Some(0), "{stderr}");
     // What could not be converted is named, with the reason.
     assert!(
         stderr.contains("skipped descriptor (destination_cluster, legacy)")
@@ -584,23 +593,15 @@ async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: T
     );
 
     let api = start(&db).await;
-    let apply = |dry_run: bool| {
-        let mut command = sluice();
-        command.args(["rules", "apply", "-f", &imported.display().to_string()]);
-        if dry_run {
-            command.arg("--dry-run");
-        }
-        command.args(["--url", &api.base, "--token", &api.admin]);
-        command.output()
-    };
-    let output = apply(true).await.unwrap();
+    let output = sluice()
+        .args(["rules", "apply", "--dry-run", "-f", &imported])
+        .args(["--url", &api.base, "--token", &api.admin])
+        .output()
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(
         stdout.contains("would change")
             && stdout.contains("edge-remote_address")
@@ -618,6 +619,7 @@ async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: T
         .await
         .unwrap();
     assert_eq!(rules["rules"], json!([]), "{rules}");
+    api.server.stop().await.unwrap();
 
     // Nothing convertible: an error the user must act on, status 2.
     let unbound = dir.path().join("unbound.yaml");
@@ -626,18 +628,11 @@ async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: T
         "domain: d\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     )
     .unwrap();
-    let output = sluice()
-        .args(["rules", "import", "--from", "envoy-ratelimit"])
-        .arg(&unbound)
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = import_envoy_ratelimit(&[&unbound.display().to_string()]).await;
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("--header api_key=HEADER-NAME")
             && stderr.contains("nothing could be converted"),
         "{stderr}"
     );
-    api.server.stop().await.unwrap();
 }

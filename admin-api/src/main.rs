@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use cli::Failure;
 use cli::database::DatabaseArgs;
 use cli::envoy_config::EnvoyConfigArgs;
+use cli::render::RenderCommand;
 use cli::rules::RulesCommand;
 use cli::serve::ServeArgs;
 use cli::token::TokenCommand;
@@ -43,6 +44,10 @@ enum Command {
     Rules(RulesCommand),
     /// Print an Envoy bootstrap (YAML) that runs the Sluice filter in front of an upstream.
     EnvoyConfig(EnvoyConfigArgs),
+    /// Print what to apply on a platform: Istio or Envoy Gateway resources, a filter
+    /// snippet for your own Envoy, or the admin API's Kubernetes manifests.
+    #[command(subcommand)]
+    Render(RenderCommand),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // Pure generation: no async runtime needed.
         Command::EnvoyConfig(args) => cli::envoy_config::run(&args),
+        Command::Render(command) => cli::render::run(&command),
         command => match tokio::runtime::Runtime::new() {
             Ok(runtime) => runtime.block_on(run_async(command)),
             Err(err) => Err(Failure::Other(
@@ -77,6 +83,7 @@ async fn run_async(command: Command) -> Result<(), Failure> {
         Command::Token(command) => cli::token::run(command).await,
         Command::Rules(command) => cli::rules::run(command).await,
         Command::EnvoyConfig(args) => cli::envoy_config::run(&args),
+        Command::Render(command) => cli::render::run(&command),
     }
 }
 

@@ -99,6 +99,34 @@ mod tests {
     }
 
     #[test]
+    fn render_flags_that_cannot_go_together_are_refused() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["sluice", "render"].iter().chain(args));
+        let istio = ["istio", "--namespace", "shop"];
+        let with = |extra: &[&str]| parse(&[&istio[..], extra].concat());
+        assert!(with(&[]).is_ok());
+        assert!(
+            parse(&["istio"]).is_err(),
+            "a WasmPlugin needs its namespace"
+        );
+        assert!(with(&["--selector", "app=web", "--target-ref", "Gateway/eg"]).is_err());
+        assert!(with(&["--selector", "app"]).is_err(), "not KEY=VALUE");
+        assert!(with(&["--target-ref", "Pod/web"]).is_err());
+        assert!(
+            with(&["--insecure"]).is_err(),
+            "--insecure without --admin-url"
+        );
+        assert!(with(&["--wasm", "f.wasm", "--sha256", "ab"]).is_err());
+        assert!(with(&["--phase", "authz", "--admin-url", "https://a.example"]).is_ok());
+        assert!(
+            parse(&["envoy-gateway", "--namespace", "default"]).is_err(),
+            "no Gateway"
+        );
+        assert!(parse(&["kubernetes", "--output", "a.yaml", "--output-dir", "d"]).is_err());
+        assert!(parse(&["kubernetes", "--database", "postgres", "--replicas", "3"]).is_ok());
+        assert!(parse(&["envoy", "--filter-wasm", "f.wasm", "--insecure"]).is_err());
+    }
+
+    #[test]
     fn admin_url_and_proxy_token_come_together() {
         let base = [
             "sluice",

@@ -233,7 +233,7 @@ fn every_rendered_resource_passes_its_schema() {
 }
 
 #[test]
-fn the_validators_refuse_what_is_wrong() {
+fn the_validators_refuse_wrong_renders() {
     let dir = tempfile::tempdir().unwrap();
     let resources = documents(&render(&["kubernetes", "--service-monitor"]));
     let plugin = documents(&render(&["istio", "--namespace", "shop"])).remove(0);

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use cli::Failure;
 use cli::database::DatabaseArgs;
 use cli::envoy_config::EnvoyConfigArgs;
+use cli::render::RenderCommand;
 use cli::rules::RulesCommand;
 use cli::serve::ServeArgs;
 use cli::token::TokenCommand;
@@ -43,6 +44,10 @@ enum Command {
     Rules(RulesCommand),
     /// Print an Envoy bootstrap (YAML) that runs the Sluice filter in front of an upstream.
     EnvoyConfig(EnvoyConfigArgs),
+    /// Print what to apply on a platform: Istio or Envoy Gateway resources, a filter
+    /// snippet for your own Envoy, or the admin API's Kubernetes manifests.
+    #[command(subcommand)]
+    Render(RenderCommand),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // Pure generation: no async runtime needed.
         Command::EnvoyConfig(args) => cli::envoy_config::run(&args),
+        Command::Render(command) => cli::render::run(&command),
         command => match tokio::runtime::Runtime::new() {
             Ok(runtime) => runtime.block_on(run_async(command)),
             Err(err) => Err(Failure::Other(
@@ -77,6 +83,7 @@ async fn run_async(command: Command) -> Result<(), Failure> {
         Command::Token(command) => cli::token::run(command).await,
         Command::Rules(command) => cli::rules::run(command).await,
         Command::EnvoyConfig(args) => cli::envoy_config::run(&args),
+        Command::Render(command) => cli::render::run(&command),
     }
 }
 
@@ -89,6 +96,34 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn render_flags_that_cannot_go_together_are_refused() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["sluice", "render"].iter().chain(args));
+        let istio = ["istio", "--namespace", "shop"];
+        let with = |extra: &[&str]| parse(&[&istio[..], extra].concat());
+        assert!(with(&[]).is_ok());
+        assert!(
+            parse(&["istio"]).is_err(),
+            "a WasmPlugin needs its namespace"
+        );
+        assert!(with(&["--selector", "app=web", "--target-ref", "Gateway/eg"]).is_err());
+        assert!(with(&["--selector", "app"]).is_err(), "not KEY=VALUE");
+        assert!(with(&["--target-ref", "Pod/web"]).is_err());
+        assert!(
+            with(&["--insecure"]).is_err(),
+            "--insecure without --admin-url"
+        );
+        assert!(with(&["--wasm", "f.wasm", "--sha256", "ab"]).is_err());
+        assert!(with(&["--phase", "authz", "--admin-url", "https://a.example"]).is_ok());
+        assert!(
+            parse(&["envoy-gateway", "--namespace", "default"]).is_err(),
+            "no Gateway"
+        );
+        assert!(parse(&["kubernetes", "--output", "a.yaml", "--output-dir", "d"]).is_err());
+        assert!(parse(&["kubernetes", "--database", "postgres", "--replicas", "3"]).is_ok());
+        assert!(parse(&["envoy", "--filter-wasm", "f.wasm", "--insecure"]).is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 mod admin;
 mod output;
+pub mod render;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::num::NonZeroU32;

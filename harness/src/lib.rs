@@ -34,6 +34,10 @@ pub const ENVOY_ENV: &str = "SLUICE_ENVOY";
 pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
 /// Set by `cargo xtask test` to chromedriver (Debian's `chromium-driver`).
 pub const CHROMEDRIVER_ENV: &str = "SLUICE_CHROMEDRIVER";
+/// Set by `cargo xtask test` to `kubernetes-validate` (PyPI, in the project's `.venv/`).
+pub const KUBERNETES_VALIDATE_ENV: &str = "SLUICE_KUBERNETES_VALIDATE";
+/// Set by `cargo xtask test` to `check-jsonschema` (PyPI, in the project's `.venv/`).
+pub const CHECK_JSONSCHEMA_ENV: &str = "SLUICE_CHECK_JSONSCHEMA";
 
 /// Polls `check` every 20 ms until it holds, for at most `limit`; an error naming `what`
 /// after that, or as soon as `check` fails.

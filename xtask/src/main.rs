@@ -16,6 +16,7 @@ mod schemathesis;
 mod server_dir;
 mod suite;
 mod toolchain;
+mod validators;
 
 use std::process::ExitCode;
 

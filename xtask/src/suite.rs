@@ -14,7 +14,7 @@ use sluice_harness::cmd::{self, note, step};
 use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
 
 use crate::libtest::{self, TestCounts};
-use crate::{dashboard, dist, envoy, lint, postgres, redis, schemathesis};
+use crate::{dashboard, dist, envoy, lint, postgres, redis, schemathesis, validators};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -104,6 +104,7 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
     let postgres = timings.time("provision PostgreSQL", postgres::for_tests)?;
     let redis_server = timings.time("provision Redis", redis::ensure_server)?;
     let redis_env = redis::env(&redis_server);
+    let validators = timings.time("provision schema validators", validators::ensure_installed)?;
 
     if args.skip_unit {
         step("unit and property tests, short fuzz run: skipped (--skip-unit)");
@@ -160,7 +161,8 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
         .env(CHROMIUM_ENV, &chromium)
         .env(CHROMEDRIVER_ENV, &chromedriver)
         .envs(postgres.env())
-        .envs(redis_env);
+        .envs(redis_env)
+        .envs(validators);
     timings.time("integration tests", || {
         libtest::run_tests(&mut integration, counts)
     })

@@ -6,6 +6,8 @@
 //! * [`token`]: `sluice token create|list|revoke`, directly in the database.
 //! * [`rules`]: `sluice rules apply|export`, through a running server's API.
 //! * [`envoy_config`]: `sluice envoy-config` ([`sluice_envoy_config`]); needs no server.
+//! * [`render`]: `sluice render istio|envoy-gateway|envoy|kubernetes`
+//!   ([`sluice_envoy_config::render`]); needs no server.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -14,6 +16,7 @@ use anyhow::Context as _;
 
 pub mod database;
 pub mod envoy_config;
+pub mod render;
 pub mod rules;
 pub mod serve;
 pub mod token;

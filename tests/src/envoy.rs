@@ -369,6 +369,9 @@ impl Drop for Envoy {
 /// Moves the wasm filter of `bootstrap`'s HTTP filter chain to extension config
 /// discovery from the file at `path`; returns its `Wasm` typed config.
 fn discover_filter(bootstrap: &mut Value, path: &Path) -> Result<Value> {
+    // Discovery needs the node to have an id and a cluster (as a control plane's
+    // bootstrap always gives it).
+    bootstrap["node"] = json!({ "id": "sluice-test", "cluster": "sluice-test" });
     let filters = bootstrap
         .pointer_mut(
             "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",

@@ -21,7 +21,7 @@ use crate::channel::ChannelError;
 use crate::clock;
 use crate::control::ControlService;
 use crate::host_store::CREATE_CAS;
-use crate::metrics::ElectionMetrics;
+use crate::metrics::{ControlMetrics, ElectionMetrics};
 
 /// The lease's shared-data key.
 const LEASE_KEY: &str = "sluice.control.lease";
@@ -46,6 +46,10 @@ pub struct ControlSeat {
 
 impl ControlSeat {
     pub fn new(role: Role, config: ControlConfigSpec) -> ControlSeat {
+        // The control service's metrics exist (at zero) from the start, before any root
+        // takes the lease: Envoy keeps one metric per name, so defining them again when a
+        // service starts changes nothing.
+        let _ = ControlMetrics::define();
         ControlSeat {
             election: Election::new(role),
             config,

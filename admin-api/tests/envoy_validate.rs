@@ -54,12 +54,14 @@ fn envoy_accepts_the_config_with_the_control_service() {
     )
     .unwrap();
     // One admin API by address or by name, and replicas (health-checked, with outlier
-    // detection) by address and by name.
-    for admin_url in [
-        "http://127.0.0.1:8080",
-        "http://localhost:8080",
-        "http://127.0.0.1:8080,http://127.0.0.2:8080",
-        "http://localhost:8080,http://127.0.0.1:8081",
+    // detection) by address and by name; the control service as a singleton (default)
+    // or run by an elected worker (no bootstrap extension).
+    for (admin_url, control) in [
+        ("http://127.0.0.1:8080", "singleton"),
+        ("http://localhost:8080", "singleton"),
+        ("http://127.0.0.1:8080,http://127.0.0.2:8080", "singleton"),
+        ("http://localhost:8080,http://127.0.0.1:8081", "singleton"),
+        ("http://127.0.0.1:8080", "worker"),
     ] {
         let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
@@ -80,6 +82,8 @@ fn envoy_accepts_the_config_with_the_control_service() {
                 "slc_example",
                 "--proxy-id",
                 "envoy-1",
+                "--control",
+                control,
             ])
             .arg("--output")
             .arg(&config)
@@ -95,7 +99,7 @@ fn envoy_accepts_the_config_with_the_control_service() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             output.status.success() && stdout.contains("OK"),
-            "{admin_url}: envoy refused the config:\n{stdout}\n{stderr}\n{}",
+            "{admin_url} ({control}): envoy refused the config:\n{stdout}\n{stderr}\n{}",
             std::fs::read_to_string(&config).unwrap()
         );
     }

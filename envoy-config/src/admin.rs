@@ -1,6 +1,8 @@
 //! The admin API connection (`--admin-url` and the flags beside it): where the admin API
 //! is, how its certificate is checked, the `sluice_admin` cluster that reaches its
-//! replicas, and the control service that long-polls it from inside Envoy.
+//! replicas, and the control service that long-polls it from inside Envoy: a singleton
+//! bootstrap extension, or (`--control worker`) a `control` section in the filter's
+//! plugin configuration, for one elected worker to run.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -124,6 +126,10 @@ impl AdminTls {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminConnection {
     pub url: AdminUrl,
+    /// The Envoy cluster the control service calls: [`ADMIN_CLUSTER`], which this crate
+    /// defines, unless the platform provides its own (Istio's
+    /// `outbound|8080||sluice-admin.sluice.svc.cluster.local`).
+    pub cluster: String,
     /// Further replicas of the same admin API (`sluice serve` processes sharing one
     /// PostgreSQL database): the control service's cluster spreads its requests over all
     /// of them, health-checks them, and leaves out one that stops answering.
@@ -147,6 +153,7 @@ impl AdminConnection {
     pub fn new(url: AdminUrl, token: impl Into<String>) -> Self {
         AdminConnection {
             url,
+            cluster: ADMIN_CLUSTER.to_string(),
             replicas: Vec::new(),
             token: token.into(),
             proxy_id: None,
@@ -188,11 +195,19 @@ impl AdminConnection {
         }
     }
 
+    /// The control service's configuration, checked as the control service checks it:
+    /// the singleton's whole configuration, or the `control` section of the filter's
+    /// plugin configuration in worker mode.
+    pub fn control_spec(&self) -> Result<ControlConfigSpec, EnvoyConfigError> {
+        ControlConfigSpec::from_json(self.control_json().to_string().as_bytes())
+            .map_err(|e| EnvoyConfigError::InvalidControlConfig(field_errors(e)))
+    }
+
     /// The control service's configuration as JSON. Fields left out take the control
     /// service's own defaults, so this stays valid as the core adds settings.
     fn control_json(&self) -> Value {
         let mut spec = json!({
-            "admin_cluster": ADMIN_CLUSTER,
+            "admin_cluster": self.cluster,
             "admin_authority": self.url.authority(),
             "token": self.token,
             "poll_timeout_seconds": self.poll_timeout_seconds,
@@ -227,11 +242,11 @@ pub(crate) fn admin_cluster(admin: &AdminConnection) -> Value {
         .collect();
     let all_ips = urls.iter().all(|url| url.ip().is_some());
     let mut cluster = json!({
-        "name": ADMIN_CLUSTER,
+        "name": admin.cluster,
         "type": if all_ips { "STATIC" } else { "STRICT_DNS" },
         "connect_timeout": "1s",
         "load_assignment": {
-            "cluster_name": ADMIN_CLUSTER,
+            "cluster_name": admin.cluster,
             "endpoints": [{ "lb_endpoints": endpoints }],
         },
     });
@@ -310,8 +325,7 @@ pub(crate) fn control_service(
 ) -> Result<Value, EnvoyConfigError> {
     let control_json = admin.control_json().to_string();
     // The control service parses exactly these bytes; refuse here what it would refuse.
-    ControlConfigSpec::from_json(control_json.as_bytes())
-        .map_err(|e| EnvoyConfigError::InvalidControlConfig(field_errors(e)))?;
+    admin.control_spec()?;
     Ok(json!({
         "name": "envoy.bootstrap.wasm",
         "typed_config": {

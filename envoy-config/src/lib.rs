@@ -6,7 +6,9 @@
 //! rules files before calling in.
 //!
 //! * This module: the options, the listener with the filter, the upstream, and [`build`].
-//! * `admin`: with an admin API, its cluster and the control service that long-polls it.
+//! * `admin`: with an admin API, its cluster and the control service that long-polls it
+//!   (a singleton bootstrap extension, or in [`ControlMode::Worker`] a `control` section
+//!   of the plugin configuration: [`plugin_configuration`]).
 //! * `output`: the bootstrap as YAML, under a header that says how to run it.
 //!
 //! A crate of its own, apart from the admin API's server: the `sluice` command line and
@@ -97,6 +99,19 @@ pub enum UpstreamProtocol {
     Downstream,
 }
 
+/// Where the control service runs (`--control`: with the `cli` feature, each variant's
+/// comment is its help).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum ControlMode {
+    /// A singleton on Envoy's main thread (a bootstrap extension).
+    #[default]
+    Singleton,
+    /// One worker elected among the filter's workers: no bootstrap extension, the
+    /// `control` section in the filter's plugin configuration (Istio, Envoy Gateway).
+    Worker,
+}
+
 /// The filter's plugin configuration as handed to Envoy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PluginConfig {
@@ -139,6 +154,8 @@ pub struct EnvoyConfigOptions {
     pub admin: Option<AdminConnection>,
     /// What Envoy speaks to a cluster upstream.
     pub upstream_protocol: UpstreamProtocol,
+    /// Where the control service runs, with an admin API.
+    pub control_mode: ControlMode,
 }
 
 impl EnvoyConfigOptions {
@@ -153,6 +170,7 @@ impl EnvoyConfigOptions {
             config_path: None,
             admin: None,
             upstream_protocol: UpstreamProtocol::default(),
+            control_mode: ControlMode::default(),
         }
     }
 }
@@ -228,7 +246,10 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
             options.filter_wasm.clone(),
         ));
     }
-    let plugin_json = plugin_json(&options.plugin)?;
+    if let Some(admin) = &options.admin {
+        admin.check_transport()?;
+    }
+    let plugin_json = plugin_configuration(options)?;
     // The filter and the control service must share one VM configuration: shared data
     // (where the control service publishes rulesets) is per `vm_id`, and identical
     // `vm_config`s let Envoy reuse one loaded module.
@@ -314,13 +335,18 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
         }],
     });
 
-    let control = match &options.admin {
-        Some(admin) => {
-            admin.check_transport()?;
+    // The admin API's cluster either way: in worker mode it stands for what a control
+    // plane provides (an Istio ServiceEntry, an Envoy Gateway Backend).
+    let control = match (&options.admin, options.control_mode) {
+        (Some(admin), ControlMode::Singleton) => {
             clusters.push(admin_cluster(admin));
             Some(control_service(admin, vm_config)?)
         }
-        None => None,
+        (Some(admin), ControlMode::Worker) => {
+            clusters.push(admin_cluster(admin));
+            None
+        }
+        (None, _) => None,
     };
 
     let mut static_resources = json!({ "listeners": [listener] });
@@ -359,6 +385,26 @@ fn upstream_protocol_options(protocol: UpstreamProtocol) -> Option<Value> {
                 "http2_protocol_options": {},
             },
         })),
+    }
+}
+
+/// The filter's plugin configuration, as the `configuration` string of the
+/// `envoy.filters.http.wasm` entry: validated as the filter will validate it. In
+/// [`ControlMode::Worker`] with an admin API it carries the `control` section (the admin
+/// API's cluster, authority, proxy token and intervals), so it is all a control plane that
+/// loads Sluice as a plain HTTP filter (Istio's `WasmPlugin.pluginConfig`, Envoy Gateway's
+/// `EnvoyExtensionPolicy`) needs besides a route to the admin API. A
+/// [`PluginConfig::Raw`] is returned verbatim.
+pub fn plugin_configuration(options: &EnvoyConfigOptions) -> Result<String, EnvoyConfigError> {
+    match (&options.plugin, &options.admin, options.control_mode) {
+        (PluginConfig::Spec(spec), Some(admin), ControlMode::Worker) => {
+            let spec = FilterConfigSpec {
+                control: Some(admin.control_spec()?),
+                ..spec.clone()
+            };
+            plugin_json(&PluginConfig::Spec(spec))
+        }
+        (plugin, _, _) => plugin_json(plugin),
     }
 }
 
@@ -820,6 +866,95 @@ mod tests {
                 .get("bootstrap_extensions")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn worker_mode_puts_the_control_section_in_the_plugin_configuration_and_no_singleton() {
+        let mut opts = with_admin("http://127.0.0.1:8080");
+        opts.plugin = PluginConfig::Spec(example_rules());
+        opts.control_mode = ControlMode::Worker;
+        let yaml = render(&opts).unwrap();
+        let config = parse(&yaml);
+        assert!(
+            config.get("bootstrap_extensions").is_none(),
+            "no bootstrap extension: {yaml}"
+        );
+        // The admin API's cluster stays, as a control plane would provide it.
+        let clusters = config["static_resources"]["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 2);
+        assert_eq!(clusters[1]["name"], ADMIN_CLUSTER);
+        // The filter parses exactly these bytes: rules and the control section.
+        let embedded = wasm_config(&config)["configuration"]["value"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let parsed = FilterConfig::from_json(embedded.as_bytes()).unwrap();
+        assert_eq!(parsed.ruleset.rules().len(), 1);
+        let control = parsed.control.unwrap();
+        assert_eq!(control.admin_cluster, ADMIN_CLUSTER);
+        assert_eq!(control.admin_authority, "127.0.0.1:8080");
+        assert_eq!(control.token, "slc_proxy_token");
+        assert_eq!(control.proxy_id.as_deref(), Some("envoy-1"));
+        assert_eq!(plugin_configuration(&opts).unwrap(), embedded);
+        assert!(
+            yaml.contains("# Control service: run by one worker elected"),
+            "{yaml}"
+        );
+
+        // The default is today's singleton, with no control section in the filter's.
+        opts.control_mode = ControlMode::default();
+        let config = parse(&render(&opts).unwrap());
+        assert_eq!(
+            config["bootstrap_extensions"][0]["name"],
+            "envoy.bootstrap.wasm"
+        );
+        let embedded = wasm_config(&config)["configuration"]["value"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            FilterConfig::from_json(embedded.as_bytes())
+                .unwrap()
+                .control
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn worker_mode_names_the_platforms_cluster_and_checks_the_connection() {
+        let istio = "outbound|8080||sluice-admin.sluice.svc.cluster.local";
+        let mut opts = with_admin("http://127.0.0.1:8080");
+        opts.control_mode = ControlMode::Worker;
+        opts.admin.as_mut().unwrap().cluster = istio.to_string();
+        let json = plugin_configuration(&opts).unwrap();
+        let spec: FilterConfigSpec = serde_json::from_str(&json).unwrap();
+        assert_eq!(spec.control.unwrap().admin_cluster, istio);
+        let config = build(&opts).unwrap().config;
+        assert_eq!(config["static_resources"]["clusters"][1]["name"], istio);
+
+        // What the control service would refuse is refused here.
+        opts.admin.as_mut().unwrap().token.clear();
+        let Err(EnvoyConfigError::InvalidControlConfig(errors)) = plugin_configuration(&opts)
+        else {
+            panic!("an empty token was accepted");
+        };
+        assert_eq!(errors.0[0].field, "token");
+        // And so are the transport rules.
+        let mut remote = with_admin("http://10.0.0.9:8080");
+        remote.control_mode = ControlMode::Worker;
+        assert!(matches!(
+            build(&remote),
+            Err(EnvoyConfigError::PlainHttpToRemote(_))
+        ));
+        // Without an admin API worker mode changes nothing; a raw configuration is the
+        // caller's own.
+        let mut plain = options(Upstream::Direct);
+        plain.control_mode = ControlMode::Worker;
+        assert!(!plugin_configuration(&plain).unwrap().contains("control"));
+        let mut raw = with_admin("http://127.0.0.1:8080");
+        raw.control_mode = ControlMode::Worker;
+        raw.plugin = PluginConfig::Raw("{}".to_string());
+        assert_eq!(plugin_configuration(&raw).unwrap(), "{}");
     }
 
     #[test]

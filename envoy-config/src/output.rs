@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::{ADMIN_CLUSTER, AdminUrl, Bootstrap, EnvoyConfigError, EnvoyConfigOptions};
+use crate::{AdminUrl, Bootstrap, ControlMode, EnvoyConfigError, EnvoyConfigOptions};
 
 /// The comment lines at the top: what generated the file, how to run it, what it loads
 /// and where its rules come from.
@@ -47,14 +47,23 @@ pub(crate) fn header(options: &EnvoyConfigOptions) -> Vec<String> {
     if let Some(admin) = &options.admin {
         let urls: Vec<String> = admin.urls().map(AdminUrl::url).collect();
         lines.push(format!(
-            "Rules: long-polled from the admin API at {} (cluster {ADMIN_CLUSTER}{}).",
+            "Rules: long-polled from the admin API at {} (cluster {}{}).",
             urls.join(", "),
+            admin.cluster,
             if urls.len() > 1 {
                 ", health-checked, failing over between them"
             } else {
                 ""
             }
         ));
+        if options.control_mode == ControlMode::Worker {
+            lines.push(
+                "Control service: run by one worker elected through shared data (no \
+                 bootstrap extension; its settings are the plugin configuration's `control` \
+                 section)."
+                    .to_string(),
+            );
+        }
         match &admin.tls {
             Some(tls) => lines.push(format!(
                 "Over TLS: the admin API's certificate is checked against {}.",

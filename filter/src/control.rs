@@ -1,5 +1,7 @@
-//! The control service: a singleton root context on Envoy's main thread (bootstrap
-//! extension, same `vm_id` and module as the filter) that follows the admin API.
+//! The control service: follows the admin API for one Envoy. It runs in the root context
+//! that holds the control lease ([`crate::election`]): the singleton on Envoy's main
+//! thread (bootstrap extension, same `vm_id` and module as the filter) where one is
+//! configured, otherwise one elected worker's root.
 //!
 //! Its decisions are the core's (`sluice_core::control`): when to poll for a newer
 //! ruleset and what to make of the answer ([`RulesetFollower`]), when to send the
@@ -9,6 +11,7 @@
 //! them the answers, publishes rulesets and the fleet view to shared data, drains the
 //! workers' report queue, and logs and counts what the machines say happened.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use proxy_wasm::hostcalls;
@@ -17,7 +20,9 @@ use sluice_core::config::ControlConfigSpec;
 use sluice_core::control::follow::{PollOutcome, RulesetFollower};
 use sluice_core::control::global::{GlobalSyncer, Leases, SyncFailure};
 use sluice_core::control::reports::{ReportOutcome, ReportSender};
-use sluice_core::control::{Answer, header_safe};
+use sluice_core::control::{
+    AdminClusterWatch, Answer, ClusterChange, header_safe, missing_cluster_message,
+};
 use sluice_core::global::schedule::CONTROL_TICK;
 use sluice_core::global::sync::SYNC_PATH;
 use sluice_core::global::table::LeaseTable;
@@ -26,7 +31,7 @@ use sluice_core::time::Nanos;
 use sluice_core::wire::{PROXY_ERROR_HEADER, PROXY_ID_HEADER, PROXY_RULESET_VERSION_HEADER};
 
 use crate::clock;
-use crate::host_store::HostStore;
+use crate::host_store::{CREATE_CAS, HostStore};
 use crate::metrics::ControlMetrics;
 use crate::{global_channel, report_channel, ruleset_channel};
 
@@ -50,6 +55,8 @@ pub struct ControlService {
     report_call: Option<u32>,
     sync_call: Option<u32>,
     queue: Option<u32>,
+    /// Whether Envoy knows the admin API's cluster (a `Cell`: calls are made through `&self`).
+    cluster: Cell<AdminClusterWatch>,
     metrics: ControlMetrics,
 }
 
@@ -68,7 +75,7 @@ impl ControlService {
         );
         let report_interval = Nanos::from_secs(u64::from(config.report_interval_seconds));
         let now = clock::now().unwrap_or_default();
-        ControlService {
+        let mut service = ControlService {
             follower: RulesetFollower::new(running_version),
             reports: ReportSender::new(proxy_id.clone(), report_interval, now),
             global: GlobalSyncer::new(Nanos::from_millis(u64::from(config.sync_interval_ms))),
@@ -79,17 +86,21 @@ impl ControlService {
             report_call: None,
             sync_call: None,
             queue: register_queue(),
+            cluster: Cell::default(),
             metrics: ControlMetrics::define(),
+        };
+        // Batches queued while no service ran (or before this root registered the queue
+        // and so became the one Envoy tells) are waiting: take them now.
+        if let Some(queue) = service.queue {
+            service.on_queue_ready(queue);
         }
+        service
     }
 
     /// Called on every tick: polls, syncs and reports when due.
     pub fn on_tick(&mut self) {
         self.metrics.flush();
         let now = clock::now().unwrap_or_default();
-        if self.queue.is_some() {
-            report_channel::beat(now.as_millis());
-        }
         self.poll(now);
         self.sync(now);
         if self.reports.tick(now, self.follower.running_version()) {
@@ -176,13 +187,7 @@ impl ControlService {
         }
         let timeout = Duration::from_secs(u64::from(self.config.poll_timeout_seconds)) + CALL_SLACK;
         self.metrics.polls.inc();
-        match hostcalls::dispatch_http_call(
-            &self.config.admin_cluster,
-            headers,
-            None,
-            vec![],
-            timeout,
-        ) {
+        match self.dispatch(headers, None, timeout) {
             Ok(token) => self.poll_call = Some(token),
             Err(status) => {
                 let why = format!(
@@ -299,13 +304,44 @@ impl ControlService {
             ("content-type", "application/json"),
             (PROXY_ID_HEADER, self.proxy_id.as_str()),
         ];
-        hostcalls::dispatch_http_call(
+        self.dispatch(headers, Some(body), timeout)
+    }
+
+    /// Sends one call to the admin API's cluster. A refusal for a cluster Envoy does not
+    /// have is counted on every call and logged once per change.
+    fn dispatch(
+        &self,
+        headers: Vec<(&str, &str)>,
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<u32, Status> {
+        let result = hostcalls::dispatch_http_call(
             &self.config.admin_cluster,
             headers,
-            Some(body),
+            body,
             vec![],
             timeout,
-        )
+        );
+        // Envoy answers BadArgument before sending anything when the cluster is unknown
+        // (its other BadArgument cases are headers this service always sets).
+        let missing = matches!(result, Err(Status::BadArgument));
+        if missing {
+            self.metrics.admin_cluster_missing.inc();
+        }
+        let mut watch = self.cluster.get();
+        let change = watch.called(missing);
+        self.cluster.set(watch);
+        match change {
+            Some(ClusterChange::Missing) => {
+                log::error!("{}", missing_cluster_message(&self.config.admin_cluster));
+            }
+            Some(ClusterChange::Found) => log::info!(
+                "the admin API's cluster `{}` exists now; following the admin API",
+                self.config.admin_cluster
+            ),
+            None => {}
+        }
+        result
     }
 }
 
@@ -347,7 +383,7 @@ fn register_queue() -> Option<u32> {
         .ok()
 }
 
-/// Envoy's node id when it has one, else an id made from the start time.
+/// Envoy's node id when it has one, else an id made once per Envoy.
 fn default_proxy_id() -> String {
     hostcalls::get_property(vec!["node", "id"])
         .ok()
@@ -355,5 +391,21 @@ fn default_proxy_id() -> String {
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .filter(|id| !id.is_empty())
         .map(|id| header_safe(&id))
-        .unwrap_or_else(|| format!("envoy-{:x}", clock::now().unwrap_or_default().get()))
+        .unwrap_or_else(generated_proxy_id)
+}
+
+/// An id made from the time the first control service started, kept in shared data so
+/// that every root running the service (an elected worker after a failover, a reloaded
+/// VM) names this Envoy alike, and the admin API sees one proxy, not one per takeover.
+fn generated_proxy_id() -> String {
+    const KEY: &str = "sluice.control.proxy_id";
+    let fresh = format!("envoy-{:x}", clock::now().unwrap_or_default().get());
+    // Create only if absent: of two roots racing here, both read back the winner's id.
+    let _ = hostcalls::set_shared_data(KEY, Some(fresh.as_bytes()), Some(CREATE_CAS));
+    hostcalls::get_shared_data(KEY)
+        .ok()
+        .and_then(|(bytes, _)| bytes)
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .map(|id| header_safe(&id))
+        .unwrap_or(fresh)
 }

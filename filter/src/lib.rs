@@ -1,7 +1,10 @@
 //! Sluice's proxy-wasm HTTP filter: thin host glue over `sluice-core`.
 //!
-//! * [`root`]: root contexts: one per worker VM (configuration, compiled ruleset), or
-//!   the control service's singleton on the main thread.
+//! * [`root`]: root contexts: one per worker VM (configuration, compiled ruleset, and a
+//!   candidacy for the control service when configured), or the singleton on the main
+//!   thread.
+//! * [`election`]: which root runs the control service (the singleton, or one elected
+//!   worker where no bootstrap extension is allowed): a lease in shared data.
 //! * [`control`]: the control service, glue over the core's state machines
 //!   (`sluice_core::control`): long-polls the admin API and publishes rulesets through
 //!   [`ruleset_channel`] (shared data) to every worker, reports statistics, and syncs
@@ -31,6 +34,7 @@
 pub mod channel;
 pub mod clock;
 pub mod control;
+pub mod election;
 pub mod global_channel;
 pub mod host_store;
 pub mod http;

@@ -143,6 +143,9 @@ pub struct ControlMetrics {
     /// 1 while global limits run on this proxy's fallback shares (syncs failing, or the
     /// coordinator warming up), else 0.
     pub global_fallback: Gauge,
+    /// Calls Envoy refused because it has no cluster named `admin_cluster` (a missing
+    /// `ServiceEntry` under Istio, a typo): nothing reaches the admin API meanwhile.
+    pub admin_cluster_missing: Counter,
 }
 
 impl ControlMetrics {
@@ -157,6 +160,7 @@ impl ControlMetrics {
             &self.reports_dropped,
             &self.syncs,
             &self.sync_failures,
+            &self.admin_cluster_missing,
         ] {
             counter.flush();
         }
@@ -176,6 +180,36 @@ impl ControlMetrics {
             global_buckets: Gauge::define("sluice_control_global_buckets"),
             fleet_size: Gauge::define("sluice_control_fleet_size"),
             global_fallback: Gauge::define("sluice_control_global_fallback"),
+            admin_cluster_missing: Counter::define("sluice_control_admin_cluster_missing_total"),
+        }
+    }
+}
+
+/// The election of the root that runs the control service (`crate::election`), counted
+/// in every candidate: summed over workers, takeovers say how often leadership moved.
+#[derive(Debug, Default)]
+pub struct ElectionMetrics {
+    /// Times a root took the lease and started the control service.
+    pub takeovers: Counter,
+    /// Times a leading root stopped because another took the lease.
+    pub step_downs: Counter,
+    /// The host refused a read or write of the lease.
+    pub errors: Counter,
+}
+
+impl ElectionMetrics {
+    pub fn define() -> ElectionMetrics {
+        ElectionMetrics {
+            takeovers: Counter::define("sluice_control_takeovers_total"),
+            step_downs: Counter::define("sluice_control_step_downs_total"),
+            errors: Counter::define("sluice_control_lease_errors_total"),
+        }
+    }
+
+    /// Hands every local count to Envoy.
+    pub fn flush(&self) {
+        for counter in [&self.takeovers, &self.step_downs, &self.errors] {
+            counter.flush();
         }
     }
 }

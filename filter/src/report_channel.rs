@@ -3,10 +3,13 @@
 //! Workers aggregate decisions in memory (bounded: exact per-rule totals plus a top-K of
 //! throttled clients, see `sluice_core::report`) and, once a second, put the batch on the
 //! shared queue `sluice.reports`. Envoy's shared queues are unbounded, so workers only
-//! enqueue while the control service proves it is draining: it writes the current time
-//! to `sluice.control.heartbeat` on every tick. Without a fresh heartbeat (no admin API
-//! configured, or the control VM failed) batches only feed the workers' own per-rule
-//! Envoy counters.
+//! enqueue while a control service holds a fresh lease (`crate::election`: it renews it on
+//! every tick and registers the queue when it takes the lease, so Envoy tells it of new
+//! batches). Without one (no admin API configured, or the leader stopped and no successor
+//! took over yet) batches only feed the workers' own per-rule Envoy counters.
+//!
+//! Envoy keys a queue by `vm_id` and name: registering it again keeps its token and its
+//! waiting batches, and points its notifications at the latest registrant.
 
 use proxy_wasm::hostcalls;
 use sluice_core::report::RuleBatch;
@@ -15,24 +18,6 @@ use crate::channel::ChannelError;
 
 /// The queue's name (resolved within the module's `vm_id`).
 pub const QUEUE: &str = "sluice.reports";
-const HEARTBEAT_KEY: &str = "sluice.control.heartbeat";
-/// A heartbeat older than this means nobody drains the queue.
-const HEARTBEAT_FRESH_MS: u64 = 5_000;
-
-/// Control service: "I am draining the queue", at `now_ms`.
-pub fn beat(now_ms: u64) {
-    let _ = hostcalls::set_shared_data(HEARTBEAT_KEY, Some(&now_ms.to_le_bytes()), None);
-}
-
-/// Worker: whether the control service drained the queue recently.
-pub fn control_alive(now_ms: u64) -> bool {
-    let Ok((Some(bytes), _)) = hostcalls::get_shared_data(HEARTBEAT_KEY) else {
-        return false;
-    };
-    <[u8; 8]>::try_from(bytes.as_slice())
-        .map(u64::from_le_bytes)
-        .is_ok_and(|beat| now_ms.saturating_sub(beat) <= HEARTBEAT_FRESH_MS)
-}
 
 /// Worker: hands a batch to the control service.
 pub fn send(batch: &RuleBatch) -> Result<(), ChannelError> {

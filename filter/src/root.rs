@@ -1,10 +1,12 @@
 //! Root contexts. The one module plays two parts, told apart by the root id Envoy
 //! configured:
 //!
-//! * `sluice_control`: the control service, a singleton on the main thread
-//!   ([`crate::control`]);
+//! * `sluice_control`: the singleton on the main thread, a candidate for running the
+//!   control service ([`crate::election`], [`crate::control`]) that always wins;
 //! * anything else: the HTTP filter, one root per worker VM, owning what every request
-//!   of that worker shares: the configuration in force, the metrics and the store.
+//!   of that worker shares: the configuration in force, the metrics and the store. When
+//!   its plugin configuration has a `control` section it is a candidate too: the workers
+//!   elect one of themselves to run the control service, unless the singleton does.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -14,9 +16,11 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::config::{ControlConfigSpec, FilterConfig, FilterConfigSpec};
+use sluice_core::control::election::Role;
 
 use crate::clock;
-use crate::control::{self, ControlService};
+use crate::control;
+use crate::election::{self, ControlSeat};
 use crate::http::SluiceHttp;
 use crate::metrics::{Metrics, RuleCounters};
 use crate::shared::Shared;
@@ -27,8 +31,8 @@ pub const CONTROL_ROOT_ID: &str = "sluice_control";
 /// How often a worker checks for a newly pushed ruleset: one 8-byte shared-data read.
 /// Short enough that a saved rule is enforced everywhere well within a second.
 const WORKER_TICK: Duration = Duration::from_millis(100);
-/// Ticks between two statistics flushes (one second).
-const TICKS_PER_FLUSH: u32 = 10;
+/// How often a worker hands its statistics to Envoy's counters and the control service.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 pub struct SluiceRoot {
@@ -40,7 +44,19 @@ enum Part {
     #[default]
     Unconfigured,
     Filter(FilterRoot),
-    Control(Option<Box<ControlService>>),
+    /// The singleton; `None` when its configuration is invalid.
+    Control(Option<ControlSeat>),
+}
+
+impl SluiceRoot {
+    /// This root's candidacy for running the control service, if it has one.
+    fn seat(&mut self) -> Option<&mut ControlSeat> {
+        match &mut self.part {
+            Part::Filter(filter) => filter.seat.as_mut(),
+            Part::Control(seat) => seat.as_mut(),
+            Part::Unconfigured => None,
+        }
+    }
 }
 
 impl Context for SluiceRoot {
@@ -51,9 +67,18 @@ impl Context for SluiceRoot {
         body_size: usize,
         _trailers: usize,
     ) {
-        if let Part::Control(Some(control)) = &mut self.part {
-            control.on_response(token, body_size);
+        if let Some(seat) = self.seat() {
+            seat.on_response(token, body_size);
         }
+    }
+
+    /// Envoy tears this root down (its listener or filter configuration was replaced, or
+    /// Envoy is stopping): a leader hands the lease over now rather than letting it expire.
+    fn on_done(&mut self) -> bool {
+        if let Some(seat) = self.seat() {
+            seat.release();
+        }
+        true
     }
 }
 
@@ -69,7 +94,8 @@ impl RootContext for SluiceRoot {
             .flatten()
             .unwrap_or_default();
         if root_id == CONTROL_ROOT_ID.as_bytes() {
-            self.part = Part::Control(configure_control(bytes.ok().flatten().unwrap_or_default()));
+            let config = configure_control(bytes.ok().flatten().unwrap_or_default());
+            self.part = Part::Control(config.map(|c| ControlSeat::new(Role::Singleton, c)));
             let _ = hostcalls::set_tick_period(control::TICK);
             return true;
         }
@@ -86,20 +112,15 @@ impl RootContext for SluiceRoot {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        if let Part::Control(Some(control)) = &mut self.part {
-            control.on_queue_ready(queue_id);
+        if let Some(seat) = self.seat() {
+            seat.on_queue_ready(queue_id);
         }
     }
 
     fn on_tick(&mut self) {
         match &mut self.part {
-            Part::Filter(filter) => {
-                filter.follow_pushed_ruleset();
-                filter.follow_fleet_view();
-                filter.flush_statistics();
-                filter.shared.metrics().flush();
-            }
-            Part::Control(Some(control)) => control.on_tick(),
+            Part::Filter(filter) => filter.on_tick(),
+            Part::Control(Some(seat)) => seat.on_tick(),
             Part::Control(None) | Part::Unconfigured => {}
         }
     }
@@ -118,9 +139,9 @@ impl RootContext for SluiceRoot {
     }
 }
 
-fn configure_control(bytes: Vec<u8>) -> Option<Box<ControlService>> {
+fn configure_control(bytes: Vec<u8>) -> Option<ControlConfigSpec> {
     match ControlConfigSpec::from_json(&bytes) {
-        Ok(config) => Some(Box::new(ControlService::new(config))),
+        Ok(config) => Some(config),
         Err(e) => {
             log::error!(
                 "the control service configuration is invalid ({e}); not following the admin API"
@@ -139,12 +160,65 @@ struct FilterRoot {
     base: Option<FilterConfig>,
     /// The pushed ruleset version in force (or refused), to notice new ones cheaply.
     pushed_version: Option<u64>,
-    ticks: u32,
+    /// Time since the last statistics flush, counted in tick periods.
+    since_flush: Duration,
+    /// A candidate for running the control service (the plugin configuration has a
+    /// `control` section).
+    seat: Option<ControlSeat>,
+    /// Ticking at the control service's pace (50 ms) because this root leads.
+    fast_ticks: bool,
     /// Envoy counters per rule id, defined when a rule first sees traffic.
     rule_counters: HashMap<String, RuleCounters>,
 }
 
 impl FilterRoot {
+    fn on_tick(&mut self) {
+        self.since_flush += self.tick_period();
+        self.follow_pushed_ruleset();
+        self.follow_fleet_view();
+        self.flush_statistics();
+        self.shared.metrics().flush();
+        if let Some(seat) = &mut self.seat {
+            seat.on_tick();
+        }
+        // The leader ticks at the control service's pace, so polls, syncs and reports go
+        // out as promptly as from the singleton; the other workers stay at 100 ms.
+        let leads = self.seat.as_ref().is_some_and(ControlSeat::leads);
+        if leads != self.fast_ticks {
+            self.fast_ticks = leads;
+            let _ = hostcalls::set_tick_period(self.tick_period());
+        }
+    }
+
+    fn tick_period(&self) -> Duration {
+        if self.fast_ticks {
+            control::TICK
+        } else {
+            WORKER_TICK
+        }
+    }
+
+    /// Follows the plugin configuration's `control` section: a candidate while there is
+    /// one (with its latest settings), none (and the lease handed over) once it is gone.
+    fn follow_control(&mut self, control: Option<ControlConfigSpec>) {
+        match (control, &mut self.seat) {
+            (Some(config), Some(seat)) => seat.reconfigure(config),
+            (Some(config), None) => {
+                log::info!(
+                    "the plugin configuration names the admin API (cluster {}): this worker \
+                     is a candidate for running the control service",
+                    config.admin_cluster
+                );
+                self.seat = Some(ControlSeat::new(Role::Worker, config));
+            }
+            (None, Some(seat)) => {
+                seat.release();
+                self.seat = None;
+            }
+            (None, None) => {}
+        }
+    }
+
     fn configure(&mut self, bytes: Result<Option<Vec<u8>>, proxy_wasm::types::Status>) {
         if !self.metrics_defined {
             *self.shared.metrics.borrow_mut() = Metrics::define();
@@ -173,6 +247,7 @@ impl FilterRoot {
                     log::warn!("{e}");
                     metrics.errors.inc();
                 }
+                self.follow_control(config.control.clone());
                 self.shared.install(config.clone());
                 self.base = Some(config);
             }
@@ -199,11 +274,10 @@ impl FilterRoot {
     /// Envoy counters and, while a control service collects them, hands them over too.
     /// Keeping this off the request path leaves each request one in-memory update.
     fn flush_statistics(&mut self) {
-        self.ticks += 1;
-        if self.ticks < TICKS_PER_FLUSH {
+        if self.since_flush < FLUSH_EVERY {
             return;
         }
-        self.ticks = 0;
+        self.since_flush = Duration::ZERO;
         let batch = self.shared.statistics.borrow_mut().take();
         if batch.rules.is_empty() && batch.overflow == 0 {
             return;
@@ -214,8 +288,7 @@ impl FilterRoot {
                 .or_insert_with(|| RuleCounters::define(&rule.rule))
                 .add(&rule.counts);
         }
-        let now_ms = clock::now().unwrap_or_default().as_millis();
-        if !report_channel::control_alive(now_ms) {
+        if !election::control_running(clock::now().unwrap_or_default()) {
             // No control service (static rules only) or it is not draining: Envoy's own
             // counters above are all there is.
             return;

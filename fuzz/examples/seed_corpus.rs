@@ -14,6 +14,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use sluice_core::config::{ControlConfigSpec, FilterConfigSpec};
+use sluice_core::control::election::{Lease, Role};
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Usage};
 use sluice_core::global::lease::{FleetView, LeaseEntry};
@@ -73,6 +74,24 @@ fn main() {
 
     corpus.write("fleet_view", "alone", &FleetView::ALONE.encode());
     corpus.write("fleet_view", "three-proxies", &view.encode());
+
+    // The control lease: a worker's, fresh, and the singleton's, released; each with the
+    // 8 bytes of the time that follow the lease in the target's input.
+    let worker = Lease {
+        holder: Role::Worker,
+        term: 7,
+        expires: Nanos::new(T0 + 3 * SECOND),
+    };
+    let singleton = Lease {
+        holder: Role::Singleton,
+        term: 8,
+        expires: Nanos::ZERO,
+    };
+    for (name, lease) in [("worker", worker), ("singleton-released", singleton)] {
+        let mut seed = lease.encode().to_vec();
+        seed.extend_from_slice(&(T0 + SECOND).to_le_bytes());
+        corpus.write("control_lease", name, &seed);
+    }
 
     let quiet = BucketState::default();
     corpus.write("bucket_state", "full", &with_noise(&quiet.encode(), 4));

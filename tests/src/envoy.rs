@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
 use sluice_envoy_config::{
-    self as envoy_config, AdminConnection, EnvoyConfigOptions, LISTENER_NAME, PluginConfig,
-    WASM_FILTER,
+    self as envoy_config, AdminConnection, ControlMode, EnvoyConfigOptions, LISTENER_NAME,
+    PluginConfig, WASM_FILTER,
 };
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats};
 
@@ -50,6 +50,13 @@ pub struct EnvoyOptions {
     pub ready_timeout: Duration,
     /// Follow an admin API: adds the control service and its cluster.
     pub admin: Option<AdminConnection>,
+    /// Where the control service runs: a singleton bootstrap extension, or one elected
+    /// worker (no bootstrap extension; the `control` section in the plugin configuration).
+    pub control_mode: ControlMode,
+    /// Hand Envoy the wasm filter's configuration through file-based extension config
+    /// discovery (ECDS, as Istio delivers a `WasmPlugin`) instead of inline, so a test can
+    /// replace it while Envoy runs ([`Envoy::replace_filter`]).
+    pub filter_discovery: bool,
 }
 
 impl Default for EnvoyOptions {
@@ -67,6 +74,8 @@ impl Default for EnvoyOptions {
             log_level: "info".to_string(),
             ready_timeout: Duration::from_secs(20),
             admin: None,
+            control_mode: ControlMode::Singleton,
+            filter_discovery: false,
         }
     }
 }
@@ -113,7 +122,13 @@ pub struct Envoy {
     config_path: PathBuf,
     /// Worker threads.
     concurrency: usize,
+    /// With [`EnvoyOptions::filter_discovery`]: the file Envoy reads the wasm filter's
+    /// configuration from, and that configuration (the `Wasm` typed config).
+    discovered_filter: Option<(PathBuf, Value)>,
 }
+
+/// Extension config discovery's `type_urls` for the wasm filter.
+const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 
 impl Envoy {
     /// Starts Envoy with the artifacts from the environment and waits until it is ready.
@@ -155,7 +170,16 @@ impl Envoy {
         config.config_path = Some(config_path.clone());
         config.admin = options.admin.clone();
         config.upstream_protocol = options.upstream_protocol;
+        config.control_mode = options.control_mode;
         let mut bootstrap = envoy_config::build(&config).context("generating the Envoy config")?;
+        let discovered_filter = if options.filter_discovery {
+            let path = dir.path().join("sluice-filter.json");
+            let typed_config = discover_filter(&mut bootstrap.config, &path)?;
+            write_discovered_filter(&path, &typed_config)?;
+            Some((path, typed_config))
+        } else {
+            None
+        };
         if !options.wasm_filter {
             bootstrap
                 .http_filters_mut()
@@ -185,12 +209,26 @@ impl Envoy {
                 dir: Some(dir),
                 config_path,
                 concurrency: options.concurrency,
+                discovered_filter,
             }),
             Err(err) => {
                 let kept = dir.keep();
                 Err(err.context(format!("files kept in {}", kept.display())))
             }
         }
+    }
+
+    /// Replaces the wasm filter's configuration while Envoy runs (needs
+    /// [`EnvoyOptions::filter_discovery`]): `edit` changes the `Wasm` typed config, which
+    /// is written to the discovery file in one rename, as a control plane pushes a new
+    /// version. Envoy builds the new filter (new root contexts; new VMs when the VM
+    /// configuration changed) and tears the old one down.
+    pub fn replace_filter(&mut self, edit: impl FnOnce(&mut Value)) {
+        let Some((path, typed_config)) = &mut self.discovered_filter else {
+            panic!("replace_filter needs EnvoyOptions::filter_discovery");
+        };
+        edit(typed_config);
+        write_discovered_filter(path, typed_config).unwrap_or_else(|err| panic!("{err:#}"));
     }
 
     /// The listener's address (the kernel chose the port).
@@ -326,6 +364,49 @@ impl Drop for Envoy {
             }
         }
     }
+}
+
+/// Moves the wasm filter of `bootstrap`'s HTTP filter chain to extension config
+/// discovery from the file at `path`; returns its `Wasm` typed config.
+fn discover_filter(bootstrap: &mut Value, path: &Path) -> Result<Value> {
+    // Discovery needs the node to have an id and a cluster (as a control plane's
+    // bootstrap always gives it).
+    bootstrap["node"] = json!({ "id": "sluice-test", "cluster": "sluice-test" });
+    let filters = bootstrap
+        .pointer_mut(
+            "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",
+        )
+        .and_then(Value::as_array_mut)
+        .context("the generated config has no HTTP filter chain")?;
+    let entry = filters
+        .iter_mut()
+        .find(|filter| filter["name"] == WASM_FILTER)
+        .context("the generated config has no wasm filter")?;
+    let typed_config = entry["typed_config"].take();
+    *entry = json!({
+        "name": WASM_FILTER,
+        "config_discovery": {
+            "config_source": { "path_config_source": { "path": path.to_string_lossy() } },
+            "type_urls": [WASM_TYPE_URL],
+        },
+    });
+    Ok(typed_config)
+}
+
+/// Writes the discovery response holding the wasm filter's configuration: to a
+/// temporary file first, then renamed over `path`, which is what Envoy watches for.
+fn write_discovered_filter(path: &Path, typed_config: &Value) -> Result<()> {
+    let response = json!({
+        "resources": [{
+            "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+            "name": WASM_FILTER,
+            "typed_config": typed_config,
+        }],
+    });
+    let temporary = path.with_extension("json.new");
+    std::fs::write(&temporary, response.to_string())
+        .with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("renaming to {}", path.display()))
 }
 
 #[cfg(test)]

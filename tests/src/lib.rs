@@ -38,6 +38,7 @@ pub use client::{Client, Req, Resp, StatusCounts};
 pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol};
 pub use hyper::Method;
 pub use sluice_core::spec::FailureMode;
+pub use sluice_envoy_config::ControlMode;
 pub use sluice_harness::serve::ADMIN_TOKEN;
 pub use tls::{SERVER_NAMES, TestPki};
 pub use upstream::Upstream;

@@ -10,8 +10,8 @@ use clap::ValueEnum;
 use sluice_core::config::{DEFAULT_SLOTS, FilterConfigSpec};
 use sluice_core::spec::FailureMode;
 use sluice_envoy_config::{
-    AdminConnection, AdminTls, AdminUrl, DEFAULT_ENVOY_ADMIN, EnvoyConfigError, EnvoyConfigOptions,
-    PluginConfig, Upstream, UpstreamProtocol,
+    AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
+    EnvoyConfigOptions, PluginConfig, Upstream, UpstreamProtocol,
 };
 
 use super::{Failure, write_output};
@@ -113,6 +113,13 @@ pub struct EnvoyConfigArgs {
     /// fleet then runs further behind its limit (about half an interval of the rate).
     #[arg(long, value_name = "MS", requires = "admin_url")]
     sync_interval_ms: Option<u32>,
+
+    /// Where the control service runs [default: singleton]. `worker`: no bootstrap
+    /// extension; the admin API's settings go in the filter's plugin configuration and
+    /// one worker, elected through shared data, runs the service (what Istio and Envoy
+    /// Gateway allow). The admin API's cluster is written either way.
+    #[arg(long, value_enum, value_name = "MODE", requires = "admin_url")]
+    control: Option<ControlMode>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -162,6 +169,7 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     options.upstream_protocol = args.upstream_protocol;
     options.envoy_admin = args.envoy_admin;
     options.config_path = args.output.clone();
+    options.control_mode = args.control.unwrap_or_default();
     if let (Some((url, replicas)), Some(token)) = (args.admin_url.split_first(), &args.proxy_token)
     {
         let mut admin = AdminConnection::new(url.clone(), token.clone());

@@ -277,6 +277,21 @@ fn default_poll_seconds() -> u32 {
 }
 
 impl ControlConfigSpec {
+    /// Following the admin API at `admin_authority` through the Envoy cluster
+    /// `admin_cluster` with `token`, every other setting at its default; the generators
+    /// start from this and check the result with [`ControlConfigSpec::checked`].
+    pub fn new(admin_cluster: &str, admin_authority: &str, token: &str) -> ControlConfigSpec {
+        ControlConfigSpec {
+            admin_cluster: admin_cluster.to_string(),
+            admin_authority: admin_authority.to_string(),
+            token: token.to_string(),
+            proxy_id: None,
+            poll_timeout_seconds: default_poll_seconds(),
+            report_interval_seconds: default_report_seconds(),
+            sync_interval_ms: default_sync_interval_ms(),
+        }
+    }
+
     /// Parses and checks the control service's configuration.
     pub fn from_json(bytes: &[u8]) -> Result<ControlConfigSpec, ConfigError> {
         let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -285,10 +300,15 @@ impl ControlConfigSpec {
                 path: e.path().to_string(),
                 message: e.inner().to_string(),
             })?;
+        spec.checked()
+    }
+
+    /// These settings if the control service would take them, else every problem.
+    pub fn checked(self) -> Result<ControlConfigSpec, ConfigError> {
         let mut problems = crate::validation::Problems::default();
-        spec.check(&mut problems, "");
+        self.check(&mut problems, "");
         if problems.is_empty() {
-            Ok(spec)
+            Ok(self)
         } else {
             Err(ConfigError::Invalid(problems.into_errors()))
         }

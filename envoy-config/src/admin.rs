@@ -199,26 +199,14 @@ impl AdminConnection {
     /// the singleton's whole configuration, or the `control` section of the filter's
     /// plugin configuration in worker mode.
     pub fn control_spec(&self) -> Result<ControlConfigSpec, EnvoyConfigError> {
-        ControlConfigSpec::from_json(self.control_json().to_string().as_bytes())
-            .map_err(|e| EnvoyConfigError::InvalidControlConfig(field_errors(e)))
-    }
-
-    /// The control service's configuration as JSON. Fields left out take the control
-    /// service's own defaults, so this stays valid as the core adds settings.
-    fn control_json(&self) -> Value {
-        let mut spec = json!({
-            "admin_cluster": self.cluster,
-            "admin_authority": self.url.authority(),
-            "token": self.token,
-            "poll_timeout_seconds": self.poll_timeout_seconds,
-        });
-        if let Some(id) = &self.proxy_id {
-            spec["proxy_id"] = json!(id);
-        }
+        let mut spec = ControlConfigSpec::new(&self.cluster, &self.url.authority(), &self.token);
+        spec.poll_timeout_seconds = self.poll_timeout_seconds;
+        spec.proxy_id = self.proxy_id.clone();
         if let Some(ms) = self.sync_interval_ms {
-            spec["sync_interval_ms"] = json!(ms);
+            spec.sync_interval_ms = ms;
         }
-        spec
+        spec.checked()
+            .map_err(|e| EnvoyConfigError::InvalidControlConfig(field_errors(e)))
     }
 }
 
@@ -323,9 +311,9 @@ pub(crate) fn control_service(
     admin: &AdminConnection,
     vm_config: Value,
 ) -> Result<Value, EnvoyConfigError> {
-    let control_json = admin.control_json().to_string();
-    // The control service parses exactly these bytes; refuse here what it would refuse.
-    admin.control_spec()?;
+    // Checked here as the control service will check it, so a bad value is refused now.
+    let control_json = serde_json::to_string(&admin.control_spec()?)
+        .map_err(|e| EnvoyConfigError::Serialise(e.to_string()))?;
     Ok(json!({
         "name": "envoy.bootstrap.wasm",
         "typed_config": {

@@ -199,19 +199,12 @@ fn plugin_config(
     cluster: &str,
     authority: &str,
 ) -> Result<(FilterConfigSpec, Value), RenderError> {
-    let mut control = json!({
-        "admin_cluster": cluster,
-        "admin_authority": authority,
-        "token": follow.token.as_str(),
-    });
-    if let Some(id) = &follow.proxy_id {
-        control["proxy_id"] = json!(id);
-    }
+    let mut control = ControlConfigSpec::new(cluster, authority, follow.token.as_str());
+    control.proxy_id = follow.proxy_id.clone();
     if let Some(ms) = follow.sync_interval_ms {
-        control["sync_interval_ms"] = json!(ms);
+        control.sync_interval_ms = ms;
     }
-    // Parsed by the core, which fills in its defaults and checks every field.
-    let control = ControlConfigSpec::from_json(control.to_string().as_bytes()).map_err(|e| {
+    let control = control.checked().map_err(|e| {
         let mut errors = field_errors(e);
         for error in &mut errors.0 {
             error.field = format!("control.{}", error.field);

@@ -132,7 +132,9 @@ impl Provenance {
     fn annotations(&self, title: &str, description: &str) -> BTreeMap<String, String> {
         let mut annotations = BTreeMap::new();
         let mut put = |key: &str, value: String| {
-            annotations.insert(format!("{OCI_ANNOTATION}.{key}"), value);
+            if !value.is_empty() {
+                annotations.insert(format!("{OCI_ANNOTATION}.{key}"), value);
+            }
         };
         put("title", title.to_owned());
         put("description", description.to_owned());
@@ -476,8 +478,8 @@ mod tests {
     #[test]
     fn the_same_inputs_give_the_same_digests_and_bytes() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let builds: [fn(&[u8], &Provenance) -> Result<Image>; 3] =
-            [filter_compat, filter_artifact, server];
+        type Recipe = fn(&[u8], &Provenance) -> Result<Image>;
+        let builds: [Recipe; 3] = [filter_compat, filter_artifact, server];
         for (n, build) in builds.into_iter().enumerate() {
             let first = dir.path().join(format!("{n}-first"));
             let second = dir.path().join(format!("{n}-second"));
@@ -494,7 +496,7 @@ mod tests {
                     std::fs::read(second.join(file)).expect("second"),
                 );
             }
-            let listing = |dir: &std::path::Path| {
+            let listing = |dir: &Path| {
                 let mut names: Vec<_> = std::fs::read_dir(dir.join("blobs/sha256"))
                     .expect("blobs")
                     .map(|entry| entry.expect("entry").file_name())

@@ -100,7 +100,7 @@ impl Images {
             let name = dir
                 .file_name()
                 .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
-            note(format!("{what}"));
+            note(what);
             note(format!("  {}  {}", dir.display(), layout.digest()));
             note(format!(
                 "  push: skopeo copy oci:{}:{} docker://REGISTRY/{name}:{}",

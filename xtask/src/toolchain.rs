@@ -9,6 +9,10 @@
 //!
 //! `SLUICE_WASM_ROUTE=rustup|debian` forces a route, e.g. to test the fallback on a machine
 //! where rustup works.
+//!
+//! The static `sluice` for the server image (`images.rs`) takes the same two routes for
+//! x86_64-unknown-linux-musl, through [`rustup_target_available`], [`ensure_debian_toolchain`]
+//! and [`debian_cargo`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};

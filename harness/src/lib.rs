@@ -30,6 +30,12 @@ pub const FILTER_WASM_ENV: &str = "SLUICE_FILTER_WASM";
 pub const SLUICE_BIN_ENV: &str = "SLUICE_BIN";
 /// The Envoy binary: chosen by the user, or set by `cargo xtask` to the one it provisioned.
 pub const ENVOY_ENV: &str = "SLUICE_ENVOY";
+/// Set by `cargo xtask test` to `target/dist/oci/`, the image layouts `cargo xtask build` wrote.
+pub const OCI_DIR_ENV: &str = "SLUICE_OCI_DIR";
+/// Set by `cargo xtask test` to skopeo (it installs Debian's `skopeo` if missing).
+pub const SKOPEO_ENV: &str = "SLUICE_SKOPEO";
+/// Set by `cargo xtask test` to Debian's `docker-registry` (installed if missing).
+pub const DOCKER_REGISTRY_ENV: &str = "SLUICE_DOCKER_REGISTRY";
 /// Set by `cargo xtask test` to Chromium (it installs Debian's `chromium` if missing).
 pub const CHROMIUM_ENV: &str = "SLUICE_CHROMIUM";
 /// Set by `cargo xtask test` to chromedriver (Debian's `chromium-driver`).

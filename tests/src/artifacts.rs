@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub use sluice_harness::cmd::project_root as workspace_root;
-pub use sluice_harness::{ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
+pub use sluice_harness::{ENVOY_ENV, FILTER_WASM_ENV, OCI_DIR_ENV, SLUICE_BIN_ENV};
 
 const HOW_TO_FIX: &str = "run the end-to-end tests with `cargo xtask test` (it builds the filter \
                           and the `sluice` binary and provisions Envoy), or set the variable";
 
-/// Paths of the filter, the `sluice` binary and Envoy.
+/// Paths of the filter, the `sluice` binary, the OCI image layouts and Envoy.
 ///
 /// Resolution never fails; each accessor panics with instructions when its file is missing,
 /// so a test that needs only Envoy runs before the filter has ever been built.
@@ -17,13 +17,14 @@ const HOW_TO_FIX: &str = "run the end-to-end tests with `cargo xtask test` (it b
 pub struct Artifacts {
     filter_wasm: PathBuf,
     sluice_bin: PathBuf,
+    oci_dir: PathBuf,
     envoy: Option<PathBuf>,
 }
 
 impl Artifacts {
-    /// From `SLUICE_FILTER_WASM`, `SLUICE_BIN` and `SLUICE_ENVOY`, falling back to
-    /// `target/dist/` and to `envoy` on PATH or in the project's `.venv/`. Resolved once per
-    /// test process.
+    /// From `SLUICE_FILTER_WASM`, `SLUICE_BIN`, `SLUICE_OCI_DIR` and `SLUICE_ENVOY`, falling
+    /// back to `target/dist/` (and `target/dist/oci/`) and to `envoy` on PATH or in the
+    /// project's `.venv/`. Resolved once per test process.
     pub fn from_env() -> &'static Artifacts {
         static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
         ARTIFACTS.get_or_init(Artifacts::resolve)
@@ -36,6 +37,7 @@ impl Artifacts {
             filter_wasm: env_path(FILTER_WASM_ENV)
                 .unwrap_or_else(|| dist.join("sluice_filter.wasm")),
             sluice_bin: env_path(SLUICE_BIN_ENV).unwrap_or_else(|| dist.join("sluice")),
+            oci_dir: env_path(OCI_DIR_ENV).unwrap_or_else(|| dist.join("oci")),
             envoy: env_path(ENVOY_ENV)
                 .or_else(|| sluice_harness::cmd::which("envoy"))
                 .or_else(|| venv_envoy(&root)),
@@ -55,6 +57,14 @@ impl Artifacts {
     /// The `sluice` binary.
     pub fn sluice_bin(&self) -> &Path {
         require(&self.sluice_bin, SLUICE_BIN_ENV, "the `sluice` binary")
+    }
+
+    /// The image layout `name` (`sluice-filter`, `sluice-filter-artifact`, `sluice`) that
+    /// `cargo xtask build` wrote.
+    pub fn oci_layout(&self, name: &str) -> PathBuf {
+        let layout = self.oci_dir.join(name);
+        require(&layout.join("index.json"), OCI_DIR_ENV, "the image layout");
+        layout
     }
 
     /// The Envoy binary.

@@ -1,4 +1,5 @@
-//! `cargo xtask build`: the deliverables, gathered in `target/dist/`.
+//! `cargo xtask build`: the deliverables, gathered in `target/dist/` (their OCI images, in
+//! `target/dist/oci/`, are `images.rs`'s).
 
 use std::path::PathBuf;
 
@@ -10,8 +11,8 @@ use crate::toolchain::WasmRoute;
 
 const FILTER_PACKAGE: &str = "sluice-filter";
 const FILTER_ARTEFACT: &str = "sluice_filter.wasm";
-const ADMIN_PACKAGE: &str = "sluice-admin";
-const ADMIN_BINARY: &str = "sluice";
+pub const ADMIN_PACKAGE: &str = "sluice-admin";
+pub const ADMIN_BINARY: &str = "sluice";
 
 /// Absolute paths of the built deliverables.
 #[derive(Debug, Clone)]

@@ -8,10 +8,12 @@ mod demo_load;
 mod dist;
 mod envoy;
 mod fuzz;
+mod images;
 mod libtest;
 mod lint;
 mod postgres;
 mod redis;
+mod registry;
 mod schemathesis;
 mod server_dir;
 mod suite;
@@ -31,8 +33,10 @@ use sluice_harness::cmd;
     bin_name = "cargo xtask",
     about = "Build, test, demo and benchmark Sluice",
     after_help = "Environment:\n  \
-        SLUICE_WASM_ROUTE=rustup|debian  force how the wasm32 filter is compiled\n  \
-        SLUICE_ENVOY=PATH                use this Envoy binary"
+        SLUICE_WASM_ROUTE=rustup|debian    force how the wasm32 filter is compiled\n  \
+        SLUICE_STATIC_ROUTE=rustup|debian  force how the static (musl) `sluice` is compiled\n  \
+        SOURCE_DATE_EPOCH=SECONDS          the images' time (default: the commit's)\n  \
+        SLUICE_ENVOY=PATH                  use this Envoy binary"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,7 +45,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Build the filter and the dashboard (wasm32) and the `sluice` binary into target/dist/.
+    /// Build the filter and the dashboard (wasm32) and the `sluice` binary into target/dist/,
+    /// and their OCI images (the filter in two formats, a static `sluice`) into target/dist/oci/.
     Build,
     /// Build only the dashboard bundle into dashboard/dist/ (a debug `sluice serve` reads it
     /// from there at run time: rebuild, then reload the page).
@@ -76,9 +81,11 @@ fn run(task: &Task) -> Result<()> {
     match task {
         Task::Build => {
             let dist = dist::build()?;
+            let images = images::build(&dist)?;
             cmd::step("built");
             cmd::note(dist.filter_wasm.display());
             cmd::note(dist.sluice_bin.display());
+            images.print();
             Ok(())
         }
         Task::Dashboard => {

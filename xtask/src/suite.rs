@@ -1,8 +1,9 @@
 //! `cargo xtask test`: the whole suite, as CI runs it.
 //!
 //! Order: the lint checks first (formatting and clippy on the host and for wasm32: what
-//! ARCHITECTURE.md says is enforced), then the build, the servers the tests need, the unit
-//! and property tests of the host crates, and the integration tests against real Envoys.
+//! ARCHITECTURE.md says is enforced), then the build (the OCI images included), the servers
+//! and tools the tests need, the unit and property tests of the host crates, and the
+//! integration tests against real Envoys.
 //! Any failing step fails the run; the summary ends with each step's duration, so a slow
 //! step shows in a CI log.
 
@@ -11,10 +12,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_harness::cmd::{self, note, step};
-use sluice_harness::{CHROMEDRIVER_ENV, CHROMIUM_ENV, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV};
+use sluice_harness::{
+    CHROMEDRIVER_ENV, CHROMIUM_ENV, ENVOY_ENV, FILTER_WASM_ENV, OCI_DIR_ENV, SLUICE_BIN_ENV,
+};
 
 use crate::libtest::{self, TestCounts};
-use crate::{dashboard, dist, envoy, lint, postgres, redis, schemathesis, validators};
+use crate::{
+    dashboard, dist, envoy, images, lint, postgres, redis, registry, schemathesis, validators,
+};
 
 const INTEGRATION_PACKAGE: &str = "sluice-tests";
 
@@ -98,6 +103,10 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
         timings.time("lint", lint::lint)?;
     }
     let dist = timings.time("build", dist::build)?;
+    // Its own step, so the summary shows what the static `sluice` build adds.
+    timings
+        .time("build OCI images", || images::build(&dist))?
+        .print();
     let envoy = timings.time("provision Envoy", envoy::ensure_envoy)?;
     let (chromium, chromedriver) = timings.time("provision Chromium", dashboard::ensure_browser)?;
     // Lives until the suite ends, passed or failed: dropping it stops the server.
@@ -105,6 +114,10 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
     let redis_server = timings.time("provision Redis", redis::ensure_server)?;
     let redis_env = redis::env(&redis_server);
     let validators = timings.time("provision schema validators", validators::ensure_installed)?;
+    let registry_tools = timings.time(
+        "provision skopeo and docker-registry",
+        registry::ensure_tools,
+    )?;
 
     if args.skip_unit {
         step("unit and property tests, short fuzz run: skipped (--skip-unit)");
@@ -160,6 +173,8 @@ fn run_suite(args: &TestArgs, counts: &mut TestCounts, timings: &mut Timings) ->
         .env(ENVOY_ENV, &envoy)
         .env(CHROMIUM_ENV, &chromium)
         .env(CHROMEDRIVER_ENV, &chromedriver)
+        .env(OCI_DIR_ENV, images::oci_dir())
+        .envs(registry_tools.env())
         .envs(postgres.env())
         .envs(redis_env)
         .envs(validators);

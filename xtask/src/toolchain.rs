@@ -9,6 +9,10 @@
 //!
 //! `SLUICE_WASM_ROUTE=rustup|debian` forces a route, e.g. to test the fallback on a machine
 //! where rustup works.
+//!
+//! The static `sluice` for the server image (`images.rs`) takes the same two routes for
+//! x86_64-unknown-linux-musl, through [`rustup_target_available`], [`ensure_debian_toolchain`]
+//! and [`debian_cargo`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -57,7 +61,7 @@ impl WasmRoute {
         let route = match forced_route()? {
             Some(WasmRoute::Rustup) => {
                 note(format!("{ROUTE_ENV}=rustup forces the rustup route"));
-                if !rustup_target_available()? {
+                if !rustup_target_available(WASM_TARGET)? {
                     bail!("{ROUTE_ENV}=rustup, but rustup cannot provide {WASM_TARGET}");
                 }
                 WasmRoute::Rustup
@@ -67,7 +71,7 @@ impl WasmRoute {
                 ensure_debian_toolchain()?;
                 WasmRoute::Debian
             }
-            None if rustup_target_available()? => WasmRoute::Rustup,
+            None if rustup_target_available(WASM_TARGET)? => WasmRoute::Rustup,
             None => {
                 note("falling back to Debian's rustc-web with -Zbuild-std");
                 ensure_debian_toolchain()?;
@@ -123,21 +127,18 @@ fn rustup() -> Command {
     command
 }
 
-/// True if the active rustup toolchain has the wasm32 target, adding it if needed.
-fn rustup_target_available() -> Result<bool> {
+/// True if the active rustup toolchain has `target`, adding it if needed.
+pub fn rustup_target_available(target: &str) -> Result<bool> {
     let Some(installed) = cmd::probe(rustup().args(["target", "list", "--installed"])) else {
         note("rustup not found (or not working)");
         return Ok(false);
     };
-    if installed.lines().any(|line| line.trim() == WASM_TARGET) {
-        note(format!("rustup: {WASM_TARGET} already installed"));
+    if installed.lines().any(|line| line.trim() == target) {
+        note(format!("rustup: {target} already installed"));
         return Ok(true);
     }
-    step(format!("adding {WASM_TARGET} with rustup"));
-    match cmd::run_with_timeout(
-        rustup().args(["target", "add", WASM_TARGET]),
-        RUSTUP_ADD_LIMIT,
-    )? {
+    step(format!("adding {target} with rustup"));
+    match cmd::run_with_timeout(rustup().args(["target", "add", target]), RUSTUP_ADD_LIMIT)? {
         Outcome::Succeeded => Ok(true),
         Outcome::Failed => {
             note("rustup target add failed");
@@ -153,8 +154,9 @@ fn rustup_target_available() -> Result<bool> {
     }
 }
 
-fn ensure_debian_toolchain() -> Result<()> {
-    step("checking Debian's Rust toolchain for wasm32 (rustc-web, rust-web-src, lld)");
+/// Debian's `rustc-web` with the std sources (and lld for wasm32), installed if missing.
+pub fn ensure_debian_toolchain() -> Result<()> {
+    step("checking Debian's Rust toolchain (rustc-web, rust-web-src, lld)");
     match debian_toolchain_gap() {
         None => {
             note(format!(
@@ -218,7 +220,7 @@ fn parse_rustc_version(version: &str) -> Option<(u32, u32)> {
 
 /// Debian's cargo, made immune to rustup: rustup's `cargo`/`rustc` proxies come first on PATH
 /// and honour RUSTUP_TOOLCHAIN and rust-toolchain files, so every tool is named by full path.
-fn debian_cargo() -> Command {
+pub fn debian_cargo() -> Command {
     let mut command = Command::new(DEBIAN_CARGO);
     let path = std::env::var("PATH").unwrap_or_default();
     command

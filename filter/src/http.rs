@@ -10,7 +10,7 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
-use sluice_core::response::{self, HeaderList};
+use sluice_core::response::{self, HeaderList, RateLimitFields, RateLimitHeaders};
 use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 
@@ -22,15 +22,15 @@ use crate::{clock, global_channel};
 #[derive(Debug)]
 pub struct SluiceHttp {
     shared: Rc<Shared>,
-    /// Rate-limit headers to add to the upstream's response.
-    response_headers: Option<HeaderList>,
+    /// Rate-limit fields to add to the upstream's response, and which of them to send.
+    response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
 }
 
 impl SluiceHttp {
     pub fn new(shared: Rc<Shared>) -> Self {
         Self {
             shared,
-            response_headers: None,
+            response_fields: None,
         }
     }
 
@@ -80,23 +80,30 @@ impl SluiceHttp {
         match decision.outcome {
             Outcome::Allowed => {
                 metrics.allowed.inc();
-                if config.rate_limit_headers {
-                    self.response_headers = decision
+                let format = config.rate_limit_headers;
+                if format.sends_any() {
+                    // Built without allocating; the text is formatted when the response
+                    // headers arrive.
+                    self.response_fields = decision
                         .tightest
-                        .map(|t| response::rate_limit_headers(&t, false));
+                        .map(|t| (RateLimitFields::of(&t, false), format));
                 }
                 Action::Continue
             }
             Outcome::Denied(limited) => {
                 metrics.denied.inc();
-                let headers_on = config.rate_limit_headers && limited.rule.rate_limit_headers;
+                let format = if limited.rule.rate_limit_headers {
+                    config.rate_limit_headers
+                } else {
+                    RateLimitHeaders::None
+                };
                 // Only a denial pays for reading the content type: allowed requests never do.
                 if let Some((flavour, content_type)) = grpc_request() {
                     return send_grpc_error(
                         metrics,
                         flavour,
                         &content_type,
-                        &grpc::denial(&limited, headers_on),
+                        &grpc::denial(&limited, format),
                     );
                 }
                 let status = limited.rule.status;
@@ -107,9 +114,7 @@ impl SluiceHttp {
                     ),
                     ("content-type", "application/problem+json".to_string()),
                 ];
-                if headers_on {
-                    headers.extend(response::rate_limit_headers(&limited, true));
-                }
+                headers.extend(RateLimitFields::of(&limited, true).to_list(format));
                 send_local_response(
                     metrics,
                     status,
@@ -151,12 +156,12 @@ impl HttpContext for SluiceHttp {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let Some(headers) = self.response_headers.take() {
-            for (name, value) in &headers {
+        if let Some((fields, format)) = self.response_fields.take() {
+            fields.emit(format, |name, value| {
                 if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value).is_err() {
                     self.shared.metrics().errors.inc();
                 }
-            }
+            });
         }
         Action::Continue
     }

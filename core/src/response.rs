@@ -130,6 +130,10 @@ struct RenderedTier {
     limit: Box<str>,
     /// The capacity as a number, to bound `remaining`.
     burst: u64,
+    /// The denial body around its numbers: `,"detail":"Rate limit … retry in `, then the
+    /// wait, then this: ` s.","rule":"…","retry_after":`, then the wait again.
+    body_detail: Box<str>,
+    body_rule: Box<str>,
 }
 
 impl RenderedLimits {
@@ -155,10 +159,21 @@ impl RenderedLimits {
                 limit.burst,
                 window_seconds(limit)
             );
+            let detail = json_string(&format!(
+                "Rate limit '{rule}' ({} requests per {} s) is exhausted; retry in ",
+                limit.requests, limit.period_seconds
+            ));
             tiers.push(RenderedTier {
                 name: name.into(),
                 limit: limit.burst.to_string().into(),
                 burst: limit.burst,
+                // The detail string stays open: the wait and ` s."` follow.
+                body_detail: format!(
+                    ",\"detail\":{}",
+                    detail.strip_suffix('"').unwrap_or(&detail)
+                )
+                .into(),
+                body_rule: format!(" s.\",\"rule\":{},\"retry_after\":", json_string(rule)).into(),
             });
         }
         Self {
@@ -171,6 +186,11 @@ impl RenderedLimits {
     pub fn policy(&self) -> &str {
         &self.policy
     }
+}
+
+/// `text` as a JSON string literal, quotes included.
+fn json_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
 }
 
 /// The policy window of `limit`: the whole seconds an empty bucket takes to refill,
@@ -308,20 +328,39 @@ pub fn retry_after_seconds(limited: &Limited<'_>) -> u64 {
     ceil_seconds(limited.verdict().retry_after_ns).max(1)
 }
 
-/// The `application/problem+json` body of a denial (RFC 9457).
+/// The `application/problem+json` body of a denial (RFC 9457): the limit set's rendered
+/// text around three numbers, one allocation.
 pub fn problem_body(limited: &Limited<'_>, status: u16) -> String {
     let retry_after = retry_after_seconds(limited);
-    let limit = limited.limit();
+    let Some(tier) = limited.limits.rendered().tiers.get(limited.tier.tier) else {
+        return problem_body_of(&limited.rule.name, None, status, retry_after);
+    };
+    let mut body = String::with_capacity(
+        PROBLEM_HEAD.len() + tier.body_detail.len() + tier.body_rule.len() + 32,
+    );
+    let _ = write!(
+        body,
+        "{PROBLEM_HEAD}{status}{}{retry_after}{}{retry_after}}}",
+        tier.body_detail, tier.body_rule
+    );
+    body
+}
+
+/// The denial body's fixed start, up to the status.
+const PROBLEM_HEAD: &str =
+    r#"{"type":"urn:sluice:rate-limited","title":"Too Many Requests","status":"#;
+
+/// The denial body built field by field: the definition [`problem_body`] renders ahead.
+fn problem_body_of(rule: &str, limit: Option<&Limit>, status: u16, retry_after: u64) -> String {
     let (requests, period) = limit.map_or((0, 0), |l| (l.requests, l.period_seconds));
     serde_json::json!({
         "type": "urn:sluice:rate-limited",
         "title": "Too Many Requests",
         "status": status,
         "detail": format!(
-            "Rate limit '{}' ({requests} requests per {period} s) is exhausted; retry in {retry_after} s.",
-            limited.rule.name
+            "Rate limit '{rule}' ({requests} requests per {period} s) is exhausted; retry in {retry_after} s."
         ),
-        "rule": limited.rule.name,
+        "rule": rule,
         "retry_after": retry_after,
     })
     .to_string()
@@ -470,6 +509,29 @@ mod tests {
         let a = RateLimitFields::of(&allowed(&r, 0, 1), false);
         let b = RateLimitFields::of(&allowed(&r, 0, 2), false);
         assert!(Arc::ptr_eq(&a.rendered, &b.rendered), "shared, not copied");
+    }
+
+    #[test]
+    fn the_rendered_denial_body_is_the_json_built_field_by_field() {
+        let r = rule(r#"[{"requests":5,"period":1,"burst":10},{"requests":100,"period":60}]"#);
+        for (tier, retry_ns, status) in [(0, 1, 429), (1, 59 * NANOS_PER_SECOND + 1, 503)] {
+            let mut limited = allowed(&r, tier, 0);
+            limited.tier.verdict.retry_after_ns = retry_ns;
+            let body = problem_body(&limited, status);
+            let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let expected: serde_json::Value = serde_json::from_str(&problem_body_of(
+                "api",
+                r.limits.get(tier),
+                status,
+                retry_after_seconds(&limited),
+            ))
+            .unwrap();
+            assert_eq!(parsed, expected, "{body}");
+        }
+        assert_eq!(
+            problem_body(&allowed(&r, 0, 0), 429),
+            r#"{"type":"urn:sluice:rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit 'api' (5 requests per 1 s) is exhausted; retry in 1 s.","rule":"api","retry_after":1}"#
+        );
     }
 
     #[test]

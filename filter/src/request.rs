@@ -10,9 +10,9 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 
 use proxy_wasm::hostcalls;
-use smallvec::SmallVec;
 use proxy_wasm::types::MapType;
 use sluice_core::request::{RequestAttributes, RequestNeeds, parse_socket_ip};
+use smallvec::SmallVec;
 
 /// One request's attributes, each fetched from the host on first use.
 #[derive(Debug)]

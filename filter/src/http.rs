@@ -10,7 +10,7 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
-use sluice_core::response::{self, HeaderList, RateLimitFields, RateLimitHeaders};
+use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
 use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 
@@ -107,18 +107,16 @@ impl SluiceHttp {
                     );
                 }
                 let status = limited.rule.status;
-                let mut headers: HeaderList = vec![
-                    (
-                        "retry-after",
-                        response::retry_after_seconds(&limited).to_string(),
-                    ),
-                    ("content-type", "application/problem+json".to_string()),
-                ];
-                headers.extend(RateLimitFields::of(&limited, true).to_list(format));
+                let retry_after = response::retry_after_seconds(&limited).to_string();
+                let fields = RateLimitFields::of(&limited, true).to_list(format);
+                let mut headers: Vec<(&str, &str)> = Vec::with_capacity(2 + fields.len());
+                headers.push(("retry-after", &retry_after));
+                headers.push(("content-type", PROBLEM_JSON));
+                headers.extend(fields.iter().map(|(name, value)| (*name, value.as_str())));
                 send_local_response(
                     metrics,
                     status,
-                    &headers,
+                    headers,
                     &response::problem_body(&limited, status),
                 )
             }
@@ -132,12 +130,10 @@ impl SluiceHttp {
                         &grpc::failed_closed(rule),
                     );
                 }
-                let headers: HeaderList =
-                    vec![("content-type", "application/problem+json".to_string())];
                 send_local_response(
                     metrics,
                     rule.status,
-                    &headers,
+                    vec![("content-type", PROBLEM_JSON)],
                     &response::failed_closed_body(&rule.name, rule.status),
                 )
             }
@@ -272,9 +268,16 @@ fn grpc_status_code(status: GrpcStatus) -> GrpcStatusCode {
     }
 }
 
-fn send_local_response(metrics: &Metrics, status: u16, headers: &HeaderList, body: &str) -> Action {
-    let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-    match hostcalls::send_http_response(u32::from(status), pairs, Some(body.as_bytes())) {
+/// The content type of every local reply's body (RFC 9457).
+const PROBLEM_JSON: &str = "application/problem+json";
+
+fn send_local_response(
+    metrics: &Metrics,
+    status: u16,
+    headers: Vec<(&str, &str)>,
+    body: &str,
+) -> Action {
+    match hostcalls::send_http_response(u32::from(status), headers, Some(body.as_bytes())) {
         Ok(()) => Action::Pause,
         Err(status) => {
             log::error!("cannot send the local response ({status:?}); letting the request through");

@@ -23,6 +23,8 @@ pub enum FilterChain {
     NativeLocalRateLimit,
     /// The pass-through wasm filter (same runtime and settings as Sluice's).
     Passthrough,
+    /// The host-call probe (`bench/hostcall-filter`) making `call` `k` times per request.
+    Hostcall { call: &'static str, k: u32 },
 }
 
 /// Inputs shared by every bootstrap of a run.
@@ -31,6 +33,8 @@ pub struct Generator {
     pub sluice_bin: PathBuf,
     pub filter_wasm: PathBuf,
     pub passthrough_wasm: PathBuf,
+    /// The host-call probe, when this run prices host calls.
+    pub hostcall_wasm: Option<PathBuf>,
     /// Where rules files and bootstraps are written.
     pub dir: PathBuf,
 }
@@ -132,22 +136,64 @@ impl Generator {
             }
             FilterChain::NativeLocalRateLimit => filters[at] = native_local_ratelimit(),
             FilterChain::Passthrough => {
-                let wasm = &mut filters[at]["typed_config"]["config"];
-                let map = wasm
-                    .as_object_mut()
-                    .context("the wasm filter has no config")?;
                 // No plugin configuration, its own VM, same runtime and failure policy.
-                map.remove("configuration");
-                map.insert("name".into(), json!("passthrough"));
-                map.insert("root_id".into(), json!("passthrough"));
-                let vm = &mut wasm["vm_config"];
-                vm["vm_id"] = json!("passthrough");
-                vm["code"] =
-                    json!({ "local": { "filename": self.passthrough_wasm.to_string_lossy() } });
+                replace_module(
+                    &mut filters[at],
+                    "passthrough",
+                    &self.passthrough_wasm,
+                    None,
+                )?;
+            }
+            FilterChain::Hostcall { call, k } => {
+                let module = self
+                    .hostcall_wasm
+                    .as_deref()
+                    .context("this run has no host-call probe module")?;
+                replace_module(
+                    &mut filters[at],
+                    "hostcall",
+                    module,
+                    Some(&format!("{call} {k}")),
+                )?;
             }
         }
         Ok(())
     }
+}
+
+/// Points the wasm filter `filter` at another module in a VM of its own, keeping the
+/// runtime and failure policy, with `configuration` as its plugin configuration (a plain
+/// string) or none.
+fn replace_module(
+    filter: &mut Value,
+    name: &str,
+    module: &Path,
+    configuration: Option<&str>,
+) -> Result<()> {
+    let wasm = &mut filter["typed_config"]["config"];
+    let map = wasm
+        .as_object_mut()
+        .context("the wasm filter has no config")?;
+    match configuration {
+        Some(text) => {
+            map.insert(
+                "configuration".into(),
+                json!({
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": text,
+                }),
+            );
+        }
+        None => {
+            map.remove("configuration");
+        }
+    }
+    map.insert("name".into(), json!(name));
+    map.insert("root_id".into(), json!(name));
+    let vm = &mut wasm["vm_config"];
+    vm["vm_id"] = json!(name);
+    vm["code"] = json!({ "local": { "filename": module.to_string_lossy() } });
+    Ok(())
 }
 
 /// Envoy's own token bucket, as close to Sluice's "one rule, never denies" as it gets: one

@@ -25,6 +25,7 @@ mod accuracy;
 mod configs;
 mod fleet_load;
 mod global;
+mod hostcalls;
 mod ingest;
 mod machine;
 mod memory;
@@ -83,6 +84,9 @@ struct Artefacts {
     sluice_bin: Option<PathBuf>,
     #[arg(long, required = true, value_name = "PATH")]
     passthrough_wasm: Option<PathBuf>,
+    /// The host-call probe (`bench/hostcall-filter`), for the host-call section.
+    #[arg(long, value_name = "PATH")]
+    hostcall_wasm: Option<PathBuf>,
     /// How the wasm32 filters were compiled, for the report.
     #[arg(long, required = true, value_name = "ROUTE")]
     wasm_route: Option<String>,
@@ -224,6 +228,11 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
     let filter_wasm = keep(&given(&artefacts.filter_wasm, "filter-wasm")?)?;
     let sluice_bin = keep(&given(&artefacts.sluice_bin, "sluice-bin")?)?;
     let passthrough_wasm = keep(&given(&artefacts.passthrough_wasm, "passthrough-wasm")?)?;
+    let hostcall_wasm = if sections.contains(&Section::Hostcalls) {
+        Some(keep(&given(&artefacts.hostcall_wasm, "hostcall-wasm")?)?)
+    } else {
+        None
+    };
     let wrk = wrk::Wrk::ensure(&run_dir)?;
     let machine = machine::Machine::inspect(&envoy, &route, &wrk.version);
     let (envoy_cpus, load_cpus) = if machine.taskset && machine.cores >= 2 {
@@ -243,6 +252,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             sluice_bin,
             filter_wasm,
             passthrough_wasm,
+            hostcall_wasm,
             dir: run_dir.clone(),
         },
         wrk,
@@ -272,7 +282,11 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
                 results.profile.as_ref().map(|r| r.as_ref().err())
             }
             // These run after the main report is written, into files beside it.
-            Section::Ingest | Section::Propagation | Section::Global | Section::Soak => None,
+            Section::Ingest
+            | Section::Propagation
+            | Section::Global
+            | Section::Soak
+            | Section::Hostcalls => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
@@ -338,6 +352,13 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             note(format!("section Global failed: {err:#}"));
         }
     }
+    let mut hostcalls_failed = false;
+    if sections.contains(&Section::Hostcalls) {
+        if let Err(err) = hostcalls::run(&bench, &out_dir, &name) {
+            note(format!("section Hostcalls failed: {err:#}"));
+            hostcalls_failed = true;
+        }
+    }
     if sections.contains(&Section::Ingest) {
         let seconds = if bench.settings.quick { 10 } else { 30 };
         if let Err(err) = ingest::section(&out_dir, &name, 100, seconds) {
@@ -376,6 +397,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             results.profile.as_ref().is_some_and(Result::is_err),
         ),
         ("soak", soak_failed),
+        ("hostcalls", hostcalls_failed),
     ]
     .into_iter()
     .filter_map(|(name, failed)| failed.then_some(name))

@@ -60,6 +60,10 @@ pub fn variants() -> Vec<Variant> {
         "limits": [{"requests": HUGE, "period": "second"}],
         "response": {"rate_limit_headers": false},
     }]);
+    let global = json!([{
+        "name": "per-key", "key": {"header": "x-api-key"},
+        "limits": [{"requests": HUGE, "period": "second", "scope": "global"}],
+    }]);
     let hit = json!([{
         "name": "per-key", "key": {"header": "x-api-key"},
         "limits": [{"requests": 100, "period": "second"}],
@@ -129,6 +133,14 @@ pub fn variants() -> Vec<Variant> {
             "Sluice as (d), rate-limit headers off",
             F::Sluice,
             &no_headers,
+            One,
+            false,
+        ),
+        v(
+            "h",
+            "Sluice as (d), scope: global (lease table, no coordinator)",
+            F::Sluice,
+            &global,
             One,
             false,
         ),
@@ -248,21 +260,31 @@ impl PathResults {
 
 /// Runs the request-path comparison.
 pub fn run(bench: &Bench) -> Result<PathResults> {
+    run_variants(bench, "request path", "path", variants())
+}
+
+/// Measures `variants` in interleaved rounds: one Envoy each (its files named
+/// `<prefix>-<id>`), all started up front, then every round loads each in turn.
+pub fn run_variants(
+    bench: &Bench,
+    title: &str,
+    prefix: &str,
+    variants: Vec<Variant>,
+) -> Result<PathResults> {
     let settings = &bench.settings;
     step(format!(
-        "request path: {} variants × {} rounds × {} s (warm-up {} s each), {} connections",
-        variants().len(),
+        "{title}: {} variants × {} rounds × {} s (warm-up {} s each), {} connections",
+        variants.len(),
         settings.rounds,
         settings.round.as_secs(),
         settings.warmup.as_secs(),
         settings.connections
     ));
-    let variants = variants();
     let mut envoys = Vec::new();
     let mut envoy_commands = Vec::new();
     let mut config_commands = Vec::new();
     for v in &variants {
-        let name = format!("path-{}", v.id);
+        let name = format!("{prefix}-{}", v.id);
         let bootstrap = bench
             .generator
             .write(&name, &v.rules, settings.slots, 1, v.chain)

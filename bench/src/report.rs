@@ -342,7 +342,8 @@ impl Report<'_> {
              cycling through 100,000 `x-api-key` values (65,536 slots); (g) one rule of 100 per \
              second and one client, so nearly every response is a 429 with its problem+json \
              body; (d0) as (d) with the rule's rate-limit response headers switched off, to \
-             show what those cost.\n\n",
+             show what those cost; (h) as (d) with the limit's `scope: global`: no coordinator, \
+             the worker enforces it from the lease table alone.\n\n",
         );
         md.push_str(
             "Differences in Envoy CPU per request, within each round (median, min–max, µs):\n\n",
@@ -357,6 +358,7 @@ impl Report<'_> {
             ("100,000 clients instead of one", "f", "d"),
             ("denying (429 + body) instead of allowing", "g", "d"),
             ("rate-limit response headers", "d", "d0"),
+            ("a global-scope limit instead of a proxy one", "h", "d"),
         ] {
             if let (Some(i), Some(j)) = (p.index(x), p.index(y)) {
                 let diff = p.paired(i, j, |a, b| a.cpu_per_request_us() - b.cpu_per_request_us());
@@ -426,9 +428,16 @@ impl Report<'_> {
             }
             if let Some(h) = diff("d", "d0") {
                 out.push(format!(
-                    "The five rate-limit response headers on allowed requests cost {:.2} µs per \
-                     request (d − d0): formatting plus one `add_header_map_value` host call each.",
+                    "The rate-limit response headers on allowed requests cost {:.2} µs per \
+                     request (d − d0): one `add_header_map_value` host call per field.",
                     h.median
+                ));
+            }
+            if let Some(g) = ratio("h", "d") {
+                out.push(format!(
+                    "A global-scope limit (no coordinator, the lease table alone) costs {:.2}× \
+                     a proxy-scope one in Envoy CPU per request ((h) ÷ (d), median; {:.2}–{:.2}).",
+                    g.median, g.min, g.max
                 ));
             }
             if let Some(f) = diff("f", "d") {

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::global::table::LeaseTable;
 use crate::limiter::SlotTable;
+use crate::response::RateLimitHeaders;
 use crate::ruleset::Ruleset;
 use crate::spec::{FailureMode, RuleSpec};
 use crate::validation::ValidationErrors;
@@ -44,9 +45,11 @@ pub struct FilterConfigSpec {
     /// limits) this proxy tracks at once.
     #[serde(default = "default_global_slots")]
     pub global_slots: u32,
-    /// Master switch for `RateLimit*` / `X-RateLimit-*` headers (rules can also opt out).
-    #[serde(default = "yes")]
-    pub rate_limit_headers: bool,
+    /// Which rate-limit header fields responses carry: `"ietf"` (`RateLimit-Policy` and
+    /// `RateLimit`, the default), `"x"` (`X-RateLimit-*`), `"both"` or `"none"`; `true`
+    /// and `false` mean `"both"` and `"none"`. A rule can only switch them off.
+    #[serde(default)]
+    pub rate_limit_headers: RateLimitHeaders,
     /// Request header added upstream when a shadow rule would have denied; `null` to
     /// disable.
     #[serde(default = "default_shadow_header")]
@@ -68,10 +71,6 @@ fn default_global_slots() -> u32 {
     DEFAULT_GLOBAL_SLOTS
 }
 
-fn yes() -> bool {
-    true
-}
-
 fn default_shadow_header() -> Option<String> {
     Some(DEFAULT_SHADOW_HEADER.to_string())
 }
@@ -83,7 +82,7 @@ impl Default for FilterConfigSpec {
             failure_mode: FailureMode::Open,
             slots: DEFAULT_SLOTS,
             global_slots: DEFAULT_GLOBAL_SLOTS,
-            rate_limit_headers: true,
+            rate_limit_headers: RateLimitHeaders::default(),
             shadow_header: default_shadow_header(),
             control: None,
         }
@@ -97,7 +96,7 @@ pub struct FilterConfig {
     pub failure_mode: FailureMode,
     pub table: SlotTable,
     pub lease_table: LeaseTable,
-    pub rate_limit_headers: bool,
+    pub rate_limit_headers: RateLimitHeaders,
     pub shadow_header: Option<String>,
     /// The admin API the workers follow when no singleton does (already checked).
     pub control: Option<ControlConfigSpec>,

@@ -14,7 +14,7 @@
 
 use std::fmt::Write as _;
 
-use crate::response::{self, HeaderList};
+use crate::response::{self, HeaderList, RateLimitFields, RateLimitHeaders};
 use crate::rule::Rule;
 use crate::ruleset::Limited;
 use crate::spec::GrpcStatus;
@@ -73,8 +73,9 @@ impl GrpcAnswer {
     }
 }
 
-/// The answer to a gRPC call that `limited` denies.
-pub fn denial(limited: &Limited<'_>, rate_limit_headers: bool) -> GrpcAnswer {
+/// The answer to a gRPC call that `limited` denies, with the rate-limit fields `format`
+/// asks for as metadata.
+pub fn denial(limited: &Limited<'_>, format: RateLimitHeaders) -> GrpcAnswer {
     let retry_after = response::retry_after_seconds(limited);
     let (requests, period) = limited
         .limit()
@@ -87,9 +88,7 @@ pub fn denial(limited: &Limited<'_>, rate_limit_headers: bool) -> GrpcAnswer {
         (RETRY_PUSHBACK_HEADER, pushback_ms(limited).to_string()),
         ("retry-after", retry_after.to_string()),
     ];
-    if rate_limit_headers {
-        metadata.extend(response::rate_limit_headers(limited, true));
-    }
+    metadata.extend(RateLimitFields::of(limited, true).to_list(format));
     GrpcAnswer {
         status: limited.rule.grpc_status,
         message,
@@ -204,7 +203,7 @@ mod tests {
     #[test]
     fn a_denied_call_is_resource_exhausted_with_the_pushback_by_default() {
         let rule = rule("");
-        let answer = denial(&denied(&rule, 59_000_000_001), true);
+        let answer = denial(&denied(&rule, 59_000_000_001), RateLimitHeaders::Both);
         assert_eq!(answer.status, GrpcStatus::ResourceExhausted);
         assert_eq!(answer.status.code(), 8);
         assert_eq!(
@@ -219,7 +218,7 @@ mod tests {
                 .iter()
                 .any(|(n, _)| *n == "ratelimit-policy")
         );
-        let quiet = denial(&denied(&rule, 5), false);
+        let quiet = denial(&denied(&rule, 5), RateLimitHeaders::None);
         assert_eq!(
             quiet.metadata.len(),
             2,
@@ -232,7 +231,7 @@ mod tests {
     fn a_rule_may_choose_another_status_and_fail_closed_is_unavailable() {
         let rule = rule(r#","response":{"grpc_status":"unavailable"}"#);
         assert_eq!(
-            denial(&denied(&rule, 1), false).status,
+            denial(&denied(&rule, 1), RateLimitHeaders::None).status,
             GrpcStatus::Unavailable
         );
         let answer = failed_closed(&rule);

@@ -14,7 +14,7 @@ use crate::limiter::{
     TierVerdict,
 };
 use crate::request::{RequestAttributes, RequestNeeds};
-use crate::rule::{Limit, Rule};
+use crate::rule::{Limit, LimitSet, Rule};
 use crate::spec::{FailureMode, Mode, RuleSpec};
 use crate::store::SharedStore;
 use crate::time::Nanos;
@@ -153,15 +153,17 @@ impl Ruleset {
                 sink.record(rule, RuleOutcome::KeyMissing, "");
                 continue;
             };
+            let set = rule.limits_for(&client);
             let bucket = BucketRequest {
                 fingerprint: client_fingerprint(&rule.id, &client),
-                limits: rule.limits_for(&client),
+                limits: set,
                 cost: rule.cost.of(request),
                 on_failure: rule.failure_mode_or(default_failure),
             };
             match rule.mode {
                 Mode::Enforce => enforced.push(Enforced {
                     rule,
+                    set,
                     bucket,
                     client,
                     global: None,
@@ -184,7 +186,7 @@ impl Ruleset {
         // Phase 1: every enforce-mode rule's global limits.
         for i in 0..enforced.len() {
             let Some(entry) = enforced.get(i) else { break };
-            let (rule, bucket) = (entry.rule, entry.bucket);
+            let (rule, set, bucket) = (entry.rule, entry.set, entry.bucket);
             match spends.charge(&bucket, global, now, &mut decision) {
                 Ok(tightest) => {
                     if let Some(e) = enforced.get_mut(i) {
@@ -195,7 +197,7 @@ impl Ruleset {
                     spends.undo_all(global, now);
                     decision.outcome = Outcome::Denied(Limited {
                         rule,
-                        limits: bucket.limits,
+                        limits: set,
                         tier: binding,
                     });
                     return finish_early(decision, &enforced, i, RuleOutcome::Denied, sink);
@@ -238,7 +240,7 @@ impl Ruleset {
             let outcome = match result {
                 None if acquisition.allowed => {
                     if let Some(tightest) = e.global {
-                        decision.note_allowed(e.rule, e.bucket.limits, tightest);
+                        decision.note_allowed(e.rule, e.set, tightest);
                     }
                     RuleOutcome::Allowed {
                         near_limit: e.global.is_some_and(|t| is_near_limit(e.bucket.limits, &t)),
@@ -247,7 +249,7 @@ impl Ruleset {
                 None => RuleOutcome::NotCharged,
                 Some(BucketResult::Allowed { tightest }) if acquisition.allowed => {
                     let tightest = tighter_of(*tightest, e.global);
-                    decision.note_allowed(e.rule, e.bucket.limits, tightest);
+                    decision.note_allowed(e.rule, e.set, tightest);
                     RuleOutcome::Allowed {
                         near_limit: is_near_limit(e.bucket.limits, &tightest),
                     }
@@ -259,7 +261,7 @@ impl Ruleset {
                 Some(BucketResult::Denied { binding }) => {
                     decision.outcome = Outcome::Denied(Limited {
                         rule: e.rule,
-                        limits: e.bucket.limits,
+                        limits: e.set,
                         tier: *binding,
                     });
                     RuleOutcome::Denied
@@ -328,6 +330,8 @@ pub struct GlobalBuckets<'a, S> {
 /// An enforce-mode rule that matched, its bucket set, and its tightest global verdict.
 struct Enforced<'r, 'c> {
     rule: &'r Rule,
+    /// The limits in force for this client, with their rendered header text.
+    set: &'r LimitSet,
     bucket: BucketRequest<'r>,
     client: Cow<'c, str>,
     global: Option<TierVerdict>,
@@ -475,7 +479,7 @@ fn finish_early<'r>(
 #[derive(Debug, Clone, Copy)]
 pub struct Limited<'r> {
     pub rule: &'r Rule,
-    pub limits: &'r [Limit],
+    pub limits: &'r LimitSet,
     pub tier: TierVerdict,
 }
 
@@ -542,7 +546,7 @@ impl<'r> Decision<'r> {
         self.counters.refund_failures += c.refund_failures;
     }
 
-    fn note_allowed(&mut self, rule: &'r Rule, limits: &'r [Limit], tightest: TierVerdict) {
+    fn note_allowed(&mut self, rule: &'r Rule, limits: &'r LimitSet, tightest: TierVerdict) {
         self.near_limit |= is_near_limit(limits, &tightest);
         if !rule.rate_limit_headers {
             return;

@@ -5,9 +5,15 @@
 //! ```text
 //! [0]       format version (1)
 //! [1..9]    owner: the client fingerprint that holds the slot (0 = never used)
-//! [9]       entry count n (at most MAX_ENTRIES)
+//! [9]       entry count n (at most MAX_ENTRIES) in bits 0–6; bit 7 set when a client
+//!           whose probe sequence starts at this slot was placed further along
+//!           ("displaced", see the limiter)
 //! [10..]    n × { limit identity: u64, theoretical arrival time in ns: u64 }
 //! ```
+//!
+//! The displaced bit was added within version 1: a slot without it is byte for byte what
+//! earlier modules wrote, and one with it reads to an earlier module as a slot of the
+//! wrong length, which it reuses like an idle one (never trusts).
 //!
 //! Every worker VM and every reloaded VM read these bytes, and a module upgrade may meet
 //! bytes an older module wrote, so the version byte comes first and the tests pin the
@@ -19,6 +25,8 @@ pub const SLOT_FORMAT_VERSION: u8 = 1;
 /// only when clients share a slot because every probed slot was busy.
 pub const MAX_ENTRIES: usize = 8;
 const HEADER_LEN: usize = 10;
+/// The bit of the count byte that marks a displaced slot.
+const DISPLACED_BIT: u8 = 0x80;
 const ENTRY_LEN: usize = 16;
 /// The longest encoding, for sizing buffers.
 pub const MAX_ENCODED_LEN: usize = HEADER_LEN + MAX_ENTRIES * ENTRY_LEN;
@@ -37,6 +45,10 @@ pub struct SlotValue {
     pub owner: u64,
     entries: [Entry; MAX_ENTRIES],
     len: u8,
+    /// Whether a client whose probe sequence starts here was ever placed further along.
+    /// While it is clear, a client that does not own this slot owns no other slot either,
+    /// so its search can stop here. Never cleared: it only makes searches longer.
+    pub displaced: bool,
 }
 
 /// Why bytes are not a slot.
@@ -143,7 +155,7 @@ impl SlotValue {
         };
         put(&[SLOT_FORMAT_VERSION]);
         put(&self.owner.to_le_bytes());
-        put(&[self.len]);
+        put(&[self.count_byte()]);
         for e in self.entries() {
             put(&e.identity.to_le_bytes());
             put(&e.tat.to_le_bytes());
@@ -156,10 +168,18 @@ impl SlotValue {
         out.reserve(HEADER_LEN + self.len as usize * ENTRY_LEN);
         out.push(SLOT_FORMAT_VERSION);
         out.extend_from_slice(&self.owner.to_le_bytes());
-        out.push(self.len);
+        out.push(self.count_byte());
         for e in self.entries() {
             out.extend_from_slice(&e.identity.to_le_bytes());
             out.extend_from_slice(&e.tat.to_le_bytes());
+        }
+    }
+
+    fn count_byte(&self) -> u8 {
+        if self.displaced {
+            self.len | DISPLACED_BIT
+        } else {
+            self.len
         }
     }
 
@@ -171,8 +191,9 @@ impl SlotValue {
         let (owner, rest) = rest
             .split_first_chunk::<8>()
             .ok_or(DecodeError::BadLength)?;
-        let (&len, body) = rest.split_first().ok_or(DecodeError::BadLength)?;
-        let len = len as usize;
+        let (&count, body) = rest.split_first().ok_or(DecodeError::BadLength)?;
+        let displaced = count & DISPLACED_BIT != 0;
+        let len = (count & !DISPLACED_BIT) as usize;
         if len > MAX_ENTRIES || body.len() != len * ENTRY_LEN {
             return Err(DecodeError::BadLength);
         }
@@ -185,6 +206,7 @@ impl SlotValue {
             };
         }
         value.len = len as u8;
+        value.displaced = displaced;
         Ok(value)
     }
 }
@@ -216,6 +238,22 @@ mod tests {
         assert_eq!(SlotValue::decode(&bytes), Ok(v));
         let (buf, len) = v.to_bytes();
         assert_eq!(&buf[..len], &bytes[..], "both encoders agree");
+    }
+
+    #[test]
+    fn the_displaced_bit_is_the_top_bit_of_the_count() {
+        let mut v = SlotValue::owned_by(1);
+        v.set(0xAA, 0x1000, 0);
+        v.displaced = true;
+        let (buf, len) = v.to_bytes();
+        assert_eq!(buf[9], 0x81, "one entry, displaced");
+        assert_eq!(SlotValue::decode(&buf[..len]), Ok(v));
+        let mut bytes = Vec::new();
+        v.encode(&mut bytes);
+        assert_eq!(&bytes[..], &buf[..len]);
+        // Without the bit, the bytes are exactly what earlier modules wrote.
+        v.displaced = false;
+        assert_eq!(v.to_bytes().0[9], 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A version stamp of a stored value; changes on every write.
 pub type Cas = u32;
@@ -60,6 +60,8 @@ pub struct MemoryStore {
     injected_conflicts: AtomicU32,
     /// Reads still to fail with a host error.
     injected_failures: AtomicU32,
+    /// Reads made so far: each is a host call in Envoy.
+    reads: AtomicU64,
 }
 
 impl MemoryStore {
@@ -79,6 +81,11 @@ impl MemoryStore {
     /// Makes the next `n` reads fail.
     pub fn inject_failures(&self, n: u32) {
         self.injected_failures.store(n, Ordering::SeqCst);
+    }
+
+    /// How many reads were made so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
     }
 
     /// How many slots were ever written: the memory the table really uses.
@@ -103,6 +110,7 @@ impl MemoryStore {
 
 impl SharedStore for MemoryStore {
     fn read(&self, slot: u32) -> Result<Option<(Vec<u8>, Cas)>, StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         if Self::take_one(&self.injected_failures) {
             return Err(StoreError {
                 operation: "get",

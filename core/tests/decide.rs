@@ -108,12 +108,13 @@ fn denial_headers_and_body_carry_exact_numbers() {
             .map(|(_, v)| v.as_str())
             .unwrap()
     };
+    // 5/s with a burst of 10: the quota is the capacity, refilled from empty in 2 s.
     assert_eq!(
         get("ratelimit-policy"),
-        r#""api-per-key/1";q=5;w=1, "api-per-key/2";q=100;w=60"#
+        r#""api-per-key/1";q=10;w=2, "api-per-key/2";q=100;w=60"#
     );
     assert_eq!(get("ratelimit"), r#""api-per-key/1";r=0;t=1"#);
-    assert_eq!(get("x-ratelimit-limit"), "5");
+    assert_eq!(get("x-ratelimit-limit"), "10");
     assert_eq!(get("x-ratelimit-remaining"), "0");
     assert_eq!(get("x-ratelimit-reset"), "1");
     let body: serde_json::Value = serde_json::from_str(&problem_body(&limited, 429)).unwrap();

@@ -202,3 +202,49 @@ proptest! {
         let _ = config.ruleset.decide(&request, &store, &config.table, &global, Nanos::new(T0), config.failure_mode);
     }
 }
+
+proptest! {
+    /// Whatever a bucket has been through, the rate-limit fields never tell a client it
+    /// has more left than the limit they read it against, and the advertised policy never
+    /// promises more than the rate.
+    #[test]
+    fn rate_limit_fields_never_claim_more_than_the_limit(
+        requests in 1u64..=1_000,
+        period in prop_oneof![Just(1u64), Just(60), Just(3_600), 1u64..=100],
+        burst in 1u64..=2_000,
+        arrivals in arrivals(),
+    ) {
+        use sluice_core::response::{RateLimitFields, RateLimitHeaders, window_seconds};
+        use sluice_core::rule::Rule;
+        use sluice_core::ruleset::Limited;
+        use sluice_core::limiter::TierVerdict;
+        let spec: sluice_core::spec::RuleSpec = serde_json::from_value(serde_json::json!({
+            "name": "p", "key": "global",
+            "limits": [{"requests": requests, "period": period, "burst": burst}],
+        })).unwrap();
+        let Ok(rule) = Rule::try_from(spec) else { return Ok(()) };
+        let limit = rule.limits[0];
+        // q / w never exceeds requests / period.
+        let w = window_seconds(&limit);
+        prop_assert!(u128::from(limit.burst) * u128::from(period) <= u128::from(w) * u128::from(requests));
+        let mut tat = Nanos::new(T0);
+        let mut now = T0;
+        for (gap, cost) in arrivals {
+            now += gap;
+            let verdict = limit.gcra.check(tat, Nanos::new(now), cost);
+            if verdict.allowed {
+                tat = verdict.new_tat;
+            }
+            let limited = Limited { rule: &rule, limits: &rule.limits, tier: TierVerdict { tier: 0, verdict } };
+            let fields = RateLimitFields::of(&limited, !verdict.allowed).to_list(RateLimitHeaders::Both);
+            let value = |name: &str| fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).unwrap();
+            let x_limit: u64 = value("x-ratelimit-limit").parse().unwrap();
+            let x_remaining: u64 = value("x-ratelimit-remaining").parse().unwrap();
+            prop_assert!(x_remaining <= x_limit, "{x_remaining} > {x_limit}");
+            let q: u64 = value("ratelimit-policy").split(";q=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+            let r: u64 = value("ratelimit").split(";r=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+            prop_assert!(r <= q, "r={r} > q={q}");
+            prop_assert_eq!(q, x_limit);
+        }
+    }
+}

@@ -10,7 +10,7 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
-use sluice_core::response::{self, HeaderList};
+use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
 use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 
@@ -22,15 +22,15 @@ use crate::{clock, global_channel};
 #[derive(Debug)]
 pub struct SluiceHttp {
     shared: Rc<Shared>,
-    /// Rate-limit headers to add to the upstream's response.
-    response_headers: Option<HeaderList>,
+    /// Rate-limit fields to add to the upstream's response, and which of them to send.
+    response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
 }
 
 impl SluiceHttp {
     pub fn new(shared: Rc<Shared>) -> Self {
         Self {
             shared,
-            response_headers: None,
+            response_fields: None,
         }
     }
 
@@ -80,40 +80,43 @@ impl SluiceHttp {
         match decision.outcome {
             Outcome::Allowed => {
                 metrics.allowed.inc();
-                if config.rate_limit_headers {
-                    self.response_headers = decision
+                let format = config.rate_limit_headers;
+                if format.sends_any() {
+                    // Built without allocating; the text is formatted when the response
+                    // headers arrive.
+                    self.response_fields = decision
                         .tightest
-                        .map(|t| response::rate_limit_headers(&t, false));
+                        .map(|t| (RateLimitFields::of(&t, false), format));
                 }
                 Action::Continue
             }
             Outcome::Denied(limited) => {
                 metrics.denied.inc();
-                let headers_on = config.rate_limit_headers && limited.rule.rate_limit_headers;
+                let format = if limited.rule.rate_limit_headers {
+                    config.rate_limit_headers
+                } else {
+                    RateLimitHeaders::None
+                };
                 // Only a denial pays for reading the content type: allowed requests never do.
                 if let Some((flavour, content_type)) = grpc_request() {
                     return send_grpc_error(
                         metrics,
                         flavour,
                         &content_type,
-                        &grpc::denial(&limited, headers_on),
+                        &grpc::denial(&limited, format),
                     );
                 }
                 let status = limited.rule.status;
-                let mut headers: HeaderList = vec![
-                    (
-                        "retry-after",
-                        response::retry_after_seconds(&limited).to_string(),
-                    ),
-                    ("content-type", "application/problem+json".to_string()),
-                ];
-                if headers_on {
-                    headers.extend(response::rate_limit_headers(&limited, true));
-                }
+                let retry_after = response::retry_after_seconds(&limited).to_string();
+                let fields = RateLimitFields::of(&limited, true).to_list(format);
+                let mut headers: Vec<(&str, &str)> = Vec::with_capacity(2 + fields.len());
+                headers.push(("retry-after", &retry_after));
+                headers.push(("content-type", PROBLEM_JSON));
+                headers.extend(fields.iter().map(|(name, value)| (*name, value.as_str())));
                 send_local_response(
                     metrics,
                     status,
-                    &headers,
+                    headers,
                     &response::problem_body(&limited, status),
                 )
             }
@@ -127,12 +130,10 @@ impl SluiceHttp {
                         &grpc::failed_closed(rule),
                     );
                 }
-                let headers: HeaderList =
-                    vec![("content-type", "application/problem+json".to_string())];
                 send_local_response(
                     metrics,
                     rule.status,
-                    &headers,
+                    vec![("content-type", PROBLEM_JSON)],
                     &response::failed_closed_body(&rule.name, rule.status),
                 )
             }
@@ -151,12 +152,12 @@ impl HttpContext for SluiceHttp {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let Some(headers) = self.response_headers.take() {
-            for (name, value) in &headers {
+        if let Some((fields, format)) = self.response_fields.take() {
+            fields.emit(format, |name, value| {
                 if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value).is_err() {
                     self.shared.metrics().errors.inc();
                 }
-            }
+            });
         }
         Action::Continue
     }
@@ -267,9 +268,16 @@ fn grpc_status_code(status: GrpcStatus) -> GrpcStatusCode {
     }
 }
 
-fn send_local_response(metrics: &Metrics, status: u16, headers: &HeaderList, body: &str) -> Action {
-    let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-    match hostcalls::send_http_response(u32::from(status), pairs, Some(body.as_bytes())) {
+/// The content type of every local reply's body (RFC 9457).
+const PROBLEM_JSON: &str = "application/problem+json";
+
+fn send_local_response(
+    metrics: &Metrics,
+    status: u16,
+    headers: Vec<(&str, &str)>,
+    body: &str,
+) -> Action {
+    match hostcalls::send_http_response(u32::from(status), headers, Some(body.as_bytes())) {
         Ok(()) => Action::Pause,
         Err(status) => {
             log::error!("cannot send the local response ({status:?}); letting the request through");

@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
 use sluice_core::request::{RequestAttributes, RequestNeeds, parse_socket_ip};
+use smallvec::SmallVec;
 
 /// One request's attributes, each fetched from the host on first use.
 #[derive(Debug)]
@@ -20,8 +21,9 @@ pub struct LazyRequest<'n> {
     authority: OnceCell<String>,
     path: OnceCell<String>,
     peer_ip: OnceCell<Option<IpAddr>>,
-    /// Values of the headers in `needs.headers`, by index.
-    headers: Vec<OnceCell<Option<String>>>,
+    /// Values of the headers in `needs.headers`, by index (inline for a few: no
+    /// allocation per request).
+    headers: SmallVec<[OnceCell<Option<String>>; 4]>,
     needs: &'n RequestNeeds,
 }
 

@@ -50,6 +50,9 @@ pub enum Section {
     /// edit every second: memory, errors and reports (`--soak-minutes`, default 30; only
     /// when named; written beside the report).
     Soak,
+    /// The price of each host call the request path makes, from a probe module beside the
+    /// pass-through filter (only when named; written beside the report).
+    Hostcalls,
 }
 
 impl BenchArgs {

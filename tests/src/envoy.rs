@@ -424,7 +424,10 @@ mod tests {
             panic!()
         };
         assert_eq!(spec.slots, 1024);
-        assert!(!spec.rate_limit_headers);
+        assert_eq!(
+            spec.rate_limit_headers,
+            sluice_core::response::RateLimitHeaders::None
+        );
         assert_eq!(spec.shadow_header, None);
     }
 }

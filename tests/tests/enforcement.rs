@@ -231,21 +231,24 @@ fn every_rate_limit_header_and_the_problem_body_carry_exact_values() {
             "limits": [{"requests": 5, "period": "second", "burst": 10}, {"requests": 100, "period": "minute"}]
         }]),
         upstream: upstream.target(),
+        plugin_settings: json!({"rate_limit_headers": "both"}),
         ..Default::default()
     });
     let client = Client::connect(envoy.listener_addr(), 1);
     let first = client.send(keyed("/api/items", "hdr"));
     assert_eq!(first.status, 200);
     assert_eq!(first.json()["path"], "/api/items", "came from the upstream");
+    // A burst of 10 at 5/s: every field reads against the capacity, 10 tokens that
+    // refill from empty in 2 s, so `remaining` never exceeds the limit beside it.
     assert_eq!(
         first.header("ratelimit-policy"),
-        Some(r#""api-per-key/1";q=5;w=1, "api-per-key/2";q=100;w=60"#)
+        Some(r#""api-per-key/1";q=10;w=2, "api-per-key/2";q=100;w=60"#)
     );
     assert_eq!(
         first.header("ratelimit"),
         Some(r#""api-per-key/1";r=9;t=1"#)
     );
-    assert_eq!(first.header("x-ratelimit-limit"), Some("5"));
+    assert_eq!(first.header("x-ratelimit-limit"), Some("10"));
     assert_eq!(first.header("x-ratelimit-remaining"), Some("9"));
     assert_eq!(first.header("x-ratelimit-reset"), Some("1"));
 
@@ -280,11 +283,67 @@ fn every_rate_limit_header_and_the_problem_body_carry_exact_values() {
 }
 
 #[test]
+fn the_proxy_chooses_which_rate_limit_fields_to_send() {
+    let rules = json!([{
+        "name": "fields", "key": {"header": "x-api-key"},
+        "limits": [{"requests": 1, "period": "minute"}]
+    }]);
+    let names = |setting: Option<Value>| -> Vec<(bool, bool)> {
+        let envoy = Envoy::start(EnvoyOptions {
+            rules: rules.clone(),
+            plugin_settings: setting.map_or(json!({}), |s| json!({"rate_limit_headers": s})),
+            ..Default::default()
+        });
+        let client = Client::connect(envoy.listener_addr(), 1);
+        [keyed("/", "a"), keyed("/", "a")]
+            .into_iter()
+            .map(|req| {
+                let r = client.send(req);
+                assert!(
+                    r.header("retry-after").is_some() || r.status == 200,
+                    "{r:?}"
+                );
+                let ietf =
+                    r.header("ratelimit-policy").is_some() && r.header("ratelimit").is_some();
+                let x = [
+                    "x-ratelimit-limit",
+                    "x-ratelimit-remaining",
+                    "x-ratelimit-reset",
+                ]
+                .iter()
+                .all(|n| r.header(n).is_some());
+                (ietf, x)
+            })
+            .collect()
+    };
+    // Allowed, then denied: each setting sends the same fields on both.
+    assert_eq!(
+        names(None),
+        [(true, false); 2],
+        "the default is the IETF fields"
+    );
+    assert_eq!(names(Some(json!("x"))), [(false, true); 2]);
+    assert_eq!(names(Some(json!("both"))), [(true, true); 2]);
+    assert_eq!(names(Some(json!("none"))), [(false, false); 2]);
+    assert_eq!(
+        names(Some(json!(true))),
+        [(true, true); 2],
+        "`true` is both, as before"
+    );
+    assert_eq!(names(Some(json!(false))), [(false, false); 2]);
+}
+
+#[test]
 fn a_rule_can_change_the_status_and_turn_headers_off() {
-    let envoy = envoy_with(json!([{
-        "name": "quiet", "key": "global", "limits": [{"requests": 1, "period": "minute"}],
-        "response": {"status": 503, "rate_limit_headers": false}
-    }]));
+    // The proxy sends every field; the rule's switch still silences all of them.
+    let envoy = Envoy::start(EnvoyOptions {
+        rules: json!([{
+            "name": "quiet", "key": "global", "limits": [{"requests": 1, "period": "minute"}],
+            "response": {"status": 503, "rate_limit_headers": false}
+        }]),
+        plugin_settings: json!({"rate_limit_headers": "both"}),
+        ..Default::default()
+    });
     let client = Client::connect(envoy.listener_addr(), 1);
     let allowed = client.send(Req::get("/"));
     assert_eq!(allowed.status, 200);
@@ -295,7 +354,7 @@ fn a_rule_can_change_the_status_and_turn_headers_off() {
         denied.header("retry-after").is_some(),
         "Retry-After is always sent"
     );
-    assert!(denied.header("ratelimit").is_none());
+    assert!(denied.header("ratelimit").is_none() && denied.header("x-ratelimit-limit").is_none());
 }
 
 #[test]

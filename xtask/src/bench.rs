@@ -14,6 +14,8 @@ use crate::{dist, envoy, postgres, redis};
 
 const PASSTHROUGH_PACKAGE: &str = "sluice-passthrough-filter";
 const PASSTHROUGH_ARTEFACT: &str = "sluice_passthrough_filter.wasm";
+const HOSTCALL_PACKAGE: &str = "sluice-hostcall-filter";
+const HOSTCALL_ARTEFACT: &str = "sluice_hostcall_filter.wasm";
 const BENCH_PACKAGE: &str = "sluice-bench";
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
@@ -28,6 +30,20 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .with_context(|| format!("building {PASSTHROUGH_PACKAGE} for wasm32"))?;
     let passthrough_wasm = dist::dist_dir().join(PASSTHROUGH_ARTEFACT);
     cmd::copy_file(&built, &passthrough_wasm)?;
+    // The host-call probe is built only for the section that uses it.
+    let hostcall_wasm = if args.sections().contains(&Section::Hostcalls) {
+        step(format!(
+            "building {HOSTCALL_PACKAGE} (release, {route} route)"
+        ));
+        let built = route
+            .build_release(HOSTCALL_PACKAGE, HOSTCALL_ARTEFACT)
+            .with_context(|| format!("building {HOSTCALL_PACKAGE} for wasm32"))?;
+        let hostcall_wasm = dist::dist_dir().join(HOSTCALL_ARTEFACT);
+        cmd::copy_file(&built, &hostcall_wasm)?;
+        Some(hostcall_wasm)
+    } else {
+        None
+    };
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
     // The fleet-wide section runs two admin API replicas on one PostgreSQL and one Redis,
     // provisioned as for the test suite; the PostgreSQL server lives until the run ends.
@@ -64,6 +80,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .arg("--wasm-route")
         .arg(route.to_string())
         .current_dir(cmd::project_root());
+    if let Some(hostcall_wasm) = &hostcall_wasm {
+        run.arg("--hostcall-wasm").arg(hostcall_wasm);
+    }
     if let Some((redis_server, postgres)) = &fleet_servers {
         run.envs(redis::env(redis_server)).envs(postgres.env());
     }

@@ -70,6 +70,15 @@ impl RequestMatcher {
                 );
                 return None;
             }
+            if has_unicode_property_class(source) {
+                // The filter's regex engine carries no Unicode property tables (they
+                // would weigh on every worker VM), so no build accepts what it lacks.
+                problems.add(
+                    "match.path_regex",
+                    "Unicode property classes (\\p{..}, \\P{..}) are not supported in paths",
+                );
+                return None;
+            }
             // Anchored: the expression must match the whole path, as Envoy's safe_regex does.
             regex::RegexBuilder::new(&format!("^(?:{source})$"))
                 .size_limit(REGEX_SIZE_LIMIT)
@@ -192,10 +201,53 @@ impl HeaderCondition {
     }
 }
 
+/// Whether `source` uses `\p{..}` or `\P{..}` (an escaped backslash does not count).
+fn has_unicode_property_class(source: &str) -> bool {
+    let mut escaped = false;
+    for c in source.chars() {
+        if escaped && (c == 'p' || c == 'P') {
+            return true;
+        }
+        escaped = !escaped && c == '\\';
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::rule;
     use crate::request::HttpRequest;
+
+    #[test]
+    fn path_regexes_keep_perl_classes_and_case_folding_but_not_property_classes() {
+        let matches = |regex: &str, path: &str| {
+            rule(&format!(
+                r#"{{"name":"m","key":"global","limits":[{{"requests":1,"period":1}}],"match":{{"path_regex":{}}}}}"#,
+                serde_json::to_string(regex).unwrap()
+            ))
+            .matcher
+            .matches(&HttpRequest::get(path))
+        };
+        assert!(matches(r"/v\d+/\w+", "/v2/items"));
+        assert!(matches(r"(?i)/API/.*", "/api/x"));
+        assert!(
+            matches(r"/a\\p", "/a\\p"),
+            "an escaped backslash then p is literal"
+        );
+        for regex in [r"/\p{Greek}+", r"/\PL"] {
+            let errors = super::super::test_support::errors(&format!(
+                r#"{{"name":"m","key":"global","limits":[{{"requests":1,"period":1}}],"match":{{"path_regex":{}}}}}"#,
+                serde_json::to_string(regex).unwrap()
+            ));
+            assert_eq!(
+                errors,
+                [
+                    "match.path_regex: Unicode property classes (\\p{..}, \\P{..}) are not supported in paths"
+                ],
+                "{regex}"
+            );
+        }
+    }
 
     #[test]
     fn matchers_combine_host_path_method_and_headers() {

@@ -39,14 +39,17 @@ pub type HeaderList = Vec<(&'static str, String)>;
 /// earlier `true` and `false` still mean what they meant (`both` and `none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RateLimitHeaders {
-    /// `RateLimit-Policy` and `RateLimit` (draft-11): the default. Two fields carry
-    /// everything the `X-RateLimit-*` trio does (and every limit of the rule), under the
-    /// names the IETF is standardising, without the deprecated `X-` prefix (RFC 6648).
-    #[default]
+    /// `RateLimit-Policy` and `RateLimit` (draft-11). Two fields carry everything the
+    /// `X-RateLimit-*` trio does (and every limit of the rule), under the names the IETF
+    /// is standardising, without the deprecated `X-` prefix (RFC 6648): the cheapest
+    /// choice for clients that read them.
     Ietf,
     /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`, for clients written against them.
     XRateLimit,
-    /// Both families: five fields.
+    /// Both families, five fields: the default, because it is what every earlier version
+    /// sent and clients in the field read either family; dropping one is the operator's
+    /// informed choice, never an upgrade's side effect.
+    #[default]
     Both,
     /// No rate-limit fields (denials still carry `Retry-After`).
     None,
@@ -424,7 +427,7 @@ mod tests {
         let err = parse(r#""draft""#).unwrap_err().to_string();
         assert!(err.contains(r#""ietf", "x", "both", "none""#), "{err}");
         assert!(parse("1").is_err());
-        assert_eq!(RateLimitHeaders::default(), RateLimitHeaders::Ietf);
+        assert_eq!(RateLimitHeaders::default(), RateLimitHeaders::Both);
         for setting in [
             RateLimitHeaders::Ietf,
             RateLimitHeaders::XRateLimit,

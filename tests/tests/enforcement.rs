@@ -319,9 +319,10 @@ fn the_proxy_chooses_which_rate_limit_fields_to_send() {
     // Allowed, then denied: each setting sends the same fields on both.
     assert_eq!(
         names(None),
-        [(true, false); 2],
-        "the default is the IETF fields"
+        [(true, true); 2],
+        "the default is both families, as earlier versions sent"
     );
+    assert_eq!(names(Some(json!("ietf"))), [(true, false); 2]);
     assert_eq!(names(Some(json!("x"))), [(false, true); 2]);
     assert_eq!(names(Some(json!("both"))), [(true, true); 2]);
     assert_eq!(names(Some(json!("none"))), [(false, false); 2]);

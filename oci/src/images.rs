@@ -27,7 +27,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use oci_spec::image::{
-    Arch, ConfigBuilder, ImageConfigurationBuilder, MediaType, Os, RootFsBuilder,
+    Arch, ConfigBuilder, Digest, ImageConfiguration, ImageConfigurationBuilder, MediaType, Os,
+    RootFsBuilder,
 };
 use serde_json::json;
 use sluice_envoy_config::{CONTROL_ROOT_ID, PLUGIN_NAME};
@@ -152,6 +153,28 @@ impl Provenance {
     }
 }
 
+/// Finishes an image configuration of one layer whose uncompressed digest is `diff_id`,
+/// created when the provenance says; `what` names the image in errors.
+fn with_layer(
+    config: ImageConfigurationBuilder,
+    diff_id: &Digest,
+    provenance: &Provenance,
+    what: &str,
+) -> Result<ImageConfiguration> {
+    let rootfs = RootFsBuilder::default()
+        .typ("layers")
+        .diff_ids(vec![diff_id.to_string()])
+        .build()
+        .with_context(|| format!("building the {what} image's rootfs"))?;
+    let mut config = config.rootfs(rootfs);
+    if let Some(created) = provenance.created_rfc3339() {
+        config = config.created(created);
+    }
+    config
+        .build()
+        .with_context(|| format!("building the {what} image's configuration"))
+}
+
 /// The filter in the compat variant: one gzipped tar layer holding `plugin.wasm`.
 pub fn filter_compat(wasm: &[u8], provenance: &Provenance) -> Result<Image> {
     let mut contents = LayerContents::new(provenance.mtime());
@@ -164,7 +187,7 @@ pub fn filter_compat(wasm: &[u8], provenance: &Provenance) -> Result<Image> {
         "sluice-filter",
         "Sluice's rate-limiting proxy-wasm filter for Envoy (compat variant)",
     );
-    let mut config = ImageConfigurationBuilder::default()
+    let config = ImageConfigurationBuilder::default()
         // Docker's and crun's name for WebAssembly images (`--platform wasi/wasm`).
         .architecture(Arch::Wasm)
         .os(Os::Other("wasi".to_owned()))
@@ -178,20 +201,8 @@ pub fn filter_compat(wasm: &[u8], provenance: &Provenance) -> Result<Image> {
                 )
                 .build()
                 .context("building the filter image's configuration")?,
-        )
-        .rootfs(
-            RootFsBuilder::default()
-                .typ("layers")
-                .diff_ids(vec![diff_id.to_string()])
-                .build()
-                .context("building the filter image's rootfs")?,
         );
-    if let Some(created) = provenance.created_rfc3339() {
-        config = config.created(created);
-    }
-    let config = config
-        .build()
-        .context("building the filter image's configuration")?;
+    let config = with_layer(config, &diff_id, provenance, "filter")?;
 
     let mut annotations = labels;
     annotations.insert(VARIANT_ANNOTATION.to_owned(), "compat".to_owned());
@@ -269,7 +280,7 @@ pub fn server(binary: &[u8], provenance: &Provenance) -> Result<Image> {
         "sluice",
         "Sluice's admin API and dashboard (`sluice serve`): rules, tokens and metrics for Sluice's Envoy filter",
     );
-    let mut config = ImageConfigurationBuilder::default()
+    let config = ImageConfigurationBuilder::default()
         .architecture(Arch::Amd64)
         .os(Os::Linux)
         .config(
@@ -298,20 +309,8 @@ pub fn server(binary: &[u8], provenance: &Provenance) -> Result<Image> {
                 )
                 .build()
                 .context("building the server image's configuration")?,
-        )
-        .rootfs(
-            RootFsBuilder::default()
-                .typ("layers")
-                .diff_ids(vec![diff_id.to_string()])
-                .build()
-                .context("building the server image's rootfs")?,
         );
-    if let Some(created) = provenance.created_rfc3339() {
-        config = config.created(created);
-    }
-    let config = config
-        .build()
-        .context("building the server image's configuration")?;
+    let config = with_layer(config, &diff_id, provenance, "server")?;
     Ok(Image {
         config: Blob::json(MediaType::ImageConfig, &config)?,
         layers: vec![layer],

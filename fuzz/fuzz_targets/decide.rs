@@ -103,7 +103,7 @@ fuzz_target!(|scenario: Scenario| {
             let cost = rule.cost.of(request);
             // Two limits with the same parameters are one bucket: count it once.
             let mut seen = HashSet::new();
-            for limit in rule.limits_for(client) {
+            for limit in rule.limits_for(client).iter() {
                 if !seen.insert((limit.identity, limit.global)) {
                     continue;
                 }

@@ -7,7 +7,8 @@
 //! * [`time`]: [`time::Nanos`], the one type of every `now`, bucket state and duration.
 //! * [`gcra`]: token buckets as one theoretical-arrival-time per bucket.
 //! * [`slot`], [`store`] and [`limiter`]: the fixed-size bucket table in shared data,
-//!   compare-and-swap updates and all-or-nothing charging.
+//!   compare-and-swap updates and all-or-nothing charging; [`denials`]: the waits a
+//!   worker remembers, so a throttled client is denied again without a read.
 //! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
@@ -31,6 +32,7 @@
 
 pub mod config;
 pub mod control;
+pub mod denials;
 pub mod gcra;
 pub mod global;
 pub mod grpc;

@@ -17,11 +17,15 @@
 //! race makes a later bucket deny after earlier ones were charged, those charges are
 //! refunded. Retries are bounded; running out is a typed failure that the rule's
 //! failure mode turns into an allow or a deny.
+//!
+//! A denial is remembered for the wait it reported ([`RememberedDenials`]), so a client
+//! that keeps knocking is denied again without a shared-data read until then.
 
 use std::num::NonZeroU32;
 
 use smallvec::SmallVec;
 
+use crate::denials::RememberedDenials;
 use crate::gcra::Verdict;
 use crate::rule::Limit;
 use crate::slot::SlotValue;
@@ -36,11 +40,13 @@ pub const MAX_PROBES: u32 = 4;
 /// a row: rare with Envoy's handful of workers, and then the rule's failure mode decides.
 pub const MAX_WRITE_ATTEMPTS: u32 = 32;
 
-/// The fixed-size table of bucket slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The fixed-size table of bucket slots, as one worker uses it: with the denials it
+/// remembers.
+#[derive(Debug, Clone)]
 pub struct SlotTable {
     slots: u32,
     probes: u32,
+    denials: RememberedDenials,
 }
 
 /// One bucket set to charge: the limits of one rule for one client.
@@ -91,6 +97,8 @@ pub struct LimiterCounters {
     pub evictions: u32,
     pub corrupt_slots: u32,
     pub refund_failures: u32,
+    /// Denials repeated from memory, without reading the bucket.
+    pub remembered_denials: u32,
 }
 
 /// Bucket sets per request held without a heap allocation; more spill to the heap.
@@ -157,6 +165,7 @@ impl SlotTable {
         Self {
             slots: slots.get(),
             probes: MAX_PROBES.min(slots.get()),
+            denials: RememberedDenials::default(),
         }
     }
 
@@ -175,13 +184,24 @@ impl SlotTable {
         let mut buckets = Buckets::new();
         let mut plans: SmallVec<[Option<Plan>; INLINE_BUCKETS]> = SmallVec::new();
 
-        // Phase 1: read and check everything. The common denial ends here, unwritten.
+        // Phase 1: read and check everything. The common denial ends here, unwritten;
+        // a denial still standing ends it before any read.
         for request in requests {
+            if let Some(binding) = self
+                .denials
+                .standing(request.fingerprint, request.cost, now)
+            {
+                counters.remembered_denials += 1;
+                buckets.push(BucketResult::Denied { binding });
+                return Acquisition::denied(buckets, requests.len(), counters);
+            }
             match self.plan(store, now, request, &mut counters) {
                 Ok(Plan {
                     result: PlanResult::Denied(binding),
                     ..
                 }) => {
+                    self.denials
+                        .remember(request.fingerprint, request.cost, now, binding);
                     buckets.push(BucketResult::Denied { binding });
                     return Acquisition::denied(buckets, requests.len(), counters);
                 }
@@ -213,6 +233,8 @@ impl SlotTable {
                 }
                 Ok(PlanResult::Denied(binding)) => {
                     allowed = false;
+                    self.denials
+                        .remember(request.fingerprint, request.cost, now, binding);
                     BucketResult::Denied { binding }
                 }
                 Err(failure) => {
@@ -603,6 +625,36 @@ mod tests {
     }
 
     #[test]
+    fn a_throttled_client_is_denied_from_memory_until_its_wait_ends() {
+        let (t, store) = (table(64), MemoryStore::new());
+        let limits = [limit(1, 5, 1, 10)];
+        assert_eq!(admitted(&t, &store, T0, &[bucket(7, &limits)], 10), 10);
+        let first = t.acquire(&store, Nanos::new(T0), &[bucket(7, &limits)]);
+        assert!(!first.allowed);
+        assert_eq!(
+            first.counters.remembered_denials, 0,
+            "the first denial reads"
+        );
+
+        // Within the 200 ms wait: denied again without a read, the wait shortened.
+        let reads = store.reads();
+        let again = t.acquire(&store, Nanos::new(T0 + 50_000_000), &[bucket(7, &limits)]);
+        assert!(!again.allowed);
+        assert_eq!(again.counters.remembered_denials, 1);
+        assert_eq!(store.reads(), reads, "no shared-data read");
+        let BucketResult::Denied { binding } = again.buckets[0] else {
+            panic!("{again:?}")
+        };
+        assert_eq!(binding.verdict.retry_after_ns, 150_000_000);
+
+        // Once the wait is over the bucket is read again and the token it refilled is
+        // admitted: remembering never denies past the wait it was told.
+        let later = t.acquire(&store, Nanos::new(T0 + 200_000_000), &[bucket(7, &limits)]);
+        assert!(later.allowed, "{later:?}");
+        assert!(store.reads() > reads);
+    }
+
+    #[test]
     fn every_tier_must_allow_and_the_longest_wait_is_reported() {
         let (t, store) = (table(64), MemoryStore::new());
         let limits = [limit(1, 10, 1, 20), limit(2, 30, 60, 30)];
@@ -863,7 +915,8 @@ mod tests {
         let limits = Arc::new([limit(1, 1, 3_600, 100)]);
         let workers: Vec<_> = (0..4)
             .map(|_| {
-                let (store, limits) = (Arc::clone(&store), Arc::clone(&limits));
+                // Each worker its own table (and memory of denials), one store.
+                let (store, limits, t) = (Arc::clone(&store), Arc::clone(&limits), t.clone());
                 std::thread::spawn(move || {
                     let mut counts = (0, 0, 0);
                     for _ in 0..100 {

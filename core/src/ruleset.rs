@@ -544,6 +544,7 @@ impl<'r> Decision<'r> {
         self.counters.evictions += c.evictions;
         self.counters.corrupt_slots += c.corrupt_slots;
         self.counters.refund_failures += c.refund_failures;
+        self.counters.remembered_denials += c.remembered_denials;
     }
 
     fn note_allowed(&mut self, rule: &'r Rule, limits: &'r LimitSet, tightest: TierVerdict) {

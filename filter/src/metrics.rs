@@ -241,6 +241,9 @@ pub struct Metrics {
     pub slot_evictions: Counter,
     /// Slot values that did not decode and were reused.
     pub slot_corrupt: Counter,
+    /// Denials repeated from this worker's memory of a wait still running, without
+    /// reading the bucket (`sluice_core::denials`).
+    pub denials_remembered: Counter,
     /// Matching rules skipped because the request carried no client key.
     pub key_missing: Counter,
     /// Configurations refused (the filter then passes all traffic).
@@ -273,6 +276,7 @@ impl Metrics {
             slot_shared: Counter::define("sluice_slot_shared_total"),
             slot_evictions: Counter::define("sluice_slot_evictions_total"),
             slot_corrupt: Counter::define("sluice_slot_corrupt_total"),
+            denials_remembered: Counter::define("sluice_denials_remembered_total"),
             key_missing: Counter::define("sluice_key_missing_total"),
             config_errors: Counter::define("sluice_config_errors_total"),
             rulesets_applied: Counter::define("sluice_rulesets_applied_total"),
@@ -298,6 +302,7 @@ impl Metrics {
             &self.slot_shared,
             &self.slot_evictions,
             &self.slot_corrupt,
+            &self.denials_remembered,
             &self.key_missing,
             &self.config_errors,
             &self.rulesets_applied,
@@ -315,6 +320,7 @@ impl Metrics {
         self.slot_shared.add(u64::from(c.shared_slots));
         self.slot_evictions.add(u64::from(c.evictions));
         self.slot_corrupt.add(u64::from(c.corrupt_slots));
+        self.denials_remembered.add(u64::from(c.remembered_denials));
         self.errors.add(u64::from(c.refund_failures));
     }
 }

@@ -373,11 +373,12 @@ impl Report<'_> {
             .map(|(v, c)| {
                 let pick = |name: &str| c.iter().find(|(k, _)| k == name).map_or(0, |(_, n)| *n);
                 format!(
-                    "({}) requests {}, denied {}, fail-open {}, errors {}, CAS conflicts {}, \
-                     slot evictions {}, shared slots {}",
+                    "({}) requests {}, denied {} ({} of them from memory), fail-open {}, \
+                     errors {}, CAS conflicts {}, slot evictions {}, shared slots {}",
                     v.id,
                     group(pick("sluice_requests_total")),
                     group(pick("sluice_denied_total")),
+                    group(pick("sluice_denials_remembered_total")),
                     group(pick("sluice_fail_open_total")),
                     group(pick("sluice_errors_total")),
                     group(pick("sluice_cas_contention_total")),

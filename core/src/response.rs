@@ -250,27 +250,47 @@ impl RateLimitFields {
     /// Calls `add(name, value)` for each field `format` asks for, in order. Values are
     /// formatted into a stack buffer: nothing is allocated.
     pub fn emit(&self, format: RateLimitHeaders, mut add: impl FnMut(&'static str, &str)) {
+        self.with_fields(format, |fields| {
+            for (name, value) in fields {
+                add(name, value);
+            }
+        });
+    }
+
+    /// Calls `use_fields` with the fields `format` asks for, formatted on the stack:
+    /// the request path's way to hand them to the host in one call without allocating.
+    pub fn with_fields<R>(
+        &self,
+        format: RateLimitHeaders,
+        use_fields: impl FnOnce(&[(&'static str, &str)]) -> R,
+    ) -> R {
         let Some(tier) = self.rendered.tiers.get(self.tier) else {
-            return;
+            return use_fields(&[]);
         };
-        if format.sends_ietf() {
-            add("ratelimit-policy", &self.rendered.policy);
-            let mut current = StackText::new();
-            let _ = write!(
-                current,
-                "{};r={};t={}",
-                tier.name, self.remaining, self.reset_seconds
-            );
-            add("ratelimit", current.as_str());
-        }
-        if format.sends_x() {
-            add("x-ratelimit-limit", &tier.limit);
-            let mut number = StackText::new();
-            let _ = write!(number, "{}", self.remaining);
-            add("x-ratelimit-remaining", number.as_str());
-            let mut number = StackText::new();
-            let _ = write!(number, "{}", self.reset_seconds);
-            add("x-ratelimit-reset", number.as_str());
+        let (mut current, mut remaining, mut reset) =
+            (StackText::new(), StackText::new(), StackText::new());
+        let _ = write!(
+            current,
+            "{};r={};t={}",
+            tier.name, self.remaining, self.reset_seconds
+        );
+        let _ = write!(remaining, "{}", self.remaining);
+        let _ = write!(reset, "{}", self.reset_seconds);
+        let ietf = [
+            ("ratelimit-policy", self.rendered.policy.as_ref()),
+            ("ratelimit", current.as_str()),
+        ];
+        let x = [
+            ("x-ratelimit-limit", tier.limit.as_ref()),
+            ("x-ratelimit-remaining", remaining.as_str()),
+            ("x-ratelimit-reset", reset.as_str()),
+        ];
+        let both = [ietf[0], ietf[1], x[0], x[1], x[2]];
+        match format {
+            RateLimitHeaders::Both => use_fields(&both),
+            RateLimitHeaders::Ietf => use_fields(&ietf),
+            RateLimitHeaders::XRateLimit => use_fields(&x),
+            RateLimitHeaders::None => use_fields(&[]),
         }
     }
 
@@ -329,6 +349,37 @@ pub fn rate_limit_headers(limited: &Limited<'_>, denied: bool) -> HeaderList {
 /// `Retry-After` for a denial: whole seconds, rounded up, at least 1.
 pub fn retry_after_seconds(limited: &Limited<'_>) -> u64 {
     ceil_seconds(limited.verdict().retry_after_ns).max(1)
+}
+
+/// The content type of every local reply's body (RFC 9457).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Calls `send` with a denial's header fields (`Retry-After`, the body's content type,
+/// then the rate-limit fields `format` asks for), formatted on the stack.
+pub fn with_denial_headers<R>(
+    limited: &Limited<'_>,
+    format: RateLimitHeaders,
+    send: impl FnOnce(&[(&'static str, &str)]) -> R,
+) -> R {
+    let mut retry_after = StackText::new();
+    let _ = write!(retry_after, "{}", retry_after_seconds(limited));
+    RateLimitFields::of(limited, true).with_fields(format, |fields| {
+        let mut headers: [(&'static str, &str); 7] = [("", ""); 7];
+        let mut len = 0;
+        for field in [
+            ("retry-after", retry_after.as_str()),
+            ("content-type", PROBLEM_JSON),
+        ]
+        .iter()
+        .chain(fields)
+        {
+            if let Some(slot) = headers.get_mut(len) {
+                *slot = *field;
+                len += 1;
+            }
+        }
+        send(headers.get(..len).unwrap_or_default())
+    })
 }
 
 /// The `application/problem+json` body of a denial (RFC 9457): the limit set's rendered
@@ -483,6 +534,33 @@ mod tests {
                 ("x-ratelimit-reset", "1".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn a_denial_sends_retry_after_its_content_type_then_the_fields() {
+        let r = rule(r#"[{"requests":5,"period":"second","burst":10}]"#);
+        let mut limited = allowed(&r, 0, 0);
+        limited.tier.verdict.allowed = false;
+        limited.tier.verdict.retry_after_ns = 1_500_000_000;
+        for format in [
+            RateLimitHeaders::Both,
+            RateLimitHeaders::Ietf,
+            RateLimitHeaders::XRateLimit,
+            RateLimitHeaders::None,
+        ] {
+            let sent = with_denial_headers(&limited, format, |headers| {
+                headers
+                    .iter()
+                    .map(|(n, v)| (*n, v.to_string()))
+                    .collect::<Vec<_>>()
+            });
+            let mut expected = vec![
+                ("retry-after", "2".to_string()),
+                ("content-type", PROBLEM_JSON.to_string()),
+            ];
+            expected.extend(RateLimitFields::of(&limited, true).to_list(format));
+            assert_eq!(sent, expected, "{format:?}");
+        }
     }
 
     #[test]

@@ -107,18 +107,10 @@ impl SluiceHttp {
                     );
                 }
                 let status = limited.rule.status;
-                let retry_after = response::retry_after_seconds(&limited).to_string();
-                let fields = RateLimitFields::of(&limited, true).to_list(format);
-                let mut headers: Vec<(&str, &str)> = Vec::with_capacity(2 + fields.len());
-                headers.push(("retry-after", &retry_after));
-                headers.push(("content-type", PROBLEM_JSON));
-                headers.extend(fields.iter().map(|(name, value)| (*name, value.as_str())));
-                send_local_response(
-                    metrics,
-                    status,
-                    headers,
-                    &response::problem_body(&limited, status),
-                )
+                let body = response::problem_body(&limited, status);
+                response::with_denial_headers(&limited, format, |headers| {
+                    send_local_response(metrics, status, headers, &body)
+                })
             }
             Outcome::FailedClosed(rule) => {
                 metrics.fail_closed.inc();
@@ -133,7 +125,7 @@ impl SluiceHttp {
                 send_local_response(
                     metrics,
                     rule.status,
-                    vec![("content-type", PROBLEM_JSON)],
+                    &[("content-type", response::PROBLEM_JSON)],
                     &response::failed_closed_body(&rule.name, rule.status),
                 )
             }
@@ -268,16 +260,14 @@ fn grpc_status_code(status: GrpcStatus) -> GrpcStatusCode {
     }
 }
 
-/// The content type of every local reply's body (RFC 9457).
-const PROBLEM_JSON: &str = "application/problem+json";
-
 fn send_local_response(
     metrics: &Metrics,
     status: u16,
-    headers: Vec<(&str, &str)>,
+    headers: &[(&str, &str)],
     body: &str,
 ) -> Action {
-    match hostcalls::send_http_response(u32::from(status), headers, Some(body.as_bytes())) {
+    match hostcalls::send_http_response(u32::from(status), headers.to_vec(), Some(body.as_bytes()))
+    {
         Ok(()) => Action::Pause,
         Err(status) => {
             log::error!("cannot send the local response ({status:?}); letting the request through");

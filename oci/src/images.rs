@@ -175,13 +175,21 @@ fn with_layer(
         .with_context(|| format!("building the {what} image's configuration"))
 }
 
+/// `contents` as one gzipped tar layer, with the digest of the uncompressed tar (the
+/// image configuration's `diff_id`).
+fn gzip_layer(contents: &LayerContents) -> Result<(Blob, Digest)> {
+    let tar = contents.tar()?;
+    Ok((
+        Blob::new(MediaType::ImageLayerGzip, gzip(&tar)?),
+        sha256(&tar),
+    ))
+}
+
 /// The filter in the compat variant: one gzipped tar layer holding `plugin.wasm`.
 pub fn filter_compat(wasm: &[u8], provenance: &Provenance) -> Result<Image> {
     let mut contents = LayerContents::new(provenance.mtime());
     contents.insert(PLUGIN_FILE, Entry::file(wasm, 0o644))?;
-    let tar = contents.tar()?;
-    let diff_id = sha256(&tar);
-    let layer = Blob::new(MediaType::ImageLayerGzip, gzip(&tar)?);
+    let (layer, diff_id) = gzip_layer(&contents)?;
 
     let labels = provenance.annotations(
         "sluice-filter",
@@ -272,9 +280,7 @@ pub fn server(binary: &[u8], provenance: &Provenance) -> Result<Image> {
     )?;
     // SQLite writes temporary files for large sorts and indexes here.
     contents.insert("tmp", Entry::dir(0o1777))?;
-    let tar = contents.tar()?;
-    let diff_id = sha256(&tar);
-    let layer = Blob::new(MediaType::ImageLayerGzip, gzip(&tar)?);
+    let (layer, diff_id) = gzip_layer(&contents)?;
 
     let labels = provenance.annotations(
         "sluice",

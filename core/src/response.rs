@@ -269,13 +269,18 @@ impl RateLimitFields {
         };
         let (mut current, mut remaining, mut reset) =
             (StackText::new(), StackText::new(), StackText::new());
-        let _ = write!(
-            current,
-            "{};r={};t={}",
-            tier.name, self.remaining, self.reset_seconds
-        );
-        let _ = write!(remaining, "{}", self.remaining);
-        let _ = write!(reset, "{}", self.reset_seconds);
+        // Only what `format` sends is formatted (this runs on every allowed response).
+        if format.sends_ietf() {
+            let _ = write!(
+                current,
+                "{};r={};t={}",
+                tier.name, self.remaining, self.reset_seconds
+            );
+        }
+        if format.sends_x() {
+            let _ = write!(remaining, "{}", self.remaining);
+            let _ = write!(reset, "{}", self.reset_seconds);
+        }
         let ietf = [
             ("ratelimit-policy", self.rendered.policy.as_ref()),
             ("ratelimit", current.as_str()),

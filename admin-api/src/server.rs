@@ -12,7 +12,7 @@ use sluice_core::listening::{Listening, Scheme};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::api::{self, AppState};
+use crate::http::{self, AppState};
 use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo, now_ms};
 use crate::tls::{OverTls, TlsListener};
 use crate::ui;
@@ -36,7 +36,7 @@ pub struct Server {
 /// Everything `sluice serve` answers: the API, and the dashboard at every path the API
 /// does not route.
 pub fn app(state: AppState) -> axum::Router {
-    api::app_beside(state, ui::router())
+    http::app_beside(state, ui::router())
 }
 
 /// Binds `listen` (port 0: any free port) and serves [`app`] in a background task until

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::Embed;
 
-use crate::api::no_such_endpoint;
+use crate::http::no_such_endpoint;
 
 #[derive(Embed)]
 #[folder = "../dashboard/dist/"]

@@ -1,16 +1,14 @@
 //! The HTTP API through the router (`tower::ServiceExt::oneshot`), on SQLite and
 //! PostgreSQL alike.
 
-mod common;
-
 use std::net::SocketAddr;
 
 use axum::http::Method;
-use common::{TestApp, TestDb, example_rule, rule};
 use serde_json::{Value, json};
 use sluice_admin::store::{Role, now_ms};
+use sluice_admin::testing::{TestApp, TestDb, example_rule, rule};
 
-on_every_backend!(
+sluice_admin::on_every_backend!(
     the_example_rule_is_accepted_and_served_to_proxies,
     rules_can_be_read_replaced_patched_toggled_and_deleted,
     bad_input_is_refused_with_field_paths_and_writes_nothing,
@@ -1159,7 +1157,7 @@ async fn a_change_through_one_replica_reaches_the_other_replicas_polls(db: TestD
     let reread = if notices {
         std::time::Duration::from_secs(3600)
     } else {
-        sluice_admin::api::VERSION_FOLLOW_INTERVAL
+        sluice_admin::http::VERSION_FOLLOW_INTERVAL
     };
     // Listening before the change is made, so its notice cannot be missed.
     let listening = follower.store().version_notices().await.unwrap();
@@ -1280,7 +1278,7 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
 /// any secret is looked at (a right one included); other addresses and successes are not
 /// affected, and the refusals are counted.
 async fn failed_authentications_are_limited_per_address(db: TestDb) {
-    use sluice_admin::api::failed_auth::ALLOWED_FAILURES;
+    use sluice_admin::http::failed_auth::ALLOWED_FAILURES;
     let api = TestApp::new(&db).await;
     let attacker = SocketAddr::from(([198, 51, 100, 7], 40000));
     let neighbour = SocketAddr::from(([198, 51, 100, 8], 40000));

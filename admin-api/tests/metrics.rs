@@ -3,18 +3,16 @@
 //! before and after flushes, rollups, top clients, zero-filling, retention, the live
 //! stream through a real server, and the flush on a clean stop.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{TestApp, TestDb, rule};
 use serde_json::{Value, json};
-use sluice_admin::api::{self, AppState};
+use sluice_admin::http::{self, AppState};
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
 use sluice_admin::store::{Actor, Resolution, Role, Span, now_ms};
+use sluice_admin::testing::{TestApp, TestDb, rule};
 
-on_every_backend!(
+sluice_admin::on_every_backend!(
     a_report_is_visible_in_every_query_before_and_after_the_flush,
     bad_reports_are_refused_and_change_nothing,
     every_metrics_endpoint_checks_the_token_and_the_role,
@@ -735,7 +733,7 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
         .await
         .unwrap();
     let api = TestApp {
-        app: api::app(state.clone()),
+        app: http::app(state.clone()),
         admin: db.token(Role::Admin).await,
         state,
     };

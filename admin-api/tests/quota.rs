@@ -3,20 +3,18 @@
 //! two replicas sharing one real Redis, a Redis outage, and the OpenAPI description. (The
 //! arithmetic itself is tested in `sluice-core`.)
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Backend, TestApp, TestDb};
 use serde_json::{Value, json};
-use sluice_admin::api::AppState;
+use sluice_admin::http::AppState;
 use sluice_admin::pipeline::MetricsConfig;
-use sluice_admin::quota;
-use sluice_admin::quota::redis::RedisBuckets;
 use sluice_admin::store::Role;
+use sluice_admin::testing::{Backend, TestApp, TestDb};
+use sluice_coordinator as quota;
+use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::global::coordinator::Settings;
 use sluice_core::time::Nanos;
-use sluice_testkit::{RedisServer, redis_available};
+use sluice_harness::{RedisServer, redis_available};
 
 /// Bounds every wait in this file.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -49,7 +47,7 @@ async fn replica(db: &TestDb, url: &str) -> TestApp {
         db.store.clone(),
         MetricsConfig::default(),
         quota::Backend::Redis(redis),
-        sluice_admin::api::failed_auth::FailureLimit::default(),
+        sluice_admin::http::failed_auth::FailureLimit::default(),
     )
     .await
     .expect("state");

@@ -1,115 +1,25 @@
 //! A real server on 127.0.0.1: the long-poll's timing, graceful shutdown, concurrent
-//! edits, and the `sluice` binary itself (serve, token, rules, migrate), on SQLite and
-//! PostgreSQL alike.
+//! edits and the proxy's address, on SQLite and PostgreSQL alike. The `sluice` binary
+//! itself is tested in `cli/tests/cli.rs`.
 
-mod common;
-
-use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{TestDb, example_rule, rule};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sluice_admin::api::AppState;
-use sluice_admin::server::{self, Server};
 use sluice_admin::store::Role;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use sluice_admin::testing::{PATIENCE, TestDb, TestServer, example_rule, rule};
 
-on_every_backend!(
+sluice_admin::on_every_backend!(
     a_poll_behind_the_current_version_is_answered_at_once,
     a_current_poll_is_held_then_answered_304,
     held_polls_wake_within_milliseconds_of_a_change,
     shutdown_ends_held_polls_promptly,
     concurrent_edits_with_one_etag_have_one_winner,
     the_proxy_address_is_the_tcp_peer,
-    the_binary_serves_prints_its_address_and_stops_on_sigterm,
-    the_first_start_prints_a_generated_admin_token_once,
-    the_cli_manages_tokens_and_applies_and_exports_rules,
-    the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts,
 );
 
-/// Bounds every wait in this file, so a broken server fails a test instead of hanging it.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-struct Running {
-    server: Server,
-    base: String,
-    admin: String,
-    http: reqwest::Client,
-}
-
-async fn start(db: &TestDb) -> Running {
-    let state = AppState::new(db.store.clone()).await.unwrap();
-    let server = server::start(state, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let base = format!("http://{}", server.addr());
-    Running {
-        server,
-        base,
-        admin: db.token(Role::Admin).await,
-        http: reqwest::Client::builder()
-            .timeout(PATIENCE)
-            .build()
-            .unwrap(),
-    }
-}
-
-impl Running {
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.admin)
-    }
-
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.admin)
-    }
-
-    async fn create(&self, rule: &Value) -> u64 {
-        let response = self.post("/api/v1/rules").json(rule).send().await.unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        response.json::<Value>().await.unwrap()["revision"]
-            .as_u64()
-            .unwrap()
-    }
-
-    /// How many long-polls the server is holding, from its own metrics.
-    async fn held_polls(&self) -> u64 {
-        held_polls(&self.http, &self.base).await
-    }
-
-    async fn wait_for_held_polls(&self, n: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.held_polls().await < n {
-            assert!(Instant::now() < deadline, "the polls were never held");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-/// How many long-polls the server at `base` is holding, from its own metrics.
-async fn held_polls(http: &reqwest::Client, base: &str) -> u64 {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("sluice_admin_long_polls "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 async fn a_poll_behind_the_current_version_is_answered_at_once(db: TestDb) {
-    let api = start(&db).await;
+    let api = TestServer::start(&db).await;
     api.create(&example_rule()).await;
     let start = Instant::now();
     let response = api
@@ -127,7 +37,7 @@ async fn a_poll_behind_the_current_version_is_answered_at_once(db: TestDb) {
 }
 
 async fn a_current_poll_is_held_then_answered_304(db: TestDb) {
-    let api = start(&db).await;
+    let api = TestServer::start(&db).await;
     api.create(&rule("a")).await;
     let start = Instant::now();
     let response = api
@@ -155,7 +65,7 @@ async fn a_current_poll_is_held_then_answered_304(db: TestDb) {
 }
 
 async fn held_polls_wake_within_milliseconds_of_a_change(db: TestDb) {
-    let api = start(&db).await;
+    let api = TestServer::start(&db).await;
     let polls: Vec<_> = (0..5)
         .map(|i| {
             let request = api
@@ -211,7 +121,7 @@ async fn held_polls_wake_within_milliseconds_of_a_change(db: TestDb) {
 }
 
 async fn shutdown_ends_held_polls_promptly(db: TestDb) {
-    let api = start(&db).await;
+    let api = TestServer::start(&db).await;
     let poll = tokio::spawn(api.get("/api/v1/ruleset?after=0&wait=60").send());
     api.wait_for_held_polls(1).await;
     let start = Instant::now();
@@ -226,7 +136,7 @@ async fn shutdown_ends_held_polls_promptly(db: TestDb) {
 }
 
 async fn concurrent_edits_with_one_etag_have_one_winner(db: TestDb) {
-    let api = start(&db).await;
+    let api = TestServer::start(&db).await;
     let revision = api.create(&rule("a")).await;
     let etag = format!("\"{revision}\"");
     let attempts: Vec<_> = (0..8)
@@ -256,7 +166,7 @@ async fn concurrent_edits_with_one_etag_have_one_winner(db: TestDb) {
 }
 
 async fn the_proxy_address_is_the_tcp_peer(db: TestDb) {
-    let api = start(&db).await;
+    let api = TestServer::start(&db).await;
     let proxy = db.token(Role::Proxy).await;
     let response = api
         .http
@@ -285,354 +195,4 @@ async fn the_proxy_address_is_the_tcp_peer(db: TestDb) {
         Some(true)
     );
     api.server.stop().await.unwrap();
-}
-
-// ---- The binary ----------------------------------------------------------------------
-
-fn sluice() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    command
-        .env_remove("SLUICE_ADMIN_TOKEN")
-        .env_remove("SLUICE_TOKEN")
-        .env_remove("SLUICE_DATABASE")
-        .env_remove("SLUICE_URL")
-        .env("RUST_LOG", "info")
-        .kill_on_drop(true);
-    command
-}
-
-/// `sluice serve` on a free port; returns the child, its base URL and its stderr reader.
-async fn serve(
-    db: &TestDb,
-    admin_token: Option<&str>,
-) -> (
-    Child,
-    String,
-    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
-) {
-    let mut command = sluice();
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--database", &db.url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(token) = admin_token {
-        command.env("SLUICE_ADMIN_TOKEN", token);
-    }
-    let mut child = command.spawn().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(PATIENCE, stdout.next_line())
-        .await
-        .expect("no listening line")
-        .unwrap()
-        .expect("stdout closed");
-    let base = sluice_core::listening::Listening::parse(&line)
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .url();
-    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
-    assert!(!base.ends_with(":0"), "{base}");
-    let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    (child, base, stderr)
-}
-
-async fn sigterm(child: &mut Child) -> std::process::ExitStatus {
-    let pid = child.id().unwrap().to_string();
-    let status = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
-    tokio::time::timeout(PATIENCE, child.wait())
-        .await
-        .expect("sluice did not stop on SIGTERM")
-        .unwrap()
-}
-
-async fn the_binary_serves_prints_its_address_and_stops_on_sigterm(db: TestDb) {
-    let token = "env-bootstrap-token-for-the-binary-test";
-    let (mut child, base, _stderr) = serve(&db, Some(token)).await;
-    let http = reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap();
-    let created = http
-        .post(format!("{base}/api/v1/rules"))
-        .bearer_auth(token)
-        .json(&example_rule())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), StatusCode::CREATED);
-    assert_eq!(
-        http.get(format!("{base}/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
-    // A held poll must not keep the process from stopping.
-    let poll = tokio::spawn(
-        http.get(format!("{base}/api/v1/ruleset?after=1&wait=60"))
-            .bearer_auth(token)
-            .send(),
-    );
-    // Only a poll the server is holding tests the shutdown; one still on its way would
-    // meet a closed port instead.
-    let deadline = Instant::now() + PATIENCE;
-    while held_polls(&http, &base).await < 1 {
-        assert!(Instant::now() < deadline, "the poll was never held");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let start = Instant::now();
-    let status = sigterm(&mut child).await;
-    assert!(status.success(), "{status}");
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
-    assert_eq!(
-        poll.await.unwrap().unwrap().status(),
-        StatusCode::NOT_MODIFIED
-    );
-    // The env token was stored hashed, once, and survives a restart.
-    let (mut child, base, _stderr) = serve(&db, Some(token)).await;
-    let rules = http
-        .get(format!("{base}/api/v1/rules"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(rules.status(), StatusCode::OK);
-    assert_eq!(rules.json::<Value>().await.unwrap()["total"], 1);
-    assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
-    assert!(sigterm(&mut child).await.success());
-}
-
-async fn the_first_start_prints_a_generated_admin_token_once(db: TestDb) {
-    let (mut child, base, mut stderr) = serve(&db, None).await;
-    let mut secret = None;
-    let deadline = Instant::now() + PATIENCE;
-    while secret.is_none() && Instant::now() < deadline {
-        let Ok(Ok(Some(line))) = tokio::time::timeout(PATIENCE, stderr.next_line()).await else {
-            break;
-        };
-        secret = line
-            .split_whitespace()
-            .find(|w| w.starts_with("slc_"))
-            .map(str::to_string);
-    }
-    let secret = secret.expect("no generated token on stderr");
-    let http = reqwest::Client::new();
-    let tokens = http
-        .get(format!("{base}/api/v1/tokens"))
-        .bearer_auth(&secret)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(tokens.status(), StatusCode::OK);
-    assert!(sigterm(&mut child).await.success());
-
-    // Tokens exist now: a second start mints none.
-    let (mut child, _base, mut stderr) = serve(&db, None).await;
-    assert!(sigterm(&mut child).await.success());
-    while let Ok(Some(line)) = stderr.next_line().await {
-        assert!(!line.contains("slc_"), "a second token was printed: {line}");
-    }
-    assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
-}
-
-async fn the_cli_manages_tokens_and_applies_and_exports_rules(db: TestDb) {
-    let run = |args: Vec<String>| async move {
-        let output = sluice().args(&args).output().await.unwrap();
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
-    let with_db = |args: &[&str]| {
-        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        v.extend(["--database".to_string(), db.url.clone()]);
-        v
-    };
-
-    let (code, stdout, _) = run(with_db(&["migrate"])).await;
-    assert_eq!(code, Some(0));
-    assert!(stdout.contains("migrated"), "{stdout}");
-
-    let (code, stdout, stderr) = run(with_db(&[
-        "token", "create", "--role", "editor", "--name", "ci",
-    ]))
-    .await;
-    assert_eq!(code, Some(0), "{stderr}");
-    let editor = stdout.trim().to_string();
-    assert!(editor.starts_with("slc_"), "{stdout}");
-    assert!(stderr.contains("editor"), "{stderr}");
-    let (code, _, stderr) = run(with_db(&[
-        "token", "create", "--role", "root", "--name", "x",
-    ]))
-    .await;
-    assert_eq!(code, Some(2), "{stderr}");
-
-    let (code, stdout, _) = run(with_db(&["token", "list"])).await;
-    assert_eq!(code, Some(0));
-    assert!(stdout.contains("ci") && stdout.contains("editor") && stdout.contains("active"));
-    assert!(!stdout.contains(&editor));
-    let id = db.store.list_tokens().await.unwrap()[0].id.clone();
-    assert!(stdout.contains(&id));
-
-    let api = start(&db).await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rules.yaml");
-    std::fs::write(
-        &file,
-        "- {name: api-per-key, match: {path_prefix: /api/}, key: {header: x-api-key}, limits: [{requests: 5, period: second, burst: 10}]}\n",
-    )
-    .unwrap();
-    let rules = |args: &[&str], token: &str| {
-        let mut v: Vec<String> = vec!["rules".to_string()];
-        v.extend(args.iter().map(|s| s.to_string()));
-        v.extend([
-            "--url".to_string(),
-            api.base.clone(),
-            "--token".to_string(),
-            token.to_string(),
-        ]);
-        v
-    };
-    let file_arg = file.display().to_string();
-    let (code, stdout, stderr) = run(rules(&["apply", "-f", &file_arg], &editor)).await;
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(
-        stdout.contains("ruleset version 1") && stdout.contains("added: api-per-key"),
-        "{stdout}"
-    );
-    let (code, stdout, _) = run(rules(&["apply", "-f", &file_arg], &editor)).await;
-    assert_eq!(code, Some(0));
-    assert!(stdout.contains("no changes"), "{stdout}");
-
-    let (code, stdout, _) = run(rules(&["export", "--format", "json"], &editor)).await;
-    assert_eq!(code, Some(0));
-    let exported: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(exported["rules"][0]["name"], "api-per-key");
-    let (code, stdout, _) = run(rules(&["export"], &editor)).await;
-    assert_eq!(code, Some(0));
-    assert!(stdout.contains("name: api-per-key"), "{stdout}");
-    let exported_file = dir.path().join("exported.yaml");
-    std::fs::write(&exported_file, &stdout).unwrap();
-    let (code, stdout, _) = run(rules(
-        &[
-            "apply",
-            "--prune",
-            "-f",
-            &exported_file.display().to_string(),
-        ],
-        &editor,
-    ))
-    .await;
-    assert_eq!(code, Some(0));
-    assert!(stdout.contains("no changes"), "{stdout}");
-
-    // A bad file is the user's to fix: status 2 and the field.
-    let bad = dir.path().join("bad.json");
-    std::fs::write(
-        &bad,
-        r#"[{"name":"b","key":"global","limits":[{"requests":0,"period":"second"}]}]"#,
-    )
-    .unwrap();
-    let (code, _, stderr) = run(rules(&["apply", "-f", &bad.display().to_string()], &editor)).await;
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("rules[0].limits[0].requests"), "{stderr}");
-
-    let (code, stdout, _) = run(with_db(&["token", "revoke", &id])).await;
-    assert_eq!(code, Some(0));
-    assert!(stdout.contains(&id));
-    let (code, _, stderr) = run(rules(&["export"], &editor)).await;
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("401"), "{stderr}");
-    let (code, _, _) = run(with_db(&["token", "revoke", "tok_nope"])).await;
-    assert_eq!(code, Some(2));
-    api.server.stop().await.unwrap();
-
-    // Nothing listens here: an environment problem, status 1.
-    let (code, _, stderr) = run(rules(&["export"], &editor)).await;
-    assert_eq!(code, Some(1), "{stderr}");
-}
-
-/// `sluice rules import --from envoy-ratelimit ARGS...`: its exit status and standard error.
-async fn import_envoy_ratelimit(args: &[&str]) -> (Option<i32>, String) {
-    let output = sluice()
-        .args(["rules", "import", "--from", "envoy-ratelimit"])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: TestDb) {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/envoy-ratelimit");
-    let config = examples.join("config.yaml").display().to_string();
-    let envoy = examples.join("envoy.yaml").display().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let imported = dir.path().join("imported.yaml").display().to_string();
-    let (code, stderr) =
-        import_envoy_ratelimit(&[&config, "--envoy", &envoy, "-o", &imported]).await;
-    assert_eq!(code, Some(0), "{stderr}");
-    // What could not be converted is named, with the reason.
-    assert!(
-        stderr.contains("skipped descriptor (destination_cluster, legacy)")
-            && stderr.contains("the `destination_cluster` action has no Sluice equivalent")
-            && stderr.contains("converted 3 rule(s)"),
-        "{stderr}"
-    );
-
-    let api = start(&db).await;
-    let output = sluice()
-        .args(["rules", "apply", "--dry-run", "-f", &imported])
-        .args(["--url", &api.base, "--token", &api.admin])
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert!(
-        stdout.contains("would change")
-            && stdout.contains("edge-remote_address")
-            && stdout.contains("edge-generic_key-slowpath-api_key")
-            && stdout.contains("edge-header_match-beta-writes"),
-        "{stdout}"
-    );
-    // A dry run changes nothing.
-    let rules: Value = api
-        .get("/api/v1/rules")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(rules["rules"], json!([]), "{rules}");
-    api.server.stop().await.unwrap();
-
-    // Nothing convertible: an error the user must act on, status 2.
-    let unbound = dir.path().join("unbound.yaml");
-    std::fs::write(
-        &unbound,
-        "domain: d\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-    )
-    .unwrap();
-    let (code, stderr) = import_envoy_ratelimit(&[&unbound.display().to_string()]).await;
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(
-        stderr.contains("--header api_key=HEADER-NAME")
-            && stderr.contains("nothing could be converted"),
-        "{stderr}"
-    );
 }

@@ -1,13 +1,11 @@
 //! The dashboard's sign-in (`/api/v1/session`), its cookie, and the dashboard's files at
 //! `/`, on SQLite and PostgreSQL alike.
 
-mod common;
-
-use common::{TestApp, TestDb, rule};
 use serde_json::json;
 use sluice_admin::store::Role;
+use sluice_admin::testing::{TestApp, TestDb, rule};
 
-on_every_backend!(
+sluice_admin::on_every_backend!(
     a_token_signs_in_and_the_cookie_then_acts_as_it,
     proxy_and_unknown_tokens_cannot_sign_in,
     signing_out_or_revoking_the_token_ends_the_session,

@@ -1,19 +1,17 @@
 //! The repository layer's behaviour, on SQLite and PostgreSQL alike.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::TestDb;
 use serde_json::{Value, json};
 use sluice_admin::server::{Bootstrap, bootstrap_admin};
 use sluice_admin::store::{
     Action, Actor, ChangeKind, IfMatch, ProxySeen, Role, RuleFilter, StoreError, Working,
     hash_token,
 };
+use sluice_admin::testing::TestDb;
 use sluice_core::spec::{Mode, RuleSpec};
 
-on_every_backend!(
+sluice_admin::on_every_backend!(
     a_fresh_database_is_at_version_zero,
     an_edit_writes_rules_a_version_and_an_audit_entry,
     an_edit_is_stamped_with_the_callers_time,
@@ -43,7 +41,7 @@ fn spec(value: Value) -> RuleSpec {
 }
 
 fn rule(name: &str) -> RuleSpec {
-    spec(common::rule(name))
+    spec(sluice_admin::testing::rule(name))
 }
 
 fn actor() -> Actor {

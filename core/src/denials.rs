@@ -6,7 +6,7 @@
 //! meanwhile. A throttled client that keeps knocking (the common shape of abuse, and
 //! variant (g) of the benchmark) then costs its worker no shared-data read and no bucket
 //! arithmetic until its wait is over: the read alone is about 0.9 µs of Envoy CPU
-//! (`bench/results/2026-11-25-hostcalls.md`).
+//! (`tools/bench/results/2026-11-25-hostcalls.md`).
 //!
 //! It errs only toward denying, and only within the wait it remembers:
 //! - a refund (another rule denied a request after this bucket was charged for it) frees

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_testkit::{PostgresDatabase, PostgresServer, postgres_available};
+use sluice_harness::{PostgresDatabase, PostgresServer, postgres_available};
 use sluice_tests::{ADMIN_TOKEN, AdminServer, Client, Method, Req, Resp, wait_for};
 
 const WRITERS: usize = 4;

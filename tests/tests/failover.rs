@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_testkit::PostgresDatabase;
+use sluice_harness::PostgresDatabase;
 use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, wait_for};
 
 /// The promise: a change made on a surviving replica is enforced within this.

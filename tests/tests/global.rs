@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_testkit::{RedisServer, redis_available};
+use sluice_harness::{RedisServer, redis_available};
 use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, StatusCounts, wait_for};
 
 const RATE: u64 = 20;

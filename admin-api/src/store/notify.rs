@@ -6,7 +6,7 @@
 //! through another.
 //!
 //! A notice can be missed (the listening connection drops and reconnects), so the
-//! replicas also re-read the version once a second ([`crate::api::AppState::follow_versions`]):
+//! replicas also re-read the version once a second ([`crate::http::AppState::follow_versions`]):
 //! notices make the wake-up prompt, the poll makes it certain. SQLite has no notices and
 //! serves one process: it relies on the poll alone.
 

@@ -1,0 +1,190 @@
+//! `sluice serve`: the admin API server, from flags to a running [`server`] and back down
+//! on SIGINT or SIGTERM.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sluice_admin::http::AppState;
+use sluice_admin::http::failed_auth::FailureLimit;
+use sluice_admin::pipeline::MetricsConfig;
+use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
+use sluice_coordinator::Backend;
+use sluice_coordinator::redis::RedisBuckets;
+
+use super::Failure;
+use super::database::{DatabaseArgs, open_store, redact};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the bound address is printed).
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    #[command(flatten)]
+    db: DatabaseArgs,
+
+    /// How long 10-second metric buckets are kept (e.g. 24h, 3d).
+    #[arg(long = "retention-10s", value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+    retention_10s: Duration,
+
+    /// How long 1-minute metric buckets are kept.
+    #[arg(long = "retention-1m", value_name = "DURATION", default_value = "14d", value_parser = humantime::parse_duration)]
+    retention_1m: Duration,
+
+    /// How long 1-hour metric buckets are kept.
+    #[arg(long = "retention-1h", value_name = "DURATION", default_value = "400d", value_parser = humantime::parse_duration)]
+    retention_1h: Duration,
+
+    /// Keep global (fleet-wide) buckets in this Redis instead of in memory, so several
+    /// `sluice serve` replicas share them and they survive restarts.
+    #[arg(long, env = "SLUICE_REDIS", value_name = "redis://HOST:PORT[/DB]")]
+    redis: Option<String>,
+
+    /// Serve over TLS with this PEM certificate chain (the server's certificate first, then
+    /// any intermediates). Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert's certificate.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Failed authentications (wrong tokens, sessions or sign-ins) one client address may
+    /// make at once before it is answered 429; then one more every --auth-failure-refill.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::http::failed_auth::ALLOWED_FAILURES)]
+    auth_failures: u64,
+
+    /// How often a client address regains one failed authentication (e.g. 10s, 1m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    auth_failure_refill: Duration,
+}
+
+fn init_logging() {
+    // RUST_LOG overrides, e.g. RUST_LOG=sluice_admin=debug shows every request.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in files and CI logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Serves until SIGINT or SIGTERM, then stops gracefully (see [`server::Server::stop`]).
+pub async fn run(args: ServeArgs) -> Result<(), Failure> {
+    init_logging();
+    // Checked before anything else, so a wrong file is reported at once and alone.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            sluice_admin::tls::server_config(cert, key)
+                .map_err(|err| Failure::BadInput(err.to_string()))?,
+        ),
+        _ => None,
+    };
+    let auth_failures = FailureLimit {
+        allowed: args.auth_failures,
+        refill: args.auth_failure_refill,
+    };
+    if auth_failures.gcra().is_none() {
+        return Err(Failure::BadInput(format!(
+            "--auth-failures {} with --auth-failure-refill {}: allow at least 1, refill at least 1 ns, and keep their product under 146 years",
+            args.auth_failures,
+            humantime::format_duration(args.auth_failure_refill)
+        )));
+    }
+    let store = open_store(&args.db).await?;
+    let env_token = std::env::var(ADMIN_TOKEN_ENV).ok();
+    match server::bootstrap_admin(&store, env_token.as_deref())
+        .await
+        .context("creating the bootstrap admin token")?
+    {
+        Bootstrap::FromEnv {
+            created: true,
+            token,
+        } => {
+            tracing::info!(id = %token.id, "stored {ADMIN_TOKEN_ENV} as an admin token");
+        }
+        Bootstrap::FromEnv { created: false, .. } | Bootstrap::NotNeeded => {}
+        Bootstrap::EnvTokenRevoked(token) => {
+            tracing::warn!(id = %token.id, "{ADMIN_TOKEN_ENV} names a revoked token; it stays revoked");
+        }
+        Bootstrap::Generated(token) => {
+            eprintln!(
+                "\nThe database had no API tokens, so an admin token was created. It is shown \
+                 only this once (only its hash is stored):\n\n    {}\n\nUse it as \
+                 `Authorization: Bearer TOKEN`, or SLUICE_TOKEN=... for `sluice rules`.\n",
+                token.secret
+            );
+        }
+    }
+    let signals = ShutdownSignals::install().context("installing signal handlers")?;
+    let metrics = MetricsConfig {
+        retention_10s: args.retention_10s,
+        retention_1m: args.retention_1m,
+        retention_1h: args.retention_1h,
+        ..MetricsConfig::default()
+    };
+    let quota = match &args.redis {
+        None => Backend::Memory,
+        Some(url) => {
+            let redis = RedisBuckets::connect(url)
+                .await
+                .with_context(|| format!("connecting to Redis at {url}"))?;
+            tracing::info!(%url, "global buckets are kept in Redis");
+            Backend::Redis(redis)
+        }
+    };
+    let state = AppState::with_options(store.clone(), metrics, quota, auth_failures)
+        .await
+        .context("reading the current ruleset version")?;
+    let server = match tls {
+        Some(tls) => server::start_tls(state, args.listen, tls).await,
+        None => server::start(state, args.listen).await,
+    }
+    .with_context(|| format!("listening on {}", args.listen))?;
+    // One stable line on stdout for scripts and tests that start `sluice serve` on port 0
+    // (`sluice_core::listening` reads it back).
+    println!("{}", server.listening());
+    let _ = std::io::stdout().flush();
+    tracing::info!(
+        addr = %server.addr(),
+        database = %redact(&args.db.database),
+        backend = store.backend().name(),
+        "admin API ready"
+    );
+    signals.wait().await;
+    tracing::info!("shutting down");
+    server.stop().await.context("serving")?;
+    store.close().await;
+    Ok(())
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM (what service managers and container runtimes send).
+///
+/// Installed before the address is printed: whoever reads that line may signal at once,
+/// and a signal before the handler exists would kill the process without a clean stop.
+struct ShutdownSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> std::io::Result<ShutdownSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(ShutdownSignals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
+}

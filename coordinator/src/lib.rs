@@ -1,0 +1,533 @@
+//! The coordinator of fleet-wide (global) buckets: the server side of
+//! `POST /api/v1/quota/sync`.
+//!
+//! The arithmetic is the core's ([`sluice_core::global::coordinator::settle`]); this crate
+//! checks a sync request, keeps the buckets' state, counts the fleet, and answers. State
+//! lives in this process by default ([`memory::MemoryBuckets`]: one `sluice serve`
+//! coordinates the whole fleet, with nothing else to run), or in Redis
+//! ([`redis::RedisBuckets`], `sluice serve --redis URL`: any number of replicas share it).
+//! A coordinator that starts without its buckets' state *warms up* for one lease TTL
+//! (grants nothing; proxies keep to their fallback shares), because leases granted before
+//! the restart may still be spent.
+
+pub mod memory;
+pub mod redis;
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use sluice_core::gcra::Gcra;
+use sluice_core::global::coordinator::{Settings, Usage};
+use sluice_core::global::sync::{SyncRequest, SyncResponse};
+use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
+use sluice_core::time::Nanos;
+use sluice_core::validation::{FieldError, ValidationErrors};
+
+use memory::MemoryBuckets;
+
+/// Shortest and longest sync interval a proxy may use.
+pub const MIN_INTERVAL_MS: u64 = 50;
+pub const MAX_INTERVAL_MS: u64 = 10_000;
+/// Most buckets in one sync: 50,000 active global buckets per proxy (about 7 MB of JSON).
+pub const MAX_SYNC_BUCKETS: usize = 50_000;
+/// Largest sync body accepted.
+pub const MAX_SYNC_BYTES: usize = 16 * 1024 * 1024;
+/// Longest proxy id (visible ASCII), as for reports.
+pub const MAX_PROXY_ID_LEN: usize = 128;
+/// Largest count in one bucket's usage: far beyond what a proxy admits between syncs, and
+/// small enough that the coordinator's sums cannot overflow.
+pub const MAX_COUNT: u64 = 1_000_000_000_000;
+/// Problems listed in one answer.
+const MAX_PROBLEMS: usize = 20;
+
+/// A sync request that passed every check.
+#[derive(Debug)]
+pub struct ValidSync {
+    pub proxy: String,
+    pub interval_ns: u64,
+    pub covers_ns: u64,
+    pub buckets: Vec<(u64, Gcra, Usage)>,
+}
+
+/// Checks a sync request; every problem is named by its field path.
+pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
+    let mut problems = Vec::new();
+    let mut problem = |field: String, message: String| {
+        if problems.len() < MAX_PROBLEMS {
+            problems.push(FieldError { field, message });
+        }
+    };
+    let id = &request.proxy;
+    if id.is_empty() || id.len() > MAX_PROXY_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        problem(
+            "proxy".into(),
+            format!("must be 1 to {MAX_PROXY_ID_LEN} visible ASCII characters"),
+        );
+    }
+    if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&request.interval_ms) {
+        problem(
+            "interval_ms".into(),
+            format!("must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS}"),
+        );
+    }
+    if request.covers_ms > 60 * MAX_INTERVAL_MS {
+        problem(
+            "covers_ms".into(),
+            format!("must be at most {}", 60 * MAX_INTERVAL_MS),
+        );
+    }
+    if request.buckets.len() > MAX_SYNC_BUCKETS {
+        problem(
+            "buckets".into(),
+            format!("at most {MAX_SYNC_BUCKETS} buckets per sync"),
+        );
+    }
+    let mut buckets = Vec::with_capacity(request.buckets.len().min(MAX_SYNC_BUCKETS));
+    for (i, b) in request.buckets.iter().enumerate().take(MAX_SYNC_BUCKETS) {
+        let limit = NonZeroU64::new(b.interval_ns)
+            .zip(NonZeroU64::new(b.burst))
+            .and_then(|(interval, burst)| Gcra::new(NonZeroU64::MIN, interval, burst).ok());
+        let Some(limit) = limit else {
+            problem(
+                format!("buckets[{i}]"),
+                "interval_ns and burst must be positive, and burst × interval_ns at most 2^62"
+                    .into(),
+            );
+            continue;
+        };
+        let usage = b.usage();
+        for (name, value) in [
+            ("attempts", usage.attempts),
+            ("unleased", usage.unleased),
+            ("returned", usage.returned),
+            ("want", usage.want),
+        ] {
+            if value > MAX_COUNT {
+                problem(
+                    format!("buckets[{i}].{name}"),
+                    format!("must be at most {MAX_COUNT}"),
+                );
+            }
+        }
+        buckets.push((b.bucket, limit, usage));
+    }
+    if !problems.is_empty() {
+        return Err(ValidationErrors(problems));
+    }
+    Ok(ValidSync {
+        proxy: request.proxy,
+        interval_ns: request.interval_ms * 1_000_000,
+        covers_ns: request.covers_ms.max(1) * 1_000_000,
+        buckets,
+    })
+}
+
+/// Where the buckets' state lives.
+#[derive(Debug)]
+pub enum Backend {
+    Memory,
+    Redis(redis::RedisBuckets),
+}
+
+/// The coordinator: bucket state, the fleet's members, and its metrics.
+#[derive(Debug)]
+pub struct Coordinator {
+    state: State,
+    metrics: QuotaMetrics,
+    /// What this process saw of each proxy's syncs, for `GET /api/v1/proxies`.
+    seen: Mutex<HashMap<String, SyncSeen>>,
+}
+
+/// One proxy's syncs as a coordinator saw them (times in Unix milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncSeen {
+    /// Its last sync that was answered; with Redis, by any replica.
+    pub answered_at_ms: Option<i64>,
+    /// Its last sync this coordinator could not answer (Redis unreachable).
+    pub failed_at_ms: Option<i64>,
+    /// The last answer said the coordinator is warming up (no grants: the proxy keeps to
+    /// its fallback shares).
+    pub warming_up: bool,
+    /// The sync interval it last declared.
+    pub interval_ms: u64,
+}
+
+/// A proxy whose syncs went unanswered this many intervals (plus [`FALLBACK_SLACK_MS`])
+/// is taken to be on its fallback shares: it switches after one failed sync.
+pub const FALLBACK_AFTER_INTERVALS: i64 = 2;
+pub const FALLBACK_SLACK_MS: i64 = 250;
+/// The interval assumed for a proxy only another replica has heard from.
+const DEFAULT_INTERVAL_MS: u64 = sluice_core::global::DEFAULT_SYNC_INTERVAL_NS / 1_000_000;
+
+impl SyncSeen {
+    /// Whether the proxy is enforcing global limits with its fallback shares at `now_ms`:
+    /// its last sync failed or was answered by a coordinator warming up, or none was
+    /// answered for a while.
+    pub fn on_fallback(&self, now_ms: i64) -> bool {
+        if self.warming_up {
+            return true;
+        }
+        match (self.answered_at_ms, self.failed_at_ms) {
+            (_, Some(failed)) if self.answered_at_ms.is_none_or(|ok| failed > ok) => true,
+            (Some(ok), _) => {
+                let interval = i64::try_from(self.interval_ms).unwrap_or(i64::MAX);
+                now_ms - ok
+                    > interval
+                        .saturating_mul(FALLBACK_AFTER_INTERVALS)
+                        .saturating_add(FALLBACK_SLACK_MS)
+            }
+            (None, _) => false,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Memory {
+        buckets: MemoryBuckets,
+        /// When each proxy last synced.
+        fleet: Mutex<HashMap<String, Instant>>,
+        /// When the buckets' state began: this process's start.
+        since: Instant,
+    },
+    Redis(redis::RedisBuckets),
+}
+
+/// The coordinator could not answer (its Redis is unreachable): proxies keep to their
+/// fallback shares until it answers again.
+#[derive(Debug, thiserror::Error)]
+#[error("global buckets are unavailable: Redis: {0}")]
+pub struct Unavailable(#[from] ::redis::RedisError);
+
+#[derive(Debug, Default)]
+struct QuotaMetrics {
+    syncs: Counter,
+    buckets_settled: Counter,
+    granted: Counter,
+    unleased: Counter,
+    active_buckets: Gauge,
+    fleet: Gauge,
+    redis_commands: Counter,
+    contended: Counter,
+}
+
+impl Coordinator {
+    /// A coordinator over `backend`, its metrics registered in `registry`.
+    pub fn new(backend: Backend, registry: &mut Registry) -> Self {
+        let metrics = QuotaMetrics::default();
+        let counters = [
+            (
+                "sluice_quota_syncs",
+                "Sync requests answered (one per proxy per sync interval)",
+                &metrics.syncs,
+            ),
+            (
+                "sluice_quota_bucket_settlements",
+                "Buckets settled in sync requests",
+                &metrics.buckets_settled,
+            ),
+            (
+                "sluice_quota_granted_tokens",
+                "Tokens granted to proxies' leases",
+                &metrics.granted,
+            ),
+            (
+                "sluice_quota_unleased_tokens",
+                "Tokens proxies admitted without a lease (new buckets, fallback), debited later",
+                &metrics.unleased,
+            ),
+            (
+                "sluice_quota_redis_commands",
+                "Redis commands sent for syncs (about two per bucket per batch of syncs, never per request)",
+                &metrics.redis_commands,
+            ),
+            (
+                "sluice_quota_contended_buckets",
+                "Buckets granted nothing because other replicas kept changing them during a sync",
+                &metrics.contended,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register(
+            "sluice_quota_active_buckets",
+            "Global buckets held in memory (with Redis: settled by the last sync)",
+            metrics.active_buckets.clone(),
+        );
+        registry.register(
+            "sluice_quota_fleet_size",
+            "Proxies that synced within the last eight sync intervals",
+            metrics.fleet.clone(),
+        );
+        let state = match backend {
+            Backend::Memory => State::Memory {
+                buckets: MemoryBuckets::new(),
+                fleet: Mutex::new(HashMap::new()),
+                since: Instant::now(),
+            },
+            Backend::Redis(redis) => State::Redis(redis),
+        };
+        Self {
+            state,
+            metrics,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every proxy's syncs: this process's record, with Redis completed by the fleet's
+    /// sorted set (syncs any replica answered).
+    pub async fn syncs_seen(&self) -> HashMap<String, SyncSeen> {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let State::Redis(redis) = &self.state {
+            // Best effort: without Redis the local record is all there is.
+            if let Ok(fleet) = redis.fleet().await {
+                for (proxy, at_ms) in fleet {
+                    let entry = seen.entry(proxy).or_insert(SyncSeen {
+                        interval_ms: DEFAULT_INTERVAL_MS,
+                        ..SyncSeen::default()
+                    });
+                    entry.answered_at_ms = entry.answered_at_ms.max(Some(at_ms));
+                }
+            }
+        }
+        seen
+    }
+
+    fn record(&self, sync: &ValidSync, answer: Option<&SyncResponse>, now_ms: i64) {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = seen.entry(sync.proxy.clone()).or_default();
+        entry.interval_ms = sync.interval_ns / 1_000_000;
+        match answer {
+            Some(answer) => {
+                entry.answered_at_ms = Some(now_ms);
+                entry.warming_up = answer.warming_up;
+            }
+            None => entry.failed_at_ms = Some(now_ms),
+        }
+    }
+
+    /// Settles one proxy's sync and answers it. `now` is this process's clock (the memory
+    /// backend's); with Redis, Redis's clock is used so replicas agree. `now_ms` (Unix
+    /// milliseconds) is when the proxy was last seen, as the API shows it.
+    pub async fn sync(
+        &self,
+        sync: &ValidSync,
+        now: Instant,
+        now_ms: i64,
+    ) -> Result<SyncResponse, Unavailable> {
+        let answer = self.settle(sync, now).await;
+        self.record(sync, answer.as_ref().ok(), now_ms);
+        answer
+    }
+
+    async fn settle(&self, sync: &ValidSync, now: Instant) -> Result<SyncResponse, Unavailable> {
+        let lease_ttl_ns = sync.interval_ns * LEASE_TTL_INTERVALS;
+        let fleet_memory_ns = sync.interval_ns * FLEET_MEMORY_INTERVALS;
+        let settings = Settings::for_interval(Nanos::new(sync.interval_ns));
+        let answer = match &self.state {
+            State::Memory {
+                buckets,
+                fleet,
+                since,
+            } => {
+                let fleet_size = count_fleet(
+                    fleet,
+                    &sync.proxy,
+                    now,
+                    Duration::from_nanos(fleet_memory_ns),
+                );
+                let settings = Settings {
+                    warming_up: now.saturating_duration_since(*since)
+                        < Duration::from_nanos(lease_ttl_ns),
+                    fleet_size,
+                    ..settings
+                };
+                // Monotonic, and far enough from zero that a bucket's zero state reads as
+                // full.
+                let clock = (1 << 40) + now.saturating_duration_since(*since).as_nanos() as u64;
+                let grants = buckets.settle_all(&sync.buckets, sync.covers_ns, clock, &settings);
+                self.metrics.active_buckets.set(buckets.count() as i64);
+                SyncResponse {
+                    fleet_size,
+                    warming_up: settings.warming_up,
+                    grants,
+                }
+            }
+            State::Redis(redis) => {
+                let settled = redis
+                    .settle(redis::SyncJob {
+                        proxy: sync.proxy.clone(),
+                        buckets: sync.buckets.clone(),
+                        covers_ns: sync.covers_ns,
+                        settings,
+                        lease_ttl_ns,
+                        fleet_memory_ns,
+                    })
+                    .await?;
+                self.metrics.redis_commands.inc_by(settled.commands);
+                self.metrics.contended.inc_by(settled.contended);
+                self.metrics.active_buckets.set(settled.grants.len() as i64);
+                SyncResponse {
+                    fleet_size: settled.fleet_size,
+                    warming_up: settled.warming_up,
+                    grants: settled.grants,
+                }
+            }
+        };
+        self.metrics.syncs.inc();
+        self.metrics.fleet.set(i64::from(answer.fleet_size));
+        self.metrics
+            .buckets_settled
+            .inc_by(answer.grants.len() as u64);
+        self.metrics
+            .granted
+            .inc_by(answer.grants.iter().map(|g| g.granted).sum());
+        self.metrics
+            .unleased
+            .inc_by(sync.buckets.iter().map(|(_, _, u)| u.unleased).sum());
+        Ok(answer)
+    }
+}
+
+/// Records `proxy`'s sync and counts the proxies seen within `memory`.
+fn count_fleet(
+    fleet: &Mutex<HashMap<String, Instant>>,
+    proxy: &str,
+    now: Instant,
+    memory: Duration,
+) -> u32 {
+    let mut fleet = fleet
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    fleet.insert(proxy.to_string(), now);
+    // Forget proxies gone for much longer than any interval, so the map stays small.
+    fleet.retain(|_, seen| now.saturating_duration_since(*seen) < Duration::from_secs(600));
+    let size = fleet
+        .values()
+        .filter(|seen| now.saturating_duration_since(**seen) <= memory)
+        .count();
+    u32::try_from(size).unwrap_or(u32::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::global::sync::BucketUsage;
+
+    fn request(proxy: &str, buckets: Vec<BucketUsage>) -> SyncRequest {
+        SyncRequest {
+            proxy: proxy.into(),
+            interval_ms: 500,
+            covers_ms: 500,
+            buckets,
+        }
+    }
+
+    /// A bucket of 10/s with a burst of 100, asking for `want` tokens.
+    fn usage(bucket: u64, want: u64) -> BucketUsage {
+        BucketUsage::new(
+            bucket,
+            100_000_000,
+            100,
+            &Usage {
+                want,
+                ..Usage::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_proxy_is_on_fallback_after_a_failed_or_long_unanswered_sync() {
+        let seen = |answered, failed| SyncSeen {
+            answered_at_ms: answered,
+            failed_at_ms: failed,
+            warming_up: false,
+            interval_ms: 500,
+        };
+        assert!(!seen(None, None).on_fallback(10_000), "never synced");
+        assert!(!seen(Some(10_000), None).on_fallback(11_250));
+        assert!(
+            seen(Some(10_000), None).on_fallback(11_251),
+            "two intervals and the slack without an answer"
+        );
+        assert!(seen(Some(10_000), Some(10_400)).on_fallback(10_400));
+        assert!(seen(None, Some(10_400)).on_fallback(10_400));
+        assert!(
+            !seen(Some(10_500), Some(10_400)).on_fallback(10_600),
+            "answered again since"
+        );
+        let warming = SyncSeen {
+            warming_up: true,
+            ..seen(Some(10_500), None)
+        };
+        assert!(warming.on_fallback(10_600), "no grants while warming up");
+    }
+
+    #[test]
+    fn bad_requests_name_every_problem() {
+        let mut bad = request("", vec![usage(1, 1), BucketUsage::default()]);
+        bad.interval_ms = 5;
+        bad.buckets[0].want = MAX_COUNT + 1;
+        let problems = validate(bad).unwrap_err().0;
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["proxy", "interval_ms", "buckets[0].want", "buckets[1]"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_warms_up_then_grants_and_counts_the_fleet() {
+        let mut registry = Registry::default();
+        let coordinator = Coordinator::new(Backend::Memory, &mut registry);
+        let State::Memory { since: start, .. } = coordinator.state else {
+            unreachable!()
+        };
+        let sync = validate(request("a", vec![usage(7, 30)])).unwrap();
+        let answer = coordinator.sync(&sync, start, 0).await.unwrap();
+        assert!(answer.warming_up);
+        assert_eq!(answer.grants[0].granted, 0);
+        assert_eq!(answer.fleet_size, 1);
+
+        let later = start + Duration::from_millis(1_500);
+        let answer = coordinator.sync(&sync, later, 0).await.unwrap();
+        assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
+        assert_eq!(answer.grants[0].granted, 30);
+        // Once the bucket is no longer young (no even shares left to reserve), the second
+        // proxy gets what the first left, plus the refill since: never a second burst;
+        // one interval's refill (5) stays for the proxies' demand shares, and b reported
+        // no demand.
+        let other = validate(request("b", vec![usage(7, 100)])).unwrap();
+        let young_ns = Settings::for_interval(Nanos::new(500_000_000)).young_ns();
+        assert_eq!(young_ns, 800_000_000, "300 ms and one interval");
+        let young_no_more = later + Duration::from_nanos(young_ns);
+        let answer = coordinator.sync(&other, young_no_more, 0).await.unwrap();
+        assert_eq!(answer.fleet_size, 2);
+        assert_eq!(
+            answer.grants[0].granted,
+            70 + 8 - 5,
+            "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill"
+        );
+
+        // a's last sync was at `later`: it counts for eight intervals (4 s at 500 ms).
+        let still_there = later + Duration::from_millis(3_900);
+        let answer = coordinator.sync(&other, still_there, 0).await.unwrap();
+        assert_eq!(answer.fleet_size, 2, "a stalled for a moment, not gone");
+        let gone = later + Duration::from_millis(4_100);
+        let answer = coordinator.sync(&other, gone, 0).await.unwrap();
+        assert_eq!(answer.fleet_size, 1, "a left the fleet");
+    }
+}

@@ -5,6 +5,7 @@ use sluice_core::spec::FailureMode;
 
 /// A value picked from a fixed list. The list's order and labels are the form's; the
 /// option values are these, and for choices the wire also has they are the wire's names.
+/// (`Send + Sync` so the form can keep a choice in a signal.)
 pub trait Choice: Copy + PartialEq + Send + Sync + 'static {
     /// Every choice, each once.
     const ALL: &'static [Self];

@@ -30,7 +30,8 @@ impl fmt::Display for NumberError {
     }
 }
 
-/// A whole number type an input can hold, and how its text is read.
+/// A whole number type an input can hold, and how its text is read. (`Send + Sync` so the
+/// form can keep an input in a signal.)
 pub trait Whole: Copy + PartialEq + fmt::Display + Send + Sync + 'static {
     /// The number in `text` (trimmed, not empty), or `None` when it is not one.
     fn read(text: &str) -> Option<Self>;

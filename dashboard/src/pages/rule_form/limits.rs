@@ -1,0 +1,95 @@
+//! The limits' rows, for the rule and for each per-client override.
+
+use leptos::prelude::*;
+use sluice_core::spec::{NamedPeriod, Scope};
+use sluice_dashboard_model::draft::{LimitDraft, OverrideDraft, PeriodChoice};
+
+use super::inputs::{Field, number, select, switch, text};
+use super::state::{LimitRow, OverrideRow};
+
+/// The period `<select>`'s options; their values are the wire's names and `custom`.
+const PERIODS: &[(PeriodChoice, &str)] = &[
+    (PeriodChoice::Named(NamedPeriod::Second), "second"),
+    (PeriodChoice::Named(NamedPeriod::Minute), "minute"),
+    (PeriodChoice::Named(NamedPeriod::Hour), "hour"),
+    (PeriodChoice::Named(NamedPeriod::Day), "day"),
+    (PeriodChoice::Custom, "seconds…"),
+];
+
+/// The rows of limits at `prefix` (`limits` or `overrides[0].limits`).
+#[component]
+pub(super) fn Limits(
+    rows: RwSignal<Vec<LimitRow>>,
+    #[prop(into)] prefix: Signal<String>,
+) -> impl IntoView {
+    let index_of = move |id: usize| rows.with(|rs| rs.iter().position(|r| r.id == id).unwrap_or(0));
+    view! {
+        <div class="limits">
+            <For each=move || rows.get() key=|r| r.id let:row>
+                {
+                    let path = move |part: &'static str| Signal::derive(move || format!("{}[{}].{part}", prefix.get(), index_of(row.id)));
+                    view! {
+                        <div class="limit-row">
+                            <Field label="Requests" path=path("requests")>
+                                {number(row.requests, path("requests"), "100")}
+                            </Field>
+                            <Field label="per" path=path("period")>
+                                <div class="period">
+                                    {select(row.period, Some(path("period")), PERIODS)}
+                                    <Show when=move || row.period.get() == PeriodChoice::Custom>
+                                        {number(row.seconds, Signal::derive(move || format!("{}.seconds", path("period").get())), "30")}
+                                    </Show>
+                                </div>
+                            </Field>
+                            <Field label="Burst" path=path("burst") hint="capacity; default = requests">
+                                {number(row.burst, path("burst"), "")}
+                            </Field>
+                            <label class="check" title="One bucket per client for every Envoy that follows this admin API, instead of one per Envoy">
+                                {switch(row.scope, Scope::Global, Scope::Proxy, path("scope"))}" Fleet-wide"
+                            </label>
+                            <button type="button" class="icon-btn" title="Remove this limit" aria-label="Remove limit"
+                                disabled=move || rows.with(|r| r.len() <= 1)
+                                on:click=move |_| rows.update(|r| r.retain(|x| x.id != row.id))>"×"</button>
+                        </div>
+                    }
+                }
+            </For>
+            <button type="button" class="btn small" on:click=move |_| {
+                let last = rows.with(|r| r.last().map(LimitRow::read));
+                rows.update(|r| r.push(LimitRow::new(LimitDraft::after(last.as_ref()))));
+            }>"+ Add a limit"</button>
+        </div>
+    }
+}
+
+/// The per-client overrides, each with its client and its own rows of limits.
+#[component]
+pub(super) fn Overrides(overrides: RwSignal<Vec<OverrideRow>>) -> impl IntoView {
+    let index_of =
+        move |id: usize| overrides.with(|os| os.iter().position(|o| o.id == id).unwrap_or(0));
+    view! {
+        <section class="card" id="overrides">
+            <h2>"Per-client overrides"</h2>
+            <p class="muted small">"Different limits for one client key, e.g. a partner who may send more."</p>
+            <For each=move || overrides.get() key=|o| o.id let:o>
+                {
+                    let base = Signal::derive(move || format!("overrides[{}]", index_of(o.id)));
+                    let client = Signal::derive(move || format!("{}.client", base.get()));
+                    view! {
+                        <div class="override" data-test="override">
+                            <div class="override-head">
+                                <Field label="Client" path=client>
+                                    {text(o.client, client, "acme")}
+                                </Field>
+                                <button type="button" class="btn small danger-ghost" on:click=move |_| overrides.update(|os| os.retain(|x| x.id != o.id))>"Remove override"</button>
+                            </div>
+                            <Limits rows=o.limits prefix=Signal::derive(move || format!("{}.limits", base.get())) />
+                        </div>
+                    }
+                }
+            </For>
+            <button type="button" class="btn small" data-test="add-override"
+                on:click=move |_| overrides.update(|os| os.push(OverrideRow::new(OverrideDraft::new())))>"+ Override for a client"</button>
+        </section>
+    }
+}

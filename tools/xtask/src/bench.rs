@@ -20,7 +20,7 @@ const BENCH_PACKAGE: &str = "sluice-bench";
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
     step(format!("benchmark: {}", args.invocation()));
-    let dist = dist::build().context("step `build` failed")?;
+    let dist = dist::build(dist::Profile::Release).context("step `build` failed")?;
     let route = WasmRoute::select()?;
     step(format!(
         "building {PASSTHROUGH_PACKAGE} (release, {route} route)"

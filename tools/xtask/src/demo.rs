@@ -79,7 +79,7 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     let Dist {
         filter_wasm,
         sluice_bin,
-    } = dist::build().context("step `build` failed")?;
+    } = dist::build(dist::Profile::Release).context("step `build` failed")?;
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
 
     let demo_dir = cmd::project_root().join("target").join("demo");

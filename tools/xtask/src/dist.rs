@@ -12,7 +12,36 @@ use crate::toolchain::WasmRoute;
 const FILTER_PACKAGE: &str = "sluice-filter";
 const FILTER_ARTEFACT: &str = "sluice_filter.wasm";
 pub const SLUICE_PACKAGE: &str = "sluice-cli";
-pub const ADMIN_BINARY: &str = "sluice";
+pub const SLUICE_BINARY: &str = "sluice";
+
+/// How the host binaries (`sluice`, and the static one in the server image) are compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// What ships: `cargo xtask build`, the demo and the benchmarks.
+    Release,
+    /// What the suite tests: the `dev` profile, whose dependencies are compiled once for
+    /// the unit tests and the binary alike (and optimised: `opt-level = 2` for every
+    /// dependency in the workspace's `Cargo.toml`). The same code as a release build,
+    /// without a second compilation of the whole dependency tree under another profile.
+    Test,
+}
+
+impl Profile {
+    /// The cargo flags that select the profile.
+    pub fn cargo_args(self) -> &'static [&'static str] {
+        match self {
+            Profile::Release => &["--release"],
+            Profile::Test => &[],
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Release => "release",
+            Profile::Test => "dev",
+        }
+    }
+}
 
 /// Absolute paths of the built deliverables.
 #[derive(Debug, Clone)]
@@ -25,10 +54,11 @@ pub fn dist_dir() -> PathBuf {
     cmd::project_root().join("target").join("dist")
 }
 
-/// Builds the filter (wasm32, release), the dashboard (wasm32, into `dashboard/dist/`, which
-/// the binary embeds) and the `sluice` binary (host, release) into `target/dist/`. Cargo
-/// itself makes this incremental.
-pub fn build() -> Result<Dist> {
+/// Builds the filter (wasm32, release: what Envoy runs is always the optimised module), the
+/// dashboard (wasm32, into `dashboard/dist/`, which a release binary embeds and a dev binary
+/// reads at run time) and the `sluice` binary (host, in `profile`) into `target/dist/`.
+/// Cargo itself makes this incremental.
+pub fn build(profile: Profile) -> Result<Dist> {
     let route = WasmRoute::select()?;
 
     step(format!(
@@ -43,19 +73,17 @@ pub fn build() -> Result<Dist> {
     // Before the binary: it embeds the dashboard's files.
     dashboard::build(route).context("building the dashboard")?;
 
-    step(format!("building {SLUICE_PACKAGE} (release)"));
+    step(format!("building {SLUICE_PACKAGE} ({})", profile.name()));
     let mut build = cmd::cargo();
-    build.args([
-        "build",
-        "--release",
+    build.arg("build").args(profile.cargo_args()).args([
         "--package",
         SLUICE_PACKAGE,
         "--bin",
-        ADMIN_BINARY,
+        SLUICE_BINARY,
     ]);
-    let binary = cmd::cargo_build_artefact(&mut build, ADMIN_BINARY)
+    let binary = cmd::cargo_build_artefact(&mut build, SLUICE_BINARY)
         .with_context(|| format!("building {SLUICE_PACKAGE}"))?;
-    let sluice_bin = dist_dir().join(ADMIN_BINARY);
+    let sluice_bin = dist_dir().join(SLUICE_BINARY);
     cmd::copy_file(&binary, &sluice_bin)?;
 
     Ok(Dist {

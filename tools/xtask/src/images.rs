@@ -19,7 +19,7 @@ use sluice_harness::apt;
 use sluice_harness::cmd::{self, Outcome, note, step};
 use sluice_oci::{Provenance, WrittenLayout};
 
-use crate::dist::{self, Dist};
+use crate::dist::{self, Dist, Profile};
 use crate::toolchain;
 
 pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
@@ -42,11 +42,11 @@ pub fn oci_dir() -> PathBuf {
     dist::dist_dir().join("oci")
 }
 
-/// Builds the static `sluice` binary and writes the three image layouts. `dist` must be
-/// built first: the filter image packages `dist.filter_wasm`, and the binary embeds the
-/// dashboard that `dist::build` put in `dashboard/dist/`.
-pub fn build(dist: &Dist) -> Result<Images> {
-    let binary = static_server_binary()?;
+/// Builds the static `sluice` binary (in `profile`) and writes the three image layouts.
+/// `dist` must be built first: the filter image packages `dist.filter_wasm`, and a release
+/// binary embeds the dashboard that `dist::build` put in `dashboard/dist/`.
+pub fn build(dist: &Dist, profile: Profile) -> Result<Images> {
+    let binary = static_server_binary(profile)?;
     let root = cmd::project_root();
     let provenance = Provenance::for_checkout(&root)?;
     step(format!(
@@ -118,9 +118,12 @@ enum StaticRoute {
     Debian,
 }
 
-/// The statically linked `sluice` binary, built for musl in release mode.
-fn static_server_binary() -> Result<PathBuf> {
-    step(format!("building the static `sluice` for {MUSL_TARGET}"));
+/// The statically linked `sluice` binary, built for musl in `profile`.
+fn static_server_binary(profile: Profile) -> Result<PathBuf> {
+    step(format!(
+        "building the static `sluice` for {MUSL_TARGET} ({})",
+        profile.name()
+    ));
     ensure_musl_gcc()?;
     let route = select_route()?;
     note(format!(
@@ -134,18 +137,23 @@ fn static_server_binary() -> Result<PathBuf> {
         StaticRoute::Rustup => cmd::cargo(),
         StaticRoute::Debian => toolchain::debian_cargo(),
     };
-    build.args([
-        "build",
-        "--release",
+    build.arg("build").args(profile.cargo_args()).args([
         "--package",
         dist::SLUICE_PACKAGE,
         "--bin",
-        dist::ADMIN_BINARY,
+        dist::SLUICE_BINARY,
         "--target",
         MUSL_TARGET,
     ]);
     // cc-rs reads `CC_<target>`: ring's and SQLite's C compiled against musl, not glibc.
     build.env("CC_x86_64_unknown_linux_musl", MUSL_GCC);
+    if profile == Profile::Test {
+        // Only this build compiles for musl, so its settings share nothing to lose: without
+        // debug information the image the suite pushes around is a tenth of the size.
+        build
+            .env("CARGO_PROFILE_DEV_DEBUG", "false")
+            .env("CARGO_PROFILE_DEV_STRIP", "debuginfo");
+    }
     if route == StaticRoute::Debian {
         // Debian ships no prebuilt std for musl: build it, with Debian's compiler in its
         // own target folder; musl-gcc links, bringing musl's start files and libc.a.
@@ -155,9 +163,9 @@ fn static_server_binary() -> Result<PathBuf> {
             .arg(Path::new("target").join("static-debian"))
             .env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER", MUSL_GCC);
     }
-    note("a cold release build takes several minutes; cargo's own progress follows");
+    note("a cold build takes minutes; cargo's own progress follows");
     let started = Instant::now();
-    let binary = cmd::cargo_build_artefact(&mut build, dist::ADMIN_BINARY)
+    let binary = cmd::cargo_build_artefact(&mut build, dist::SLUICE_BINARY)
         .with_context(|| format!("building {} for {MUSL_TARGET}", dist::SLUICE_PACKAGE))?;
     note(format!(
         "built {} in {:.1} s",

@@ -24,12 +24,22 @@ pub struct TestCounts {
 }
 
 impl TestCounts {
-    /// Adds the counts of one `test result: ok. 7 passed; 0 failed; 1 ignored; ...` line.
+    /// Adds the counts of one libtest `test result: ok. 7 passed; 0 failed; 1 ignored; ...`
+    /// line, or of cargo-nextest's closing `Summary [ 9.1s] 9 tests run: 8 passed, 1 failed,
+    /// 2 skipped` line (where a test that timed out counts as failed).
     fn add_result_line(&mut self, line: &str) {
-        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+        let line = line.trim();
+        let rest = if let Some(rest) = line.strip_prefix("test result: ") {
+            rest
+        } else if line.starts_with("Summary [") {
+            match line.split_once(" run: ") {
+                Some((_, rest)) => rest,
+                None => return,
+            }
+        } else {
             return;
         };
-        for part in rest.split(['.', ';']) {
+        for part in rest.split(['.', ';', ',']) {
             let mut words = part.split_whitespace();
             let (Some(count), Some(what)) = (words.next(), words.next()) else {
                 continue;
@@ -39,8 +49,8 @@ impl TestCounts {
             };
             match what {
                 "passed" => self.passed += count,
-                "failed" => self.failed += count,
-                "ignored" => self.ignored += count,
+                "failed" | "timed" => self.failed += count,
+                "ignored" | "skipped" => self.ignored += count,
                 _ => {}
             }
         }
@@ -133,10 +143,14 @@ mod tests {
         );
         counts.add_result_line("test result: FAILED. 1 passed; 3 failed; 0 ignored; 0 measured");
         counts.add_result_line("test passed ... ok");
+        counts.add_result_line(
+            "     Summary [  41.203s] 12 tests run: 9 passed, 2 failed, 1 timed out, 4 skipped",
+        );
+        counts.add_result_line("        PASS [   1.204s] sluice-tests::smoke envoy_proxies");
         let expected = TestCounts {
-            passed: 8,
-            failed: 3,
-            ignored: 2,
+            passed: 17,
+            failed: 6,
+            ignored: 6,
         };
         assert_eq!(counts, expected);
     }

@@ -84,8 +84,8 @@ fn main() -> ExitCode {
 fn run(task: &Task) -> Result<()> {
     match task {
         Task::Build => {
-            let dist = dist::build()?;
-            let images = images::build(&dist)?;
+            let dist = dist::build(dist::Profile::Release)?;
+            let images = images::build(&dist, dist::Profile::Release)?;
             cmd::step("built");
             cmd::note(dist.filter_wasm.display());
             cmd::note(dist.sluice_bin.display());

@@ -135,8 +135,8 @@ fn percent_encode(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::TierVerdict;
     use crate::gcra::Verdict;
-    use crate::limiter::TierVerdict;
     use crate::spec::RuleSpec;
 
     fn rule(extra: &str) -> Rule {

@@ -440,8 +440,8 @@ pub fn failed_closed_body(rule: &str, status: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::TierVerdict;
     use crate::gcra::Verdict;
-    use crate::limiter::TierVerdict;
     use crate::rule::Rule;
     use crate::spec::RuleSpec;
     use crate::time::{NANOS_PER_SECOND, Nanos};

@@ -5,14 +5,12 @@ use std::collections::HashSet;
 
 use smallvec::SmallVec;
 
+use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, TierVerdict};
 use crate::gcra::Verdict;
 use crate::global::lease::{FleetView, Spend};
 use crate::global::table::{LeaseFailure, LeaseTable, Spent};
 use crate::hash::{client_fingerprint, global_bucket};
-use crate::limiter::{
-    Acquisition, BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, SlotTable,
-    TierVerdict,
-};
+use crate::limiter::{Acquisition, SlotTable};
 use crate::request::{RequestAttributes, RequestNeeds};
 use crate::rule::{Limit, LimitSet, Rule};
 use crate::spec::{FailureMode, Mode, RuleSpec};

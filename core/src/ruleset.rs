@@ -12,11 +12,15 @@ use crate::global::table::{LeaseFailure, LeaseTable, Spent};
 use crate::hash::{client_fingerprint, global_bucket};
 use crate::limiter::{Acquisition, SlotTable};
 use crate::request::{RequestAttributes, RequestNeeds};
-use crate::rule::{Limit, LimitSet, Rule};
+use crate::response::RenderedRule;
+use crate::rule::{Limit, Rule};
 use crate::spec::{FailureMode, Mode, RuleSpec};
 use crate::store::SharedStore;
 use crate::time::Nanos;
 use crate::validation::{Problems, ValidationErrors};
+
+// What a decision's limits are presented with; it kept this path when it moved there.
+pub use crate::response::Limited;
 
 /// Most rules in one ruleset.
 pub const MAX_RULES: usize = 1_000;
@@ -29,6 +33,9 @@ pub const NEAR_LIMIT_PERCENT: u64 = 80;
 #[derive(Debug, Clone, Default)]
 pub struct Ruleset {
     rules: Vec<Rule>,
+    /// The fixed text of each rule's rate-limit fields and denial body, one per rule, in
+    /// the same order.
+    rendered: Vec<RenderedRule>,
     needs: RequestNeeds,
 }
 
@@ -80,7 +87,12 @@ impl Ruleset {
         });
         problems.finish(|| {
             let needs = needs_of(&rules);
-            Ruleset { rules, needs }
+            let rendered = rules.iter().map(RenderedRule::new).collect();
+            Ruleset {
+                rules,
+                rendered,
+                needs,
+            }
         })
     }
 
@@ -140,10 +152,11 @@ impl Ruleset {
         let mut decision = Decision::default();
         let mut enforced: SmallVec<[Enforced<'r, '_>; INLINE_BUCKETS]> = SmallVec::new();
         let mut spends = GlobalSpends::default();
-        for rule in self
+        for (rule, rendered) in self
             .rules
             .iter()
-            .filter(|r| r.enabled && r.matcher.matches(request))
+            .zip(&self.rendered)
+            .filter(|(r, _)| r.enabled && r.matcher.matches(request))
         {
             decision.matched_rules += 1;
             let Some(client) = rule.key.extract(request) else {
@@ -151,17 +164,16 @@ impl Ruleset {
                 sink.record(rule, RuleOutcome::KeyMissing, "");
                 continue;
             };
-            let set = rule.limits_for(&client);
             let bucket = BucketRequest {
                 fingerprint: client_fingerprint(&rule.id, &client),
-                limits: set,
+                limits: rule.limits_for(&client),
                 cost: rule.cost.of(request),
                 on_failure: rule.failure_mode_or(default_failure),
             };
             match rule.mode {
                 Mode::Enforce => enforced.push(Enforced {
                     rule,
-                    set,
+                    rendered,
                     bucket,
                     client,
                     global: None,
@@ -184,7 +196,7 @@ impl Ruleset {
         // Phase 1: every enforce-mode rule's global limits.
         for i in 0..enforced.len() {
             let Some(entry) = enforced.get(i) else { break };
-            let (rule, set, bucket) = (entry.rule, entry.set, entry.bucket);
+            let (rule, bucket) = (entry.rule, entry.bucket);
             match spends.charge(&bucket, global, now, &mut decision) {
                 Ok(tightest) => {
                     if let Some(e) = enforced.get_mut(i) {
@@ -193,11 +205,7 @@ impl Ruleset {
                 }
                 Err(GlobalDenial::Denied(binding)) => {
                     spends.undo_all(global, now);
-                    decision.outcome = Outcome::Denied(Limited {
-                        rule,
-                        limits: set,
-                        tier: binding,
-                    });
+                    decision.outcome = Outcome::Denied(entry.limited(binding));
                     return finish_early(decision, &enforced, i, RuleOutcome::Denied, sink);
                 }
                 Err(GlobalDenial::Failed) => match bucket.on_failure {
@@ -238,7 +246,7 @@ impl Ruleset {
             let outcome = match result {
                 None if acquisition.allowed => {
                     if let Some(tightest) = e.global {
-                        decision.note_allowed(e.rule, e.set, tightest);
+                        decision.note_allowed(e, tightest);
                     }
                     RuleOutcome::Allowed {
                         near_limit: e.global.is_some_and(|t| is_near_limit(e.bucket.limits, &t)),
@@ -247,7 +255,7 @@ impl Ruleset {
                 None => RuleOutcome::NotCharged,
                 Some(BucketResult::Allowed { tightest }) if acquisition.allowed => {
                     let tightest = tighter_of(*tightest, e.global);
-                    decision.note_allowed(e.rule, e.set, tightest);
+                    decision.note_allowed(e, tightest);
                     RuleOutcome::Allowed {
                         near_limit: is_near_limit(e.bucket.limits, &tightest),
                     }
@@ -257,11 +265,7 @@ impl Ruleset {
                     RuleOutcome::NotCharged
                 }
                 Some(BucketResult::Denied { binding }) => {
-                    decision.outcome = Outcome::Denied(Limited {
-                        rule: e.rule,
-                        limits: e.set,
-                        tier: *binding,
-                    });
+                    decision.outcome = Outcome::Denied(e.limited(*binding));
                     RuleOutcome::Denied
                 }
                 Some(BucketResult::FailedOpen(_)) => {
@@ -328,11 +332,22 @@ pub struct GlobalBuckets<'a, S> {
 /// An enforce-mode rule that matched, its bucket set, and its tightest global verdict.
 struct Enforced<'r, 'c> {
     rule: &'r Rule,
-    /// The limits in force for this client, with their rendered header text.
-    set: &'r LimitSet,
+    rendered: &'r RenderedRule,
     bucket: BucketRequest<'r>,
     client: Cow<'c, str>,
     global: Option<TierVerdict>,
+}
+
+impl<'r> Enforced<'r, '_> {
+    /// This rule's limit `tier` and its verdict, with the text of the client's limits.
+    fn limited(&self, tier: TierVerdict) -> Limited<'r> {
+        Limited {
+            rule: self.rule,
+            limits: self.bucket.limits,
+            rendered: self.rendered.for_client(&self.client),
+            tier,
+        }
+    }
 }
 
 /// Why a rule's global limits did not admit the request.
@@ -473,24 +488,6 @@ fn finish_early<'r>(
     decision
 }
 
-/// A limit of a rule and its verdict: what the rate-limit headers describe.
-#[derive(Debug, Clone, Copy)]
-pub struct Limited<'r> {
-    pub rule: &'r Rule,
-    pub limits: &'r LimitSet,
-    pub tier: TierVerdict,
-}
-
-impl Limited<'_> {
-    pub fn limit(&self) -> Option<&Limit> {
-        self.limits.get(self.tier.tier)
-    }
-
-    pub fn verdict(&self) -> &Verdict {
-        &self.tier.verdict
-    }
-}
-
 /// Whether the request may pass.
 #[derive(Debug, Clone, Copy, Default)]
 pub enum Outcome<'r> {
@@ -545,21 +542,16 @@ impl<'r> Decision<'r> {
         self.counters.remembered_denials += c.remembered_denials;
     }
 
-    fn note_allowed(&mut self, rule: &'r Rule, limits: &'r LimitSet, tightest: TierVerdict) {
-        self.near_limit |= is_near_limit(limits, &tightest);
-        if !rule.rate_limit_headers {
+    fn note_allowed(&mut self, rule: &Enforced<'r, '_>, tightest: TierVerdict) {
+        self.near_limit |= is_near_limit(rule.bucket.limits, &tightest);
+        if !rule.rule.rate_limit_headers {
             return;
         }
-        let candidate = Limited {
-            rule,
-            limits,
-            tier: tightest,
-        };
         let replace = self
             .tightest
             .is_none_or(|t| tightest.verdict.remaining < t.tier.verdict.remaining);
         if replace {
-            self.tightest = Some(candidate);
+            self.tightest = Some(rule.limited(tightest));
         }
     }
 }

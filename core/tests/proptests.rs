@@ -199,7 +199,14 @@ proptest! {
             store: &leases,
             view: sluice_core::global::lease::FleetView::ALONE,
         };
-        let _ = config.ruleset.decide(&request, &store, &config.table, &global, Nanos::new(T0), config.failure_mode);
+        let cx = sluice_core::ruleset::DecisionContext {
+            store: &store,
+            table: &config.table,
+            global,
+            now: Nanos::new(T0),
+            default_failure: config.failure_mode,
+        };
+        let _ = config.ruleset.decide(&request, &cx);
     }
 }
 

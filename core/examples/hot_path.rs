@@ -23,9 +23,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use sluice_core::config::FilterConfig;
+use sluice_core::global::lease::FleetView;
 use sluice_core::request::HttpRequest;
 use sluice_core::response;
-use sluice_core::ruleset::Outcome;
+use sluice_core::ruleset::{DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::store::MemoryStore;
 use sluice_core::time::Nanos;
 
@@ -125,11 +126,6 @@ fn time(
 ) -> (f64, f64, usize) {
     let store = MemoryStore::new();
     let leases = MemoryStore::new();
-    let global = sluice_core::ruleset::GlobalBuckets {
-        table: &config.lease_table,
-        store: &leases,
-        view: sluice_core::global::lease::FleetView::ALONE,
-    };
     let peer = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let pairs: Vec<Vec<(String, String)>> = (0..scenario.clients).map(header_pairs).collect();
     let mut now: u64 = 1_800_000_000_000_000_000;
@@ -148,14 +144,19 @@ fn time(
             sink += black_box(&request).headers.len();
             continue;
         }
-        let decision = config.ruleset.decide(
-            &request,
-            &store,
-            &config.table,
-            &global,
-            Nanos::new(now),
-            config.failure_mode,
-        );
+        // As the filter does: the context of one request.
+        let cx = DecisionContext {
+            store: &store,
+            table: &config.table,
+            global: GlobalBuckets {
+                table: &config.lease_table,
+                store: &leases,
+                view: FleetView::ALONE,
+            },
+            now: Nanos::new(now),
+            default_failure: config.failure_mode,
+        };
+        let decision = config.ruleset.decide(&request, &cx);
         if decision.is_allowed() {
             allowed += 1;
         }

@@ -14,14 +14,12 @@
 //! - a clock that steps backwards (Envoy's clock is the wall clock) makes the memory
 //!   unusable rather than longer: a `now` before `at` is a miss.
 //!
-//! The memory belongs to one compiled configuration (it lives in its [`SlotTable`]), so
-//! a new ruleset, whose limits may differ for the same rule and client, starts with none.
-//!
-//! [`SlotTable`]: crate::limiter::SlotTable
+//! The memory belongs to one compiled configuration (it lives in its slot table), so a
+//! new ruleset, whose limits may differ for the same rule and client, starts with none.
 
 use std::cell::Cell;
 
-use crate::limiter::TierVerdict;
+use crate::bucket::TierVerdict;
 use crate::time::Nanos;
 
 /// Remembered denials per worker: a direct-mapped table indexed by the bucket set's

@@ -14,9 +14,8 @@
 
 use std::fmt::Write as _;
 
-use crate::response::{self, HeaderList, RateLimitFields, RateLimitHeaders};
+use crate::response::{self, HeaderList, Limited, RateLimitFields, RateLimitHeaders};
 use crate::rule::Rule;
-use crate::ruleset::Limited;
 use crate::spec::GrpcStatus;
 use crate::time::NANOS_PER_SECOND;
 
@@ -135,8 +134,9 @@ fn percent_encode(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::TierVerdict;
     use crate::gcra::Verdict;
-    use crate::limiter::TierVerdict;
+    use crate::response::RenderedRule;
     use crate::spec::RuleSpec;
 
     fn rule(extra: &str) -> Rule {
@@ -147,10 +147,11 @@ mod tests {
         Rule::try_from(spec).unwrap()
     }
 
-    fn denied(rule: &Rule, retry_after_ns: u64) -> Limited<'_> {
+    fn denied<'r>(rule: &'r Rule, text: &'r RenderedRule, retry_after_ns: u64) -> Limited<'r> {
         Limited {
             rule,
             limits: &rule.limits,
+            rendered: text.for_client(""),
             tier: TierVerdict {
                 tier: 0,
                 verdict: Verdict {
@@ -203,7 +204,11 @@ mod tests {
     #[test]
     fn a_denied_call_is_resource_exhausted_with_the_pushback_by_default() {
         let rule = rule("");
-        let answer = denial(&denied(&rule, 59_000_000_001), RateLimitHeaders::Both);
+        let text = RenderedRule::new(&rule);
+        let answer = denial(
+            &denied(&rule, &text, 59_000_000_001),
+            RateLimitHeaders::Both,
+        );
         assert_eq!(answer.status, GrpcStatus::ResourceExhausted);
         assert_eq!(answer.status.code(), 8);
         assert_eq!(
@@ -218,7 +223,7 @@ mod tests {
                 .iter()
                 .any(|(n, _)| *n == "ratelimit-policy")
         );
-        let quiet = denial(&denied(&rule, 5), RateLimitHeaders::None);
+        let quiet = denial(&denied(&rule, &text, 5), RateLimitHeaders::None);
         assert_eq!(
             quiet.metadata.len(),
             2,
@@ -230,8 +235,9 @@ mod tests {
     #[test]
     fn a_rule_may_choose_another_status_and_fail_closed_is_unavailable() {
         let rule = rule(r#","response":{"grpc_status":"unavailable"}"#);
+        let text = RenderedRule::new(&rule);
         assert_eq!(
-            denial(&denied(&rule, 1), RateLimitHeaders::None).status,
+            denial(&denied(&rule, &text, 1), RateLimitHeaders::None).status,
             GrpcStatus::Unavailable
         );
         let answer = failed_closed(&rule);

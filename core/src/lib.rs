@@ -8,7 +8,8 @@
 //! * [`gcra`]: token buckets as one theoretical-arrival-time per bucket.
 //! * [`slot`], [`store`] and [`limiter`]: the fixed-size bucket table in shared data,
 //!   compare-and-swap updates and all-or-nothing charging; [`denials`]: the waits a
-//!   worker remembers, so a throttled client is denied again without a read.
+//!   worker remembers, so a throttled client is denied again without a read; [`bucket`]:
+//!   the bucket set to charge and what charging it gives back, the words they share.
 //! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
@@ -30,6 +31,7 @@
     )
 )]
 
+pub mod bucket;
 pub mod config;
 pub mod control;
 pub mod denials;

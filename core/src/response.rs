@@ -19,16 +19,20 @@
 //!
 //! Everything about a limit set that does not change per request (names, quotas,
 //! windows, the whole policy field) is rendered once, when the ruleset is built
-//! ([`RenderedLimits`]); a request only formats its two numbers, into a stack buffer.
+//! ([`RenderedRule`], one [`RenderedLimits`] per limit set); a request only formats its
+//! two numbers, into a stack buffer.
+//!
+//! This module reads the rule model; the model knows nothing of it.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::gcra::ceil_seconds;
-use crate::rule::Limit;
-use crate::ruleset::Limited;
+use crate::bucket::TierVerdict;
+use crate::gcra::{Verdict, ceil_seconds};
+use crate::rule::{Limit, Rule};
 
 /// Header fields to add to a response, in order.
 pub type HeaderList = Vec<(&'static str, String)>;
@@ -191,6 +195,55 @@ impl RenderedLimits {
     }
 }
 
+/// The fixed text of every limit set of one rule: its own limits' and each override's,
+/// rendered once, when the ruleset is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedRule {
+    limits: Arc<RenderedLimits>,
+    overrides: HashMap<String, Arc<RenderedLimits>>,
+}
+
+impl RenderedRule {
+    pub fn new(rule: &Rule) -> Self {
+        let render = |limits: &[Limit]| Arc::new(RenderedLimits::new(&rule.name, limits));
+        Self {
+            limits: render(&rule.limits),
+            overrides: rule
+                .overrides
+                .iter()
+                .map(|(client, limits)| (client.clone(), render(limits)))
+                .collect(),
+        }
+    }
+
+    /// The text of the limits that apply to `client`, the set [`Rule::limits_for`] picks.
+    pub fn for_client(&self, client: &str) -> &Arc<RenderedLimits> {
+        self.overrides.get(client).unwrap_or(&self.limits)
+    }
+}
+
+/// A limit of a rule and its verdict: what the rate-limit fields and a denial's body
+/// describe.
+#[derive(Debug, Clone, Copy)]
+pub struct Limited<'r> {
+    pub rule: &'r Rule,
+    /// The limits in force for the client: the rule's own, or the client's override.
+    pub limits: &'r [Limit],
+    /// Their fixed text ([`RenderedRule::for_client`]).
+    pub rendered: &'r Arc<RenderedLimits>,
+    pub tier: TierVerdict,
+}
+
+impl Limited<'_> {
+    pub fn limit(&self) -> Option<&Limit> {
+        self.limits.get(self.tier.tier)
+    }
+
+    pub fn verdict(&self) -> &Verdict {
+        &self.tier.verdict
+    }
+}
+
 /// `text` as a JSON string literal, quotes included.
 fn json_string(text: &str) -> String {
     serde_json::Value::from(text).to_string()
@@ -226,7 +279,7 @@ impl RateLimitFields {
         } else {
             ceil_seconds(verdict.reset_ns)
         };
-        let rendered = Arc::clone(limited.limits.rendered());
+        let rendered = Arc::clone(limited.rendered);
         let burst = rendered.tiers.get(limited.tier.tier).map_or(0, |t| t.burst);
         Self {
             rendered,
@@ -391,7 +444,7 @@ pub fn with_denial_headers<R>(
 /// text around three numbers, one allocation.
 pub fn problem_body(limited: &Limited<'_>, status: u16) -> String {
     let retry_after = retry_after_seconds(limited);
-    let Some(tier) = limited.limits.rendered().tiers.get(limited.tier.tier) else {
+    let Some(tier) = limited.rendered.tiers.get(limited.tier.tier) else {
         return problem_body_of(&limited.rule.name, None, status, retry_after);
     };
     let mut body = String::with_capacity(
@@ -440,9 +493,6 @@ pub fn failed_closed_body(rule: &str, status: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gcra::Verdict;
-    use crate::limiter::TierVerdict;
-    use crate::rule::Rule;
     use crate::spec::RuleSpec;
     use crate::time::{NANOS_PER_SECOND, Nanos};
 
@@ -454,10 +504,33 @@ mod tests {
         Rule::try_from(spec).unwrap()
     }
 
-    fn allowed(rule: &Rule, tier: usize, remaining: u64) -> Limited<'_> {
+    /// A rule with its text rendered, as a ruleset holds it.
+    struct Rendered {
+        rule: Rule,
+        text: RenderedRule,
+    }
+
+    impl Rendered {
+        fn new(rule: Rule) -> Self {
+            let text = RenderedRule::new(&rule);
+            Self { rule, text }
+        }
+
+        fn allowed(&self, tier: usize, remaining: u64) -> Limited<'_> {
+            allowed(&self.rule, self.text.for_client(""), tier, remaining)
+        }
+    }
+
+    fn allowed<'r>(
+        rule: &'r Rule,
+        rendered: &'r Arc<RenderedLimits>,
+        tier: usize,
+        remaining: u64,
+    ) -> Limited<'r> {
         Limited {
             rule,
             limits: &rule.limits,
+            rendered,
             tier: TierVerdict {
                 tier,
                 verdict: Verdict {
@@ -508,8 +581,10 @@ mod tests {
 
     #[test]
     fn each_setting_sends_its_own_fields_in_order() {
-        let r = rule(r#"[{"requests":5,"period":1,"burst":10},{"requests":100,"period":60}]"#);
-        let fields = RateLimitFields::of(&allowed(&r, 0, 9), false);
+        let r = Rendered::new(rule(
+            r#"[{"requests":5,"period":1,"burst":10},{"requests":100,"period":60}]"#,
+        ));
+        let fields = RateLimitFields::of(&r.allowed(0, 9), false);
         let names =
             |format| -> Vec<&str> { fields.to_list(format).into_iter().map(|(n, _)| n).collect() };
         assert_eq!(
@@ -543,8 +618,8 @@ mod tests {
 
     #[test]
     fn a_denial_sends_retry_after_its_content_type_then_the_fields() {
-        let r = rule(r#"[{"requests":5,"period":"second","burst":10}]"#);
-        let mut limited = allowed(&r, 0, 0);
+        let r = Rendered::new(rule(r#"[{"requests":5,"period":"second","burst":10}]"#));
+        let mut limited = r.allowed(0, 0);
         limited.tier.verdict.allowed = false;
         limited.tier.verdict.retry_after_ns = 1_500_000_000;
         for format in [
@@ -572,8 +647,8 @@ mod tests {
     fn remaining_never_exceeds_the_limit_it_is_read_against() {
         // A verdict from elsewhere (a global lease share) may claim more than the
         // capacity; the fields never say so.
-        let r = rule(r#"[{"requests":5,"period":1}]"#);
-        let fields = RateLimitFields::of(&allowed(&r, 0, 50), false);
+        let r = Rendered::new(rule(r#"[{"requests":5,"period":1}]"#));
+        let fields = RateLimitFields::of(&r.allowed(0, 50), false);
         assert_eq!(fields.remaining(), 5);
         let list = fields.to_list(RateLimitHeaders::Both);
         assert_eq!(list[1].1, r#""api";r=5;t=1"#);
@@ -586,28 +661,27 @@ mod tests {
                 "overrides":[{"client":"acme","limits":[{"requests":50,"period":1}]}]}"#,
         )
         .unwrap();
-        let r = Rule::try_from(spec).unwrap();
-        assert_eq!(r.limits.rendered().policy(), r#""api";q=5;w=1"#);
-        assert_eq!(
-            r.limits_for("acme").rendered().policy(),
-            r#""api";q=50;w=1"#
-        );
-        let a = RateLimitFields::of(&allowed(&r, 0, 1), false);
-        let b = RateLimitFields::of(&allowed(&r, 0, 2), false);
+        let r = Rendered::new(Rule::try_from(spec).unwrap());
+        assert_eq!(r.text.for_client("anyone").policy(), r#""api";q=5;w=1"#);
+        assert_eq!(r.text.for_client("acme").policy(), r#""api";q=50;w=1"#);
+        let a = RateLimitFields::of(&r.allowed(0, 1), false);
+        let b = RateLimitFields::of(&r.allowed(0, 2), false);
         assert!(Arc::ptr_eq(&a.rendered, &b.rendered), "shared, not copied");
     }
 
     #[test]
     fn the_rendered_denial_body_is_the_json_built_field_by_field() {
-        let r = rule(r#"[{"requests":5,"period":1,"burst":10},{"requests":100,"period":60}]"#);
+        let r = Rendered::new(rule(
+            r#"[{"requests":5,"period":1,"burst":10},{"requests":100,"period":60}]"#,
+        ));
         for (tier, retry_ns, status) in [(0, 1, 429), (1, 59 * NANOS_PER_SECOND + 1, 503)] {
-            let mut limited = allowed(&r, tier, 0);
+            let mut limited = r.allowed(tier, 0);
             limited.tier.verdict.retry_after_ns = retry_ns;
             let body = problem_body(&limited, status);
             let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
             let expected: serde_json::Value = serde_json::from_str(&problem_body_of(
                 "api",
-                r.limits.get(tier),
+                r.rule.limits.get(tier),
                 status,
                 retry_after_seconds(&limited),
             ))
@@ -615,7 +689,7 @@ mod tests {
             assert_eq!(parsed, expected, "{body}");
         }
         assert_eq!(
-            problem_body(&allowed(&r, 0, 0), 429),
+            problem_body(&r.allowed(0, 0), 429),
             r#"{"type":"urn:sluice:rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit 'api' (5 requests per 1 s) is exhausted; retry in 1 s.","rule":"api","retry_after":1}"#
         );
     }
@@ -627,8 +701,8 @@ mod tests {
             r#"{{"name":"{name}","key":"global","limits":[{{"requests":1,"period":1}},{{"requests":2,"period":2}}]}}"#
         ))
         .unwrap();
-        let r = Rule::try_from(spec).unwrap();
-        let mut limited = allowed(&r, 1, u64::MAX);
+        let r = Rendered::new(Rule::try_from(spec).unwrap());
+        let mut limited = r.allowed(1, u64::MAX);
         limited.tier.verdict.reset_ns = u64::MAX;
         let list = RateLimitFields::of(&limited, false).to_list(RateLimitHeaders::Ietf);
         assert_eq!(list[1].1, format!(r#""{name}/2";r=2;t=18446744074"#));

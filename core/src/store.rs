@@ -12,6 +12,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// A version stamp of a stored value; changes on every write.
 pub type Cas = u32;
 
+/// Compare-and-swap attempts per key before an update gives up as contention (the slot
+/// table's buckets, the lease table's entries). Every conflict means another worker's
+/// write succeeded, so running out takes this many lost races in a row: rare with Envoy's
+/// handful of workers, and then the rule's failure mode decides.
+pub const MAX_WRITE_ATTEMPTS: u32 = 32;
+
 /// The condition under which a write happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteCondition {

@@ -5,7 +5,7 @@ use sluice_core::global::lease::FleetView;
 use sluice_core::hash::{client_fingerprint, global_bucket};
 use sluice_core::request::HttpRequest;
 use sluice_core::response::{problem_body, rate_limit_headers, retry_after_seconds};
-use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
+use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::store::MemoryStore;
 use sluice_core::time::{NANOS_PER_SECOND, Nanos};
 
@@ -29,23 +29,22 @@ impl Harness {
         }
     }
 
-    fn global(&self) -> GlobalBuckets<'_, MemoryStore> {
-        GlobalBuckets {
-            table: &self.config.lease_table,
-            store: &self.leases,
-            view: self.view,
+    fn context(&self, now: u64) -> DecisionContext<'_, MemoryStore, MemoryStore> {
+        DecisionContext {
+            store: &self.store,
+            table: &self.config.table,
+            global: GlobalBuckets {
+                table: &self.config.lease_table,
+                store: &self.leases,
+                view: self.view,
+            },
+            now: Nanos::new(now),
+            default_failure: self.config.failure_mode,
         }
     }
 
     fn decide(&self, request: &HttpRequest, now: u64) -> Decision<'_> {
-        self.config.ruleset.decide(
-            request,
-            &self.store,
-            &self.config.table,
-            &self.global(),
-            Nanos::new(now),
-            self.config.failure_mode,
-        )
+        self.config.ruleset.decide(request, &self.context(now))
     }
 
     fn count_allowed(&self, request: &HttpRequest, now: u64, n: usize) -> usize {
@@ -221,15 +220,9 @@ fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
     );
     let mut stats = Aggregate::default();
     let mut decide = |request: &HttpRequest| {
-        h.config.ruleset.decide_observed(
-            request,
-            &h.store,
-            &h.config.table,
-            &h.global(),
-            Nanos::new(T0),
-            h.config.failure_mode,
-            &mut stats,
-        );
+        h.config
+            .ruleset
+            .decide_observed(request, &h.context(T0), &mut stats);
     };
     for _ in 0..4 {
         decide(&HttpRequest::get("/").with_header("x-api-key", "mallory"));

@@ -199,7 +199,14 @@ proptest! {
             store: &leases,
             view: sluice_core::global::lease::FleetView::ALONE,
         };
-        let _ = config.ruleset.decide(&request, &store, &config.table, &global, Nanos::new(T0), config.failure_mode);
+        let cx = sluice_core::ruleset::DecisionContext {
+            store: &store,
+            table: &config.table,
+            global,
+            now: Nanos::new(T0),
+            default_failure: config.failure_mode,
+        };
+        let _ = config.ruleset.decide(&request, &cx);
     }
 }
 
@@ -214,7 +221,7 @@ proptest! {
         burst in 1u64..=2_000,
         arrivals in arrivals(),
     ) {
-        use sluice_core::response::{RateLimitFields, RateLimitHeaders, window_seconds};
+        use sluice_core::response::{RateLimitFields, RateLimitHeaders, RenderedRule, window_seconds};
         use sluice_core::rule::Rule;
         use sluice_core::ruleset::Limited;
         use sluice_core::limiter::TierVerdict;
@@ -224,6 +231,7 @@ proptest! {
         })).unwrap();
         let Ok(rule) = Rule::try_from(spec) else { return Ok(()) };
         let limit = rule.limits[0];
+        let text = RenderedRule::new(&rule);
         // q / w never exceeds requests / period.
         let w = window_seconds(&limit);
         prop_assert!(u128::from(limit.burst) * u128::from(period) <= u128::from(w) * u128::from(requests));
@@ -235,7 +243,7 @@ proptest! {
             if verdict.allowed {
                 tat = verdict.new_tat;
             }
-            let limited = Limited { rule: &rule, limits: &rule.limits, tier: TierVerdict { tier: 0, verdict } };
+            let limited = Limited { rule: &rule, limits: &rule.limits, rendered: text.for_client(""), tier: TierVerdict { tier: 0, verdict } };
             let fields = RateLimitFields::of(&limited, !verdict.allowed).to_list(RateLimitHeaders::Both);
             let value = |name: &str| fields.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).unwrap();
             let x_limit: u64 = value("x-ratelimit-limit").parse().unwrap();

@@ -11,7 +11,7 @@ use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
 use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
-use sluice_core::ruleset::{Decision, GlobalBuckets, Outcome};
+use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 
 use crate::metrics::Metrics;
@@ -53,19 +53,20 @@ impl SluiceHttp {
             return Action::Continue;
         };
         let request = LazyRequest::new(config.ruleset.needs());
-        let (store, table, failure) = (&self.shared.store, &config.table, config.failure_mode);
-        let global = GlobalBuckets {
-            table: &config.lease_table,
-            store: &self.shared.leases,
-            view: self.shared.view.get(),
+        let cx = DecisionContext {
+            store: &self.shared.store,
+            table: &config.table,
+            global: GlobalBuckets {
+                table: &config.lease_table,
+                store: &self.shared.leases,
+                view: self.shared.view.get(),
+            },
+            now,
+            default_failure: config.failure_mode,
         };
         let decision = config.ruleset.decide_observed(
             &request,
-            store,
-            table,
-            &global,
-            now,
-            failure,
+            &cx,
             &mut *self.shared.statistics.borrow_mut(),
         );
         record(metrics, &decision);

@@ -43,7 +43,9 @@ pub struct SluiceRoot {
 enum Part {
     #[default]
     Unconfigured,
-    Filter(FilterRoot),
+    /// Boxed: a worker's root holds its whole configuration, several times the size of
+    /// the other variants.
+    Filter(Box<FilterRoot>),
     /// The singleton; `None` when its configuration is invalid.
     Control(Option<ControlSeat>),
 }
@@ -100,7 +102,7 @@ impl RootContext for SluiceRoot {
             return true;
         }
         if !matches!(self.part, Part::Filter(_)) {
-            self.part = Part::Filter(FilterRoot::default());
+            self.part = Part::Filter(Box::default());
             let _ = hostcalls::set_tick_period(WORKER_TICK);
         }
         if let Part::Filter(filter) = &mut self.part {

@@ -17,8 +17,7 @@ use std::num::NonZeroU32;
 use super::coordinator::{Grant, Usage};
 use super::lease::{FleetView, LeaseEntry, Spend};
 use crate::gcra::Gcra;
-use crate::limiter::MAX_WRITE_ATTEMPTS;
-use crate::store::{SharedStore, StoreError, WriteCondition, WriteOutcome};
+use crate::store::{MAX_WRITE_ATTEMPTS, SharedStore, StoreError, WriteCondition, WriteOutcome};
 use crate::time::Nanos;
 
 /// Keys a bucket's entry may occupy, from its hash onwards. Further than the slot table's:

@@ -1,11 +1,8 @@
 //! A rule's limits: each one token bucket, validated and given a stable identity.
 
 use std::num::NonZeroU64;
-use std::ops::Deref;
-use std::sync::Arc;
 
 use crate::gcra::{Gcra, GcraError};
-use crate::response::RenderedLimits;
 use crate::spec::{LimitSpec, Scope};
 use crate::time::NANOS_PER_SECOND;
 use crate::validation::Problems;
@@ -29,37 +26,6 @@ pub struct Limit {
     pub identity: u64,
     /// One bucket per client for the whole fleet (kept in the lease table, not in a slot).
     pub global: bool,
-}
-
-/// The limits of a rule (or of one client's override), with the fixed text of their
-/// rate-limit header fields rendered once, when the ruleset is built. Reads as a slice
-/// of [`Limit`]s.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitSet {
-    limits: Vec<Limit>,
-    /// Shared, so a request keeps it past the decision without copying any text.
-    rendered: Arc<RenderedLimits>,
-}
-
-impl LimitSet {
-    /// `limits` of the rule named `rule`.
-    pub fn new(rule: &str, limits: Vec<Limit>) -> Self {
-        let rendered = Arc::new(RenderedLimits::new(rule, &limits));
-        Self { limits, rendered }
-    }
-
-    /// The fixed text of these limits' header fields.
-    pub fn rendered(&self) -> &Arc<RenderedLimits> {
-        &self.rendered
-    }
-}
-
-impl Deref for LimitSet {
-    type Target = [Limit];
-
-    fn deref(&self) -> &[Limit] {
-        &self.limits
-    }
 }
 
 impl Limit {

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 pub use cost::{Cost, MAX_COST};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
-pub use limit::{Limit, LimitSet, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS};
+pub use limit::{Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS};
 pub use matcher::RequestMatcher;
 
 use crate::request::RequestNeeds;
@@ -39,9 +39,9 @@ pub struct Rule {
     pub mode: Mode,
     pub matcher: RequestMatcher,
     pub key: ClientKey,
-    pub limits: LimitSet,
+    pub limits: Vec<Limit>,
     pub cost: Cost,
-    pub overrides: HashMap<String, LimitSet>,
+    pub overrides: HashMap<String, Vec<Limit>>,
     /// `None` follows the proxy's default failure mode.
     pub failure_mode: Option<FailureMode>,
     pub status: u16,
@@ -75,7 +75,7 @@ impl TryFrom<RuleSpec> for Rule {
         let key = ClientKey::build(&spec.key, "key", false, &mut problems);
         let limits = Limit::build_all(&id, &spec.limits, "limits", &mut problems);
         let cost = Cost::build(&spec.cost, &mut problems);
-        let overrides = build_overrides(&id, &spec.name, &spec.overrides, &mut problems);
+        let overrides = build_overrides(&id, &spec.overrides, &mut problems);
         let (Some(key), Some(cost)) = (key, cost) else {
             // Building either one failed, and that recorded why.
             return Err(problems.into_errors());
@@ -88,7 +88,7 @@ impl TryFrom<RuleSpec> for Rule {
             mode: spec.mode,
             matcher,
             key,
-            limits: LimitSet::new(&spec.name, limits),
+            limits,
             cost,
             overrides,
             failure_mode: spec.failure_mode,
@@ -102,10 +102,9 @@ impl TryFrom<RuleSpec> for Rule {
 
 fn build_overrides(
     rule_id: &str,
-    rule_name: &str,
     specs: &[OverrideSpec],
     problems: &mut Problems,
-) -> HashMap<String, LimitSet> {
+) -> HashMap<String, Vec<Limit>> {
     if specs.len() > MAX_OVERRIDES {
         problems.add(
             "overrides",
@@ -119,10 +118,7 @@ fn build_overrides(
             problems.add(format!("{field}.client"), "must be 1 to 1024 characters");
         }
         let limits = Limit::build_all(rule_id, &o.limits, &format!("{field}.limits"), problems);
-        if overrides
-            .insert(o.client.clone(), LimitSet::new(rule_name, limits))
-            .is_some()
-        {
+        if overrides.insert(o.client.clone(), limits).is_some() {
             problems.add(
                 format!("{field}.client"),
                 format!("`{}` already has an override", o.client),
@@ -161,7 +157,7 @@ impl Rule {
     }
 
     /// The limits that apply to `client`: its override, or the rule's own.
-    pub fn limits_for(&self, client: &str) -> &LimitSet {
+    pub fn limits_for(&self, client: &str) -> &[Limit] {
         self.overrides.get(client).unwrap_or(&self.limits)
     }
 

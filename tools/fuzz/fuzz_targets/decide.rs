@@ -25,7 +25,9 @@ use libfuzzer_sys::fuzz_target;
 use sluice_core::global::table::LeaseTable;
 use sluice_core::limiter::SlotTable;
 use sluice_core::rule::Rule;
-use sluice_core::ruleset::{DecisionSink, GlobalBuckets, Outcome, RuleOutcome, Ruleset};
+use sluice_core::ruleset::{
+    DecisionContext, DecisionSink, GlobalBuckets, Outcome, RuleOutcome, Ruleset,
+};
 use sluice_core::store::MemoryStore;
 use sluice_core::time::Nanos;
 use sluice_fuzz::{LATEST_CLOCK_NS, Scenario};
@@ -38,11 +40,6 @@ fuzz_target!(|scenario: Scenario| {
     let table = SlotTable::new(scenario.slots);
     let lease_store = MemoryStore::new();
     let lease_table = LeaseTable::new(scenario.lease_slots);
-    let global = GlobalBuckets {
-        table: &lease_table,
-        store: &lease_store,
-        view: scenario.view,
-    };
     let mut charged: HashMap<BucketKey, Charged> = HashMap::new();
     let mut evicted = false;
     let mut now = scenario.start_ns;
@@ -50,15 +47,18 @@ fuzz_target!(|scenario: Scenario| {
         // A host clock only moves forward; the bound is about elapsed time.
         now = now.saturating_add(*elapsed_ns);
         let mut outcomes = Outcomes::default();
-        let decision = ruleset.decide_observed(
-            request,
-            &store,
-            &table,
-            &global,
-            Nanos::new(now),
-            scenario.failure_mode,
-            &mut outcomes,
-        );
+        let cx = DecisionContext {
+            store: &store,
+            table: &table,
+            global: GlobalBuckets {
+                table: &lease_table,
+                store: &lease_store,
+                view: scenario.view,
+            },
+            now: Nanos::new(now),
+            default_failure: scenario.failure_mode,
+        };
+        let decision = ruleset.decide_observed(request, &cx, &mut outcomes);
 
         let reported = |id: &str, wanted: RuleOutcome| {
             outcomes

@@ -1,16 +1,8 @@
-//! Charging buckets in the shared slot table: placement, compare-and-swap, all-or-nothing.
+//! Charging buckets in the shared slot table: compare-and-swap, all-or-nothing.
 //!
-//! Shared-data keys can never be deleted, so buckets live in a fixed table of `slots`
-//! numbered keys. A client's bucket goes in the first usable slot of a short probe
-//! sequence starting at `fingerprint mod slots`:
-//!
-//! * a slot the client already **owns** is used as is;
-//! * otherwise the first slot that is **vacant** (never used) or **idle** (all its
-//!   buckets full at `now`, so it carries no information) is claimed;
-//! * a vacant slot ends the search, since nothing was ever placed past it;
-//! * when every probed slot is busy with other clients, the client **shares** the most
-//!   drained one, keeping the owner's buckets beside its own. Sharing errs toward
-//!   limiting (two clients of one rule then draw from one bucket) and is counted.
+//! A client's bucket goes in a slot of a fixed table of numbered shared-data keys: the
+//! one it owns, else the first vacant or idle one, else the most drained one, shared
+//! (`placement.rs`).
 //!
 //! A request's buckets are charged all-or-nothing: every bucket is read and checked
 //! first, so a denial writes nothing; then each is written with compare-and-swap. If a
@@ -21,88 +13,34 @@
 //! A denial is remembered for the wait it reported ([`RememberedDenials`]), so a client
 //! that keeps knocking is denied again without a shared-data read until then.
 
+mod placement;
+
 use std::num::NonZeroU32;
 
 use smallvec::SmallVec;
 
+use crate::bucket::INLINE_BUCKETS;
 use crate::denials::RememberedDenials;
 use crate::gcra::Verdict;
-use crate::rule::Limit;
 use crate::slot::SlotValue;
 use crate::spec::FailureMode;
-use crate::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutcome};
+use crate::store::{MAX_WRITE_ATTEMPTS, SharedStore, WriteCondition, WriteOutcome};
 use crate::time::Nanos;
+use placement::{Placement, ProbeSequence};
 
-/// Slots probed for one client before it shares a busy one.
-pub const MAX_PROBES: u32 = 4;
-/// Compare-and-swap attempts per bucket before giving up as contention. Every conflict
-/// means another worker's write succeeded, so running out takes this many lost races in
-/// a row: rare with Envoy's handful of workers, and then the rule's failure mode decides.
-pub const MAX_WRITE_ATTEMPTS: u32 = 32;
+// The words of charging are the `bucket` module's; they keep their paths here too.
+pub use crate::bucket::{
+    BucketRequest, BucketResult, LimiterCounters, LimiterFailure, TierVerdict,
+};
+pub use placement::MAX_PROBES;
 
 /// The fixed-size table of bucket slots, as one worker uses it: with the denials it
 /// remembers.
 #[derive(Debug, Clone)]
 pub struct SlotTable {
-    slots: u32,
-    probes: u32,
+    probes: ProbeSequence,
     denials: RememberedDenials,
 }
-
-/// One bucket set to charge: the limits of one rule for one client.
-#[derive(Debug, Clone, Copy)]
-pub struct BucketRequest<'a> {
-    pub fingerprint: u64,
-    pub limits: &'a [Limit],
-    pub cost: u64,
-    pub on_failure: FailureMode,
-}
-
-/// A verdict together with the limit (tier) it is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TierVerdict {
-    pub tier: usize,
-    pub verdict: Verdict,
-}
-
-/// Why a bucket could not be evaluated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LimiterFailure {
-    /// Other workers kept winning the compare-and-swap.
-    Contention,
-    /// The host refused a shared-data call.
-    Store(StoreError),
-}
-
-/// What happened to one bucket set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BucketResult {
-    /// Charged; `tightest` is the limit with the fewest tokens left.
-    Allowed { tightest: TierVerdict },
-    /// Over the limit; `binding` is the limit that must refill longest.
-    Denied { binding: TierVerdict },
-    /// Could not be evaluated and the failure mode let the request through.
-    FailedOpen(LimiterFailure),
-    /// Could not be evaluated and the failure mode denies the request.
-    FailedClosed(LimiterFailure),
-    /// Not looked at because an earlier bucket already decided the request.
-    Skipped,
-}
-
-/// Events worth a metric, counted while charging.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LimiterCounters {
-    pub cas_conflicts: u32,
-    pub shared_slots: u32,
-    pub evictions: u32,
-    pub corrupt_slots: u32,
-    pub refund_failures: u32,
-    /// Denials repeated from memory, without reading the bucket.
-    pub remembered_denials: u32,
-}
-
-/// Bucket sets per request held without a heap allocation; more spill to the heap.
-pub const INLINE_BUCKETS: usize = 4;
 
 /// One result per bucket set of a request.
 pub type Buckets = SmallVec<[BucketResult; INLINE_BUCKETS]>;
@@ -129,22 +67,6 @@ impl Acquisition {
     }
 }
 
-/// Where a client's bucket goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Placement {
-    Owned,
-    Claimed,
-    Shared,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Located {
-    slot: u32,
-    cas: Option<Cas>,
-    value: SlotValue,
-    placement: Placement,
-}
-
 /// A bucket set read and checked, ready to be written.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
@@ -163,14 +85,13 @@ enum PlanResult {
 impl SlotTable {
     pub fn new(slots: NonZeroU32) -> Self {
         Self {
-            slots: slots.get(),
-            probes: MAX_PROBES.min(slots.get()),
+            probes: ProbeSequence::new(slots),
             denials: RememberedDenials::default(),
         }
     }
 
     pub fn slots(&self) -> u32 {
-        self.slots
+        self.probes.slots()
     }
 
     /// Charges `cost` to every bucket set of `requests`, or to none of them.
@@ -295,7 +216,9 @@ impl SlotTable {
         request: &BucketRequest<'_>,
         counters: &mut LimiterCounters,
     ) -> Result<Plan, LimiterFailure> {
-        let located = self.locate(store, now, request.fingerprint, counters)?;
+        let located = self
+            .probes
+            .locate(store, now, request.fingerprint, counters)?;
         let mut next = match located.placement {
             Placement::Owned | Placement::Shared => located.value,
             // The slot's mark is about the clients whose search starts here: it stays.
@@ -366,141 +289,6 @@ impl SlotTable {
         })
     }
 
-    /// Finds the slot for `fingerprint`: owned, else first vacant or idle, else shared.
-    ///
-    /// A client placed past its home slot (the first of its probe sequence) marks the
-    /// home slot displaced first. So when the home slot is idle, not the client's, and
-    /// not displaced, the client owns no slot further along and takes the home slot after
-    /// one read: with many clients and idle buckets (the common case of a large table)
-    /// that saves up to [`MAX_PROBES`]` - 1` shared-data reads per request.
-    fn locate(
-        &self,
-        store: &impl SharedStore,
-        now: Nanos,
-        fingerprint: u64,
-        counters: &mut LimiterCounters,
-    ) -> Result<Located, LimiterFailure> {
-        for _ in 0..MAX_WRITE_ATTEMPTS {
-            let (located, home) = self.search(store, now, fingerprint, counters)?;
-            let Some(home) = home.filter(|h| !h.value.displaced && h.slot != located.slot) else {
-                return Ok(located);
-            };
-            if located.placement != Placement::Claimed {
-                return Ok(located);
-            }
-            // Claiming past an unmarked home slot: mark it first, so that no search for
-            // this client stops there while it owns a slot further along.
-            let mut marked = home.value;
-            marked.displaced = true;
-            let (buf, len) = marked.to_bytes();
-            let condition = home
-                .cas
-                .map_or(WriteCondition::Absent, WriteCondition::Unchanged);
-            match store.write(home.slot, buf.get(..len).unwrap_or_default(), condition) {
-                Ok(WriteOutcome::Written) => return Ok(located),
-                Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
-                Err(e) => return Err(LimiterFailure::Store(e)),
-            }
-        }
-        Err(LimiterFailure::Contention)
-    }
-
-    /// One pass over the probe sequence: where the client goes, and the home slot as read
-    /// when the search went past it.
-    fn search(
-        &self,
-        store: &impl SharedStore,
-        now: Nanos,
-        fingerprint: u64,
-        counters: &mut LimiterCounters,
-    ) -> Result<(Located, Option<Located>), LimiterFailure> {
-        let start = (fingerprint % u64::from(self.slots)) as u32;
-        let mut free: Option<Located> = None;
-        let mut most_drained: Option<(u64, Located)> = None;
-        let mut home: Option<Located> = None;
-        for probe in 0..self.probes {
-            let slot = ((u64::from(start) + u64::from(probe)) % u64::from(self.slots)) as u32;
-            let Some((bytes, cas)) = store.read(slot).map_err(LimiterFailure::Store)? else {
-                let vacant = Located {
-                    slot,
-                    cas: None,
-                    value: SlotValue::default(),
-                    placement: Placement::Claimed,
-                };
-                return Ok((free.unwrap_or(vacant), home));
-            };
-            let value = match SlotValue::decode(&bytes) {
-                Ok(v) => v,
-                Err(_) => {
-                    // Not ours to trust: reuse it like an idle slot (unmarked, like
-                    // anything that does not decode).
-                    counters.corrupt_slots += 1;
-                    free.get_or_insert(Located {
-                        slot,
-                        cas: Some(cas),
-                        value: SlotValue::default(),
-                        placement: Placement::Claimed,
-                    });
-                    continue;
-                }
-            };
-            let located = Located {
-                slot,
-                cas: Some(cas),
-                value,
-                placement: Placement::Owned,
-            };
-            if value.owner == fingerprint {
-                return Ok((located, home));
-            }
-            if value.owner == 0 {
-                let claimed = Located {
-                    placement: Placement::Claimed,
-                    ..located
-                };
-                return Ok((free.unwrap_or(claimed), home));
-            }
-            if probe == 0 {
-                home = Some(located);
-            }
-            if value.is_idle(now.get()) {
-                let claimed = Located {
-                    placement: Placement::Claimed,
-                    ..located
-                };
-                if probe == 0 && !value.displaced {
-                    // Nobody whose search starts here was placed further along: this
-                    // client owns nothing past it.
-                    return Ok((claimed, home));
-                }
-                free.get_or_insert(claimed);
-            } else {
-                let backlog = value.backlog(now.get());
-                if most_drained.is_none_or(|(b, _)| backlog > b) {
-                    most_drained = Some((
-                        backlog,
-                        Located {
-                            placement: Placement::Shared,
-                            ..located
-                        },
-                    ));
-                }
-            }
-        }
-        let located = match (free, most_drained) {
-            (Some(f), _) => f,
-            (None, Some((_, shared))) => shared,
-            // Unreachable with at least one probe, but never panic.
-            (None, None) => Located {
-                slot: start,
-                cas: None,
-                value: SlotValue::default(),
-                placement: Placement::Claimed,
-            },
-        };
-        Ok((located, home))
-    }
-
     /// Gives back what `request` took from `slot`, with bounded retries. A failed refund
     /// errs toward limiting and is counted.
     fn refund(
@@ -552,19 +340,20 @@ fn tighter(a: &TierVerdict, b: &TierVerdict) -> bool {
         < (b.verdict.remaining, std::cmp::Reverse(b.verdict.reset_ns))
 }
 
+/// What the slot table's unit tests share.
 #[cfg(test)]
-mod tests {
+mod test_support {
     use std::num::NonZeroU64;
-    use std::sync::Arc;
 
     use super::*;
     use crate::gcra::Gcra;
+    use crate::rule::Limit;
     use crate::store::MemoryStore;
     use crate::time::NANOS_PER_SECOND;
 
-    const T0: u64 = 1_000 * NANOS_PER_SECOND;
+    pub(super) const T0: u64 = 1_000 * NANOS_PER_SECOND;
 
-    fn limit(identity: u64, requests: u64, period_s: u64, burst: u64) -> Limit {
+    pub(super) fn limit(identity: u64, requests: u64, period_s: u64, burst: u64) -> Limit {
         let nz = |v| NonZeroU64::new(v).unwrap();
         Limit {
             global: false,
@@ -576,11 +365,11 @@ mod tests {
         }
     }
 
-    fn table(slots: u32) -> SlotTable {
+    pub(super) fn table(slots: u32) -> SlotTable {
         SlotTable::new(NonZeroU32::new(slots).unwrap())
     }
 
-    fn bucket(fingerprint: u64, limits: &[Limit]) -> BucketRequest<'_> {
+    pub(super) fn bucket(fingerprint: u64, limits: &[Limit]) -> BucketRequest<'_> {
         BucketRequest {
             fingerprint,
             limits,
@@ -590,7 +379,7 @@ mod tests {
     }
 
     /// Requests admitted by the buckets themselves (not by failing open).
-    fn admitted(
+    pub(super) fn admitted(
         table: &SlotTable,
         store: &MemoryStore,
         now: u64,
@@ -608,6 +397,16 @@ mod tests {
             })
             .count()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::test_support::{T0, admitted, bucket, limit, table};
+    use super::*;
+    use crate::store::{Cas, MemoryStore, StoreError};
+    use crate::time::NANOS_PER_SECOND;
 
     #[test]
     fn one_bucket_admits_its_burst_and_a_denial_writes_nothing() {
@@ -799,113 +598,6 @@ mod tests {
             ..bucket(5, &limits)
         };
         assert!(!t.acquire(&store, Nanos::new(T0), &[closed]).allowed);
-    }
-
-    #[test]
-    fn idle_slots_are_reclaimed_so_memory_is_bounded_by_the_table() {
-        let (t, store) = (table(16), MemoryStore::new());
-        let limits = [limit(1, 1, 1, 1)];
-        for round in 0..100u64 {
-            let now = T0 + round * NANOS_PER_SECOND;
-            for client in 0..16u64 {
-                let fp = round * 1_000 + client + 1;
-                assert!(
-                    t.acquire(&store, Nanos::new(now), &[bucket(fp, &limits)])
-                        .allowed
-                );
-            }
-        }
-        assert_eq!(store.slots_used(), 16);
-    }
-
-    #[test]
-    fn a_client_finds_its_own_slot_past_one_that_went_idle() {
-        let (t, store) = (table(64), MemoryStore::new());
-        let short = [limit(1, 1, 1, 1)];
-        let long = [limit(2, 1, 3_600, 1)];
-        // Both fingerprints start probing at slot 0; the first holds it briefly.
-        assert!(
-            t.acquire(&store, Nanos::new(T0), &[bucket(64, &short)])
-                .allowed
-        );
-        assert!(
-            t.acquire(&store, Nanos::new(T0), &[bucket(128, &long)])
-                .allowed,
-            "placed in slot 1"
-        );
-        let later = T0 + 2 * NANOS_PER_SECOND;
-        assert!(
-            !t.acquire(&store, Nanos::new(later), &[bucket(128, &long)])
-                .allowed,
-            "slot 0 is idle now, but the client's drained bucket is still in slot 1"
-        );
-    }
-
-    #[test]
-    fn when_every_probed_slot_is_busy_clients_share_and_err_toward_limiting() {
-        let (t, store) = (table(16), MemoryStore::new());
-        let limits = [limit(1, 1, 60, 2)];
-        for fp in (0..MAX_PROBES as u64).map(|i| 16 * (i + 1) + i) {
-            assert!(
-                t.acquire(&store, Nanos::new(T0), &[bucket(fp, &limits)])
-                    .allowed
-            );
-        }
-        // A new client whose probe sequence covers only busy slots shares one.
-        let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(16 * 99, &limits)]);
-        assert_eq!(outcome.counters.shared_slots, 1);
-        assert!(outcome.allowed, "the shared bucket still had a token");
-        assert!(
-            !t.acquire(&store, Nanos::new(T0), &[bucket(16 * 99, &limits)])
-                .allowed
-        );
-    }
-
-    #[test]
-    fn a_new_client_takes_an_idle_unmarked_home_slot_after_one_read() {
-        let (t, store) = (table(16), MemoryStore::new());
-        let limits = [limit(1, 1_000, 1, 1)];
-        // Client 5 fills slot 5; a millisecond later its bucket is full again (idle).
-        assert!(
-            t.acquire(&store, Nanos::new(T0), &[bucket(5, &limits)])
-                .allowed
-        );
-        let later = Nanos::new(T0 + NANOS_PER_SECOND);
-        let before = store.reads();
-        // Client 21 has the same home slot: one read, and it takes the slot over.
-        assert!(t.acquire(&store, later, &[bucket(21, &limits)]).allowed);
-        assert_eq!(store.reads() - before, 1, "no further probes");
-        let (bytes, _) = store.read(5).unwrap().unwrap();
-        assert_eq!(SlotValue::decode(&bytes).unwrap().owner, 21);
-    }
-
-    #[test]
-    fn a_client_placed_past_its_home_is_found_after_the_home_goes_idle() {
-        let (t, store) = (table(16), MemoryStore::new());
-        let fast = [limit(1, 1_000, 1, 1)];
-        let slow = [limit(2, 1, 3_600, 2)];
-        // Client 5 keeps slot 5 busy for a millisecond; client 21 (same home) goes to
-        // slot 6 and marks slot 5, then spends its whole burst.
-        assert!(
-            t.acquire(&store, Nanos::new(T0), &[bucket(5, &fast)])
-                .allowed
-        );
-        assert_eq!(admitted(&t, &store, T0, &[bucket(21, &slow)], 5), 2);
-        let (home, _) = store.read(5).unwrap().unwrap();
-        let home = SlotValue::decode(&home).unwrap();
-        assert!(home.displaced && home.owner == 5, "{home:?}");
-        // A second later slot 5 is idle, but client 21 must still find its drained bucket
-        // in slot 6 rather than start afresh in slot 5.
-        let later = T0 + NANOS_PER_SECOND;
-        assert_eq!(admitted(&t, &store, later, &[bucket(21, &slow)], 5), 0);
-        // A client taking slot 5 over keeps the mark.
-        assert!(
-            t.acquire(&store, Nanos::new(later), &[bucket(37, &fast)])
-                .allowed
-        );
-        let (home, _) = store.read(5).unwrap().unwrap();
-        let home = SlotValue::decode(&home).unwrap();
-        assert!(home.displaced && home.owner == 37, "{home:?}");
     }
 
     #[test]

@@ -1,0 +1,63 @@
+//! A bucket set to charge and what charging it gives back: the words the slot table
+//! (`limiter`), the denials a worker remembers (`denials`) and the per-request decision
+//! (`ruleset`) share, so that none of them needs another for its types.
+
+use crate::gcra::Verdict;
+use crate::rule::Limit;
+use crate::spec::FailureMode;
+use crate::store::StoreError;
+
+/// One bucket set to charge: the limits of one rule for one client.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketRequest<'a> {
+    pub fingerprint: u64,
+    pub limits: &'a [Limit],
+    pub cost: u64,
+    pub on_failure: FailureMode,
+}
+
+/// A verdict together with the limit (tier) it is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierVerdict {
+    pub tier: usize,
+    pub verdict: Verdict,
+}
+
+/// Why a bucket could not be evaluated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimiterFailure {
+    /// Other workers kept winning the compare-and-swap.
+    Contention,
+    /// The host refused a shared-data call.
+    Store(StoreError),
+}
+
+/// What happened to one bucket set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketResult {
+    /// Charged; `tightest` is the limit with the fewest tokens left.
+    Allowed { tightest: TierVerdict },
+    /// Over the limit; `binding` is the limit that must refill longest.
+    Denied { binding: TierVerdict },
+    /// Could not be evaluated and the failure mode let the request through.
+    FailedOpen(LimiterFailure),
+    /// Could not be evaluated and the failure mode denies the request.
+    FailedClosed(LimiterFailure),
+    /// Not looked at because an earlier bucket already decided the request.
+    Skipped,
+}
+
+/// Events worth a metric, counted while charging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimiterCounters {
+    pub cas_conflicts: u32,
+    pub shared_slots: u32,
+    pub evictions: u32,
+    pub corrupt_slots: u32,
+    pub refund_failures: u32,
+    /// Denials repeated from memory, without reading the bucket.
+    pub remembered_denials: u32,
+}
+
+/// Bucket sets per request held without a heap allocation; more spill to the heap.
+pub const INLINE_BUCKETS: usize = 4;

@@ -1,0 +1,190 @@
+//! A validated set of rules, and what deciding a request over it gives back.
+//!
+//! The decision itself, step by step, is in `decide.rs`: [`Ruleset::decide`] and
+//! [`Ruleset::decide_observed`] over a [`DecisionContext`].
+
+mod decide;
+
+use std::collections::HashSet;
+
+use crate::bucket::LimiterCounters;
+use crate::request::RequestNeeds;
+use crate::response::RenderedRule;
+use crate::rule::Rule;
+use crate::spec::{Mode, RuleSpec};
+use crate::validation::{Problems, ValidationErrors};
+
+pub use decide::{DecisionContext, GlobalBuckets};
+// What a decision's limits are presented with; it kept this path when it moved there.
+pub use crate::response::Limited;
+
+/// Most rules in one ruleset.
+pub const MAX_RULES: usize = 1_000;
+
+/// A share of a limit used, in percent, from which an allowed request counts as
+/// "near the limit".
+pub const NEAR_LIMIT_PERCENT: u64 = 80;
+
+/// Validated rules in evaluation order: higher `priority` first, then by name.
+#[derive(Debug, Clone, Default)]
+pub struct Ruleset {
+    rules: Vec<Rule>,
+    /// The fixed text of each rule's rate-limit fields and denial body, one per rule, in
+    /// the same order.
+    rendered: Vec<RenderedRule>,
+    needs: RequestNeeds,
+}
+
+/// What the enabled rules of `rules` read from a request.
+fn needs_of(rules: &[Rule]) -> RequestNeeds {
+    let mut needs = RequestNeeds::default();
+    for rule in rules.iter().filter(|r| r.enabled) {
+        rule.add_needs(&mut needs);
+    }
+    needs
+}
+
+impl Ruleset {
+    /// Validates every rule and the set as a whole (unique names and ids), reporting all
+    /// problems with `rules[i].` field paths.
+    pub fn from_specs(specs: Vec<RuleSpec>) -> Result<Ruleset, ValidationErrors> {
+        let mut problems = Problems::default();
+        if specs.len() > MAX_RULES {
+            problems.add("rules", format!("at most {MAX_RULES} rules are allowed"));
+        }
+        let mut rules = Vec::with_capacity(specs.len());
+        let mut names = HashSet::new();
+        let mut ids = HashSet::new();
+        for (i, spec) in specs.into_iter().enumerate() {
+            let prefix = format!("rules[{i}]");
+            match Rule::try_from(spec) {
+                Ok(rule) => {
+                    if !names.insert(rule.name.clone()) {
+                        problems.add(
+                            format!("{prefix}.name"),
+                            format!("`{}` is used by another rule", rule.name),
+                        );
+                    }
+                    if !ids.insert(rule.id.clone()) {
+                        problems.add(
+                            format!("{prefix}.id"),
+                            format!("`{}` is used by another rule", rule.id),
+                        );
+                    }
+                    rules.push(rule);
+                }
+                Err(errors) => problems.nest(&prefix, errors),
+            }
+        }
+        rules.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        problems.finish(|| {
+            let needs = needs_of(&rules);
+            let rendered = rules.iter().map(RenderedRule::new).collect();
+            Ruleset {
+                rules,
+                rendered,
+                needs,
+            }
+        })
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The request attributes these rules read.
+    pub fn needs(&self) -> &RequestNeeds {
+        &self.needs
+    }
+
+    /// Whether any enabled rule is in shadow mode.
+    pub fn has_shadow_rules(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.enabled && r.mode == Mode::Shadow)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// Whether the request may pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Outcome<'r> {
+    #[default]
+    Allowed,
+    /// An enforce-mode limit is exhausted.
+    Denied(Limited<'r>),
+    /// A fail-closed rule could not be evaluated.
+    FailedClosed(&'r Rule),
+}
+
+/// Everything the filter needs to answer a request and count it.
+#[derive(Debug, Clone, Default)]
+pub struct Decision<'r> {
+    pub outcome: Outcome<'r>,
+    /// For an allowed request: the enforce-mode limit with the fewest tokens left among
+    /// rules that send rate-limit headers.
+    pub tightest: Option<Limited<'r>>,
+    /// Shadow-mode rules that would have denied the request.
+    pub shadow_denied: Vec<&'r Rule>,
+    /// Enabled rules whose match held.
+    pub matched_rules: u32,
+    /// Matching rules skipped because the request carried no client key.
+    pub keys_missing: u32,
+    /// Buckets that could not be evaluated and let the request through.
+    pub failed_open: u32,
+    /// Whether an allowed request left some limit at least [`NEAR_LIMIT_PERCENT`] used.
+    pub near_limit: bool,
+    pub counters: LimiterCounters,
+    /// Global limits admitted from the fallback share (the coordinator out of reach).
+    pub global_fallback: u32,
+    /// Global limits that could not be evaluated (the rule's failure mode decided).
+    pub global_failures: u32,
+    /// Of those, how many because the lease table was full.
+    pub global_table_full: u32,
+    /// Global buckets this request was the first on this proxy to use.
+    pub global_created: u32,
+}
+
+impl<'r> Decision<'r> {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self.outcome, Outcome::Allowed)
+    }
+}
+
+/// What happened to one matching rule in one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleOutcome {
+    /// Charged; the request may pass as far as this rule is concerned.
+    Allowed { near_limit: bool },
+    /// This rule denied the request.
+    Denied,
+    /// A shadow-mode rule would have denied the request.
+    ShadowDenied,
+    /// Not charged: another rule denied the request first (or raced it into a denial).
+    NotCharged,
+    /// Could not be evaluated; the request was let through.
+    FailedOpen,
+    /// Could not be evaluated; the request was denied (fail-closed rule).
+    FailedClosed,
+    /// The request carried no client key for this rule.
+    KeyMissing,
+}
+
+/// Receives per-rule outcomes during [`Ruleset::decide_observed`]. Called on the request
+/// path: implementations must be cheap and must not block.
+pub trait DecisionSink {
+    /// `client` is the rule's client key for this request ("" when missing).
+    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str);
+}
+
+/// Ignores everything.
+impl DecisionSink for () {
+    fn record(&mut self, _: &Rule, _: RuleOutcome, _: &str) {}
+}

@@ -6,8 +6,22 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::query::Whole;
+
+/// The bucket widths a `step` parameter names (`Resolution`'s labels), for the document;
+/// the parameter itself is read as a string. Defined here, beside the queries that use
+/// it, so that this module needs nothing from `schema.rs` (which describes this module's
+/// `StreamEvent`).
 #[cfg(feature = "openapi")]
-use crate::schema::StepName;
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // Only its schema is used.
+pub enum StepName {
+    #[schema(rename = "10s")]
+    TenSeconds,
+    #[schema(rename = "1m")]
+    Minute,
+    #[schema(rename = "1h")]
+    Hour,
+}
 
 /// `GET /api/v1/metrics/series`'s range, step and filter.
 #[derive(Debug, Deserialize)]

@@ -24,18 +24,6 @@ pub enum ModeName {
     Shadow,
 }
 
-/// The bucket widths a `step` parameter names (`Resolution`'s labels), for the document.
-#[derive(Debug, utoipa::ToSchema)]
-#[allow(dead_code)] // Only its schema is used.
-pub enum StepName {
-    #[schema(rename = "10s")]
-    TenSeconds,
-    #[schema(rename = "1m")]
-    Minute,
-    #[schema(rename = "1h")]
-    Hour,
-}
-
 /// `sluice_core::wire::RulesetDocument`, for the OpenAPI document.
 #[derive(Debug, utoipa::ToSchema)]
 // Never built: it only describes the bytes of the core's type, which is what is served.

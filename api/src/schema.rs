@@ -150,7 +150,7 @@ fn rule_spec_schema() -> serde_json::Value {
             "requests": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64},
             "period": period,
             "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
-                      "description": "The bucket's capacity; defaults to `requests`"},
+                      "description": "The bucket's capacity; defaults to `requests`. A burst that would take more than 2^62 ns (about 146 years) to refill at this limit's rate is capped at what that refill holds (one token a day: 53,375)"},
             "scope": {"type": "string", "enum": ["proxy", "global"], "default": "proxy",
                       "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"},
         },

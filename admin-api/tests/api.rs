@@ -1256,7 +1256,9 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
     // A problem's title names what was invalid.
     let report = api
         .post("/api/v1/reports")
-        .json(&json!({"proxy_id": "p", "start_ms": 2, "end_ms": 1, "ruleset_version": 0, "rules": []}))
+        .json(
+            &json!({"proxy_id": "", "start_ms": 1, "end_ms": 2, "ruleset_version": 0, "rules": []}),
+        )
         .send()
         .await
         .expect(422);

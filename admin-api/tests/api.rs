@@ -25,6 +25,8 @@ sluice_admin::on_every_backend!(
     metrics_count_requests_by_route,
     openapi_health_and_readiness,
     the_document_bounds_are_the_servers,
+    every_rule_within_the_documents_bounds_is_accepted,
+    overrides_beyond_the_documents_bound_are_refused_with_their_path,
     failed_authentications_are_limited_per_address,
 );
 
@@ -1252,7 +1254,9 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
     // A problem's title names what was invalid.
     let report = api
         .post("/api/v1/reports")
-        .json(&json!({"proxy_id": "p", "start_ms": 2, "end_ms": 1, "ruleset_version": 0, "rules": []}))
+        .json(
+            &json!({"proxy_id": "", "start_ms": 1, "end_ms": 2, "ruleset_version": 0, "rules": []}),
+        )
         .send()
         .await
         .expect(422);
@@ -1272,6 +1276,147 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
         .await
         .expect(409);
     api.get("/api/v1/rules").send().await.expect(200);
+}
+
+/// What the rule's schema admits field by field is accepted: lengths are counted in
+/// characters (as `maxLength` counts them, not in bytes), every requests, period and
+/// burst within their own bounds makes a limit (a burst beyond 146 years of refill is
+/// capped, since JSON Schema cannot bound a product), and every header condition form the
+/// schema lists is one the core takes.
+async fn every_rule_within_the_documents_bounds_is_accepted(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    let wide = |n: usize| "é".repeat(n);
+    let rules = [
+        json!({"name": "chars", "description": wide(1024), "key": {"query": wide(256)},
+               "match": {"path_regex": wide(1024)},
+               "limits": [{"requests": 1, "period": 1}],
+               "overrides": [{"client": wide(1024), "limits": [{"requests": 2, "period": 1}]}]}),
+        json!({"name": "slow", "key": "global", "limits": [
+            {"requests": 1, "period": 31_622_400, "burst": 1_000_000_000_u64},
+            {"requests": 1, "period": "day", "burst": 1_000_000_000_u64, "scope": "global"},
+            {"requests": 1_000_000_000_u64, "period": 1, "burst": 1_000_000_000_u64}]}),
+        json!({"name": "headers", "key": "global", "limits": [{"requests": 1, "period": 1}],
+               "match": {"headers": [{"name": "a", "present": false},
+                                     {"name": "b", "present": true, "equals": "x"},
+                                     {"name": "c", "equals": "y", "present": null}]}}),
+    ];
+    for rule in &rules {
+        let created = api.post("/api/v1/rules").json(rule).send().await;
+        assert_eq!(
+            created.status.as_u16(),
+            201,
+            "{}: {}",
+            rule["name"],
+            created.text()
+        );
+        // Stored as sent: the cap is the limit's, not the spec's.
+        assert_eq!(created.json()["spec"]["limits"], rule["limits"]);
+    }
+    // The same through rules:apply, and what the proxies get compiles.
+    api.post("/api/v1/rules:apply?prune=true")
+        .json(&json!({ "rules": rules }))
+        .send()
+        .await
+        .expect(200);
+    let doc = api.get("/api/v1/ruleset?after=0").send().await.expect(200);
+    let doc: sluice_core::wire::RulesetDocument = serde_json::from_slice(&doc.body).unwrap();
+    let compiled = doc.compile().unwrap();
+    assert_eq!(compiled.rules().len(), 3);
+}
+
+/// `overrides` holds at most 10,000 entries, as the document says: one more is refused
+/// with the same 422 problem as any other invalid field, naming it, by every operation
+/// that takes a rule.
+async fn overrides_beyond_the_documents_bound_are_refused_with_their_path(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.post("/api/v1/rules")
+        .json(&rule("taken"))
+        .send()
+        .await
+        .expect(201);
+    let before = footprint(&db).await;
+    let overrides = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"client": format!("c{i}"), "limits": [{"requests": 1, "period": 1}]}))
+            .collect()
+    };
+    let with = |name: &str, n: usize| {
+        json!({"name": name, "key": {"header": "x-key"}, "limits": [{"requests": 1, "period": 1}],
+               "overrides": overrides(n)})
+    };
+    let yaml = |rule: &Value| {
+        // JSON is YAML: one flow-style rule in a block list.
+        format!(
+            "- {}
+",
+            serde_json::to_string(rule).unwrap()
+        )
+    };
+    let too_many = with("many", 10_001);
+    let taken = with("taken", 10_001);
+    let cases: Vec<(Method, &str, &str, Vec<u8>, &str)> = vec![
+        (
+            Method::POST,
+            "/api/v1/rules",
+            "application/json",
+            serde_json::to_vec(&too_many).unwrap(),
+            "overrides",
+        ),
+        (
+            Method::PUT,
+            "/api/v1/rules/taken",
+            "application/json",
+            serde_json::to_vec(&taken).unwrap(),
+            "overrides",
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/rules/taken",
+            "application/merge-patch+json",
+            serde_json::to_vec(&json!({"overrides": overrides(10_001)})).unwrap(),
+            "overrides",
+        ),
+        (
+            Method::POST,
+            "/api/v1/rules:apply",
+            "application/json",
+            serde_json::to_vec(&json!([too_many])).unwrap(),
+            "rules[0].overrides",
+        ),
+        (
+            Method::POST,
+            "/api/v1/rules:apply?dry_run=true",
+            "application/yaml",
+            yaml(&too_many).into_bytes(),
+            "rules[0].overrides",
+        ),
+    ];
+    for (method, path, content_type, body, field) in cases {
+        let refused = api
+            .req(method.clone(), path)
+            .raw(content_type, body)
+            .send()
+            .await;
+        assert_eq!(
+            refused.status.as_u16(),
+            422,
+            "{method} {path}: {}",
+            refused.text()
+        );
+        assert_eq!(
+            refused.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert_eq!(refused.json()["type"], "urn:sluice:invalid");
+        assert_eq!(refused.fields(), [field], "{method} {path}");
+    }
+    assert_eq!(footprint(&db).await, before);
+    // The bound itself is accepted.
+    api.post("/api/v1/rules")
+        .json(&with("full", 10_000))
+        .send()
+        .await
+        .expect(201);
 }
 
 /// Wrong secrets from one address are answered 429 once it has spent its failures, before

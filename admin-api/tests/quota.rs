@@ -157,7 +157,10 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
         .send()
         .await
         .expect(422);
-    assert_eq!(refused.fields(), ["proxy", "interval_ms", "buckets[1]"]);
+    assert_eq!(
+        refused.fields(),
+        ["proxy", "interval_ms", "buckets[1].interval_ns"]
+    );
 
     let shape = api
         .post("/api/v1/quota/sync")
@@ -177,6 +180,46 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
         .send()
         .await
         .expect(415);
+}
+
+/// The document bounds `interval_ns` and `burst` each by 2^62 and cannot bound their
+/// product: every pair within the bounds is settled (a burst longer than 2^62 ns of
+/// refill is capped, as a rule's is), and a value beyond them is refused by name.
+#[tokio::test]
+async fn every_bucket_within_the_documents_bounds_is_settled() {
+    let (db, api) = app().await;
+    let proxy = db.token(Role::Proxy).await;
+    const MAX: u64 = 1 << 62;
+    let limit = |interval_ns: u64, burst: u64| json!({"bucket": "ab", "interval_ns": interval_ns, "burst": burst, "attempts": 1, "want": 1});
+    for (interval_ns, burst) in [(MAX, MAX), (MAX, 1), (1, MAX), (86_400_000_000_000, MAX)] {
+        let answer = api
+            .post("/api/v1/quota/sync")
+            .token(&proxy)
+            .json(&sync_body("edge-1", json!([limit(interval_ns, burst)])))
+            .send()
+            .await;
+        assert_eq!(
+            answer.status.as_u16(),
+            200,
+            "{interval_ns} × {burst}: {}",
+            answer.text()
+        );
+        assert_eq!(answer.json()["grants"].as_array().unwrap().len(), 1);
+    }
+    for (bucket, field) in [
+        (limit(MAX + 1, 1), "buckets[0].interval_ns"),
+        (limit(1, MAX + 1), "buckets[0].burst"),
+        (limit(1, 0), "buckets[0].burst"),
+    ] {
+        let refused = api
+            .post("/api/v1/quota/sync")
+            .token(&proxy)
+            .json(&sync_body("edge-1", json!([bucket])))
+            .send()
+            .await
+            .expect(422);
+        assert_eq!(refused.fields(), [field]);
+    }
 }
 
 #[tokio::test]

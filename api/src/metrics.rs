@@ -6,8 +6,22 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::query::Whole;
+
+/// The bucket widths a `step` parameter names (`Resolution`'s labels), for the document;
+/// the parameter itself is read as a string. Defined here, beside the queries that use
+/// it, so that this module needs nothing from `schema.rs` (which describes this module's
+/// `StreamEvent`).
 #[cfg(feature = "openapi")]
-use crate::schema::StepName;
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // Only its schema is used.
+pub enum StepName {
+    #[schema(rename = "10s")]
+    TenSeconds,
+    #[schema(rename = "1m")]
+    Minute,
+    #[schema(rename = "1h")]
+    Hour,
+}
 
 /// `GET /api/v1/metrics/series`'s range, step and filter.
 #[derive(Debug, Deserialize)]
@@ -15,7 +29,10 @@ use crate::schema::StepName;
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct SeriesQuery {
-    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes); before `to`.
+    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes, at least 0).
+    /// Any value is answered: one at or after `to` gives an empty range, and a range of
+    /// more than 20,000 buckets of its step is cut to its last 20,000; the answer's `from`
+    /// says where what it shows starts.
     #[cfg_attr(feature = "openapi", param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64))]
     pub from: Option<Whole>,
     /// End of the range (exclusive), Unix milliseconds (default: now).
@@ -50,7 +67,8 @@ pub struct SeriesPoint {
 pub struct Series {
     /// The bucket width: 10, 60 or 3600.
     pub step_seconds: i64,
-    /// The range asked for.
+    /// The range shown: as asked, but starting later when it was cut to 20,000 buckets,
+    /// and `from` = `to` (no points) when `from` was not before `to`.
     pub from: i64,
     pub to: i64,
     /// Every bucket overlapping the range, oldest first; buckets without reports are 0.
@@ -63,7 +81,10 @@ pub struct Series {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct RangeQuery {
-    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes); before `to`.
+    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes, at least 0).
+    /// Any value is answered: one at or after `to` gives an empty range, and a range of
+    /// more than 20,000 buckets of its step is cut to its last 20,000; the answer's `from`
+    /// says where what it shows starts.
     #[cfg_attr(feature = "openapi", param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64))]
     pub from: Option<Whole>,
     /// End of the range (exclusive), Unix milliseconds (default: now).
@@ -98,6 +119,7 @@ pub struct RuleMetrics {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RuleMetricsList {
     pub step_seconds: i64,
+    /// The range shown, as in `Series`.
     pub from: i64,
     pub to: i64,
     /// Every rule with traffic in the range or defined now: most throttled first, then
@@ -111,7 +133,10 @@ pub struct RuleMetricsList {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct ClientsQuery {
-    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes); before `to`.
+    /// Start of the range, Unix milliseconds (default: `to` minus 15 minutes, at least 0).
+    /// Any value is answered: one at or after `to` gives an empty range, and a range of
+    /// more than 20,000 buckets of its step is cut to its last 20,000; the answer's `from`
+    /// says where what it shows starts.
     #[cfg_attr(feature = "openapi", param(value_type = Option<u64>, minimum = 0, maximum = 9_007_199_254_740_991_u64))]
     pub from: Option<Whole>,
     /// End of the range (exclusive), Unix milliseconds (default: now).
@@ -145,6 +170,7 @@ pub struct ClientMetrics {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClientMetricsList {
+    /// The range shown, as in `Series`.
     pub from: i64,
     pub to: i64,
     /// Most throttled first.
@@ -175,6 +201,7 @@ pub struct ClientRule {
 pub struct ClientHistory {
     pub client: String,
     pub step_seconds: i64,
+    /// The range shown, as in `Series`.
     pub from: i64,
     pub to: i64,
     /// The rules that throttled the client in the range, most first.

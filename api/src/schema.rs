@@ -24,18 +24,6 @@ pub enum ModeName {
     Shadow,
 }
 
-/// The bucket widths a `step` parameter names (`Resolution`'s labels), for the document.
-#[derive(Debug, utoipa::ToSchema)]
-#[allow(dead_code)] // Only its schema is used.
-pub enum StepName {
-    #[schema(rename = "10s")]
-    TenSeconds,
-    #[schema(rename = "1m")]
-    Minute,
-    #[schema(rename = "1h")]
-    Hour,
-}
-
 /// `sluice_core::wire::RulesetDocument`, for the OpenAPI document.
 #[derive(Debug, utoipa::ToSchema)]
 // Never built: it only describes the bytes of the core's type, which is what is served.
@@ -122,18 +110,22 @@ impl utoipa::ToSchema for RulesFileSchema {
 
 impl utoipa::PartialSchema for RulesFileSchema {
     fn schema() -> RefOr<Schema> {
-        let rules = json!({"type": "array", "maxItems": sluice_core::ruleset::MAX_RULES,
-                           "items": {"$ref": "#/components/schemas/RuleSpec"}});
-        serde_json::from_value(json!({
-            "oneOf": [
-                rules,
-                {"type": "null", "description": "An empty YAML file: no rules"},
-                {"type": "object", "additionalProperties": false, "required": ["rules"],
-                 "properties": {"rules": rules}},
-            ],
-        }))
-        .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
+        serde_json::from_value(rules_file_schema())
+            .unwrap_or_else(|_| RefOr::T(Schema::Object(ObjectBuilder::new().build())))
     }
+}
+
+fn rules_file_schema() -> serde_json::Value {
+    let rules = json!({"type": "array", "maxItems": sluice_core::ruleset::MAX_RULES,
+                       "items": {"$ref": "#/components/schemas/RuleSpec"}});
+    json!({
+        "oneOf": [
+            rules,
+            {"type": "null", "description": "An empty YAML file: no rules"},
+            {"type": "object", "additionalProperties": false, "required": ["rules"],
+             "properties": {"rules": rules}},
+        ],
+    })
 }
 
 /// JSON Schema (OpenAPI 3.1) of a rule, following serde's encoding of the core's types.
@@ -162,7 +154,7 @@ fn rule_spec_schema() -> serde_json::Value {
             "requests": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64},
             "period": period,
             "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
-                      "description": "The bucket's capacity; defaults to `requests`"},
+                      "description": "The bucket's capacity; defaults to `requests`. A burst that would take more than 2^62 ns (about 146 years) to refill at this limit's rate is capped at what that refill holds (one token a day: 53,375)"},
             "scope": {"type": "string", "enum": ["proxy", "global"], "default": "proxy",
                       "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"},
         },
@@ -192,6 +184,22 @@ fn rule_spec_schema() -> serde_json::Value {
             "description": "2 to 4 keys (not `global`, not nested) joined with `|`"}}}),
     );
     let key = json!({"description": "Whose bucket a request draws from", "oneOf": key_forms});
+    // The three forms the core accepts (a null is an absent field): `present` alone,
+    // `equals` alone, or `equals` with `present: true`. Spelled as whole objects, since
+    // utoipa's object schema has no `anyOf` of its own (it would be dropped).
+    let condition = |present: serde_json::Value, equals: serde_json::Value, required: &[&str]| {
+        json!({"type": "object", "additionalProperties": false, "required": required,
+               "properties": {"name": header_name, "present": present, "equals": equals}})
+    };
+    let header_condition = json!({
+        "description": "`present`, `equals`, or both with `present: true`",
+        "anyOf": [
+            condition(json!({"type": "boolean"}), json!({"type": "null"}), &["name", "present"]),
+            condition(json!({"type": "null"}), json!({"type": "string"}), &["name", "equals"]),
+            condition(json!({"type": "boolean", "enum": [true]}), json!({"type": "string"}),
+                      &["name", "present", "equals"]),
+        ],
+    });
     json!({
         "type": "object",
         "additionalProperties": false,
@@ -217,15 +225,7 @@ fn rule_spec_schema() -> serde_json::Value {
                     "path_regex": {"type": ["string", "null"], "maxLength": 1024,
                                    "description": "A regular expression (Rust `regex` syntax) that must match the whole path"},
                     "methods": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z]+$"}},
-                    "headers": {"type": "array", "items": {
-                        "type": "object", "additionalProperties": false, "required": ["name"],
-                        "description": "`present`, `equals`, or both with `present: true`",
-                        "properties": {
-                            "name": header_name,
-                            "present": {"type": ["boolean", "null"]},
-                            "equals": {"type": ["string", "null"]},
-                        },
-                    }},
+                    "headers": {"type": "array", "items": header_condition},
                 },
             },
             "key": key,
@@ -288,6 +288,81 @@ fn rule_spec_schema() -> serde_json::Value {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    /// utoipa reads a hand-written schema into its own types, which silently drop any
+    /// keyword they do not model (an object's `anyOf`, `const`): the document would then
+    /// admit what the server refuses. Every keyword written here reaches the document.
+    #[test]
+    fn the_hand_written_request_schemas_reach_the_document_whole() {
+        for (name, written, read) in [
+            (
+                "RuleSpec",
+                rule_spec_schema(),
+                <RuleSpecSchema as utoipa::PartialSchema>::schema(),
+            ),
+            (
+                "RulesFile",
+                rules_file_schema(),
+                <RulesFileSchema as utoipa::PartialSchema>::schema(),
+            ),
+        ] {
+            assert_eq!(serde_json::to_value(read).unwrap(), written, "{name}");
+        }
+    }
+
+    /// The header conditions the schema admits are exactly those the core accepts.
+    #[test]
+    fn the_schema_admits_exactly_the_header_conditions_the_core_accepts() {
+        let schema = rule_spec_schema();
+        let forms = schema["properties"]["match"]["properties"]["headers"]["items"]["anyOf"]
+            .as_array()
+            .unwrap()
+            .clone();
+        // Enough of JSON Schema for these forms: `required`, and `type` or `enum` per
+        // property.
+        let admits = |form: &Value, condition: &Value| {
+            let required = form["required"].as_array().unwrap();
+            required
+                .iter()
+                .all(|k| condition.get(k.as_str().unwrap()).is_some())
+                && condition.as_object().unwrap().iter().all(|(k, v)| {
+                    let property = &form["properties"][k];
+                    let kind = match v {
+                        Value::Null => "null",
+                        Value::Bool(_) => "boolean",
+                        _ => "string",
+                    };
+                    property["type"] == kind
+                        && property
+                            .get("enum")
+                            .is_none_or(|e| e.as_array().unwrap().contains(v))
+                })
+        };
+        for present in [
+            None,
+            Some(Value::Null),
+            Some(json!(true)),
+            Some(json!(false)),
+        ] {
+            for equals in [None, Some(Value::Null), Some(json!("v"))] {
+                let mut condition = json!({"name": "x-tier"});
+                if let Some(p) = &present {
+                    condition["present"] = p.clone();
+                }
+                if let Some(e) = &equals {
+                    condition["equals"] = e.clone();
+                }
+                let in_schema = forms.iter().any(|form| admits(form, &condition));
+                let spec: RuleSpec = serde_json::from_value(json!({
+                    "name": "h", "key": "global", "limits": [{"requests": 1, "period": 1}],
+                    "match": {"headers": [condition.clone()]},
+                }))
+                .unwrap();
+                let accepted = sluice_core::rule::Rule::try_from(spec).is_ok();
+                assert_eq!(in_schema, accepted, "{condition}");
+            }
+        }
+    }
 
     /// Every key serde writes for a rule with every field set is described by the schema.
     #[test]

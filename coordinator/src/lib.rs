@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use sluice_core::gcra::Gcra;
+use sluice_core::gcra::{Gcra, MAX_CAPACITY_NS};
 use sluice_core::global::coordinator::{Settings, Usage};
 use sluice_core::global::sync::{SyncRequest, SyncResponse};
 use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
+use sluice_core::rule::capped_burst;
 use sluice_core::time::Nanos;
 use sluice_core::validation::{FieldError, ValidationErrors};
 
@@ -89,15 +90,29 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
     }
     let mut buckets = Vec::with_capacity(request.buckets.len().min(MAX_SYNC_BUCKETS));
     for (i, b) in request.buckets.iter().enumerate().take(MAX_SYNC_BUCKETS) {
+        // Each of `interval_ns` and `burst` is checked against the document's bounds; their
+        // product, which JSON Schema cannot bound, is not: a burst that would take longer
+        // than 2^62 ns to refill is capped as a rule's limit is (`capped_burst`), so every
+        // request the document admits is settled. Proxies never send such a bucket (their
+        // limits are capped the same way); the cap only errs toward granting less.
+        let in_bounds = |value: u64| (1..=MAX_CAPACITY_NS).contains(&value);
+        for (name, value) in [("interval_ns", b.interval_ns), ("burst", b.burst)] {
+            if !in_bounds(value) {
+                problem(
+                    format!("buckets[{i}].{name}"),
+                    format!("must be 1 to 2^62 ({MAX_CAPACITY_NS})"),
+                );
+            }
+        }
+        if !in_bounds(b.interval_ns) || !in_bounds(b.burst) {
+            continue;
+        }
         let limit = NonZeroU64::new(b.interval_ns)
-            .zip(NonZeroU64::new(b.burst))
+            .zip(NonZeroU64::new(capped_burst(b.burst, b.interval_ns)))
             .and_then(|(interval, burst)| Gcra::new(NonZeroU64::MIN, interval, burst).ok());
         let Some(limit) = limit else {
-            problem(
-                format!("buckets[{i}]"),
-                "interval_ns and burst must be positive, and burst × interval_ns at most 2^62"
-                    .into(),
-            );
+            // Unreachable with the bounds above; refused rather than trusted.
+            problem(format!("buckets[{i}]"), "cannot be represented".into());
             continue;
         };
         let usage = b.usage();
@@ -485,7 +500,13 @@ mod tests {
         let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(
             fields,
-            ["proxy", "interval_ms", "buckets[0].want", "buckets[1]"]
+            [
+                "proxy",
+                "interval_ms",
+                "buckets[0].want",
+                "buckets[1].interval_ns",
+                "buckets[1].burst"
+            ]
         );
     }
 

@@ -28,8 +28,6 @@ use crate::store::{Counts, now_ms};
 
 /// Longest proxy id (visible ASCII).
 pub const MAX_PROXY_ID_LEN: usize = 128;
-/// Longest interval a report may cover.
-pub const MAX_INTERVAL_MS: u64 = 10 * 60 * 1000;
 /// How far in the future a report may end (clock skew).
 pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
 /// Most rules in one report.
@@ -54,11 +52,14 @@ pub struct ReportBody {
     /// The proxy's id: 1 to 128 visible ASCII characters.
     #[schema(pattern = "^[!-~]{1,128}$")]
     pub proxy_id: String,
-    /// The interval covered, Unix milliseconds: from `start_ms` to `end_ms`, at most 10
-    /// minutes long, ending at most 5 minutes in the future. The report counts in the
-    /// buckets holding `end_ms`.
+    /// When the interval covered began, Unix milliseconds, as the proxy's clock read it.
+    /// Informational: the counts are kept at `end_ms`, so any value is taken, also one
+    /// after `end_ms` (a proxy clock that stepped back) or long before it.
     #[schema(maximum = 9_007_199_254_740_991_u64)]
+    #[allow(dead_code)] // Read only for its shape and bounds.
     pub start_ms: u64,
+    /// When the interval ended, Unix milliseconds: at most 5 minutes in the future. The
+    /// report counts in the buckets holding it.
     #[schema(maximum = 9_007_199_254_740_991_u64)]
     pub end_ms: u64,
     /// The ruleset version the proxy ran at the end of the interval.
@@ -127,8 +128,8 @@ pub struct ClientBody {
     /// Throttled requests (denied or shadow-denied), an upper bound.
     #[schema(maximum = 1_000_000_000_000_u64)]
     pub throttled: u64,
-    /// How much of `throttled` may belong to clients this entry replaced: at most
-    /// `throttled`.
+    /// How much of `throttled` may belong to clients this entry replaced; more than
+    /// `throttled` says no more than all of it, and is kept as `throttled`.
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
     pub error: u64,
@@ -173,13 +174,16 @@ impl ReportBody {
                 "must be visible ASCII characters (no spaces or control characters)",
             );
         }
-        if self.start_ms > self.end_ms {
-            problems.add(|| "start_ms".into(), "must not be after end_ms");
-        } else if self.end_ms - self.start_ms > MAX_INTERVAL_MS {
-            problems.add(
-                || "end_ms".into(),
-                "the interval from start_ms must be at most 10 minutes",
-            );
+        // `start_ms` is not checked against `end_ms`: JSON Schema cannot compare two
+        // fields, so the document admits any pair, and nothing here reads `start_ms`. A
+        // proxy whose clock stepped between its two readings still counted real requests.
+        for (field, value) in [("start_ms", self.start_ms), ("end_ms", self.end_ms)] {
+            if value > MAX_SAFE_INTEGER {
+                problems.add(
+                    || field.into(),
+                    format!("must be at most {MAX_SAFE_INTEGER}"),
+                );
+            }
         }
         let now = u64::try_from(now_ms).unwrap_or(0);
         if self.end_ms > now.saturating_add(MAX_FUTURE_MS) {
@@ -241,9 +245,6 @@ impl ReportBody {
                 }
                 problems.count(|| at("throttled"), c.throttled);
                 problems.count(|| at("error"), c.error);
-                if c.error > c.throttled {
-                    problems.add(|| at("error"), "must not exceed throttled");
-                }
                 // A client key is whatever a request carried, and a query parameter can
                 // carry %00: refusing the report would let any client hide a proxy's
                 // statistics, so NUL (which PostgreSQL cannot store) is replaced instead.
@@ -252,9 +253,11 @@ impl ReportBody {
                 } else {
                     c.client
                 };
+                // An error above `throttled` says "all of it may be others'", as `throttled`
+                // does: kept as that, since the document cannot compare the two fields.
                 let tally = Tally {
                     throttled: c.throttled,
-                    error: c.error,
+                    error: c.error.min(c.throttled),
                 };
                 match clients.iter_mut().find(|(known, _)| *known == client) {
                     Some((_, t)) => t.add(tally),
@@ -515,10 +518,12 @@ mod tests {
             problems(base(json!({"proxy_id": "x".repeat(129)}))),
             ["proxy_id"]
         );
-        assert_eq!(problems(base(json!({"start_ms": NOW + 1}))), ["start_ms"]);
+        // Any start is taken, within the document's bound.
+        assert!(problems(base(json!({"start_ms": NOW + 1}))).is_empty());
+        assert!(problems(base(json!({"start_ms": 0}))).is_empty());
         assert_eq!(
-            problems(base(json!({"start_ms": NOW - 600_001}))),
-            ["end_ms"]
+            problems(base(json!({"start_ms": MAX_SAFE_INTEGER + 1}))),
+            ["start_ms"]
         );
         assert_eq!(
             problems(base(json!({"start_ms": NOW, "end_ms": NOW + 300_001}))),
@@ -550,10 +555,7 @@ mod tests {
             problems(base(
                 json!({"rules": [{"rule": "a", "top_clients": [{"client": "c".repeat(257), "throttled": 2, "error": 3}]}]})
             )),
-            [
-                "rules[0].top_clients[0].client",
-                "rules[0].top_clients[0].error"
-            ]
+            ["rules[0].top_clients[0].client"]
         );
         let many: Vec<_> = (0..101)
             .map(|i| json!({"client": format!("c{i}"), "throttled": 1}))

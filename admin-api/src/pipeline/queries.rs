@@ -9,7 +9,8 @@ use crate::store::{ClientTotal, Counts, Resolution, Span, Store, StoreError};
 
 /// The range shown when none is given.
 pub const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
-/// Most points in one series (a week in minutes is 10,080).
+/// Most points in one series (a week in minutes is 10,080); a longer range is cut to its
+/// last `MAX_POINTS` buckets.
 pub const MAX_POINTS: i64 = 20_000;
 /// Values in a rule's sparkline.
 pub const SPARKLINE_POINTS: usize = 30;
@@ -25,16 +26,26 @@ pub struct RangeError(String);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
     pub resolution: Resolution,
-    /// The range asked for, Unix milliseconds.
+    /// The range shown, Unix milliseconds: the one asked for, cut to at most
+    /// [`MAX_POINTS`] buckets, or empty (`from == to`) when `from` was not before `to`.
     pub from: i64,
     pub to: i64,
-    /// The start of the bucket holding `from`.
+    /// The start of the bucket holding `from`; `to` when the range is empty.
     pub first: i64,
 }
 
 impl Window {
-    /// The window from `from` (default: `to` minus [`DEFAULT_RANGE_MS`]) to `to` (default:
-    /// `now`), in buckets of `step` (`10s`, `1m`, `1h`; default: chosen from the range).
+    /// The window from `from` (default: `to` minus [`DEFAULT_RANGE_MS`], at least 0) to
+    /// `to` (default: `now`), in buckets of `step` (`10s`, `1m`, `1h`; default: chosen from
+    /// the range).
+    ///
+    /// Every range the document's parameters admit is answered, because JSON Schema
+    /// cannot compare `from` with `to`, nor bound their distance in steps: a `from` at or
+    /// after `to` is an empty range (no buckets), and a range of more than [`MAX_POINTS`]
+    /// buckets is cut to its last `MAX_POINTS` (its newest, as a dashboard wants; the
+    /// default retentions keep fewer 10 s and 1 h buckets than that anyway). The answer's
+    /// `from` and `to` say what was shown. Only a negative time or an unknown step (which
+    /// the document excludes) is refused.
     pub fn new(
         from: Option<i64>,
         to: Option<i64>,
@@ -42,33 +53,36 @@ impl Window {
         now: i64,
     ) -> Result<Window, RangeError> {
         let to = to.unwrap_or(now);
-        let from = from.unwrap_or(to.saturating_sub(DEFAULT_RANGE_MS));
+        let from = from.unwrap_or(to.saturating_sub(DEFAULT_RANGE_MS).max(0));
         if from < 0 || to < 0 {
             return Err(RangeError(
                 "`from` and `to` are Unix milliseconds and cannot be negative".into(),
             ));
         }
-        if from >= to {
-            return Err(RangeError("`from` must be before `to`".into()));
-        }
         let resolution = match step {
-            None => Resolution::for_range(to - from),
+            None => Resolution::for_range(to.saturating_sub(from).max(0)),
             Some(label) => Resolution::from_label(label).ok_or_else(|| {
                 RangeError(format!("`step` must be 10s, 1m or 1h, not `{label}`"))
             })?,
         };
-        let window = Window {
+        if from >= to {
+            return Ok(Window {
+                resolution,
+                from: to,
+                to,
+                first: to,
+            });
+        }
+        let mut window = Window {
             resolution,
             from,
             to,
             first: resolution.bucket(from),
         };
         if window.len() > MAX_POINTS {
-            return Err(RangeError(format!(
-                "the range holds {} buckets of {}; at most {MAX_POINTS} are returned: use a larger step",
-                window.len(),
-                resolution.label()
-            )));
+            // The last bucket is the one holding `to - 1`; start MAX_POINTS - 1 before it.
+            window.first = resolution.bucket(to - 1) - (MAX_POINTS - 1) * resolution.ms();
+            window.from = window.first;
         }
         Ok(window)
     }
@@ -77,6 +91,11 @@ impl Window {
     fn len(&self) -> i64 {
         let ms = self.resolution.ms();
         (self.to - self.first + ms - 1) / ms
+    }
+
+    /// Whether the range holds no bucket (`from` was not before `to`).
+    pub fn is_empty(&self) -> bool {
+        self.first >= self.to
     }
 
     /// The start of every bucket in the range, oldest first.
@@ -253,6 +272,7 @@ impl Pipeline {
         now: i64,
     ) -> Result<Vec<ClientTotal>, StoreError> {
         let spans = match step {
+            Some(_) if w.is_empty() => Vec::new(),
             Some(resolution) => vec![Span::overlapping(resolution, w.from, w.to)],
             None => Span::cover(w.from, w.to, |r| self.config.cutoff(r, now)),
         };
@@ -569,6 +589,9 @@ fn unresolved(
 mod tests {
     use super::*;
 
+    /// The largest time the document admits (2^53 - 1).
+    const MAX_SAFE_MS: i64 = 9_007_199_254_740_991;
+
     fn denied(denied: u64) -> Counts {
         Counts {
             denied,
@@ -596,10 +619,40 @@ mod tests {
         assert_eq!((week.resolution, week.len()), (Resolution::Hour, 168));
         let forced = Window::new(Some(0), Some(3_600_000), Some("1m"), now).unwrap();
         assert_eq!(forced.len(), 60);
-        assert!(Window::new(Some(0), Some(7 * 86_400_000), Some("10s"), now).is_err());
-        assert!(Window::new(Some(10), Some(10), None, now).is_err());
         assert!(Window::new(Some(0), Some(10), Some("5m"), now).is_err());
         assert!(Window::new(Some(-10), Some(10), None, now).is_err());
+    }
+
+    #[test]
+    fn every_range_is_answered_cut_to_its_last_buckets_or_empty() {
+        let now = 1_800_000_000_000;
+        // A week in 10 s buckets is 60,480: the last 20,000 are shown, the newest intact.
+        let week = 7 * 86_400_000;
+        let cut = Window::new(Some(5), Some(week + 5), Some("10s"), now).unwrap();
+        assert_eq!(cut.len(), MAX_POINTS);
+        assert_eq!(cut.buckets().last(), Some(week));
+        assert_eq!(cut.from, cut.first);
+        assert_eq!(cut.first, week - (MAX_POINTS - 1) * 10_000);
+        // The longest range the document admits, at every step.
+        for step in ["10s", "1m", "1h"] {
+            let w = Window::new(Some(0), Some(MAX_SAFE_MS), Some(step), now).unwrap();
+            assert_eq!(w.len(), MAX_POINTS, "{step}");
+            assert_eq!(w.to, MAX_SAFE_MS);
+        }
+        let w = Window::new(Some(0), Some(MAX_SAFE_MS), None, now).unwrap();
+        assert_eq!((w.resolution, w.len()), (Resolution::Hour, MAX_POINTS));
+        // `from` at or after `to`: an empty range, shown as `to..to`.
+        for (from, to) in [(10, 10), (15, 12), (MAX_SAFE_MS, 0)] {
+            let w = Window::new(Some(from), Some(to), None, now).unwrap();
+            assert!(w.is_empty());
+            assert_eq!((w.from, w.to, w.len()), (to, to, 0));
+            assert_eq!(w.buckets().count(), 0);
+            assert_eq!(w.index(Resolution::TenSeconds.bucket(to)), None);
+        }
+        // `to` within 15 minutes of the epoch: the default `from` is 0, not negative.
+        let early = Window::new(None, Some(60_000), None, now).unwrap();
+        assert_eq!((early.from, early.len()), (0, 6));
+        assert!(Window::new(None, Some(0), None, now).unwrap().is_empty());
     }
 
     #[test]

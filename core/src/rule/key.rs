@@ -50,7 +50,8 @@ impl ClientKey {
                 })
             }
             KeySpec::Query(name) => {
-                if name.is_empty() || name.len() > 256 {
+                // Characters, as the schema's `maxLength` counts.
+                if name.is_empty() || name.chars().count() > 256 {
                     problems.add(format!("{field}.query"), "must be a query parameter name");
                     return None;
                 }

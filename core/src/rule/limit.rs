@@ -2,7 +2,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::gcra::{Gcra, GcraError};
+use crate::gcra::{Gcra, GcraError, MAX_CAPACITY_NS};
 use crate::spec::{LimitSpec, Scope};
 use crate::time::NANOS_PER_SECOND;
 use crate::validation::Problems;
@@ -19,6 +19,8 @@ pub const MAX_PERIOD_SECONDS: u64 = 366 * 86_400;
 pub struct Limit {
     pub requests: u64,
     pub period_seconds: u64,
+    /// The bucket's capacity: the burst as written (or `requests`), capped by
+    /// [`capped_burst`].
     pub burst: u64,
     pub gcra: Gcra,
     /// Identifies this bucket inside a slot: a hash of the rule id and the limit's own
@@ -26,6 +28,23 @@ pub struct Limit {
     pub identity: u64,
     /// One bucket per client for the whole fleet (kept in the lease table, not in a slot).
     pub global: bool,
+}
+
+/// `burst`, capped at what one refill of at most [`MAX_CAPACITY_NS`] (about 146 years)
+/// holds at one token per `interval_ns`.
+///
+/// Every limit the rule's schema admits is accepted, and JSON Schema cannot bound a
+/// product (`burst × period / requests`), so rather than refusing a limit whose bucket
+/// would take longer than that to refill (its TAT arithmetic must stay within a `u64`),
+/// its burst is capped. Only limits slower than one token per 4.6 s with bursts near the
+/// largest are affected (one a day holds at most 53,375 tokens, one a year 145), and the
+/// cap errs toward admitting less, never more, than `burst + rate × elapsed`. The capped
+/// value is the limit's `burst` (what the rate-limit header fields and the near-limit
+/// count read), so every reading agrees with the bucket. Tightening the fields' maxima
+/// instead would have cost every limit: a burst of 10^9 at one token a year fits only if
+/// bursts stop at 145.
+pub fn capped_burst(burst: u64, interval_ns: u64) -> u64 {
+    burst.min(MAX_CAPACITY_NS / interval_ns.max(1))
 }
 
 impl Limit {
@@ -65,10 +84,12 @@ impl Limit {
         if !ok {
             return None;
         }
+        let period_ns = period_seconds * NANOS_PER_SECOND;
+        let capped = capped_burst(burst, period_ns.div_ceil(requests));
         let gcra = match Gcra::new(
             NonZeroU64::new(requests)?,
-            NonZeroU64::new(period_seconds * NANOS_PER_SECOND)?,
-            NonZeroU64::new(burst)?,
+            NonZeroU64::new(period_ns)?,
+            NonZeroU64::new(capped)?,
         ) {
             Ok(g) => g,
             Err(e @ (GcraError::TooFast | GcraError::CapacityTooLarge)) => {
@@ -76,11 +97,13 @@ impl Limit {
                 return None;
             }
         };
+        // The identity keeps the burst as written: two limits that differ only above the
+        // cap are still two limits, not a duplicate.
         let identity = crate::hash::limit_identity(rule_id, requests, period_seconds, burst);
         Some(Limit {
             requests,
             period_seconds,
-            burst,
+            burst: capped,
             gcra,
             identity,
             global: spec.scope == Scope::Global,
@@ -119,6 +142,38 @@ impl Limit {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{errors, rule};
+    use super::*;
+
+    /// The rule's schema admits every requests, period and burst within their own bounds;
+    /// each combination is a limit, its burst capped where 146 years of refill hold less.
+    #[test]
+    fn every_limit_within_the_fields_bounds_is_accepted() {
+        let year = MAX_PERIOD_SECONDS;
+        for (requests, period, burst, capped) in [
+            (1, year, MAX_REQUESTS, 145),
+            (1, 86_400, MAX_REQUESTS, 53_375),
+            (1, 5, MAX_REQUESTS, 922_337_203),
+            // One token per 4 s or faster: never capped.
+            (1, 4, MAX_REQUESTS, MAX_REQUESTS),
+            (MAX_REQUESTS, 1, MAX_REQUESTS, MAX_REQUESTS),
+            (MAX_REQUESTS, year, MAX_REQUESTS, MAX_REQUESTS),
+            (1, year, 1, 1),
+        ] {
+            let r = rule(&format!(
+                r#"{{"name":"r","key":"global","limits":[{{"requests":{requests},"period":{period},"burst":{burst}}}]}}"#
+            ));
+            let limit = &r.limits[0];
+            assert_eq!(limit.burst, capped, "{requests}/{period}s burst {burst}");
+            assert_eq!(limit.gcra.burst(), capped);
+            assert!(limit.gcra.capacity_ns() <= MAX_CAPACITY_NS);
+        }
+        // Two limits that differ only above the cap are still two limits.
+        let r = rule(
+            r#"{"name":"r","key":"global","limits":[{"requests":1,"period":"day","burst":1000000000},{"requests":1,"period":"day","burst":999999999}]}"#,
+        );
+        assert_eq!(r.limits.len(), 2);
+        assert_ne!(r.limits[0].identity, r.limits[1].identity);
+    }
 
     #[test]
     fn empty_and_duplicate_limits_are_rejected() {

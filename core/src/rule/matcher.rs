@@ -63,7 +63,8 @@ impl RequestMatcher {
             }
         }
         let path_regex = spec.path_regex.as_ref().and_then(|source| {
-            if source.len() > MAX_REGEX_LEN {
+            // Characters, as the schema's `maxLength` counts.
+            if source.chars().count() > MAX_REGEX_LEN {
                 problems.add(
                     "match.path_regex",
                     format!("is longer than {MAX_REGEX_LEN} characters"),

@@ -19,7 +19,9 @@ use std::collections::HashMap;
 
 pub use cost::{Cost, MAX_COST};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
-pub use limit::{Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS};
+pub use limit::{
+    Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst,
+};
 pub use matcher::RequestMatcher;
 
 use crate::request::RequestNeeds;
@@ -62,7 +64,8 @@ impl TryFrom<RuleSpec> for Rule {
         if spec.id.is_some() {
             check_identifier(&id, "id", 128, &mut problems);
         }
-        if spec.description.len() > 1_024 {
+        // Lengths count characters, as the schema's `maxLength` does.
+        if spec.description.chars().count() > 1_024 {
             problems.add("description", "must be at most 1024 characters");
         }
         if !(400..=599).contains(&spec.response.status) {
@@ -114,7 +117,7 @@ fn build_overrides(
     let mut overrides = HashMap::with_capacity(specs.len());
     for (i, o) in specs.iter().enumerate() {
         let field = format!("overrides[{i}]");
-        if o.client.is_empty() || o.client.len() > 1_024 {
+        if o.client.is_empty() || o.client.chars().count() > 1_024 {
             problems.add(format!("{field}.client"), "must be 1 to 1024 characters");
         }
         let limits = Limit::build_all(rule_id, &o.limits, &format!("{field}.limits"), problems);

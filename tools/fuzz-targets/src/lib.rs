@@ -49,10 +49,13 @@ pub use slot_value::slot_value;
 pub use sync_request::sync_request;
 pub use sync_response::sync_response;
 
+/// A target: returns, or panics when something it asserts does not hold.
+pub type Target = fn(&[u8]);
+
 /// Every target, by its libFuzzer name: the name of its shell in `tools/fuzz/fuzz_targets/`
 /// and of its corpus folder in `tools/fuzz/corpus/` (the corpus test checks all three
 /// agree).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("slot_value", slot_value),
     ("lease_entry", lease_entry),
     ("control_lease", control_lease),

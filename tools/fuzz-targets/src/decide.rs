@@ -7,8 +7,7 @@ use sluice_core::ruleset::{DecisionSink, GlobalBuckets, Outcome, RuleOutcome, Ru
 use sluice_core::store::MemoryStore;
 use sluice_core::time::Nanos;
 
-use crate::structured::{LATEST_CLOCK_NS, Scenario};
-use crate::structured_input;
+use crate::structured::{self, LATEST_CLOCK_NS, Scenario};
 
 /// `Ruleset::decide`, the whole per-request decision, over generated rulesets, requests
 /// and clocks ([`Scenario`]: rules and requests share one vocabulary, so matching, keys,
@@ -30,10 +29,10 @@ use crate::structured_input;
 ///   panicking, but a bucket's TAT can no longer hold its whole backlog there.
 ///
 /// The bytes become a [`Scenario`] as libfuzzer-sys makes a target's `Arbitrary` input
-/// ([`structured_input`]), so a corpus file is the same scenario under libFuzzer and under
-/// the corpus test.
+/// ([`structured::from_bytes`]), so a corpus file is the same scenario under libFuzzer and
+/// under the corpus test.
 pub fn decide(bytes: &[u8]) {
-    let Some(scenario) = structured_input::<Scenario>(bytes) else {
+    let Some(scenario) = structured::from_bytes::<Scenario>(bytes) else {
         return;
     };
     check(scenario);

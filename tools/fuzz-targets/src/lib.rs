@@ -12,10 +12,8 @@
 //!   seconds per target.
 //!
 //! Targets that need structured input take bytes all the same and build it with
-//! [`structured_input`], exactly as libfuzzer-sys builds an `Arbitrary` input, so a corpus
-//! file or a saved failure is the same input under both drivers.
-
-use arbitrary::{Arbitrary, Unstructured};
+//! [`structured::from_bytes`], exactly as libfuzzer-sys builds an `Arbitrary` input, so a
+//! corpus file or a saved failure is the same input under both drivers.
 
 pub mod structured;
 
@@ -71,14 +69,3 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rules_file", rules_file),
     ("decide", decide),
 ];
-
-/// The input of a target that takes `T`, read from `bytes` as libfuzzer-sys's
-/// `fuzz_target!(|input: T| ...)` reads it: inputs shorter than `T`'s smallest size are
-/// skipped, the rest is `T::arbitrary_take_rest` over all the bytes. `None` where
-/// libFuzzer would not call the target.
-pub fn structured_input<'a, T: Arbitrary<'a>>(bytes: &'a [u8]) -> Option<T> {
-    if bytes.len() < T::size_hint(0).0 {
-        return None;
-    }
-    T::arbitrary_take_rest(Unstructured::new(bytes)).ok()
-}

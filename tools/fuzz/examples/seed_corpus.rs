@@ -1,10 +1,13 @@
-//! Writes the committed seed corpus, `fuzz/corpus/<target>/`, from the crates' own
+//! Writes the committed seed corpus, `tools/fuzz/corpus/<target>/`, from the crates' own
 //! encoders and the example rules file, so that every seed is a real, valid input and can
 //! be regenerated when an encoding changes:
 //!
 //! ```sh
-//! cargo run --manifest-path fuzz/Cargo.toml --example seed_corpus
+//! cargo run --manifest-path tools/fuzz/Cargo.toml --example seed_corpus
 //! ```
+//!
+//! Both drivers of the targets (`sluice-fuzz-targets`) start from these seeds: libFuzzer
+//! (`cargo xtask fuzz`) and the suite's corpus test, which replays them and mutates them.
 //!
 //! Targets that read structured input (`decide`, and what follows the bytes of a lease
 //! entry or a bucket state) take any bytes; their seeds carry fixed pseudo-random bytes
@@ -31,7 +34,7 @@ const T0: u64 = 1_700_000_000 * SECOND;
 fn main() {
     let fuzz_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let corpus = Corpus(fuzz_dir.join("corpus"));
-    let rules_yaml = fs::read_to_string(fuzz_dir.join("../examples/rules.yaml"))
+    let rules_yaml = fs::read_to_string(fuzz_dir.join("../../examples/rules.yaml"))
         .expect("the example rules file is readable");
     let rules: Vec<RuleSpec> = sluice_rules_file::parse_rules(
         &rules_yaml,

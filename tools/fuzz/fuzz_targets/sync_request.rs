@@ -1,19 +1,5 @@
-//! The sync request's JSON (`SyncRequest`), which the admin API reads from any proxy at
-//! `POST /api/v1/quota/sync`; its bucket ids go through the core's own hex codec.
-//!
-//! Asserts: parsing never panics, and a parsed request survives a round trip through the
-//! proxy's encoder (`to_json`) unchanged.
+//! libFuzzer's shell for `sluice_fuzz_targets::sync_request`, which says what it asserts.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sluice_core::global::sync::SyncRequest;
-
-fuzz_target!(|bytes: &[u8]| {
-    let Ok(request) = serde_json::from_slice::<SyncRequest>(bytes) else {
-        return;
-    };
-    let again: SyncRequest =
-        serde_json::from_slice(&request.to_json()).expect("an encoded sync request parses");
-    assert_eq!(again, request);
-});
+libfuzzer_sys::fuzz_target!(|bytes: &[u8]| sluice_fuzz_targets::sync_request(bytes));

@@ -1,18 +1,5 @@
-//! `SyncResponse::from_json`: the coordinator's answer, as the control service inside
-//! Envoy reads it (whatever the admin API's address answers).
-//!
-//! Asserts: parsing never panics, and a parsed answer survives a round trip through its
-//! JSON encoding unchanged.
+//! libFuzzer's shell for `sluice_fuzz_targets::sync_response`, which says what it asserts.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sluice_core::global::sync::SyncResponse;
-
-fuzz_target!(|bytes: &[u8]| {
-    let Ok(response) = SyncResponse::from_json(bytes) else {
-        return;
-    };
-    let json = serde_json::to_vec(&response).expect("plain data serialises");
-    assert_eq!(SyncResponse::from_json(&json), Ok(response));
-});
+libfuzzer_sys::fuzz_target!(|bytes: &[u8]| sluice_fuzz_targets::sync_response(bytes));

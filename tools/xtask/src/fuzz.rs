@@ -1,12 +1,17 @@
-//! `cargo xtask fuzz`: cargo-fuzz (libFuzzer) on every decoder of untrusted bytes, for a
-//! duration per target, and the short run the suite includes.
+//! `cargo xtask fuzz`: cargo-fuzz (libFuzzer, AddressSanitizer) on every decoder of
+//! untrusted bytes and on the per-request decision, for a duration per target; and the
+//! suite's fuzz step, the corpus test of `sluice-fuzz-targets`.
 //!
-//! The targets live in `fuzz/` (its own workspace, so the instrumented build never
-//! touches the main one); `fuzz/corpus/<target>/` holds the committed seeds. Each run
+//! The targets' bodies are plain functions in `tools/fuzz-targets/` (`sluice-fuzz-targets`,
+//! a main-workspace crate). libFuzzer runs them through one shell per target in
+//! `tools/fuzz/` (its own workspace, so the instrumented build never touches the main
+//! one), where `tools/fuzz/corpus/<target>/` holds the committed seeds. Each libFuzzer run
 //! starts from the seeds plus what earlier runs on this machine found, kept in
-//! `fuzz/target/corpus/<target>/` (git-ignored), so the committed corpus stays small and
-//! unchanged. Fuzzing always runs for a duration, never a number of inputs: the number
-//! of inputs a second differs tenfold between machines and between targets.
+//! `tools/fuzz/target/corpus/<target>/` (git-ignored), so the committed corpus stays small
+//! and unchanged. The suite does not build the instrumented targets: it replays the seeds
+//! and fuzzes each target briefly with the corpus test's own mutator (`suite_run`).
+//! Fuzzing always runs for a duration, never a number of inputs: the number of inputs a
+//! second differs tenfold between machines and between targets.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,9 +21,17 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use sluice_harness::cmd::{self, note, step};
 
-/// Seconds per target in `cargo xtask test`: thirteen targets in about two and a half
-/// minutes on two cores once built, enough to replay the corpus and explore a little.
-pub const SUITE_SECONDS: u64 = 10;
+use crate::libtest::{self, TestCounts};
+
+/// Seconds of mutations per target in `cargo xtask test`, after its corpus: fourteen
+/// targets, two at a time, in about fifteen seconds once built.
+pub const SUITE_SECONDS: u64 = 2;
+
+/// The crate of the targets' bodies, whose corpus test is the suite's fuzz step.
+const TARGETS_PACKAGE: &str = "sluice-fuzz-targets";
+
+/// The cargo-fuzz project (the libFuzzer shells and the corpus), from the project root.
+const FUZZ_DIR: &str = "tools/fuzz";
 
 /// An input that runs this long is reported as a hang (libFuzzer's `timeout-*`
 /// artifact): nothing a proxy decodes may take seconds.
@@ -30,7 +43,8 @@ pub struct FuzzArgs {
     #[arg(long, default_value_t = 60)]
     pub seconds: u64,
 
-    /// Targets to fuzz (all when none are given); `cargo fuzz list` names them.
+    /// Targets to fuzz (all when none are given); `cargo fuzz list --fuzz-dir tools/fuzz`
+    /// names them.
     #[arg(value_name = "TARGET")]
     pub targets: Vec<String>,
 }
@@ -40,10 +54,24 @@ pub fn fuzz(args: &FuzzArgs) -> Result<()> {
     run(args.seconds, &args.targets)
 }
 
-/// The suite's step: every target for [`SUITE_SECONDS`].
-pub fn suite_run(_counts: &mut crate::libtest::TestCounts) -> Result<()> {
-    run(SUITE_SECONDS, &[])
+/// The suite's fuzz step: `cargo test -p sluice-fuzz-targets`, whose corpus test replays
+/// every committed corpus file of every target and then feeds it seeded mutations for
+/// [`SUITE_SECONDS`] (`SLUICE_FUZZ_SECONDS`), with its tests added to `counts`. No
+/// instrumented build: that is `cargo xtask fuzz`.
+pub fn suite_run(counts: &mut TestCounts) -> Result<()> {
+    step(format!(
+        "fuzz targets: committed corpus, then {SUITE_SECONDS} s of mutations per target \
+         (cargo test -p {TARGETS_PACKAGE})"
+    ));
+    libtest::run_tests(
+        cmd::cargo()
+            .args(["test", "--package", TARGETS_PACKAGE])
+            .env("SLUICE_FUZZ_SECONDS", SUITE_SECONDS.to_string()),
+        counts,
+    )
 }
+
+/// The suite's former step, kept only while `suite.rs` still calls it: the same as
 
 fn run(seconds: u64, wanted: &[String]) -> Result<()> {
     if seconds == 0 {
@@ -54,7 +82,7 @@ fn run(seconds: u64, wanted: &[String]) -> Result<()> {
 
     step(format!("building {} fuzz targets", targets.len()));
     let started = Instant::now();
-    cmd::run(cargo_fuzz().arg("build"))?;
+    cmd::run(&mut cargo_fuzz("build"))?;
     note(format!("built in {:.1} s", started.elapsed().as_secs_f64()));
 
     let mut results = Vec::new();
@@ -80,12 +108,12 @@ fn run(seconds: u64, wanted: &[String]) -> Result<()> {
         }
         if let Some(artifact) = &result.artifact {
             note(format!(
-                "reproduce: RUSTC_BOOTSTRAP=1 cargo fuzz run {} {}",
+                "reproduce: RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir {FUZZ_DIR} {} {}",
                 result.target,
                 artifact.display()
             ));
             note(format!(
-                "minimise:  RUSTC_BOOTSTRAP=1 cargo fuzz tmin {} {}",
+                "minimise:  RUSTC_BOOTSTRAP=1 cargo fuzz tmin --fuzz-dir {FUZZ_DIR} {} {}",
                 result.target,
                 artifact.display()
             ));
@@ -95,17 +123,22 @@ fn run(seconds: u64, wanted: &[String]) -> Result<()> {
     bail!("fuzzing failed: {}", names.join(", "))
 }
 
-/// `cargo fuzz`, run from the project root (where it finds `fuzz/`).
+/// `cargo fuzz SUBCOMMAND --fuzz-dir tools/fuzz`, run from the project root.
 ///
 /// cargo-fuzz builds with `-Zsanitizer=address`: AddressSanitizer is still unstable in
 /// rustc, and the project builds with the stable toolchain alone (a CI machine may have no
 /// other). `RUSTC_BOOTSTRAP=1` lets stable rustc accept the flag. It is worth having: the
 /// YAML parser the rules file target reaches is unsafe-libyaml, a C library translated to
 /// unsafe Rust. The variable only affects this build, which has its own workspace and
-/// target directory (`fuzz/target/`), never the product's.
-fn cargo_fuzz() -> Command {
+/// target directory (`tools/fuzz/target/`), never the product's: a target directory set
+/// for the main workspace (`CARGO_TARGET_DIR`, shared between checkouts) is not passed on,
+/// or the instrumented build would land there.
+fn cargo_fuzz(subcommand: &str) -> Command {
     let mut cmd = cmd::cargo();
-    cmd.arg("fuzz").env("RUSTC_BOOTSTRAP", "1");
+    cmd.args(["fuzz", subcommand, "--fuzz-dir", FUZZ_DIR])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR");
     cmd
 }
 
@@ -120,9 +153,9 @@ fn ensure_cargo_fuzz() -> Result<()> {
     cmd::run(cmd::cargo().args(["install", "cargo-fuzz", "--locked"]))
 }
 
-/// The targets to run: those asked for, checked against what `fuzz/` defines, or all.
+/// The targets to run: those asked for, checked against what `tools/fuzz/` defines, or all.
 fn select_targets(wanted: &[String]) -> Result<Vec<String>> {
-    let listed = cmd::output(cargo_fuzz().arg("list"))?;
+    let listed = cmd::output(&mut cargo_fuzz("list"))?;
     let known: Vec<String> = listed
         .lines()
         .map(str::trim)
@@ -190,11 +223,12 @@ impl TargetRun {
 fn fuzz_target(target: &str, seconds: u64) -> Result<TargetRun> {
     let root = cmd::project_root();
     // libFuzzer adds what it finds to the first folder and only reads the others.
-    let grown = root.join("tools/fuzz/target/corpus").join(target);
-    let seeds = root.join("tools/fuzz/corpus").join(target);
+    let fuzz_dir = root.join(FUZZ_DIR);
+    let grown = fuzz_dir.join("target/corpus").join(target);
+    let seeds = fuzz_dir.join("corpus").join(target);
     std::fs::create_dir_all(&grown).with_context(|| format!("creating {}", grown.display()))?;
-    let mut cmd = cargo_fuzz();
-    cmd.args(["run", target])
+    let mut cmd = cargo_fuzz("run");
+    cmd.arg(target)
         .arg(&grown)
         .arg(&seeds)
         .arg("--")
@@ -290,10 +324,20 @@ attempt to add with overflow
 stack backtrace:
 ==22916== ERROR: libFuzzer: deadly signal
 MS: 2 ChangeBit-CopyPart-; base unit: 0000000000000000000000000000000000000000
-artifact_prefix='/work/main/fuzz/artifacts/lease_entry/'; Test unit written to fuzz/artifacts/lease_entry/crash-cbc9d4002296ca54f67eec3d35233ef690242b0c
+artifact_prefix='/work/main/tools/fuzz/artifacts/lease_entry/'; Test unit written to tools/fuzz/artifacts/lease_entry/crash-cbc9d4002296ca54f67eec3d35233ef690242b0c
 Base64: AQAAAAA=
 stat::number_of_executed_units: 837
 ";
+
+    #[test]
+    fn cargo_fuzz_runs_on_tools_fuzz_with_its_own_target_directory() {
+        let cmd = cargo_fuzz("list");
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(args, ["fuzz", "list", "--fuzz-dir", "tools/fuzz"]);
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&("RUSTC_BOOTSTRAP".as_ref(), Some("1".as_ref()))));
+        assert!(envs.contains(&("CARGO_TARGET_DIR".as_ref(), None)));
+    }
 
     #[test]
     fn a_clean_run_reports_its_inputs_and_passes() {
@@ -312,7 +356,7 @@ stat::number_of_executed_units: 837
         assert_eq!(
             run.artifact,
             Some(PathBuf::from(
-                "/repo/fuzz/artifacts/lease_entry/crash-cbc9d4002296ca54f67eec3d35233ef690242b0c"
+                "/repo/tools/fuzz/artifacts/lease_entry/crash-cbc9d4002296ca54f67eec3d35233ef690242b0c"
             ))
         );
         assert!(!run.passed());
@@ -320,7 +364,7 @@ stat::number_of_executed_units: 837
         assert_eq!(run.failure_excerpt[1], "attempt to add with overflow");
         assert!(
             run.summary()
-                .contains("CRASH, input saved as /repo/fuzz/artifacts/")
+                .contains("CRASH, input saved as /repo/tools/fuzz/artifacts/")
         );
     }
 

@@ -3,6 +3,8 @@
 //! and values that rules and requests share, so that generated rules actually match
 //! generated requests, find their keys and read their costs. Now and then a field takes an
 //! arbitrary value instead, so validation and unusual input are reached too.
+//!
+//! A target builds its input from bytes with [`from_bytes`], as libfuzzer-sys would.
 
 use std::num::NonZeroU32;
 
@@ -77,6 +79,17 @@ const VALUES: &[&str] = &[
 const REQUESTS: &[u64] = &[1, 2, 3, 5, 10, 100, 1_000_000_000, 0];
 const SECONDS: &[u64] = &[1, 2, 10, 60, 0, 366 * 86_400 + 1];
 const COSTS: &[u64] = &[1, 0, 2, 5, 1_000_001];
+
+/// The input of a target that takes `T`, read from `bytes` as libfuzzer-sys's
+/// `fuzz_target!(|input: T| ...)` reads it: inputs shorter than `T`'s smallest size are
+/// skipped, the rest is `T::arbitrary_take_rest` over all the bytes. `None` where
+/// libFuzzer would not call the target.
+pub fn from_bytes<'a, T: Arbitrary<'a>>(bytes: &'a [u8]) -> Option<T> {
+    if bytes.len() < T::size_hint(0).0 {
+        return None;
+    }
+    T::arbitrary_take_rest(Unstructured::new(bytes)).ok()
+}
 
 /// The latest host clock for which the limiter promises `burst + rate × elapsed`: a TAT
 /// must hold `now` plus a whole capacity (`gcra.rs`).

@@ -27,9 +27,10 @@ use sluice_core::config::{ControlConfigSpec, FilterConfig, FilterConfigSpec};
 use sluice_core::validation::ValidationErrors;
 
 use crate::admin::admin_cluster;
+use crate::error::field_errors;
 use crate::{
     ADMIN_CLUSTER, AdminConnection, AdminUrl, Bootstrap, EnvoyConfigError, EnvoyConfigOptions,
-    PLUGIN_NAME, PluginConfig, Scheme, Upstream, build, field_errors,
+    PLUGIN_NAME, PluginConfig, Scheme, Upstream, build,
 };
 
 /// Stands in for the proxy token when none is given: `envsubst` (or any template step)

@@ -419,13 +419,7 @@ mod tests {
         let config = parse(&render(&with_admin("http://127.0.0.1:8080")).unwrap());
         let clusters = config["static_resources"]["clusters"].as_array().unwrap();
         assert_eq!(clusters.len(), 2);
-        let admin = &clusters[1];
-        assert_eq!(admin["name"], ADMIN_CLUSTER);
-        assert_eq!(admin["type"], "STATIC");
-        assert_eq!(admin["connect_timeout"], "1s");
-        let address = first_endpoint(admin);
-        assert_eq!(address["address"], "127.0.0.1");
-        assert_eq!(address["port_value"], 8080);
+        assert_loopback_cluster(&clusters[1], ADMIN_CLUSTER, 8080);
 
         let extension = &config["bootstrap_extensions"][0];
         assert_eq!(extension["name"], "envoy.bootstrap.wasm");

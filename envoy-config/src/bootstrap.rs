@@ -223,13 +223,11 @@ mod tests {
             )))
             .unwrap(),
         );
-        let cluster = &config["static_resources"]["clusters"][0];
-        assert_eq!(cluster["name"], UPSTREAM_CLUSTER);
-        assert_eq!(cluster["type"], "STATIC");
-        assert_eq!(cluster["connect_timeout"], "1s");
-        let endpoint = first_endpoint(cluster);
-        assert_eq!(endpoint["address"], "127.0.0.1");
-        assert_eq!(endpoint["port_value"], 8081);
+        assert_loopback_cluster(
+            &config["static_resources"]["clusters"][0],
+            UPSTREAM_CLUSTER,
+            8081,
+        );
         let route = route(&config);
         assert_eq!(route["route"]["cluster"], UPSTREAM_CLUSTER);
         assert!(route.get("direct_response").is_none());

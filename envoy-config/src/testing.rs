@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use serde_json::Value;
-use sluice_core::config::FilterConfigSpec;
+use sluice_core::config::{FilterConfig, FilterConfigSpec};
 use sluice_rules_file::{RulesFormat, parse_rules};
 
+use crate::render::Rendered;
 use crate::{AdminConnection, EnvoyConfigOptions, Upstream, WASM_FILTER};
 
 pub(crate) const WASM: &str = "/opt/sluice/sluice_filter.wasm";
@@ -77,11 +78,16 @@ pub(crate) fn embedded_control(config: &Value) -> String {
         .to_string()
 }
 
-/// The `socket_address` of a cluster's first endpoint.
-pub(crate) fn first_endpoint(cluster: &Value) -> &Value {
-    cluster
+/// Checks a STATIC cluster named `name` that reaches 127.0.0.1:`port`.
+pub(crate) fn assert_loopback_cluster(cluster: &Value, name: &str, port: u16) {
+    assert_eq!(cluster["name"], name);
+    assert_eq!(cluster["type"], "STATIC");
+    assert_eq!(cluster["connect_timeout"], "1s");
+    let address = cluster
         .pointer("/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address")
-        .unwrap()
+        .unwrap();
+    assert_eq!(address["address"], "127.0.0.1");
+    assert_eq!(address["port_value"], port);
 }
 
 /// The listener's one route.
@@ -89,4 +95,19 @@ pub(crate) fn route(config: &Value) -> &Value {
     config
         .pointer("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0/routes/0")
         .unwrap()
+}
+
+/// The plugin configuration as the filter will read it: JSON bytes, parsed and checked by
+/// the core.
+pub(crate) fn filter_reads(config: &Value) -> FilterConfig {
+    FilterConfig::from_json(config.to_string().as_bytes()).unwrap()
+}
+
+/// The one rendered resource of `kind`.
+pub(crate) fn of_kind<'a>(rendered: &'a Rendered, kind: &str) -> &'a Value {
+    rendered
+        .resources
+        .iter()
+        .find(|r| r["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
 }

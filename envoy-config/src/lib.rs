@@ -16,7 +16,7 @@
 //! * `plugin`: the filter's `http_filters` entry, its VM and its plugin configuration.
 //! * `output`: [`Bootstrap`], written as YAML under a header that says how to run it.
 //! * `bootstrap`: the listener with the filter, the upstream, and [`build`].
-//! * [`render`]: what users apply on their platforms (`sluice render`), built on the
+//! * [`render`](mod@render): what users apply on their platforms (`sluice render`), built on the
 //!   above.
 //!
 //! A crate of its own, apart from the admin API's server: the `sluice` command line and

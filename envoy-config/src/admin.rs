@@ -9,8 +9,15 @@ use std::str::FromStr;
 
 use serde_json::{Value, json};
 use sluice_core::config::ControlConfigSpec;
+use sluice_core::listening::Scheme;
 
-use crate::{ADMIN_CLUSTER, CONTROL_ROOT_ID, EnvoyConfigError, Scheme, field_errors};
+use crate::error::{EnvoyConfigError, field_errors};
+
+/// The cluster through which the control service reaches the admin API.
+pub const ADMIN_CLUSTER: &str = "sluice_admin";
+/// Plugin name and root id of the control service: the singleton inside Envoy that
+/// long-polls the admin API and publishes rulesets to the filter's shared data.
+pub const CONTROL_ROOT_ID: &str = "sluice_control";
 
 /// Where the admin API is: `--admin-url http://HOST:PORT` or `https://HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -330,4 +337,366 @@ pub(crate) fn control_service(
             },
         },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+    use crate::{Upstream, build, render};
+
+    #[test]
+    fn replicas_are_endpoints_of_one_health_checked_cluster() {
+        let mut opts = with_admin("http://127.0.0.1:8080");
+        let admin = opts.admin.as_mut().unwrap();
+        admin.replicas = vec![
+            "http://127.0.0.1:8090".parse().unwrap(),
+            "http://localhost:8091".parse().unwrap(),
+        ];
+        let config = build(&opts).unwrap().config;
+        let clusters = config["static_resources"]["clusters"].as_array().unwrap();
+        let cluster = clusters
+            .iter()
+            .find(|c| c["name"] == ADMIN_CLUSTER)
+            .unwrap();
+        // A name among them makes it STRICT_DNS (an address resolves to itself).
+        assert_eq!(cluster["type"], "STRICT_DNS");
+        let endpoints = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            .as_array()
+            .unwrap();
+        let ports: Vec<u64> = endpoints
+            .iter()
+            .map(|e| {
+                e["endpoint"]["address"]["socket_address"]["port_value"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(ports, [8080, 8090, 8091]);
+        assert_eq!(
+            cluster["health_checks"][0]["http_health_check"]["path"],
+            "/readyz"
+        );
+        assert_eq!(
+            cluster["outlier_detection"]["consecutive_local_origin_failure"],
+            1
+        );
+        // One admin API needs neither.
+        let single = build(&with_admin("http://127.0.0.1:8080")).unwrap().config;
+        let single = single["static_resources"]["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == ADMIN_CLUSTER)
+            .unwrap()
+            .clone();
+        assert!(single.get("health_checks").is_none());
+        assert_eq!(single["type"], "STATIC");
+    }
+
+    #[test]
+    fn every_replica_is_held_to_the_transport_rules() {
+        let with_replica = |first: &str, replica: &str, insecure: bool| {
+            let mut opts = with_admin(first);
+            let admin = opts.admin.as_mut().unwrap();
+            admin.replicas = vec![replica.parse().unwrap()];
+            admin.insecure = insecure;
+            build(&opts)
+        };
+        assert!(matches!(
+            with_replica("http://127.0.0.1:8080", "http://10.0.0.2:8080", false),
+            Err(EnvoyConfigError::PlainHttpToRemote(url)) if url == "http://10.0.0.2:8080"
+        ));
+        assert!(with_replica("http://127.0.0.1:8080", "http://10.0.0.2:8080", true).is_ok());
+        assert!(matches!(
+            with_replica("http://127.0.0.1:8080", "https://127.0.0.1:8443", false),
+            Err(EnvoyConfigError::MixedAdminSchemes(..))
+        ));
+    }
+
+    #[test]
+    fn an_admin_url_adds_the_control_service_and_its_cluster() {
+        let config = parse(&render(&with_admin("http://127.0.0.1:8080")).unwrap());
+        let clusters = config["static_resources"]["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 2);
+        assert_loopback_cluster(&clusters[1], ADMIN_CLUSTER, 8080);
+
+        let extension = &config["bootstrap_extensions"][0];
+        assert_eq!(extension["name"], "envoy.bootstrap.wasm");
+        let service = &extension["typed_config"];
+        assert_eq!(
+            service["@type"],
+            "type.googleapis.com/envoy.extensions.wasm.v3.WasmService"
+        );
+        assert_eq!(service["singleton"], true);
+        let control = &service["config"];
+        assert_eq!(control["name"], CONTROL_ROOT_ID);
+        assert_eq!(control["root_id"], CONTROL_ROOT_ID);
+        // The same VM as the filter: same vm_id, runtime and module.
+        assert_eq!(control["vm_config"], wasm_config(&config)["vm_config"]);
+        assert_eq!(
+            control["configuration"]["@type"],
+            "type.googleapis.com/google.protobuf.StringValue"
+        );
+        let embedded = control["configuration"]["value"].as_str().unwrap();
+        let spec = ControlConfigSpec::from_json(embedded.as_bytes()).unwrap();
+        assert_eq!(spec.admin_cluster, ADMIN_CLUSTER);
+        assert_eq!(spec.admin_authority, "127.0.0.1:8080");
+        assert_eq!(spec.token, "slc_proxy_token");
+        assert_eq!(spec.proxy_id.as_deref(), Some("envoy-1"));
+        assert_eq!(spec.poll_timeout_seconds, 30);
+        assert_eq!(spec.sync_interval_ms, 250, "the control service's default");
+
+        let yaml = render(&with_admin("http://127.0.0.1:8080")).unwrap();
+        assert!(yaml.contains("# Rules: long-polled from the admin API at http://127.0.0.1:8080"));
+        // Without --admin-url there is no control service.
+        assert!(
+            parse(&render(&options(Upstream::Direct)).unwrap())
+                .get("bootstrap_extensions")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_named_admin_host_gets_a_dns_cluster() {
+        // Plain HTTP to a remote host needs --insecure (see the clear-text test below).
+        let mut opts = with_admin("http://admin.internal:9000/");
+        if let Some(admin) = opts.admin.as_mut() {
+            admin.insecure = true;
+        }
+        let config = parse(&render(&opts).unwrap());
+        let admin = &config["static_resources"]["clusters"][1];
+        assert_eq!(admin["type"], "STRICT_DNS");
+        let control = embedded_control(&config);
+        assert!(
+            control.contains(r#""admin_authority":"admin.internal:9000""#),
+            "{control}"
+        );
+    }
+
+    #[test]
+    fn admin_urls() {
+        let url = |s: &str| s.parse::<AdminUrl>();
+        assert_eq!(
+            url("http://127.0.0.1:8080").unwrap(),
+            AdminUrl {
+                scheme: Scheme::Http,
+                host: "127.0.0.1".into(),
+                port: 8080
+            }
+        );
+        assert_eq!(url("http://[::1]:81/").unwrap().authority(), "[::1]:81");
+        assert_eq!(url("http://admin").unwrap().port, 80);
+        let https = url("https://admin.internal").unwrap();
+        assert_eq!((https.scheme, https.port), (Scheme::Https, 443));
+        assert_eq!(https.url(), "https://admin.internal:443");
+        for (loopback, yes) in [
+            ("http://127.0.0.1:1", true),
+            ("http://127.8.9.10:1", true),
+            ("http://[::1]:1", true),
+            ("http://LocalHost:1", true),
+            ("http://10.0.0.1:1", false),
+            ("http://[::2]:1", false),
+            ("http://admin.internal:1", false),
+            ("http://localhost.example:1", false),
+        ] {
+            assert_eq!(url(loopback).unwrap().is_loopback(), yes, "{loopback}");
+        }
+        for bad in [
+            "127.0.0.1:8080",
+            "ftp://a:1",
+            "https://",
+            "http://",
+            "http://a:x",
+            "http://a:1/path",
+        ] {
+            assert!(url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_sync_interval_is_passed_to_the_control_service_and_checked() {
+        let control_spec = |ms: u32| {
+            let mut opts = with_admin("http://127.0.0.1:8080");
+            if let Some(admin) = opts.admin.as_mut() {
+                admin.sync_interval_ms = Some(ms);
+            }
+            render(&opts).map(|yaml| {
+                let value = embedded_control(&parse(&yaml));
+                ControlConfigSpec::from_json(value.as_bytes()).unwrap()
+            })
+        };
+        assert_eq!(control_spec(500).unwrap().sync_interval_ms, 500);
+        let Err(EnvoyConfigError::InvalidControlConfig(errors)) = control_spec(10) else {
+            panic!("accepted a 10 ms interval");
+        };
+        assert_eq!(errors.0[0].field, "sync_interval_ms");
+    }
+
+    #[test]
+    fn an_empty_proxy_token_is_refused() {
+        let mut opts = with_admin("http://127.0.0.1:8080");
+        if let Some(admin) = opts.admin.as_mut() {
+            admin.token.clear();
+        }
+        let Err(EnvoyConfigError::InvalidControlConfig(errors)) = render(&opts) else {
+            panic!("accepted");
+        };
+        assert_eq!(errors.0[0].field, "token");
+    }
+
+    fn with_tls_admin(url: &str, tls: AdminTls) -> Result<Value, EnvoyConfigError> {
+        let mut opts = with_admin(url);
+        if let Some(admin) = opts.admin.as_mut() {
+            admin.tls = Some(tls);
+        }
+        render(&opts).map(|yaml| parse(&yaml))
+    }
+
+    fn tls_context(config: &Value) -> &Value {
+        let cluster = &config["static_resources"]["clusters"][1];
+        assert_eq!(cluster["name"], ADMIN_CLUSTER);
+        let socket = &cluster["transport_socket"];
+        assert_eq!(socket["name"], "envoy.transport_sockets.tls");
+        let context = &socket["typed_config"];
+        assert_eq!(
+            context["@type"],
+            "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+        );
+        context
+    }
+
+    #[test]
+    fn an_https_admin_url_gets_an_upstream_tls_context_that_checks_the_name() {
+        // A DNS name: sent as SNI and required as a DNS SAN.
+        let config = with_tls_admin(
+            "https://admin.internal:8443",
+            AdminTls::new("/etc/sluice/ca.pem"),
+        )
+        .unwrap();
+        let context = tls_context(&config);
+        assert_eq!(context["sni"], "admin.internal");
+        let validation = &context["common_tls_context"]["validation_context"];
+        assert_eq!(validation["trusted_ca"]["filename"], "/etc/sluice/ca.pem");
+        assert_eq!(
+            validation["match_typed_subject_alt_names"],
+            json!([{"san_type": "DNS", "matcher": {"exact": "admin.internal"}}])
+        );
+        assert!(
+            context["common_tls_context"]
+                .get("tls_certificates")
+                .is_none()
+        );
+        let yaml = render(&{
+            let mut opts = with_admin("https://admin.internal:8443");
+            if let Some(admin) = opts.admin.as_mut() {
+                admin.tls = Some(AdminTls::new("/etc/sluice/ca.pem"));
+            }
+            opts
+        })
+        .unwrap();
+        assert!(
+            yaml.contains("# Rules: long-polled from the admin API at https://admin.internal:8443"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("checked against /etc/sluice/ca.pem"),
+            "{yaml}"
+        );
+
+        // An IP address: no SNI (it carries names only), an IP SAN.
+        let config = with_tls_admin("https://127.0.0.1:8443", AdminTls::new("/ca.pem")).unwrap();
+        let context = tls_context(&config);
+        assert!(context.get("sni").is_none(), "{context}");
+        assert_eq!(
+            context["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"],
+            json!([{"san_type": "IP_ADDRESS", "matcher": {"exact": "127.0.0.1"}}])
+        );
+
+        // --admin-sni names the certificate whatever the address.
+        let mut tls = AdminTls::new("/ca.pem");
+        tls.sni = Some("sluice.example".to_string());
+        tls.client_cert = Some(("/client.pem".into(), "/client.key".into()));
+        let config = with_tls_admin("https://127.0.0.1:8443", tls).unwrap();
+        let context = tls_context(&config);
+        assert_eq!(context["sni"], "sluice.example");
+        assert_eq!(
+            context["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"],
+            json!([{"san_type": "DNS", "matcher": {"exact": "sluice.example"}}])
+        );
+        assert_eq!(
+            context["common_tls_context"]["tls_certificates"],
+            json!([{"certificate_chain": {"filename": "/client.pem"}, "private_key": {"filename": "/client.key"}}])
+        );
+        // The authority the control service sends is the URL's, whatever the SNI.
+        let control = embedded_control(&config);
+        assert!(
+            control.contains(r#""admin_authority":"127.0.0.1:8443""#),
+            "{control}"
+        );
+    }
+
+    #[test]
+    fn plain_http_admin_urls_get_no_tls_context() {
+        let config = parse(&render(&with_admin("http://127.0.0.1:8080")).unwrap());
+        assert!(
+            config["static_resources"]["clusters"][1]
+                .get("transport_socket")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_proxy_token_is_not_sent_in_clear_text_or_unchecked() {
+        for remote in [
+            "http://10.1.2.3:8080",
+            "http://admin.internal:8080",
+            "http://[2001:db8::1]:80",
+        ] {
+            let Err(err) = render(&with_admin(remote)) else {
+                panic!("{remote} was accepted without --insecure");
+            };
+            assert!(
+                matches!(err, EnvoyConfigError::PlainHttpToRemote(_)),
+                "{err}"
+            );
+            assert!(err.to_string().contains("--insecure"), "{err}");
+            let mut opts = with_admin(remote);
+            if let Some(admin) = opts.admin.as_mut() {
+                admin.insecure = true;
+            }
+            let yaml = render(&opts).unwrap();
+            assert!(
+                yaml.contains("# WARNING: plain HTTP (--insecure)"),
+                "{yaml}"
+            );
+        }
+        for local in [
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            let yaml = render(&with_admin(local)).unwrap();
+            assert!(!yaml.contains("WARNING"), "{yaml}");
+        }
+
+        let Err(err) = render(&with_admin("https://admin.internal")) else {
+            panic!("https without a CA was accepted");
+        };
+        assert!(matches!(err, EnvoyConfigError::AdminCaMissing(_)), "{err}");
+        assert!(err.to_string().contains("--admin-ca"), "{err}");
+
+        let Err(err) = with_tls_admin("http://127.0.0.1:8080", AdminTls::new("/ca.pem")) else {
+            panic!("TLS settings for a plain URL were accepted");
+        };
+        assert!(
+            matches!(err, EnvoyConfigError::AdminTlsWithoutHttps(_)),
+            "{err}"
+        );
+
+        let Err(err) = with_tls_admin("https://127.0.0.1:8443", AdminTls::new("ca.pem")) else {
+            panic!("a relative CA path was accepted");
+        };
+        assert!(matches!(err, EnvoyConfigError::RelativeTlsPath(_)), "{err}");
+    }
 }

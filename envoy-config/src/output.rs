@@ -1,13 +1,36 @@
-//! How a bootstrap is written out: a comment header with the command that runs it, then
-//! YAML with `name` and `@type` leading every object and the failure policy explained
-//! where it is set.
+//! A generated [`Bootstrap`] and how it is written out: a comment header with the command
+//! that runs it, then YAML with `name` and `@type` leading every object and the failure
+//! policy explained where it is set.
 
 use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::{AdminUrl, Bootstrap, ControlMode, EnvoyConfigError, EnvoyConfigOptions};
+use crate::admin::AdminUrl;
+use crate::error::EnvoyConfigError;
+use crate::options::{ControlMode, EnvoyConfigOptions};
+
+/// A generated bootstrap: leading comment lines and the configuration itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootstrap {
+    /// Comment lines without the `# ` marker.
+    pub header: Vec<String>,
+    /// The Envoy v3 bootstrap.
+    pub config: Value,
+}
+
+impl Bootstrap {
+    /// The HTTP filter chain of the ingress listener, e.g. to drop or add filters when
+    /// comparing Envoy with and without Sluice.
+    pub fn http_filters_mut(&mut self) -> Option<&mut Vec<Value>> {
+        self.config
+            .pointer_mut(
+                "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",
+            )?
+            .as_array_mut()
+    }
+}
 
 /// The comment lines at the top: what generated the file, how to run it, what it loads
 /// and where its rules come from.
@@ -107,11 +130,7 @@ impl Bootstrap {
         let body = serde_norway::to_string(&Ordered(&self.config))
             .map_err(|e| EnvoyConfigError::Serialise(e.to_string()))?;
         let mut out = String::with_capacity(body.len() + 1024);
-        for line in &self.header {
-            out.push_str(if line.is_empty() { "#" } else { "# " });
-            out.push_str(line);
-            out.push('\n');
-        }
+        out.push_str(&as_comments(&self.header));
         for line in body.lines() {
             let content = line.trim_start_matches([' ', '-']);
             if content.starts_with("failure_policy: FAIL_OPEN") {
@@ -125,6 +144,17 @@ impl Bootstrap {
         }
         Ok(out)
     }
+}
+
+/// Lines as YAML comments: `# ` before each, `#` alone for an empty one.
+pub(crate) fn as_comments(lines: &[String]) -> String {
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(if line.is_empty() { "#" } else { "# " });
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Serialises a JSON value with `name` and `@type` leading each object.
@@ -152,5 +182,83 @@ impl Serialize for Ordered<'_> {
             Value::Array(items) => serializer.collect_seq(items.iter().map(Ordered)),
             other => other.serialize(serializer),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::testing::*;
+    use crate::{PluginConfig, Upstream, WASM_FILTER, build, render};
+
+    #[test]
+    fn rendered_yaml_parses_back_to_the_built_config() {
+        let mut opts = options(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()));
+        opts.plugin = PluginConfig::Spec(example_rules());
+        let bootstrap = build(&opts).unwrap();
+        let yaml = bootstrap.to_yaml().unwrap();
+        assert_eq!(parse(&yaml), bootstrap.config);
+    }
+
+    #[test]
+    fn the_header_gives_the_run_command() {
+        let mut opts = options(Upstream::Direct);
+        opts.concurrency = NonZeroU32::new(4);
+        opts.config_path = Some(PathBuf::from("/tmp/my envoy.yaml"));
+        let yaml = render(&opts).unwrap();
+        assert!(yaml.starts_with("# Envoy bootstrap for Sluice"), "{yaml}");
+        assert!(
+            yaml.contains("\n#   envoy -c '/tmp/my envoy.yaml' --concurrency 4\n"),
+            "{yaml}"
+        );
+
+        let yaml = render(&options(Upstream::Direct)).unwrap();
+        assert!(yaml.contains("\n#   envoy -c envoy.yaml\n"), "{yaml}");
+    }
+
+    #[test]
+    fn fail_open_is_explained_where_it_is_set() {
+        let yaml = render(&options(Upstream::Direct)).unwrap();
+        let lines: Vec<&str> = yaml.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.trim() == "failure_policy: FAIL_OPEN")
+            .unwrap();
+        assert!(lines[at - 1].trim_start().starts_with('#'), "{yaml}");
+        assert!(
+            lines[at - FAIL_OPEN_COMMENT.len()].contains("FAIL_OPEN"),
+            "{yaml}"
+        );
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        assert_eq!(indent(lines[at - 1]), indent(lines[at]));
+    }
+
+    #[test]
+    fn names_lead_each_object() {
+        let yaml = render(&options(Upstream::Cluster(
+            "127.0.0.1:8081".parse().unwrap(),
+        )))
+        .unwrap();
+        assert!(yaml.contains("\n  - name: sluice_ingress\n"), "{yaml}");
+        assert!(yaml.contains("\n  - name: sluice_upstream\n"), "{yaml}");
+    }
+
+    #[test]
+    fn the_filter_chain_can_be_edited() {
+        let mut bootstrap = build(&options(Upstream::Direct)).unwrap();
+        bootstrap
+            .http_filters_mut()
+            .unwrap()
+            .retain(|f| f["name"] != WASM_FILTER);
+        let config = parse(&bootstrap.to_yaml().unwrap());
+        let filters = config
+            .pointer(
+                "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters",
+            )
+            .unwrap();
+        assert_eq!(filters.as_array().unwrap().len(), 1);
     }
 }

@@ -211,6 +211,11 @@ mod tests {
         Path::new("rules.yaml")
     }
 
+    /// What a refused rules file is told.
+    fn refusal(text: &str, format: RulesFormat) -> String {
+        parse_rules(text, format, origin()).unwrap_err().to_string()
+    }
+
     #[test]
     fn format_follows_the_extension() {
         assert_eq!(
@@ -291,40 +296,29 @@ mod tests {
     #[test]
     fn a_bad_period_says_what_is_accepted() {
         let yaml = "[{name: a, key: global, limits: [{requests: 1, period: fortnight}]}]";
-        let err = parse_rules(yaml, RulesFormat::Yaml, origin()).unwrap_err();
         assert_eq!(
-            err.to_string(),
+            refusal(yaml, RulesFormat::Yaml),
             "rules.yaml: rules[0].limits[0].period: expected second, minute, hour, day or a number of seconds"
         );
     }
 
     #[test]
     fn unknown_top_level_keys_are_refused() {
-        let err =
-            parse_rules(r#"{"rules":[],"slots":3}"#, RulesFormat::Json, origin()).unwrap_err();
-        assert!(err.to_string().contains("slots"), "{err}");
+        let err = refusal(r#"{"rules":[],"slots":3}"#, RulesFormat::Json);
+        assert!(err.contains("slots"), "{err}");
     }
 
     #[test]
     fn syntax_errors_say_which_syntax() {
-        let err = parse_rules("[{", RulesFormat::Json, origin()).unwrap_err();
-        assert!(
-            err.to_string().starts_with("rules.yaml: not valid JSON: "),
-            "{err}"
-        );
-        let err = parse_rules("- a: [", RulesFormat::Yaml, origin()).unwrap_err();
-        assert!(
-            err.to_string().starts_with("rules.yaml: not valid YAML: "),
-            "{err}"
-        );
+        let err = refusal("[{", RulesFormat::Json);
+        assert!(err.starts_with("rules.yaml: not valid JSON: "), "{err}");
+        let err = refusal("- a: [", RulesFormat::Yaml);
+        assert!(err.starts_with("rules.yaml: not valid YAML: "), "{err}");
     }
 
     #[test]
     fn a_scalar_is_not_a_rules_file() {
-        let err = parse_rules("42", RulesFormat::Yaml, origin()).unwrap_err();
-        assert!(
-            err.to_string().contains("expected a list of rules"),
-            "{err}"
-        );
+        let err = refusal("42", RulesFormat::Yaml);
+        assert!(err.contains("expected a list of rules"), "{err}");
     }
 }

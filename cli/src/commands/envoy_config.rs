@@ -6,15 +6,13 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use clap::ValueEnum;
-use sluice_core::config::{DEFAULT_SLOTS, FilterConfigSpec};
-use sluice_core::spec::FailureMode;
+use sluice_core::config::DEFAULT_SLOTS;
 use sluice_envoy_config::{
     AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
     EnvoyConfigOptions, PluginConfig, Upstream, UpstreamProtocol,
 };
 
-use super::{Failure, write_output};
+use super::{Failure, FailureModeArg, filter_spec, write_output};
 
 #[derive(Debug, clap::Args)]
 pub struct EnvoyConfigArgs {
@@ -122,21 +120,6 @@ pub struct EnvoyConfigArgs {
     control: Option<ControlMode>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum FailureModeArg {
-    Open,
-    Closed,
-}
-
-impl From<FailureModeArg> for FailureMode {
-    fn from(mode: FailureModeArg) -> Self {
-        match mode {
-            FailureModeArg::Open => FailureMode::Open,
-            FailureModeArg::Closed => FailureMode::Closed,
-        }
-    }
-}
-
 /// Renders the bootstrap to `--output` or standard output. Wrong rules, flags or files
 /// are [`Failure::BadInput`], each named where it must be fixed.
 pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
@@ -150,18 +133,7 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         );
     }
 
-    let rules = match &args.rules {
-        // Even an unreadable file is for the user to fix (a typo'd path, permissions).
-        Some(path) => sluice_rules_file::read_rules_file(path)
-            .map_err(|err| Failure::BadInput(format!("{:#}", anyhow::Error::from(err))))?,
-        None => Vec::new(),
-    };
-    let spec = FilterConfigSpec {
-        rules,
-        failure_mode: args.failure_mode.into(),
-        slots: args.slots,
-        ..FilterConfigSpec::default()
-    };
+    let spec = filter_spec(args.rules.as_deref(), args.slots, args.failure_mode)?;
 
     let mut options = EnvoyConfigOptions::new(args.listen, args.upstream, filter);
     options.plugin = PluginConfig::Spec(spec);

@@ -8,11 +8,16 @@
 //! * [`envoy_config`]: `sluice envoy-config` ([`sluice_envoy_config`]); needs no server.
 //! * [`render`]: `sluice render istio|envoy-gateway|envoy|kubernetes`
 //!   ([`sluice_envoy_config::render`]); needs no server.
+//!
+//! `envoy-config` and `render` both write the filter's plugin configuration: its flags'
+//! values become one with [`filter_spec`].
 
 use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use sluice_core::config::FilterConfigSpec;
+use sluice_core::spec::FailureMode;
 
 pub mod database;
 pub mod envoy_config;
@@ -52,4 +57,44 @@ pub fn write_output(output: Option<&Path>, text: &str) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `--failure-mode`: what rules without their own failure mode do when they cannot be
+/// evaluated.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum FailureModeArg {
+    Open,
+    Closed,
+}
+
+impl From<FailureModeArg> for FailureMode {
+    fn from(mode: FailureModeArg) -> Self {
+        match mode {
+            FailureModeArg::Open => FailureMode::Open,
+            FailureModeArg::Closed => FailureMode::Closed,
+        }
+    }
+}
+
+/// The filter's plugin configuration from `--rules FILE`, `--slots` and
+/// `--failure-mode`.
+pub fn filter_spec(
+    rules_file: Option<&Path>,
+    slots: u32,
+    failure_mode: FailureModeArg,
+) -> Result<FilterConfigSpec, Failure> {
+    let read = match rules_file {
+        // Even an unreadable file is for the user to fix (a typo'd path, permissions).
+        Some(path) => sluice_rules_file::read_rules_file(path)
+            .map_err(|err| Failure::BadInput(format!("{:#}", anyhow::Error::from(err))))?,
+        None => Vec::new(),
+    };
+    // `rules: read`, not the shorthand: here `rules` also names the subcommand's module,
+    // and `cargo xtask tidy` would read the shorthand as a use of it.
+    Ok(FilterConfigSpec {
+        rules: read,
+        failure_mode: failure_mode.into(),
+        slots,
+        ..FilterConfigSpec::default()
+    })
 }

@@ -7,14 +7,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use sha2::{Digest as _, Sha256};
 use sluice_core::config::{DEFAULT_SLOTS, FilterConfigSpec};
-use sluice_core::spec::FailureMode;
 use sluice_envoy_config::render::{
     self, AdminService, Database, EnvoyGatewayOptions, EnvoyOptions, Follow, IstioAdmin,
-    IstioOptions, IstioPhase, KubernetesOptions, ProxyToken, RenderError, TargetRef,
+    IstioOptions, IstioPhase, KubernetesOptions, ProxyToken, RenderError, Rendered, TargetRef,
 };
 use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl};
 
-use super::{Failure, write_output};
+use super::{Failure, FailureModeArg, filter_spec, write_output};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RenderCommand {
@@ -48,28 +47,9 @@ struct FilterArgs {
     failure_mode: FailureModeArg,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum FailureModeArg {
-    Open,
-    Closed,
-}
-
 impl FilterArgs {
     fn spec(&self) -> Result<FilterConfigSpec, Failure> {
-        let rules = match &self.rules {
-            Some(path) => sluice_rules_file::read_rules_file(path)
-                .map_err(|err| Failure::BadInput(format!("{:#}", anyhow::Error::from(err))))?,
-            None => Vec::new(),
-        };
-        Ok(FilterConfigSpec {
-            rules,
-            slots: self.slots,
-            failure_mode: match self.failure_mode {
-                FailureModeArg::Open => FailureMode::Open,
-                FailureModeArg::Closed => FailureMode::Closed,
-            },
-            ..FilterConfigSpec::default()
-        })
+        filter_spec(self.rules.as_deref(), self.slots, self.failure_mode)
     }
 }
 
@@ -119,6 +99,21 @@ impl FollowArgs {
             sync_interval_ms: self.sync_interval_ms,
         })
     }
+}
+
+/// What the filter's platforms (Istio, Envoy Gateway, your own Envoy) share: the plugin
+/// configuration, how the elected worker follows the admin API, and where the YAML goes.
+#[derive(Debug, clap::Args)]
+struct PluginArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
+
+    #[command(flatten)]
+    follow: FollowArgs,
+
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 /// The admin API as a Service of the cluster.
@@ -210,14 +205,7 @@ pub struct IstioArgs {
     service: ServiceArgs,
 
     #[command(flatten)]
-    filter: FilterArgs,
-
-    #[command(flatten)]
-    follow: FollowArgs,
-
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<PathBuf>,
+    plugin: PluginArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -267,14 +255,7 @@ pub struct EnvoyGatewayArgs {
     service: ServiceArgs,
 
     #[command(flatten)]
-    filter: FilterArgs,
-
-    #[command(flatten)]
-    follow: FollowArgs,
-
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<PathBuf>,
+    plugin: PluginArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -298,14 +279,7 @@ pub struct EnvoyArgs {
     insecure: bool,
 
     #[command(flatten)]
-    filter: FilterArgs,
-
-    #[command(flatten)]
-    follow: FollowArgs,
-
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<PathBuf>,
+    plugin: PluginArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -378,6 +352,15 @@ fn bad(err: RenderError) -> Failure {
     }
 }
 
+/// Writes rendered resources as YAML, or says why there are none.
+fn write_rendered(
+    output: Option<&Path>,
+    rendered: Result<Rendered, RenderError>,
+) -> Result<(), Failure> {
+    let yaml = rendered.and_then(|r| r.to_yaml()).map_err(bad)?;
+    write_output(output, &yaml)
+}
+
 /// The module's SHA-256, hex.
 fn module_sha256(path: &Path) -> Result<String, Failure> {
     let bytes = std::fs::read(path)
@@ -415,8 +398,8 @@ fn istio(args: &IstioArgs) -> Result<(), Failure> {
     options.phase = args.phase;
     options.selector = args.selector.clone();
     options.target_refs = args.target_ref.clone();
-    options.filter = args.filter.spec()?;
-    options.follow = args.follow.follow()?;
+    options.filter = args.plugin.filter.spec()?;
+    options.follow = args.plugin.follow.follow()?;
     options.admin = match &args.admin_url {
         Some(url) => IstioAdmin::External {
             url: url.clone(),
@@ -424,10 +407,7 @@ fn istio(args: &IstioArgs) -> Result<(), Failure> {
         },
         None => IstioAdmin::Service(args.service.service()),
     };
-    let yaml = render::istio(&options)
-        .and_then(|r| r.to_yaml())
-        .map_err(bad)?;
-    write_output(args.output.as_deref(), &yaml)
+    write_rendered(args.plugin.output.as_deref(), render::istio(&options))
 }
 
 fn envoy_gateway(args: &EnvoyGatewayArgs) -> Result<(), Failure> {
@@ -438,8 +418,8 @@ fn envoy_gateway(args: &EnvoyGatewayArgs) -> Result<(), Failure> {
     }
     options.sha256 = args.sha256.clone();
     options.target_refs = args.target_ref.clone();
-    options.filter = args.filter.spec()?;
-    options.follow = args.follow.follow()?;
+    options.filter = args.plugin.filter.spec()?;
+    options.follow = args.plugin.follow.follow()?;
     let url = args
         .admin_url
         .clone()
@@ -448,10 +428,10 @@ fn envoy_gateway(args: &EnvoyGatewayArgs) -> Result<(), Failure> {
     admin.insecure = args.insecure;
     admin.tls = args.admin_ca.as_ref().map(AdminTls::new);
     options.admin = admin;
-    let yaml = render::envoy_gateway(&options)
-        .and_then(|r| r.to_yaml())
-        .map_err(bad)?;
-    write_output(args.output.as_deref(), &yaml)
+    write_rendered(
+        args.plugin.output.as_deref(),
+        render::envoy_gateway(&options),
+    )
 }
 
 fn envoy(args: &EnvoyArgs) -> Result<(), Failure> {
@@ -460,7 +440,7 @@ fn envoy(args: &EnvoyArgs) -> Result<(), Failure> {
     let admin = match &args.admin_url {
         None => None,
         Some(url) => {
-            let follow = args.follow.follow()?;
+            let follow = args.plugin.follow.follow()?;
             let token = match &follow.token {
                 ProxyToken::Given(token) => token.clone(),
                 ProxyToken::Placeholder => render::TOKEN_PLACEHOLDER.to_string(),
@@ -475,14 +455,14 @@ fn envoy(args: &EnvoyArgs) -> Result<(), Failure> {
     };
     let options = EnvoyOptions {
         filter_wasm,
-        filter: args.filter.spec()?,
+        filter: args.plugin.filter.spec()?,
         admin,
     };
     let yaml = render::envoy(&options)
         .map_err(bad)?
         .to_yaml()
         .map_err(|e| Failure::Other(e.into()))?;
-    write_output(args.output.as_deref(), &yaml)
+    write_output(args.plugin.output.as_deref(), &yaml)
 }
 
 fn kubernetes(args: &KubernetesArgs) -> Result<(), Failure> {
@@ -515,11 +495,6 @@ fn kubernetes(args: &KubernetesArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
-        None => {
-            let yaml = render::kubernetes_stream(&options)
-                .and_then(|r| r.to_yaml())
-                .map_err(bad)?;
-            write_output(args.output.as_deref(), &yaml)
-        }
+        None => write_rendered(args.output.as_deref(), render::kubernetes_stream(&options)),
     }
 }

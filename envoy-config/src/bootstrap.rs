@@ -1,0 +1,265 @@
+//! The bootstrap itself: the listener with the filter, the upstream (a cluster or Envoy's
+//! own answer), with an admin API its cluster and control service, and the stats tags of
+//! the filter's per-rule counters; [`build`] assembles it and [`render`] writes it out.
+
+use std::net::SocketAddr;
+
+use serde_json::{Value, json};
+
+use crate::admin::{admin_cluster, control_service};
+use crate::error::EnvoyConfigError;
+use crate::options::{ControlMode, EnvoyConfigOptions, Upstream, UpstreamProtocol};
+use crate::output::{Bootstrap, header};
+use crate::plugin::{plugin_configuration, vm_config, wasm_filter};
+
+/// The listener that carries client traffic; also its stats prefix
+/// (`listener.sluice_ingress.worker_N.downstream_cx_total`), which would otherwise be the
+/// bound address and change with every port.
+pub const LISTENER_NAME: &str = "sluice_ingress";
+/// The HTTP connection manager's stats prefix (`http.ingress_http.*`).
+pub const HTTP_STAT_PREFIX: &str = "ingress_http";
+/// The cluster that receives allowed requests.
+pub const UPSTREAM_CLUSTER: &str = "sluice_upstream";
+/// The body of the `direct` upstream's answer.
+pub const DIRECT_RESPONSE_BODY: &str = "ok\n";
+/// The Prometheus label the filter's per-rule counters (`sluice_rule.<id>.<outcome>_total`)
+/// carry their rule id in.
+pub const RULE_TAG: &str = "sluice_rule";
+/// Envoy's tag extraction for those counters: the rule id between the prefix and the
+/// outcome becomes the `sluice_rule` tag, so Prometheus sees one metric per outcome.
+pub const RULE_TAG_REGEX: &str = r"^wasmcustom\.sluice_rule\.(([^.]+)\.)";
+
+/// Validates the options and renders the bootstrap YAML in one step.
+pub fn render(options: &EnvoyConfigOptions) -> Result<String, EnvoyConfigError> {
+    build(options)?.to_yaml()
+}
+
+/// Validates the options and assembles the bootstrap.
+pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError> {
+    if !options.filter_wasm.is_absolute() {
+        return Err(EnvoyConfigError::RelativeFilterPath(
+            options.filter_wasm.clone(),
+        ));
+    }
+    if let Some(admin) = &options.admin {
+        admin.check_transport()?;
+    }
+    let plugin_json = plugin_configuration(options)?;
+    let vm_config = vm_config(&options.filter_wasm);
+    let wasm_filter = wasm_filter(vm_config.clone(), plugin_json);
+    let router = json!({
+        "name": "envoy.filters.http.router",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+        },
+    });
+
+    let mut clusters = Vec::new();
+    let route = match options.upstream {
+        Upstream::Cluster(addr) => {
+            let mut cluster = json!({
+                "name": UPSTREAM_CLUSTER,
+                "type": "STATIC",
+                "connect_timeout": "1s",
+                "load_assignment": {
+                    "cluster_name": UPSTREAM_CLUSTER,
+                    "endpoints": [{
+                        "lb_endpoints": [{ "endpoint": { "address": socket_address(addr) } }],
+                    }],
+                },
+            });
+            if let Some(protocol) = upstream_protocol_options(options.upstream_protocol) {
+                cluster["typed_extension_protocol_options"] = json!({
+                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": protocol,
+                });
+            }
+            clusters.push(cluster);
+            json!({ "match": { "prefix": "/" }, "route": { "cluster": UPSTREAM_CLUSTER } })
+        }
+        Upstream::Direct => json!({
+            "match": { "prefix": "/" },
+            "direct_response": { "status": 200, "body": { "inline_string": DIRECT_RESPONSE_BODY } },
+        }),
+    };
+
+    let listener = json!({
+        "name": LISTENER_NAME,
+        "stat_prefix": LISTENER_NAME,
+        "address": socket_address(options.listen),
+        "filter_chains": [{
+            "filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": HTTP_STAT_PREFIX,
+                    "codec_type": "AUTO",
+                    "route_config": {
+                        "name": "sluice_routes",
+                        "virtual_hosts": [{
+                            "name": "all",
+                            "domains": ["*"],
+                            "routes": [route],
+                        }],
+                    },
+                    "http_filters": [wasm_filter, router],
+                },
+            }],
+        }],
+    });
+
+    // The admin API's cluster either way: in worker mode it stands for what a control
+    // plane provides (an Istio ServiceEntry, an Envoy Gateway Backend).
+    let control = match (&options.admin, options.control_mode) {
+        (Some(admin), ControlMode::Singleton) => {
+            clusters.push(admin_cluster(admin));
+            Some(control_service(admin, vm_config)?)
+        }
+        (Some(admin), ControlMode::Worker) => {
+            clusters.push(admin_cluster(admin));
+            None
+        }
+        (None, _) => None,
+    };
+
+    let mut static_resources = json!({ "listeners": [listener] });
+    if !clusters.is_empty() {
+        static_resources["clusters"] = Value::Array(clusters);
+    }
+    let mut config = json!({
+        "admin": { "address": socket_address(options.envoy_admin) },
+        "static_resources": static_resources,
+        "stats_config": { "stats_tags": [{ "tag_name": RULE_TAG, "regex": RULE_TAG_REGEX }] },
+    });
+    if let Some(control) = control {
+        config["bootstrap_extensions"] = json!([control]);
+    }
+
+    Ok(Bootstrap {
+        header: header(options),
+        config,
+    })
+}
+
+/// The cluster's `HttpProtocolOptions` for `protocol`, or `None` for Envoy's default
+/// (HTTP/1.1).
+fn upstream_protocol_options(protocol: UpstreamProtocol) -> Option<Value> {
+    let kind = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+    match protocol {
+        UpstreamProtocol::Http1 => None,
+        UpstreamProtocol::Http2 => Some(json!({
+            "@type": kind,
+            "explicit_http_config": { "http2_protocol_options": {} },
+        })),
+        UpstreamProtocol::Downstream => Some(json!({
+            "@type": kind,
+            "use_downstream_protocol_config": {
+                "http_protocol_options": {},
+                "http2_protocol_options": {},
+            },
+        })),
+    }
+}
+
+fn socket_address(addr: SocketAddr) -> Value {
+    json!({ "socket_address": { "address": addr.ip().to_string(), "port_value": addr.port() } })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn the_upstream_protocol_sets_the_cluster_protocol_options() {
+        let upstream = Upstream::Cluster("127.0.0.1:50051".parse().unwrap());
+        let options_of = |protocol| {
+            let mut opts = options(upstream);
+            opts.upstream_protocol = protocol;
+            let config = parse(&render(&opts).unwrap());
+            config
+                .pointer("/static_resources/clusters/0")
+                .unwrap()
+                .clone()
+        };
+        let key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+        assert!(
+            options_of(UpstreamProtocol::Http1)
+                .get("typed_extension_protocol_options")
+                .is_none(),
+            "HTTP/1.1 is Envoy's default"
+        );
+        let http2 = options_of(UpstreamProtocol::Http2);
+        assert_eq!(
+            http2["typed_extension_protocol_options"][key]["explicit_http_config"],
+            json!({"http2_protocol_options": {}})
+        );
+        let downstream = options_of(UpstreamProtocol::Downstream);
+        assert_eq!(
+            downstream["typed_extension_protocol_options"][key]["use_downstream_protocol_config"],
+            json!({"http_protocol_options": {}, "http2_protocol_options": {}})
+        );
+    }
+
+    #[test]
+    fn a_relative_filter_path_is_refused() {
+        let opts = EnvoyConfigOptions::new(
+            "127.0.0.1:0".parse().unwrap(),
+            Upstream::Direct,
+            "target/dist/sluice_filter.wasm",
+        );
+        assert!(matches!(
+            render(&opts),
+            Err(EnvoyConfigError::RelativeFilterPath(_))
+        ));
+    }
+
+    #[test]
+    fn a_cluster_upstream_routes_to_a_static_loopback_cluster() {
+        let config = parse(
+            &render(&options(Upstream::Cluster(
+                "127.0.0.1:8081".parse().unwrap(),
+            )))
+            .unwrap(),
+        );
+        assert_loopback_cluster(
+            &config["static_resources"]["clusters"][0],
+            UPSTREAM_CLUSTER,
+            8081,
+        );
+        let route = route(&config);
+        assert_eq!(route["route"]["cluster"], UPSTREAM_CLUSTER);
+        assert!(route.get("direct_response").is_none());
+    }
+
+    #[test]
+    fn a_direct_upstream_answers_from_envoy_without_a_cluster() {
+        let config = parse(&render(&options(Upstream::Direct)).unwrap());
+        assert!(config["static_resources"].get("clusters").is_none());
+        let route = route(&config);
+        assert_eq!(route["direct_response"]["status"], 200);
+        assert_eq!(route["direct_response"]["body"]["inline_string"], "ok\n");
+        assert!(route.get("route").is_none());
+    }
+
+    #[test]
+    fn listener_and_admin_addresses_are_used_verbatim() {
+        let mut opts = EnvoyConfigOptions::new("[::1]:0".parse().unwrap(), Upstream::Direct, WASM);
+        opts.envoy_admin = "127.0.0.1:19901".parse().unwrap();
+        let config = parse(&render(&opts).unwrap());
+        let listener = &config["static_resources"]["listeners"][0];
+        assert_eq!(listener["name"], LISTENER_NAME);
+        assert_eq!(listener["address"]["socket_address"]["address"], "::1");
+        assert_eq!(listener["address"]["socket_address"]["port_value"], 0);
+        assert_eq!(
+            config["admin"]["address"]["socket_address"]["port_value"],
+            19901
+        );
+        let hcm = listener
+            .pointer("/filter_chains/0/filters/0/typed_config")
+            .unwrap();
+        assert_eq!(hcm["stat_prefix"], HTTP_STAT_PREFIX);
+        assert_eq!(hcm["codec_type"], "AUTO");
+    }
+}

@@ -1,0 +1,490 @@
+//! `sluice render kubernetes`: the admin API's own manifests (Namespace, ServiceAccount,
+//! storage, Deployment, Service, and a ServiceMonitor on request), as one stream or as the
+//! kustomize base committed in `deploy/kubernetes/`; and [`AdminService`], the admin API
+//! as the other platforms reach it inside the cluster.
+
+use serde_json::{Value, json};
+use sluice_core::listening::Scheme;
+
+use super::resources::{
+    DEFAULT_REGISTRY, RenderError, Rendered, check_name, comment, labels, metadata, yaml,
+};
+use crate::admin::AdminUrl;
+
+/// The admin API's Service, Deployment and ServiceAccount name.
+pub const ADMIN_SERVICE: &str = "sluice-admin";
+/// The namespace the admin API runs in by default.
+pub const ADMIN_NAMESPACE: &str = "sluice";
+/// The port the admin API listens on (and its Service exposes), named [`ADMIN_PORT_NAME`].
+pub const ADMIN_PORT: u16 = 8080;
+/// The name of that port: Istio reads the protocol from a `http` prefix, and the
+/// ServiceMonitor scrapes it by name.
+pub const ADMIN_PORT_NAME: &str = "http";
+/// The Secret holding the bootstrap admin token (key [`SECRET_KEY_TOKEN`]).
+pub const ADMIN_TOKEN_SECRET: &str = "sluice-admin-token";
+pub const SECRET_KEY_TOKEN: &str = "token";
+/// The Secret holding the PostgreSQL URL (key [`SECRET_KEY_URL`]).
+pub const DATABASE_SECRET: &str = "sluice-database";
+/// The Secret holding the Redis URL for global buckets shared by replicas.
+pub const REDIS_SECRET: &str = "sluice-redis";
+pub const SECRET_KEY_URL: &str = "url";
+/// Where the SQLite database lives in the container: the one writable volume.
+pub const DATA_DIR: &str = "/var/lib/sluice";
+/// The unprivileged user and group the admin API runs as (the usual "nonroot" id).
+pub const RUN_AS: u64 = 65532;
+
+/// The default admin API image, `localhost:5000/sluice/sluice:VERSION`.
+pub fn default_admin_image() -> String {
+    format!("{DEFAULT_REGISTRY}/sluice:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The admin API as a Kubernetes Service, as seen from inside the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminService {
+    pub name: String,
+    pub namespace: String,
+    pub port: u16,
+    /// The cluster's DNS domain (`cluster.local` unless the cluster was set up otherwise).
+    pub cluster_domain: String,
+}
+
+impl Default for AdminService {
+    fn default() -> Self {
+        AdminService {
+            name: ADMIN_SERVICE.to_string(),
+            namespace: ADMIN_NAMESPACE.to_string(),
+            port: ADMIN_PORT,
+            cluster_domain: "cluster.local".to_string(),
+        }
+    }
+}
+
+impl AdminService {
+    /// `NAME.NAMESPACE.svc.DOMAIN`.
+    pub fn host(&self) -> String {
+        format!(
+            "{}.{}.svc.{}",
+            self.name, self.namespace, self.cluster_domain
+        )
+    }
+
+    /// `http://NAME.NAMESPACE.svc.DOMAIN:PORT`.
+    pub fn url(&self) -> AdminUrl {
+        AdminUrl {
+            scheme: Scheme::Http,
+            host: self.host(),
+            port: self.port,
+        }
+    }
+
+    pub(super) fn check(&self) -> Result<(), RenderError> {
+        check_name("admin service name", &self.name)?;
+        check_name("admin service namespace", &self.namespace)
+    }
+}
+
+/// Where the admin API keeps its data.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Database {
+    /// A SQLite file on a PersistentVolumeClaim: one replica.
+    #[default]
+    Sqlite,
+    /// PostgreSQL by URL from the Secret [`DATABASE_SECRET`]: any number of replicas,
+    /// sharing global buckets through Redis from [`REDIS_SECRET`] when it exists.
+    Postgres,
+}
+
+/// `sluice render kubernetes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesOptions {
+    pub service: AdminService,
+    pub image: String,
+    pub database: Database,
+    /// Replicas: 1 with SQLite (the only choice), any number with PostgreSQL.
+    pub replicas: u32,
+    /// The SQLite volume's size.
+    pub storage: String,
+    pub storage_class: Option<String>,
+    /// Also render a Prometheus Operator `ServiceMonitor`.
+    pub service_monitor: bool,
+}
+
+impl Default for KubernetesOptions {
+    fn default() -> Self {
+        KubernetesOptions {
+            service: AdminService::default(),
+            image: default_admin_image(),
+            database: Database::Sqlite,
+            replicas: 1,
+            storage: "1Gi".to_string(),
+            storage_class: None,
+            service_monitor: false,
+        }
+    }
+}
+
+/// The admin API's manifests, one file each (`(file name, YAML)`), and a
+/// `kustomization.yaml` listing them: the kustomize base in `deploy/kubernetes/`.
+pub fn kubernetes(options: &KubernetesOptions) -> Result<Vec<(String, String)>, RenderError> {
+    let resources = kubernetes_resources(options)?;
+    let mut files = Vec::new();
+    for (file, resource) in &resources {
+        let header = [
+            format!(
+                "Sluice admin API: {}, generated by `sluice render kubernetes`.",
+                resource["kind"].as_str().unwrap_or("resource")
+            ),
+            "Regenerate with `cargo run -p sluice-admin -- render kubernetes --output-dir \
+             deploy/kubernetes`."
+                .to_string(),
+        ];
+        files.push((file.to_string(), comment(&header) + &yaml(resource)?));
+    }
+    let names: Vec<&str> = resources.iter().map(|(file, _)| *file).collect();
+    let kustomization = json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": names,
+    });
+    let header = [
+        "The Sluice admin API's kustomize base: `kubectl apply -k deploy/kubernetes` after \
+         creating the Secret sluice-admin-token (see docs/kubernetes.md)."
+            .to_string(),
+    ];
+    files.push((
+        "kustomization.yaml".to_string(),
+        comment(&header) + &yaml(&kustomization)?,
+    ));
+    Ok(files)
+}
+
+/// The same resources as one multi-document stream (no kustomization).
+pub fn kubernetes_stream(options: &KubernetesOptions) -> Result<Rendered, RenderError> {
+    Ok(Rendered {
+        header: vec![
+            "The Sluice admin API, generated by `sluice render kubernetes`.".to_string(),
+            format!(
+                "Create the Secret {ADMIN_TOKEN_SECRET} (key {SECRET_KEY_TOKEN}) first; see \
+                 docs/kubernetes.md."
+            ),
+        ],
+        resources: kubernetes_resources(options)?
+            .into_iter()
+            .map(|(_, resource)| resource)
+            .collect(),
+    })
+}
+
+fn kubernetes_resources(
+    options: &KubernetesOptions,
+) -> Result<Vec<(&'static str, Value)>, RenderError> {
+    let service = &options.service;
+    service.check()?;
+    if options.database == Database::Sqlite && options.replicas != 1 {
+        return Err(RenderError::Conflict(format!(
+            "--replicas {}: SQLite is one file that one process writes; use PostgreSQL \
+             (--database postgres) for more replicas",
+            options.replicas
+        )));
+    }
+    if options.replicas == 0 {
+        return Err(RenderError::Conflict(
+            "--replicas must be at least 1".to_string(),
+        ));
+    }
+    let name = service.name.as_str();
+    let namespace = service.namespace.as_str();
+    let component = "admin-api";
+    let selector =
+        json!({ "app.kubernetes.io/name": "sluice", "app.kubernetes.io/component": component });
+    let data_claim = format!("{name}-data");
+
+    let secret_env = |var: &str, secret: &str, key: &str, optional: bool| json!({ "name": var, "valueFrom": { "secretKeyRef": { "name": secret, "key": key, "optional": optional } } });
+    let mut env = vec![secret_env(
+        "SLUICE_ADMIN_TOKEN",
+        ADMIN_TOKEN_SECRET,
+        SECRET_KEY_TOKEN,
+        false,
+    )];
+    let mut volumes = vec![json!({ "name": "tmp", "emptyDir": {} })];
+    let mut mounts = vec![json!({ "name": "tmp", "mountPath": "/tmp" })];
+    match options.database {
+        Database::Sqlite => {
+            env.push(json!({ "name": "SLUICE_DATABASE", "value": format!("sqlite://{DATA_DIR}/sluice.db") }));
+            volumes.push(
+                json!({ "name": "data", "persistentVolumeClaim": { "claimName": data_claim } }),
+            );
+            mounts.push(json!({ "name": "data", "mountPath": DATA_DIR }));
+        }
+        Database::Postgres => {
+            env.push(secret_env(
+                "SLUICE_DATABASE",
+                DATABASE_SECRET,
+                SECRET_KEY_URL,
+                false,
+            ));
+            // Optional: without it, each replica keeps global buckets in memory.
+            env.push(secret_env(
+                "SLUICE_REDIS",
+                REDIS_SECRET,
+                SECRET_KEY_URL,
+                true,
+            ));
+        }
+    }
+    let probe = |path: &str, period: u32, failures: u32| {
+        json!({
+            "httpGet": { "path": path, "port": ADMIN_PORT_NAME },
+            "periodSeconds": period,
+            "timeoutSeconds": 3,
+            "failureThreshold": failures,
+        })
+    };
+    let container = json!({
+        "name": "sluice",
+        "image": options.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["serve", "--listen", format!("0.0.0.0:{}", service.port)],
+        "env": env,
+        "ports": [{ "name": ADMIN_PORT_NAME, "containerPort": service.port, "protocol": "TCP" }],
+        // Ready: the database answers (within 2 s). Alive: the process answers.
+        "readinessProbe": probe("/readyz", 5, 2),
+        "livenessProbe": probe("/healthz", 10, 3),
+        "startupProbe": probe("/healthz", 2, 30),
+        "resources": {
+            "requests": { "cpu": "100m", "memory": "128Mi" },
+            "limits": { "memory": "512Mi" },
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true,
+            "capabilities": { "drop": ["ALL"] },
+        },
+        "volumeMounts": mounts,
+    });
+    let deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(name, namespace, component),
+        "spec": {
+            "replicas": options.replicas,
+            // SQLite: the old pod lets go of the volume and the file before the new one
+            // starts. PostgreSQL: replicas roll one by one.
+            "strategy": match options.database {
+                Database::Sqlite => json!({ "type": "Recreate" }),
+                Database::Postgres => json!({ "type": "RollingUpdate", "rollingUpdate": { "maxUnavailable": 0, "maxSurge": 1 } }),
+            },
+            "selector": { "matchLabels": selector },
+            "template": {
+                "metadata": {
+                    "labels": labels(component),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": service.port.to_string(),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": {
+                    "serviceAccountName": name,
+                    "automountServiceAccountToken": false,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": RUN_AS,
+                        "runAsGroup": RUN_AS,
+                        "fsGroup": RUN_AS,
+                        "seccompProfile": { "type": "RuntimeDefault" },
+                    },
+                    // `sluice serve` stops gracefully on SIGTERM: answers what is in
+                    // flight and writes the last reports.
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    });
+    let svc = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(name, namespace, component),
+        "spec": {
+            "selector": selector,
+            "ports": [{
+                "name": ADMIN_PORT_NAME,
+                "port": service.port,
+                "targetPort": ADMIN_PORT_NAME,
+                "protocol": "TCP",
+                "appProtocol": "http",
+            }],
+        },
+    });
+    let mut resources = vec![
+        (
+            "namespace.yaml",
+            json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace, "labels": labels(component) } }),
+        ),
+        (
+            "serviceaccount.yaml",
+            json!({
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": metadata(name, namespace, component),
+                "automountServiceAccountToken": false,
+            }),
+        ),
+    ];
+    if options.database == Database::Sqlite {
+        let mut spec = json!({
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": options.storage } },
+        });
+        if let Some(class) = &options.storage_class {
+            spec["storageClassName"] = json!(class);
+        }
+        resources.push((
+            "persistentvolumeclaim.yaml",
+            json!({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": metadata(&data_claim, namespace, component),
+                "spec": spec,
+            }),
+        ));
+    }
+    resources.push(("deployment.yaml", deployment));
+    resources.push(("service.yaml", svc));
+    if options.service_monitor {
+        resources.push((
+            "servicemonitor.yaml",
+            json!({
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "ServiceMonitor",
+                "metadata": metadata(name, namespace, component),
+                "spec": {
+                    "selector": { "matchLabels": selector },
+                    "endpoints": [{ "port": ADMIN_PORT_NAME, "path": "/metrics", "interval": "30s" }],
+                },
+            }),
+        ));
+    }
+    Ok(resources)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::testing::of_kind;
+
+    #[test]
+    fn the_committed_kustomize_base_is_what_the_renderer_writes() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
+        let files = kubernetes(&KubernetesOptions::default()).unwrap();
+        for (name, text) in &files {
+            let committed = std::fs::read_to_string(dir.join(name))
+                .unwrap_or_else(|e| panic!("deploy/kubernetes/{name}: {e}"));
+            assert_eq!(
+                &committed, text,
+                "deploy/kubernetes/{name} differs from the renderer's: regenerate it with \
+                 `cargo run -p sluice-admin -- render kubernetes --output-dir deploy/kubernetes`"
+            );
+        }
+        let mut committed: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        committed.sort();
+        let mut rendered: Vec<String> = files.into_iter().map(|(name, _)| name).collect();
+        rendered.sort();
+        assert_eq!(
+            committed, rendered,
+            "files in deploy/kubernetes the renderer does not write"
+        );
+    }
+
+    fn container(resources: &Rendered) -> &Value {
+        &of_kind(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    }
+
+    fn env<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+    }
+
+    #[test]
+    fn the_admin_api_runs_on_sqlite_alone_or_on_postgres_in_replicas() {
+        let sqlite = kubernetes_stream(&KubernetesOptions::default()).unwrap();
+        let deployment = of_kind(&sqlite, "Deployment");
+        assert_eq!(deployment["spec"]["replicas"], 1);
+        assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+        let c = container(&sqlite);
+        assert_eq!(
+            env(c, "SLUICE_DATABASE").unwrap()["value"],
+            "sqlite:///var/lib/sluice/sluice.db"
+        );
+        assert_eq!(
+            env(c, "SLUICE_ADMIN_TOKEN").unwrap()["valueFrom"]["secretKeyRef"]["name"],
+            ADMIN_TOKEN_SECRET
+        );
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["ports"][0]["name"], ADMIN_PORT_NAME);
+        let claim = of_kind(&sqlite, "PersistentVolumeClaim");
+        let volumes = &deployment["spec"]["template"]["spec"]["volumes"];
+        assert!(
+            volumes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"])
+        );
+        assert!(
+            sqlite
+                .resources
+                .iter()
+                .all(|r| r["kind"] != "ServiceMonitor")
+        );
+
+        let postgres = kubernetes_stream(&KubernetesOptions {
+            database: Database::Postgres,
+            replicas: 3,
+            service_monitor: true,
+            ..KubernetesOptions::default()
+        })
+        .unwrap();
+        assert_eq!(of_kind(&postgres, "Deployment")["spec"]["replicas"], 3);
+        assert!(
+            postgres
+                .resources
+                .iter()
+                .all(|r| r["kind"] != "PersistentVolumeClaim")
+        );
+        let c = container(&postgres);
+        assert_eq!(
+            env(c, "SLUICE_DATABASE").unwrap()["valueFrom"]["secretKeyRef"]["name"],
+            DATABASE_SECRET
+        );
+        assert_eq!(
+            env(c, "SLUICE_REDIS").unwrap()["valueFrom"]["secretKeyRef"]["optional"],
+            true
+        );
+        let monitor = of_kind(&postgres, "ServiceMonitor");
+        assert_eq!(monitor["spec"]["endpoints"][0]["port"], ADMIN_PORT_NAME);
+        assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+        // The ServiceMonitor and the Deployment select what the Service selects.
+        let selector = &of_kind(&postgres, "Service")["spec"]["selector"];
+        assert_eq!(&monitor["spec"]["selector"]["matchLabels"], selector);
+
+        let refused = kubernetes_stream(&KubernetesOptions {
+            replicas: 2,
+            ..KubernetesOptions::default()
+        });
+        assert!(matches!(refused, Err(RenderError::Conflict(m)) if m.contains("PostgreSQL")));
+    }
+}

@@ -35,11 +35,12 @@ use std::time::Duration;
 
 pub use admin::AdminServer;
 pub use artifacts::{Artifacts, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV, workspace_root};
-pub use client::{Client, Req, Resp, StatusCounts};
+pub use client::Client;
 pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol};
 pub use hyper::Method;
 pub use sluice_core::spec::FailureMode;
 pub use sluice_envoy_config::ControlMode;
+pub use sluice_harness::load::{Outcome, Req, Resp, Tally};
 pub use sluice_harness::serve::ADMIN_TOKEN;
 pub use tls::{SERVER_NAMES, TestPki};
 pub use upstream::Upstream;

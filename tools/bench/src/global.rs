@@ -30,8 +30,8 @@ use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use sluice_harness::wait_until;
 use sluice_harness::{POSTGRES_URL_ENV, RedisServer};
 
-use crate::Bench;
 use crate::fleet_load::{self, Outcome, Plan};
+use crate::setup::Bench;
 
 const ENVOYS: usize = 3;
 const WORKERS: u32 = 2;

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
 
-use crate::Bench;
 use crate::configs::FilterChain;
+use crate::setup::Bench;
 use crate::wrk::{Clients, Load, Measured};
 
 const MIB: f64 = 1024.0 * 1024.0;

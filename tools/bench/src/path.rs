@@ -8,9 +8,10 @@ use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
 
 use crate::configs::FilterChain;
+use crate::machine;
+use crate::setup::Bench;
 use crate::stats::{self, Summary};
 use crate::wrk::{Clients, Load, Measured};
-use crate::{Bench, machine};
 
 /// The key every single-client variant sends.
 pub const CLIENT_KEY: &str = "bench-client";

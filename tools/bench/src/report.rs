@@ -8,14 +8,24 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::accuracy::{AccuracyResults, RATES, WORKERS};
+use crate::machine;
 use crate::memory::MemoryResults;
 use crate::path::{MANY_CLIENTS, PathResults, Sample};
 use crate::profile::ProfileResults;
+use crate::setup::Bench;
 use crate::stats::{self, Summary};
-use crate::{Bench, Results, machine};
 
 const MIB: f64 = 1024.0 * 1024.0;
 const README_HEADING: &str = "## Benchmarks";
+
+/// What the sections produced; a failed section keeps its error.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub path: Option<Result<PathResults>>,
+    pub accuracy: Option<Result<AccuracyResults>>,
+    pub memory: Option<Result<MemoryResults>>,
+    pub profile: Option<Result<ProfileResults>>,
+}
 
 #[derive(Debug)]
 pub struct Report<'a> {

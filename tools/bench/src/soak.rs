@@ -36,8 +36,8 @@ use sluice_harness::envoy::EnvoyProcess;
 use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::wait_until;
 
-use crate::Bench;
 use crate::fleet_load::connect;
+use crate::setup::Bench;
 
 const WORKERS: u32 = 2;
 const RULE: &str = "soak";

@@ -8,7 +8,6 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -363,8 +362,8 @@ async fn run(
         }
     };
 
-    let load_until = tokio::time::Instant::now() + Duration::from_secs(args.load_minutes * 60);
-    let mut load = tokio::spawn(demo_load::run(args.listen, load_until));
+    let load_for = Duration::from_secs(args.load_minutes * 60);
+    let mut load = tokio::spawn(demo_load::run(args.listen, load_for));
     let mut load_running = args.load_minutes > 0;
     if load_running {
         step(format!(
@@ -403,11 +402,11 @@ async fn run(
             counts = &mut load, if load_running => {
                 load_running = false;
                 if let Ok(counts) = counts {
+                    let (allowed, throttled) = (counts.admitted(), counts.get(429));
                     note(format!(
-                        "demo traffic finished: {} allowed, {} throttled, {} other; the demo keeps running until Ctrl-C",
-                        counts.ok.load(Ordering::Relaxed),
-                        counts.throttled.load(Ordering::Relaxed),
-                        counts.other.load(Ordering::Relaxed)
+                        "demo traffic finished: {allowed} allowed, {throttled} throttled, {} other, {} without an answer; the demo keeps running until Ctrl-C",
+                        counts.responses() - allowed - throttled,
+                        counts.errors
                     ));
                 }
             }

@@ -228,11 +228,7 @@ fn shares(outcome: &Outcome) -> String {
             .collect::<Vec<_>>()
             .join("/")
     };
-    format!(
-        "{} ({})",
-        split(Tally::admitted),
-        split(Tally::responses)
-    )
+    format!("{} ({})", split(Tally::admitted), split(Tally::responses))
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -416,14 +412,16 @@ fn many_clients(fleet: &Fleet, timing: &Timing, offered: f64, md: &mut String) -
         note(format!(
             "client-{i}: {:.3} of its limit, admitted per Envoy {:?}",
             ratios[i],
-            outcome.per_key[i].iter().map(Tally::admitted).collect::<Vec<_>>()
+            outcome.per_key[i]
+                .iter()
+                .map(Tally::admitted)
+                .collect::<Vec<_>>()
         ));
     }
     let max = ratios.iter().copied().fold(0.0, f64::max);
     let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let offered_each = outcome.total.responses() as f64
-        / CLIENTS as f64
-        / outcome.elapsed.as_secs_f64().max(1e-9);
+    let offered_each =
+        outcome.total.responses() as f64 / CLIENTS as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
     note(format!(
         "{CLIENTS} clients: fleet ratio {fleet_ratio:.4}, per client {min:.3}..{max:.3}"
     ));
@@ -468,9 +466,7 @@ fn new_client_burst(fleet: &Fleet, md: &mut String) -> Result<()> {
         let per_envoy: Vec<u64> = outcome.per_target.iter().map(Tally::admitted).collect();
         let total = outcome.total;
         let admitted = total.admitted() as f64 / burst as f64;
-        rows.push((total, per_envoy, admitted,
-            allowed,
-        ));
+        rows.push((total, per_envoy, admitted, allowed));
     }
     let worst = rows.iter().map(|r| r.2).fold(0.0, f64::max);
     writeln!(
@@ -655,8 +651,7 @@ impl Fault {
             after.admitted(),
             // The bucket starts full: the first seconds hold the burst too.
             ratio(before.admitted(), rate, burst, broken_at),
-            after.admitted() as f64
-                / (rate as f64 * (outcome.elapsed - mended_at).as_secs_f64()),
+            after.admitted() as f64 / (rate as f64 * (outcome.elapsed - mended_at).as_secs_f64()),
             ms(before.slowest),
             ms(during.slowest),
             ms(after.slowest),

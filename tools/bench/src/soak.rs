@@ -138,7 +138,7 @@ struct EditCounts {
     failed: AtomicU64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Sample {
     seconds: f64,
     envoy_rss: u64,
@@ -149,6 +149,35 @@ struct Sample {
     fail_open: u64,
     control_errors: u64,
     other_failures: u64,
+}
+
+impl Sample {
+    /// The samples table's columns: each heading with this sample's value. The progress
+    /// lines say the same.
+    fn columns(&self) -> [(&'static str, String); 13] {
+        let load = &self.load;
+        [
+            ("s", format!("{:.0}", self.seconds)),
+            (
+                "Envoy RSS MiB",
+                format!("{:.1}", self.envoy_rss as f64 / MIB),
+            ),
+            (
+                "`sluice serve` RSS MiB",
+                format!("{:.1}", self.serve_rss as f64 / MIB),
+            ),
+            ("sent", load.sent.to_string()),
+            ("allowed", load.allowed.to_string()),
+            ("denied", load.denied.to_string()),
+            ("5xx", load.server_errors.to_string()),
+            ("transport errors", load.transport_errors.to_string()),
+            ("edits ok", self.edits_ok.to_string()),
+            ("edits failed", self.edits_failed.to_string()),
+            ("fail-open", self.fail_open.to_string()),
+            ("control errors", self.control_errors.to_string()),
+            ("other failure counters", self.other_failures.to_string()),
+        ]
+    }
 }
 
 /// Whether memory stayed flat: `(first third median, last third median, flat)` over the
@@ -337,23 +366,12 @@ pub fn run(
                 .and_then(|()| take(&envoy, began.elapsed().as_secs_f64()));
             match sample {
                 Ok(s) => {
-                    note(format!(
-                        "soak {:>5.0} s: Envoy RSS {:.1} MiB, sluice serve RSS {:.1} MiB, \
-                         {} sent ({} allowed, {} denied), {} 5xx, {} transport errors, \
-                         edits {} ok / {} failed, fail-open {}, control errors {}",
-                        s.seconds,
-                        s.envoy_rss as f64 / MIB,
-                        s.serve_rss as f64 / MIB,
-                        s.load.sent,
-                        s.load.allowed,
-                        s.load.denied,
-                        s.load.server_errors,
-                        s.load.transport_errors,
-                        s.edits_ok,
-                        s.edits_failed,
-                        s.fail_open,
-                        s.control_errors
-                    ));
+                    let line: Vec<String> = s
+                        .columns()
+                        .iter()
+                        .map(|(h, v)| format!("{h} {v}"))
+                        .collect();
+                    note(format!("soak: {}", line.join(", ")));
                     samples.push(s);
                 }
                 Err(err) => {
@@ -569,30 +587,16 @@ pub fn run(
         drain.api.0,
         drain.api.1
     );
+    let headings = Sample::default().columns().map(|(heading, _)| heading);
     let _ = writeln!(
         md,
-        "## Samples\n\n| s | Envoy RSS MiB | `sluice serve` RSS MiB | sent | allowed | denied | \
-         5xx | transport errors | edits ok | edits failed | fail-open | control errors | \
-         other failure counters |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "## Samples\n\n| {} |\n|{}",
+        headings.join(" | "),
+        "---|".repeat(headings.len())
     );
     for s in &samples {
-        let _ = writeln!(
-            md,
-            "| {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.seconds,
-            s.envoy_rss as f64 / MIB,
-            s.serve_rss as f64 / MIB,
-            s.load.sent,
-            s.load.allowed,
-            s.load.denied,
-            s.load.server_errors,
-            s.load.transport_errors,
-            s.edits_ok,
-            s.edits_failed,
-            s.fail_open,
-            s.control_errors,
-            s.other_failures
-        );
+        let values = s.columns().map(|(_, value)| value);
+        let _ = writeln!(md, "| {} |", values.join(" | "));
     }
     let _ = writeln!(
         md,

@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use sluice_harness::cmd::{self, note, step};
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
+use sluice_harness::serve;
 use sluice_harness::upstream::EchoUpstream;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -167,22 +168,6 @@ fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener
     Ok(upstream)
 }
 
-/// `sluice token create --role ROLE --name NAME`: the secret it prints.
-fn create_token(setup: &Setup, role: &str, name: &str) -> Result<String> {
-    let out = cmd::output(Command::new(&setup.sluice).args([
-        "token",
-        "create",
-        "--role",
-        role,
-        "--name",
-        name,
-        "--database",
-        &setup.database,
-    ]))
-    .with_context(|| format!("creating the {role} token"))?;
-    Ok(out.trim().to_string())
-}
-
 /// One of the demo's Envoys.
 #[derive(Debug, Clone, Copy)]
 struct Edge {
@@ -316,9 +301,10 @@ async fn run(
     let edges = edges(args);
     let proxy_tokens = edges
         .iter()
-        .map(|edge| create_token(setup, "proxy", edge.proxy_id))
+        .map(|edge| serve::create_token(&setup.sluice, &setup.database, "proxy", edge.proxy_id))
         .collect::<Result<Vec<_>>>()?;
-    let viewer_token = create_token(setup, "viewer", "demo-viewer")?;
+    let viewer_token =
+        serve::create_token(&setup.sluice, &setup.database, "viewer", "demo-viewer")?;
 
     step("applying examples/rules.yaml through the API (sluice rules apply)");
     let rules = cmd::project_root().join("examples").join("rules.yaml");

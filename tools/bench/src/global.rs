@@ -231,6 +231,21 @@ fn shares(outcome: &Outcome) -> String {
     format!("{} ({})", split(Tally::admitted), split(Tally::responses))
 }
 
+/// One bucket's run against the bar (0.97 to 1.01 of `burst + rate × elapsed`, no
+/// errors): the ratio, and the table cells admitted | allowed | ratio | each Envoy's part
+/// | verdict.
+fn one_bucket(outcome: &Outcome, rate: u64, burst: u64) -> (f64, String) {
+    let admitted = outcome.total.admitted();
+    let r = ratio(admitted, rate, burst, outcome.elapsed);
+    let cells = format!(
+        "{admitted} | {:.0} | {r:.4} | {} | {}",
+        burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64(),
+        shares(outcome),
+        verdict((0.97..=1.01).contains(&r) && outcome.total.errors == 0),
+    );
+    (r, cells)
+}
+
 fn verdict(ok: bool) -> &'static str {
     if ok {
         "meets the bar"
@@ -323,24 +338,19 @@ fn memory_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         let outcome =
             fleet_load::run(&fleet.plan(&format!("/g{rate}/x"), "single-", 1, timing.accuracy))?;
         fleet.check_running()?;
-        let total = &outcome.total;
-        let r = ratio(total.admitted(), rate, burst, outcome.elapsed);
+        let (r, cells) = one_bucket(&outcome, rate, burst);
         offered = offered.max(outcome.rate());
         note(format!(
             "global {rate}/s: admitted {} in {:.2} s, ratio {r:.4}, offered {:.0}/s",
-            total.admitted(),
+            outcome.total.admitted(),
             outcome.elapsed.as_secs_f64(),
             outcome.rate()
         ));
         writeln!(
             md,
-            "| {rate} | {burst} | {:.2} | {:.0} | {} | {:.0} | {r:.4} | {} | {} |",
+            "| {rate} | {burst} | {:.2} | {:.0} | {cells} |",
             outcome.elapsed.as_secs_f64(),
             outcome.rate(),
-            total.admitted(),
-            burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64(),
-            shares(&outcome),
-            verdict((0.97..=1.01).contains(&r) && total.errors == 0),
         )?;
     }
 
@@ -705,8 +715,7 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
         &rules,
     )?;
     let outcome = fleet_load::run(&fleet.plan("/gf/x", "replicas-", 1, timing.accuracy))?;
-    let total = &outcome.total;
-    let r = ratio(total.admitted(), rate, burst, outcome.elapsed);
+    let (r, cells) = one_bucket(&outcome, rate, burst);
     note(format!("two replicas: ratio {r:.4}"));
     writeln!(
         md,
@@ -716,13 +725,9 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
          {burst}) for {:.2} s, offered {:.0}/s. Bar: the fleet shares the limit exactly as \
          with one admin API (0.97 to 1.01).\n\n\
          | admitted | allowed | ratio | admitted per Envoy (offered) | |\n|---|---|---|---|---|\n\
-         | {} | {:.0} | {r:.4} | {} | {} |",
+         | {cells} |",
         outcome.elapsed.as_secs_f64(),
         outcome.rate(),
-        total.admitted(),
-        burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64(),
-        shares(&outcome),
-        verdict((0.97..=1.01).contains(&r) && total.errors == 0),
     )?;
     let redis_fault = Fault {
         title: "Redis killed for 10 s (two replicas)",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rustls::pki_types::ServerName;
-use sluice_harness::load::{self, Dialer};
+use sluice_harness::load::{self, Dialer, Req};
 
 /// `connections` keep-alive HTTP/1.1 connections to one address, spreading each run's
 /// requests over them (see [`load::Client`] for the runs).
@@ -52,6 +52,16 @@ impl Client {
     /// Changes the time one request may take and the time a whole run may take.
     pub fn with_timeouts(self, request: Duration, run: Duration) -> Client {
         Client(self.0.with_timeouts(request, run))
+    }
+
+    /// Sends `n` copies of `request` and returns how many passed (200); panics on any
+    /// answer but 200 and 429.
+    pub fn passed(&self, request: &Req, n: usize) -> usize {
+        let responses = self.run((0..n).map(|_| request.clone()));
+        for r in &responses {
+            assert!(r.status == 200 || r.status == 429, "{r:?}");
+        }
+        responses.iter().filter(|r| r.status == 200).count()
     }
 }
 

@@ -413,31 +413,25 @@ fn get_ok(client: &Client, path: &str) -> Resp {
 
 /// Every version, newest first, paging back.
 fn all_versions(client: &Client) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    loop {
-        let before = out
-            .last()
-            .map(|v| format!("&before={}", v["version"]))
-            .unwrap_or_default();
-        let page = get_ok(client, &format!("/api/v1/versions?limit=1000{before}")).json();
-        let page = page["versions"].as_array().cloned().unwrap_or_default();
-        if page.is_empty() {
-            return out;
-        }
-        out.extend(page);
-    }
+    all_pages(client, "/api/v1/versions", "versions", "version")
 }
 
 /// Every audit entry, newest first, paging back.
 fn all_audit(client: &Client) -> Vec<Value> {
+    all_pages(client, "/api/v1/audit", "entries", "id")
+}
+
+/// Every item of a list the API pages newest first: `path?limit=1000&before=CURSOR`, the
+/// items under `items`, each page's last item's `cursor` naming the next page.
+fn all_pages(client: &Client, path: &str, items: &str, cursor: &str) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     loop {
         let before = out
             .last()
-            .map(|e| format!("&before={}", e["id"]))
+            .map(|v| format!("&before={}", v[cursor]))
             .unwrap_or_default();
-        let page = get_ok(client, &format!("/api/v1/audit?limit=1000{before}")).json();
-        let page = page["entries"].as_array().cloned().unwrap_or_default();
+        let page = get_ok(client, &format!("{path}?limit=1000{before}")).json();
+        let page = page[items].as_array().cloned().unwrap_or_default();
         if page.is_empty() {
             return out;
         }

@@ -108,6 +108,17 @@ impl Fleet {
         );
     }
 
+    /// Coordinated again: the fleet admits one limit under load.
+    fn check_one_limit_after_recovery(&self) {
+        let (counts, outer) = self.load(Duration::from_secs(3));
+        let admitted = admitted_by_all(&counts);
+        let ceiling = one_limit(outer);
+        assert!(
+            admitted <= ceiling,
+            "after recovery: {admitted} of {ceiling}"
+        );
+    }
+
     /// Skewed load on all three Envoys at once for `duration`. Returns each Envoy's counts
     /// and the window that holds every decision.
     fn load(&self, duration: Duration) -> (Vec<Tally>, Duration) {
@@ -134,6 +145,11 @@ fn all_listed_on_fallback(admin: &AdminServer, on_fallback: bool) -> bool {
         })
 }
 
+/// What one bucket admits at most over `outer`: `burst + rate × outer`, rounded up.
+fn one_limit(outer: Duration) -> u64 {
+    BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64
+}
+
 fn admitted_by_all(counts: &[Tally]) -> u64 {
     counts.iter().map(|c| c.get(200)).sum()
 }
@@ -152,7 +168,7 @@ fn three_envoys_admit_one_global_limit_together() {
     check_only_200_and_429(&counts);
     let admitted = admitted_by_all(&counts);
     let demand: u64 = counts.iter().map(Tally::responses).sum();
-    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    let ceiling = one_limit(outer);
     // The shortest window in which every Envoy was busy: the fleet's bucket refilled at
     // least this long under load.
     let inner = counts.iter().map(Tally::busy).min().unwrap_or_default();
@@ -193,13 +209,7 @@ fn without_the_admin_api_each_envoy_keeps_its_global_share_and_coordination_resu
 
     f.admin.restart();
     f.wait_until_coordinated();
-    let (counts, outer) = f.load(Duration::from_secs(3));
-    let admitted = admitted_by_all(&counts);
-    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
-    assert!(
-        admitted <= ceiling,
-        "after recovery: {admitted} of {ceiling}"
-    );
+    f.check_one_limit_after_recovery();
 }
 
 #[test]
@@ -225,11 +235,5 @@ fn when_redis_fails_each_envoy_keeps_its_global_share_and_the_api_says_so() {
     redis.restart();
     f.wait_until_coordinated();
     assert!(all_listed_on_fallback(&f.admin, false));
-    let (counts, outer) = f.load(Duration::from_secs(3));
-    let admitted = admitted_by_all(&counts);
-    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
-    assert!(
-        admitted <= ceiling,
-        "after recovery: {admitted} of {ceiling}"
-    );
+    f.check_one_limit_after_recovery();
 }

@@ -45,6 +45,16 @@ pub use sluice_harness::serve::ADMIN_TOKEN;
 pub use tls::{SERVER_NAMES, TestPki};
 pub use upstream::Upstream;
 
+/// A rule `name` giving every client on `/PREFIX/` one bucket of `burst`, refilled one
+/// token a minute (nothing over a test's seconds): exactly `burst` requests pass, however
+/// they are spread over connections and workers.
+pub fn burst_rule(name: &str, prefix: &str, burst: u64) -> serde_json::Value {
+    serde_json::json!({
+        "name": name, "match": {"path_prefix": format!("/{prefix}/")}, "key": "global",
+        "limits": [{"requests": 1, "period": "minute", "burst": burst}]
+    })
+}
+
 /// Polls `check` until it holds; panics naming `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     sluice_harness::wait_until(what, timeout, || Ok(check()))

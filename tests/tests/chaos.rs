@@ -234,6 +234,14 @@ impl Load {
     }
 }
 
+/// A 503 is the API's problem+json saying it is unavailable (`problem` as
+/// [`problem_of`] reads it; `what` shown on failure).
+fn assert_unavailable(problem: Option<&(String, String)>, what: &impl std::fmt::Debug) {
+    let (content_type, kind) = problem.cloned().unwrap_or_default();
+    assert_eq!(content_type, "application/problem+json", "{what:?}");
+    assert_eq!(kind, "urn:sluice:unavailable", "{what:?}");
+}
+
 fn problem_of(resp: &Resp) -> Option<(String, String)> {
     if (200..300).contains(&resp.status) {
         return None;
@@ -754,9 +762,7 @@ fn chaos_postgres_stopped_and_started_under_load() {
             "a write answered neither 2xx nor 503: {attempt:?}"
         );
         if status == 503 {
-            let (content_type, kind) = attempt.problem.clone().unwrap_or_default();
-            assert_eq!(content_type, "application/problem+json", "{attempt:?}");
-            assert_eq!(kind, "urn:sluice:unavailable", "{attempt:?}");
+            assert_unavailable(attempt.problem.as_ref(), attempt);
         }
         assert!(
             attempt.took < ANSWER_BOUND,
@@ -770,9 +776,7 @@ fn chaos_postgres_stopped_and_started_under_load() {
             "a read answered neither 200 nor 503: {read:?}"
         );
         if read.status == Some(503) {
-            let (content_type, kind) = read.problem.clone().unwrap_or_default();
-            assert_eq!(content_type, "application/problem+json", "{read:?}");
-            assert_eq!(kind, "urn:sluice:unavailable", "{read:?}");
+            assert_unavailable(read.problem.as_ref(), read);
         }
         assert!(
             read.took < ANSWER_BOUND,

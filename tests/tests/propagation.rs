@@ -8,17 +8,14 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, wait_for};
+use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, burst_rule, wait_for};
 
 const CONNECTIONS: usize = 16;
 /// The promise: a saved rule is enforced everywhere within this.
 const PROPAGATION: Duration = Duration::from_secs(1);
 
 fn rule(burst: u64) -> Value {
-    json!({
-        "name": "pushed", "match": {"path_prefix": "/p/"}, "key": "global",
-        "limits": [{"requests": 1, "period": "minute", "burst": burst}]
-    })
+    burst_rule("pushed", "p", burst)
 }
 
 /// Sends `n` requests over many connections and returns how many passed.

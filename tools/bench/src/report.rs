@@ -42,6 +42,26 @@ fn err_text<T>(r: &Result<T>) -> Option<String> {
     r.as_ref().err().map(|e| format!("{e:#}"))
 }
 
+/// A section of the report under `heading`: its text, or why it failed; nothing when it
+/// did not run.
+fn write_section<T>(
+    md: &mut String,
+    heading: &str,
+    result: &Option<Result<T>>,
+    text: impl FnOnce(&T) -> String,
+) {
+    let Some(result) = result else {
+        return;
+    };
+    let _ = write!(md, "\n## {heading}\n\n");
+    match result {
+        Ok(value) => md.push_str(&text(value)),
+        Err(e) => {
+            let _ = writeln!(md, "**Failed:** {e:#}");
+        }
+    }
+}
+
 impl Report<'_> {
     fn path(&self) -> Option<&PathResults> {
         self.results.path.as_ref()?.as_ref().ok()
@@ -166,42 +186,25 @@ impl Report<'_> {
             let _ = writeln!(md, "| {k} | {v} |");
         }
 
-        if let Some(r) = &self.results.path {
-            md.push_str("\n## 1. Request path cost\n\n");
-            match r {
-                Ok(p) => md.push_str(&self.path_section(p)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
-        if let Some(r) = &self.results.accuracy {
-            md.push_str("\n## 2. Accuracy\n\n");
-            match r {
-                Ok(a) => md.push_str(&accuracy_section(a)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
-        if let Some(r) = &self.results.memory {
-            md.push_str("\n## 3. Memory\n\n");
-            match r {
-                Ok(mem) => md.push_str(&memory_section(mem, self.bench.settings.quick)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
-        if let Some(r) = &self.results.profile {
-            md.push_str("\n## 4. Where the core's time goes\n\n");
-            match r {
-                Ok(p) => md.push_str(&profile_section(p)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
+        let quick = self.bench.settings.quick;
+        write_section(&mut md, "1. Request path cost", &self.results.path, |p| {
+            self.path_section(p)
+        });
+        write_section(
+            &mut md,
+            "2. Accuracy",
+            &self.results.accuracy,
+            accuracy_section,
+        );
+        write_section(&mut md, "3. Memory", &self.results.memory, |m| {
+            memory_section(m, quick)
+        });
+        write_section(
+            &mut md,
+            "4. Where the core's time goes",
+            &self.results.profile,
+            profile_section,
+        );
 
         md.push_str("\n## Findings\n\n");
         for finding in self.findings() {

@@ -10,11 +10,12 @@ use hyper::Method;
 use serde_json::{Value, json};
 use sluice_core::listening::Scheme;
 use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl};
+use sluice_harness::load::Req;
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use tempfile::TempDir;
 
 use crate::artifacts::Artifacts;
-use crate::client::{Client, Req};
+use crate::client::Client;
 use crate::tls::TestPki;
 
 /// A running `sluice serve`.

@@ -24,7 +24,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
 use sluice_core::listening::Scheme;
 use sluice_harness::http::http_request;
-use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
+use sluice_harness::serve::{self, ADMIN_TOKEN, AdminApi, Serve};
 
 use crate::artifacts::{Artifacts, workspace_root};
 use crate::tls::TestPki;
@@ -271,29 +271,12 @@ impl AdminServer {
 
     /// `sluice token create --role ROLE --name NAME` on this server's database; the secret.
     pub fn create_token(&self, role: &str, name: &str) -> Result<String> {
-        let sluice = Artifacts::from_env().sluice_bin();
-        let out = Command::new(sluice)
-            .args([
-                "token",
-                "create",
-                "--role",
-                role,
-                "--name",
-                name,
-                "--database",
-                &self.database,
-            ])
-            .stderr(Stdio::null())
-            .output()
-            .context("running sluice token create")?;
-        if !out.status.success() {
-            bail!("sluice token create failed ({})", out.status);
-        }
-        let secret = String::from_utf8(out.stdout)?.trim().to_string();
-        if !secret.starts_with("slc_") {
-            bail!("sluice token create printed {secret:?}");
-        }
-        Ok(secret)
+        serve::create_token(
+            Artifacts::from_env().sluice_bin(),
+            &self.database,
+            role,
+            name,
+        )
     }
 
     pub fn database_path(&self) -> &Path {

@@ -35,14 +35,25 @@ use std::time::Duration;
 
 pub use admin::AdminServer;
 pub use artifacts::{Artifacts, ENVOY_ENV, FILTER_WASM_ENV, SLUICE_BIN_ENV, workspace_root};
-pub use client::{Client, Req, Resp, StatusCounts};
+pub use client::Client;
 pub use envoy::{Envoy, EnvoyOptions, Target, UpstreamProtocol};
 pub use hyper::Method;
 pub use sluice_core::spec::FailureMode;
 pub use sluice_envoy_config::ControlMode;
+pub use sluice_harness::load::{Outcome, Req, Resp, Tally};
 pub use sluice_harness::serve::ADMIN_TOKEN;
 pub use tls::{SERVER_NAMES, TestPki};
 pub use upstream::Upstream;
+
+/// A rule `name` giving every client on `/PREFIX/` one bucket of `burst`, refilled one
+/// token a minute (nothing over a test's seconds): exactly `burst` requests pass, however
+/// they are spread over connections and workers.
+pub fn burst_rule(name: &str, prefix: &str, burst: u64) -> serde_json::Value {
+    serde_json::json!({
+        "name": name, "match": {"path_prefix": format!("/{prefix}/")}, "key": "global",
+        "limits": [{"requests": 1, "period": "minute", "burst": burst}]
+    })
+}
 
 /// Polls `check` until it holds; panics naming `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {

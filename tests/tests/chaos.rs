@@ -234,6 +234,14 @@ impl Load {
     }
 }
 
+/// A 503 is the API's problem+json saying it is unavailable (`problem` as
+/// [`problem_of`] reads it; `what` shown on failure).
+fn assert_unavailable(problem: Option<&(String, String)>, what: &impl std::fmt::Debug) {
+    let (content_type, kind) = problem.cloned().unwrap_or_default();
+    assert_eq!(content_type, "application/problem+json", "{what:?}");
+    assert_eq!(kind, "urn:sluice:unavailable", "{what:?}");
+}
+
 fn problem_of(resp: &Resp) -> Option<(String, String)> {
     if (200..300).contains(&resp.status) {
         return None;
@@ -413,31 +421,25 @@ fn get_ok(client: &Client, path: &str) -> Resp {
 
 /// Every version, newest first, paging back.
 fn all_versions(client: &Client) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    loop {
-        let before = out
-            .last()
-            .map(|v| format!("&before={}", v["version"]))
-            .unwrap_or_default();
-        let page = get_ok(client, &format!("/api/v1/versions?limit=1000{before}")).json();
-        let page = page["versions"].as_array().cloned().unwrap_or_default();
-        if page.is_empty() {
-            return out;
-        }
-        out.extend(page);
-    }
+    all_pages(client, "/api/v1/versions", "versions", "version")
 }
 
 /// Every audit entry, newest first, paging back.
 fn all_audit(client: &Client) -> Vec<Value> {
+    all_pages(client, "/api/v1/audit", "entries", "id")
+}
+
+/// Every item of a list the API pages newest first: `path?limit=1000&before=CURSOR`, the
+/// items under `items`, each page's last item's `cursor` naming the next page.
+fn all_pages(client: &Client, path: &str, items: &str, cursor: &str) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     loop {
         let before = out
             .last()
-            .map(|e| format!("&before={}", e["id"]))
+            .map(|v| format!("&before={}", v[cursor]))
             .unwrap_or_default();
-        let page = get_ok(client, &format!("/api/v1/audit?limit=1000{before}")).json();
-        let page = page["entries"].as_array().cloned().unwrap_or_default();
+        let page = get_ok(client, &format!("{path}?limit=1000{before}")).json();
+        let page = page[items].as_array().cloned().unwrap_or_default();
         if page.is_empty() {
             return out;
         }
@@ -760,9 +762,7 @@ fn chaos_postgres_stopped_and_started_under_load() {
             "a write answered neither 2xx nor 503: {attempt:?}"
         );
         if status == 503 {
-            let (content_type, kind) = attempt.problem.clone().unwrap_or_default();
-            assert_eq!(content_type, "application/problem+json", "{attempt:?}");
-            assert_eq!(kind, "urn:sluice:unavailable", "{attempt:?}");
+            assert_unavailable(attempt.problem.as_ref(), attempt);
         }
         assert!(
             attempt.took < ANSWER_BOUND,
@@ -776,9 +776,7 @@ fn chaos_postgres_stopped_and_started_under_load() {
             "a read answered neither 200 nor 503: {read:?}"
         );
         if read.status == Some(503) {
-            let (content_type, kind) = read.problem.clone().unwrap_or_default();
-            assert_eq!(content_type, "application/problem+json", "{read:?}");
-            assert_eq!(kind, "urn:sluice:unavailable", "{read:?}");
+            assert_unavailable(read.problem.as_ref(), read);
         }
         assert!(
             read.took < ANSWER_BOUND,

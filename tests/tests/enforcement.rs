@@ -76,9 +76,9 @@ fn sustained_load_admits_burst_plus_rate_times_elapsed_and_never_more() {
     // A duration, not a count: the bucket stays drained for as long on a fast machine as on
     // a slow one.
     let counts = client.run_for(Duration::from_secs(3), |_| Req::get("/steady"));
-    assert_eq!(counts.errors, 0, "{:?}", counts.first_error);
-    let admitted = counts.get(200) as f64;
-    let denied = counts.get(429) as f64;
+    assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
+    let admitted = counts.total.get(200) as f64;
+    let denied = counts.total.get(429) as f64;
     assert!(
         denied > admitted,
         "the load must keep the bucket drained (demand well above the rate): {counts:?}"
@@ -93,11 +93,11 @@ fn sustained_load_admits_burst_plus_rate_times_elapsed_and_never_more() {
     // Envoy was deciding this run's requests at least from the first response to the last
     // request sent, with the bucket drained throughout: falling more than 1% (plus a token
     // for rounding) short of what refilled then would mean refills are lost.
-    let floor = BURST + RATE * counts.busy.as_secs_f64();
+    let floor = BURST + RATE * counts.total.busy().as_secs_f64();
     assert!(
         admitted >= floor * 0.99 - 1.0,
         "under-admission: {admitted} admitted, at least {floor:.1} refilled in {:.3} s",
-        counts.busy.as_secs_f64()
+        counts.total.busy().as_secs_f64()
     );
     assert_both_workers_served(&envoy);
 }

@@ -4,28 +4,21 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_harness::PostgresDatabase;
-use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, wait_for};
+use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, burst_rule, wait_for};
 
 /// The promise: a change made on a surviving replica is enforced within this.
 const FAILOVER: Duration = Duration::from_secs(2);
 const CONNECTIONS: usize = 8;
 
 fn rule(burst: u64) -> Value {
-    json!({
-        "name": "replicated", "match": {"path_prefix": "/r/"}, "key": "global",
-        "limits": [{"requests": 1, "period": "minute", "burst": burst}]
-    })
+    burst_rule("replicated", "r", burst)
 }
 
 /// Sends `n` requests and returns how many passed.
 fn passed(client: &Client, n: usize) -> usize {
-    let responses = client.run((0..n).map(|_| Req::get("/r/x")));
-    for r in &responses {
-        assert!(r.status == 200 || r.status == 429, "{r:?}");
-    }
-    responses.iter().filter(|r| r.status == 200).count()
+    client.passed(&Req::get("/r/x"), n)
 }
 
 /// Long-polls a replica holds now, from its own `/metrics`.

@@ -10,8 +10,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_harness::load::Load;
 use sluice_harness::{RedisServer, redis_available};
-use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, StatusCounts, wait_for};
+use sluice_tests::{AdminServer, Envoy, EnvoyOptions, Method, Req, Tally, wait_for};
 
 const RATE: u64 = 20;
 const BURST: u64 = 20;
@@ -107,27 +108,27 @@ impl Fleet {
         );
     }
 
+    /// Coordinated again: the fleet admits one limit under load.
+    fn check_one_limit_after_recovery(&self) {
+        let (counts, outer) = self.load(Duration::from_secs(3));
+        let admitted = admitted_by_all(&counts);
+        let ceiling = one_limit(outer);
+        assert!(
+            admitted <= ceiling,
+            "after recovery: {admitted} of {ceiling}"
+        );
+    }
+
     /// Skewed load on all three Envoys at once for `duration`. Returns each Envoy's counts
     /// and the window that holds every decision.
-    fn load(&self, duration: Duration) -> (Vec<StatusCounts>, Duration) {
+    fn load(&self, duration: Duration) -> (Vec<Tally>, Duration) {
         let started = Instant::now();
-        let counts = std::thread::scope(|scope| {
-            let runs: Vec<_> = self
-                .envoys
-                .iter()
-                .zip(SPLIT)
-                .map(|(envoy, connections)| {
-                    let addr = envoy.listener_addr();
-                    scope.spawn(move || {
-                        Client::connect(addr, connections).run_for(duration, |_| Req::get("/g/x"))
-                    })
-                })
-                .collect();
-            runs.into_iter()
-                .map(|r| r.join().expect("load thread"))
-                .collect::<Vec<_>>()
-        });
-        (counts, started.elapsed())
+        let targets = self.envoys.iter().map(Envoy::listener_addr).zip(SPLIT);
+        let outcome = Load::new(targets)
+            .for_duration(duration)
+            .run(|_| Req::get("/g/x"))
+            .unwrap_or_else(|err| panic!("{err:#}"));
+        (outcome.per_target, started.elapsed())
     }
 }
 
@@ -144,11 +145,16 @@ fn all_listed_on_fallback(admin: &AdminServer, on_fallback: bool) -> bool {
         })
 }
 
-fn admitted_by_all(counts: &[StatusCounts]) -> u64 {
+/// What one bucket admits at most over `outer`: `burst + rate × outer`, rounded up.
+fn one_limit(outer: Duration) -> u64 {
+    BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64
+}
+
+fn admitted_by_all(counts: &[Tally]) -> u64 {
     counts.iter().map(|c| c.get(200)).sum()
 }
 
-fn check_only_200_and_429(counts: &[StatusCounts]) {
+fn check_only_200_and_429(counts: &[Tally]) {
     for c in counts {
         assert_eq!(c.get(200) + c.get(429), c.responses(), "{c:?}");
         assert_eq!(c.errors, 0, "{:?}", c.first_error);
@@ -161,11 +167,11 @@ fn three_envoys_admit_one_global_limit_together() {
     let (counts, outer) = f.load(Duration::from_secs(4));
     check_only_200_and_429(&counts);
     let admitted = admitted_by_all(&counts);
-    let demand: u64 = counts.iter().map(StatusCounts::responses).sum();
-    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
+    let demand: u64 = counts.iter().map(Tally::responses).sum();
+    let ceiling = one_limit(outer);
     // The shortest window in which every Envoy was busy: the fleet's bucket refilled at
     // least this long under load.
-    let inner = counts.iter().map(|c| c.busy).min().unwrap_or_default();
+    let inner = counts.iter().map(Tally::busy).min().unwrap_or_default();
     let floor = (0.75 * RATE as f64 * inner.as_secs_f64()) as u64;
     assert!(
         demand > 2 * ceiling,
@@ -203,13 +209,7 @@ fn without_the_admin_api_each_envoy_keeps_its_global_share_and_coordination_resu
 
     f.admin.restart();
     f.wait_until_coordinated();
-    let (counts, outer) = f.load(Duration::from_secs(3));
-    let admitted = admitted_by_all(&counts);
-    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
-    assert!(
-        admitted <= ceiling,
-        "after recovery: {admitted} of {ceiling}"
-    );
+    f.check_one_limit_after_recovery();
 }
 
 #[test]
@@ -235,11 +235,5 @@ fn when_redis_fails_each_envoy_keeps_its_global_share_and_the_api_says_so() {
     redis.restart();
     f.wait_until_coordinated();
     assert!(all_listed_on_fallback(&f.admin, false));
-    let (counts, outer) = f.load(Duration::from_secs(3));
-    let admitted = admitted_by_all(&counts);
-    let ceiling = BURST + (RATE as f64 * outer.as_secs_f64()).ceil() as u64;
-    assert!(
-        admitted <= ceiling,
-        "after recovery: {admitted} of {ceiling}"
-    );
+    f.check_one_limit_after_recovery();
 }

@@ -44,10 +44,10 @@ fn distinct_clients_far_beyond_the_slot_table_leave_envoy_memory_flat() {
         let counts = client.run_counting_for(count, limit, move |i| {
             Req::get("/").header("x-api-key", format!("client-{}", first + i))
         });
-        assert_eq!(counts.errors, 0, "{:?}", counts.first_error);
+        assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
         assert_eq!(
-            counts.get(200),
-            counts.responses(),
+            counts.total.get(200),
+            counts.total.responses(),
             "every new client has a full bucket: {counts:?}"
         );
         counts
@@ -57,17 +57,17 @@ fn distinct_clients_far_beyond_the_slot_table_leave_envoy_memory_flat() {
     let warm = run(0, 50_000, TIME_LIMIT);
     let baseline = envoy.rss_bytes();
     let rest = run(
-        warm.responses(),
-        TARGET_CLIENTS - warm.responses(),
+        warm.total.responses(),
+        TARGET_CLIENTS - warm.total.responses(),
         TIME_LIMIT.saturating_sub(started.elapsed()),
     );
     let after = envoy.rss_bytes();
-    let clients = rest.responses();
+    let clients = rest.total.responses();
 
     eprintln!(
         "Envoy RSS: {:.1} MiB after {} clients, {:.1} MiB after {} more ({:.0} requests/s)",
         baseline as f64 / MIB as f64,
-        warm.responses(),
+        warm.total.responses(),
         after as f64 / MIB as f64,
         clients,
         rest.rate(),
@@ -88,6 +88,6 @@ fn distinct_clients_far_beyond_the_slot_table_leave_envoy_memory_flat() {
     assert_eq!(envoy.counter("wasmcustom.sluice_fail_open_total"), 0);
     assert_eq!(
         envoy.counter("wasmcustom.sluice_allowed_total"),
-        warm.responses() + clients
+        warm.total.responses() + clients
     );
 }

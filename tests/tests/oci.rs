@@ -181,6 +181,15 @@ fn walk(root: &Path, dir: &Path, paths: &mut Vec<String>) {
     }
 }
 
+/// The media types of an OCI image of one gzipped tar layer: its configuration's and
+/// its layers', as [`media_types`] gives them.
+fn one_gzipped_tar_layer() -> (String, Vec<String>) {
+    (
+        "application/vnd.oci.image.config.v1+json".to_owned(),
+        vec!["application/vnd.oci.image.layer.v1.tar+gzip".to_owned()],
+    )
+}
+
 fn filter_wasm() -> Vec<u8> {
     std::fs::read(Artifacts::from_env().filter_wasm()).expect("the built filter")
 }
@@ -191,10 +200,7 @@ fn the_compat_filter_image_round_trips_and_unpacks_to_exactly_plugin_wasm() {
     let manifest = trip.built.manifest();
     assert_eq!(
         media_types(&manifest),
-        (
-            "application/vnd.oci.image.config.v1+json".to_owned(),
-            vec!["application/vnd.oci.image.layer.v1.tar+gzip".to_owned()]
-        ),
+        one_gzipped_tar_layer(),
         "Istio and Envoy Gateway read the last layer as gzipped tar of this type"
     );
     assert_eq!(
@@ -288,13 +294,7 @@ fn the_filter_images_are_reproduced_from_the_built_filter() {
 fn the_server_image_round_trips_and_its_static_binary_serves() {
     let trip = round_trip("sluice");
     let manifest = trip.built.manifest();
-    assert_eq!(
-        media_types(&manifest),
-        (
-            "application/vnd.oci.image.config.v1+json".to_owned(),
-            vec!["application/vnd.oci.image.layer.v1.tar+gzip".to_owned()]
-        )
-    );
+    assert_eq!(media_types(&manifest), one_gzipped_tar_layer());
     // skopeo's own reading of the configuration.
     let inspected = trip.skopeo.inspect(&trip.remote);
     assert_eq!(inspected["Os"], "linux");

@@ -8,26 +8,19 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, wait_for};
+use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, burst_rule, wait_for};
 
 const CONNECTIONS: usize = 16;
 /// The promise: a saved rule is enforced everywhere within this.
 const PROPAGATION: Duration = Duration::from_secs(1);
 
 fn rule(burst: u64) -> Value {
-    json!({
-        "name": "pushed", "match": {"path_prefix": "/p/"}, "key": "global",
-        "limits": [{"requests": 1, "period": "minute", "burst": burst}]
-    })
+    burst_rule("pushed", "p", burst)
 }
 
 /// Sends `n` requests over many connections and returns how many passed.
 fn passed(client: &Client, n: usize) -> usize {
-    let responses = client.run((0..n).map(|_| Req::get("/p/x")));
-    for r in &responses {
-        assert!(r.status == 200 || r.status == 429, "{r:?}");
-    }
-    responses.iter().filter(|r| r.status == 200).count()
+    client.passed(&Req::get("/p/x"), n)
 }
 
 /// Waits out the rest of the propagation promise, measured from when the API answered.

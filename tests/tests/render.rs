@@ -19,6 +19,16 @@ use sluice_tests::{Artifacts, workspace_root};
 /// The Kubernetes release the core resources are checked against.
 const KUBERNETES_VERSION: &str = "1.33.0";
 
+/// `sluice render envoy-gateway` for the gateway `eg` in `default`, over plain HTTP.
+const ENVOY_GATEWAY: &[&str] = &[
+    "envoy-gateway",
+    "--namespace",
+    "default",
+    "--gateway",
+    "eg",
+    "--insecure",
+];
+
 /// Kinds that are not Kubernetes' own, each checked against `deploy/schemas/KIND.schema.json`.
 const CUSTOM_KINDS: [&str; 6] = [
     "WasmPlugin",
@@ -186,18 +196,13 @@ fn every_rendered_resource_passes_its_schema() {
         "istio (external admin API)",
     ));
     kinds.extend(validate_all(
-        &render(&[
-            "envoy-gateway",
-            "--namespace",
-            "default",
-            "--gateway",
-            "eg",
-            "--insecure",
-            "--sha256",
-            &digest,
-            "--target-ref",
-            "HTTPRoute/api",
-        ]),
+        &render(
+            &[
+                ENVOY_GATEWAY,
+                &["--sha256", &digest, "--target-ref", "HTTPRoute/api"],
+            ]
+            .concat(),
+        ),
         "envoy-gateway",
     ));
     for kind in [
@@ -237,14 +242,7 @@ fn the_validators_refuse_wrong_renders() {
     let dir = tempfile::tempdir().unwrap();
     let resources = documents(&render(&["kubernetes", "--service-monitor"]));
     let plugin = documents(&render(&["istio", "--namespace", "shop"])).remove(0);
-    let policies = documents(&render(&[
-        "envoy-gateway",
-        "--namespace",
-        "default",
-        "--gateway",
-        "eg",
-        "--insecure",
-    ]));
+    let policies = documents(&render(ENVOY_GATEWAY));
     let of_kind = |kind: &str| {
         resources
             .iter()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_tests::{
-    AdminServer, Artifacts, Client, Envoy, EnvoyOptions, Method, Req, TestPki, wait_for,
+    AdminServer, Artifacts, Client, Envoy, EnvoyOptions, Method, Req, TestPki, burst_rule, wait_for,
 };
 
 /// The promise: a saved rule is enforced within this.
@@ -177,11 +177,7 @@ fn the_cli_applies_and_exports_rules_over_https_trusting_the_ca_file() {
 
 /// Sends `n` requests to the rule's path and returns how many passed.
 fn passed(client: &Client, n: usize) -> usize {
-    let responses = client.run((0..n).map(|_| Req::get("/p/x")));
-    for r in &responses {
-        assert!(r.status == 200 || r.status == 429, "{r:?}");
-    }
-    responses.iter().filter(|r| r.status == 200).count()
+    client.passed(&Req::get("/p/x"), n)
 }
 
 #[test]
@@ -206,10 +202,7 @@ fn rules_and_reports_cross_tls_between_envoy_and_the_admin_api() {
     let client = Client::connect(envoy.listener_addr(), 8);
     assert_eq!(passed(&client, 20), 20, "no rules yet");
 
-    let rule = json!({
-        "name": "pushed", "match": {"path_prefix": "/p/"}, "key": "global",
-        "limits": [{"requests": 1, "period": "minute", "burst": 5}]
-    });
+    let rule = burst_rule("pushed", "p", 5);
     let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule));
     let saved = Instant::now();
     assert_eq!(status, 201, "{body}");

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use sluice_envoy_config::LISTENER_NAME;
 use sluice_harness::cmd::{note, step};
 
-use crate::Bench;
 use crate::configs::FilterChain;
+use crate::setup::Bench;
 use crate::wrk::{Clients, Load, Measured};
 
 /// `(requests per second, burst)` of each bucket under test.

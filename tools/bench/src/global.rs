@@ -30,8 +30,10 @@ use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use sluice_harness::wait_until;
 use sluice_harness::{POSTGRES_URL_ENV, RedisServer};
 
-use crate::Bench;
-use crate::fleet_load::{self, Outcome, Plan};
+use sluice_harness::load::{Outcome, Tally};
+
+use crate::fleet_load::{self, Plan, ms, other};
+use crate::setup::Bench;
 
 const ENVOYS: usize = 3;
 const WORKERS: u32 = 2;
@@ -217,7 +219,7 @@ fn ratio(admitted: u64, rate: u64, burst: u64, elapsed: Duration) -> f64 {
 /// the closed loop's split of the demand is what the machine gives, not exactly the
 /// connections' 70/20/10, and shares follow the demand.
 fn shares(outcome: &Outcome) -> String {
-    let split = |count: fn(&fleet_load::Counts) -> u64| {
+    let split = |count: fn(&Tally) -> u64| {
         let total = outcome.per_target.iter().map(count).sum::<u64>().max(1) as f64;
         outcome
             .per_target
@@ -226,11 +228,22 @@ fn shares(outcome: &Outcome) -> String {
             .collect::<Vec<_>>()
             .join("/")
     };
-    format!(
-        "{} ({})",
-        split(|c| c.admitted),
-        split(fleet_load::Counts::answered)
-    )
+    format!("{} ({})", split(Tally::admitted), split(Tally::responses))
+}
+
+/// One bucket's run against the bar (0.97 to 1.01 of `burst + rate × elapsed`, no
+/// errors): the ratio, and the table cells admitted | allowed | ratio | each Envoy's part
+/// | verdict.
+fn one_bucket(outcome: &Outcome, rate: u64, burst: u64) -> (f64, String) {
+    let admitted = outcome.total.admitted();
+    let r = ratio(admitted, rate, burst, outcome.elapsed);
+    let cells = format!(
+        "{admitted} | {:.0} | {r:.4} | {} | {}",
+        burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64(),
+        shares(outcome),
+        verdict((0.97..=1.01).contains(&r) && outcome.total.errors == 0),
+    );
+    (r, cells)
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -325,24 +338,19 @@ fn memory_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         let outcome =
             fleet_load::run(&fleet.plan(&format!("/g{rate}/x"), "single-", 1, timing.accuracy))?;
         fleet.check_running()?;
-        let total = outcome.total();
-        let r = ratio(total.admitted, rate, burst, outcome.elapsed);
-        offered = offered.max(outcome.offered_per_second());
+        let (r, cells) = one_bucket(&outcome, rate, burst);
+        offered = offered.max(outcome.rate());
         note(format!(
             "global {rate}/s: admitted {} in {:.2} s, ratio {r:.4}, offered {:.0}/s",
-            total.admitted,
+            outcome.total.admitted(),
             outcome.elapsed.as_secs_f64(),
-            outcome.offered_per_second()
+            outcome.rate()
         ));
         writeln!(
             md,
-            "| {rate} | {burst} | {:.2} | {:.0} | {} | {:.0} | {r:.4} | {} | {} |",
+            "| {rate} | {burst} | {:.2} | {:.0} | {cells} |",
             outcome.elapsed.as_secs_f64(),
-            outcome.offered_per_second(),
-            total.admitted,
-            burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64(),
-            shares(&outcome),
-            verdict((0.97..=1.01).contains(&r) && total.errors == 0),
+            outcome.rate(),
         )?;
     }
 
@@ -400,27 +408,30 @@ fn many_clients(fleet: &Fleet, timing: &Timing, offered: f64, md: &mut String) -
         })
         .collect();
     note(counters.join(", "));
-    let total = outcome.total();
+    let total = &outcome.total;
     let per_client_allowed = burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64();
-    let fleet_ratio = total.admitted as f64 / (CLIENTS as f64 * per_client_allowed);
+    let fleet_ratio = total.admitted() as f64 / (CLIENTS as f64 * per_client_allowed);
     let ratios: Vec<f64> = outcome
-        .per_client
+        .per_key
         .iter()
-        .map(|row| row.iter().sum::<u64>() as f64 / per_client_allowed)
+        .map(|row| row.iter().map(Tally::admitted).sum::<u64>() as f64 / per_client_allowed)
         .collect();
     let mut ranked: Vec<usize> = (0..ratios.len()).collect();
     ranked.sort_by(|&a, &b| ratios[b].total_cmp(&ratios[a]));
     for &i in ranked.iter().take(5) {
         note(format!(
             "client-{i}: {:.3} of its limit, admitted per Envoy {:?}",
-            ratios[i], outcome.per_client[i]
+            ratios[i],
+            outcome.per_key[i]
+                .iter()
+                .map(Tally::admitted)
+                .collect::<Vec<_>>()
         ));
     }
     let max = ratios.iter().copied().fold(0.0, f64::max);
     let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let offered_each = outcome.total().answered() as f64
-        / CLIENTS as f64
-        / outcome.elapsed.as_secs_f64().max(1e-9);
+    let offered_each =
+        outcome.total.responses() as f64 / CLIENTS as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
     note(format!(
         "{CLIENTS} clients: fleet ratio {fleet_ratio:.4}, per client {min:.3}..{max:.3}"
     ));
@@ -437,7 +448,7 @@ fn many_clients(fleet: &Fleet, timing: &Timing, offered: f64, md: &mut String) -
          Across the Envoys during the run: {}.",
         offered_each / rate as f64,
         outcome.elapsed.as_secs_f64(),
-        total.admitted,
+        total.admitted(),
         CLIENTS as f64 * per_client_allowed,
         verdict((0.97..=1.01).contains(&fleet_ratio) && max <= 1.05),
         counters.join(", "),
@@ -461,15 +472,11 @@ fn new_client_burst(fleet: &Fleet, md: &mut String) -> Result<()> {
             1,
             Duration::from_millis(400),
         ))?;
-        let total = outcome.total();
         let allowed = burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64();
-        let per_envoy: Vec<u64> = outcome.per_target.iter().map(|c| c.admitted).collect();
-        rows.push((
-            total,
-            per_envoy,
-            total.admitted as f64 / burst as f64,
-            allowed,
-        ));
+        let per_envoy: Vec<u64> = outcome.per_target.iter().map(Tally::admitted).collect();
+        let total = outcome.total;
+        let admitted = total.admitted() as f64 / burst as f64;
+        rows.push((total, per_envoy, admitted, allowed));
     }
     let worst = rows.iter().map(|r| r.2).fold(0.0, f64::max);
     writeln!(
@@ -486,8 +493,8 @@ fn new_client_burst(fleet: &Fleet, md: &mut String) -> Result<()> {
             md,
             "| {} | {} | {} | {per_envoy:?} | {r:.3} | {allowed:.1} |",
             i + 1,
-            total.answered(),
-            total.admitted
+            total.responses(),
+            total.admitted()
         )?;
     }
     writeln!(
@@ -513,7 +520,7 @@ fn cost(fleet: &mut Fleet, timing: &Timing, md: &mut String) -> Result<()> {
             let outcome =
                 fleet_load::run(&fleet.plan(&format!("/{rule}/x"), "cost-", 1, timing.cost_round))?;
             let ticks = fleet.cpu_ticks()?.saturating_sub(before);
-            let answered = outcome.total().answered().max(1);
+            let answered = outcome.total.responses().max(1);
             // Clock ticks are 10 ms: microseconds of CPU per request.
             per_request[i].push(ticks as f64 * 10_000.0 / answered as f64);
             note(format!(
@@ -602,25 +609,26 @@ impl Fault {
 
         let before = outcome.between(Duration::ZERO, broken_at);
         let during = outcome.between(broken_at, mended_at);
+        let after = outcome.between(mended_at, outcome.elapsed);
         let outage = mended_at - broken_at;
-        let during_ratio = during.admitted as f64 / (rate as f64 * outage.as_secs_f64());
-        let total = outcome.total();
+        let during_ratio = during.admitted() as f64 / (rate as f64 * outage.as_secs_f64());
+        let total = &outcome.total;
         // One-second windows after the coordinator is back.
         let mut windows = Vec::new();
         let mut from = mended_at;
         while from + Duration::from_secs(1) <= outcome.elapsed {
             let c = outcome.between(from, from + Duration::from_secs(1));
-            windows.push(c.admitted as f64 / rate as f64);
+            windows.push(c.admitted() as f64 / rate as f64);
             from += Duration::from_secs(1);
         }
         // Accuracy from two seconds after recovery to the end, as for the steady runs:
         // the refill over that time (the bucket is drained, so no burst is due).
         let settled_from = mended_at + Duration::from_secs(2);
         let settled = outcome.between(settled_from, outcome.elapsed);
-        let settled_ratio = settled.admitted as f64
+        let settled_ratio = settled.admitted() as f64
             / (rate as f64 * outcome.elapsed.saturating_sub(settled_from).as_secs_f64()).max(1.0);
-        let no_failures = total.errors == 0 && total.other == 0;
-        let waited = during.max_latency_us.max(before.max_latency_us);
+        let no_failures = total.errors == 0 && other(total) == 0;
+        let waited = during.slowest.max(before.slowest);
         writeln!(
             md,
             "\n## {}\n\n\
@@ -648,28 +656,27 @@ impl Fault {
             broken_at.as_secs_f64(),
             outage.as_secs_f64(),
             (outcome.elapsed - mended_at).as_secs_f64(),
-            before.admitted,
-            during.admitted,
-            outcome.between(mended_at, outcome.elapsed).admitted,
+            before.admitted(),
+            during.admitted(),
+            after.admitted(),
             // The bucket starts full: the first seconds hold the burst too.
-            ratio(before.admitted, rate, burst, broken_at),
-            outcome.between(mended_at, outcome.elapsed).admitted as f64
-                / (rate as f64 * (outcome.elapsed - mended_at).as_secs_f64()),
-            before.max_latency_us as f64 / 1e3,
-            during.max_latency_us as f64 / 1e3,
-            outcome.between(mended_at, outcome.elapsed).max_latency_us as f64 / 1e3,
+            ratio(before.admitted(), rate, burst, broken_at),
+            after.admitted() as f64 / (rate as f64 * (outcome.elapsed - mended_at).as_secs_f64()),
+            ms(before.slowest),
+            ms(during.slowest),
+            ms(after.slowest),
             before.errors,
-            before.other,
+            other(&before),
             during.errors,
-            during.other,
-            outcome.between(mended_at, outcome.elapsed).errors,
-            outcome.between(mended_at, outcome.elapsed).other,
-            outcome.p50_us as f64 / 1e3,
-            outcome.p99_us as f64 / 1e3,
+            other(&during),
+            after.errors,
+            other(&after),
+            ms(outcome.percentile(0.5)),
+            ms(outcome.percentile(0.99)),
             fmt_list(&windows),
             verdict((0.8..=1.1).contains(&during_ratio)),
-            waited as f64 / 1e3,
-            verdict(no_failures && waited < 1_000_000),
+            ms(waited),
+            verdict(no_failures && waited < Duration::from_secs(1)),
             verdict(fallback > 0),
             verdict((0.95..=1.05).contains(&settled_ratio)),
         )?;
@@ -708,8 +715,7 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
         &rules,
     )?;
     let outcome = fleet_load::run(&fleet.plan("/gf/x", "replicas-", 1, timing.accuracy))?;
-    let total = outcome.total();
-    let r = ratio(total.admitted, rate, burst, outcome.elapsed);
+    let (r, cells) = one_bucket(&outcome, rate, burst);
     note(format!("two replicas: ratio {r:.4}"));
     writeln!(
         md,
@@ -719,13 +725,9 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
          {burst}) for {:.2} s, offered {:.0}/s. Bar: the fleet shares the limit exactly as \
          with one admin API (0.97 to 1.01).\n\n\
          | admitted | allowed | ratio | admitted per Envoy (offered) | |\n|---|---|---|---|---|\n\
-         | {} | {:.0} | {r:.4} | {} | {} |",
+         | {cells} |",
         outcome.elapsed.as_secs_f64(),
-        outcome.offered_per_second(),
-        total.admitted,
-        burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64(),
-        shares(&outcome),
-        verdict((0.97..=1.01).contains(&r) && total.errors == 0),
+        outcome.rate(),
     )?;
     let redis_fault = Fault {
         title: "Redis killed for 10 s (two replicas)",

@@ -14,9 +14,9 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use sluice_harness::cmd::{note, step};
 
-use crate::Bench;
 use crate::configs::FilterChain;
 use crate::path::{self, PathResults, Sample, Variant, VariantClients};
+use crate::setup::Bench;
 use crate::stats::{self, Summary};
 
 /// The calls priced, with what they stand for on Sluice's request path.

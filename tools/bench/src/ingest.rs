@@ -339,39 +339,27 @@ async fn run_on(options: &BenchOptions, backend: &'static str, url: &str) -> Res
 
     // The dashboard's queries, one at a time, while the proxies send.
     let day = 86_400_000;
-    let queries: Vec<(String, String)> = [
-        (
-            "series, week (1 h)",
-            format!("/api/v1/metrics/series?from={}&to={now}", now - 7 * day),
-        ),
-        (
-            "series, day (1 min)",
-            format!("/api/v1/metrics/series?from={}&to={now}", now - day),
-        ),
-        (
-            "series, 15 min (10 s, live)",
-            "/api/v1/metrics/series".to_string(),
-        ),
-        (
-            "clients, week (1 h)",
-            format!("/api/v1/metrics/clients?from={}&to={now}", now - 7 * day),
-        ),
-        (
-            "clients, day (1 min)",
-            format!("/api/v1/metrics/clients?from={}&to={now}", now - day),
-        ),
-        (
-            "clients, 15 min (10 s, live)",
-            "/api/v1/metrics/clients".to_string(),
-        ),
-        (
-            "rules, week (1 h)",
-            format!("/api/v1/metrics/rules?from={}&to={now}", now - 7 * day),
-        ),
-    ]
-    .into_iter()
-    .map(|(name, path)| (name.to_string(), path))
-    .collect();
+    let week = format!("?from={}&to={now}", now - 7 * day);
+    let windows = [
+        ("week (1 h)", week.clone()),
+        ("day (1 min)", format!("?from={}&to={now}", now - day)),
+        ("15 min (10 s, live)", String::new()),
+    ];
+    let mut queries: Vec<(String, String)> = ["series", "clients"]
+        .iter()
+        .flat_map(|view| {
+            windows.iter().map(move |(window, query)| {
+                (
+                    format!("{view}, {window}"),
+                    format!("/api/v1/metrics/{view}{query}"),
+                )
+            })
+        })
+        .collect();
+    queries.push((
+        "rules, week (1 h)".to_string(),
+        format!("/api/v1/metrics/rules{week}"),
+    ));
     let query = |path: &str| {
         let request = http.get(format!("{base}{path}")).bearer_auth(&viewer_token);
         let path = path.to_string();

@@ -33,23 +33,20 @@ mod path;
 mod profile;
 mod propagation;
 mod report;
+mod setup;
 mod soak;
 mod stats;
 mod wrk;
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
-use sluice_envoy_config::LISTENER_NAME;
+use clap::{Parser, Subcommand};
 use sluice_harness::bench_args::{BenchArgs, Section};
 use sluice_harness::cmd::{self, note, step};
-use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
 
-/// How long an Envoy may take to load its config and start the wasm VMs.
-const ENVOY_READY_LIMIT: Duration = Duration::from_secs(60);
+use crate::setup::{Artefacts, Bench, Settings};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -73,25 +70,6 @@ enum Alone {
     Ingest(ingest::IngestArgs),
 }
 
-/// What `cargo xtask bench` built and provisioned.
-#[derive(Debug, Args)]
-struct Artefacts {
-    #[arg(long, required = true, value_name = "PATH")]
-    envoy: Option<PathBuf>,
-    #[arg(long, required = true, value_name = "PATH")]
-    filter_wasm: Option<PathBuf>,
-    #[arg(long, required = true, value_name = "PATH")]
-    sluice_bin: Option<PathBuf>,
-    #[arg(long, required = true, value_name = "PATH")]
-    passthrough_wasm: Option<PathBuf>,
-    /// The host-call probe (`bench/hostcall-filter`), for the host-call section.
-    #[arg(long, value_name = "PATH")]
-    hostcall_wasm: Option<PathBuf>,
-    /// How the wasm32 filters were compiled, for the report.
-    #[arg(long, required = true, value_name = "ROUTE")]
-    wasm_route: Option<String>,
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.alone {
@@ -110,159 +88,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// Durations and sizes of one run.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub quick: bool,
-    pub rounds: u32,
-    pub round: Duration,
-    pub warmup: Duration,
-    pub connections: u32,
-    pub accuracy: Duration,
-    pub accuracy_connections: u32,
-    pub slots: u32,
-    pub memory_clients: u64,
-    pub memory_segment: Duration,
-    pub memory_max_segments: u32,
-    pub memory_time_limit: Duration,
-}
-
-impl Settings {
-    fn new(args: &BenchArgs) -> Settings {
-        let quick = args.quick;
-        let pick = |q: u64, f: u64| if quick { q } else { f };
-        Settings {
-            quick,
-            rounds: args.rounds.unwrap_or(if quick { 3 } else { 5 }),
-            round: Duration::from_secs(args.duration.unwrap_or(pick(5, 15))),
-            warmup: Duration::from_secs(pick(2, 5)),
-            connections: 32,
-            accuracy: Duration::from_secs(pick(4, 10)),
-            accuracy_connections: 64,
-            slots: 65_536,
-            memory_clients: pick(200_000, 1_000_000),
-            memory_segment: Duration::from_secs(pick(2, 4)),
-            memory_max_segments: if quick { 30 } else { 120 },
-            memory_time_limit: Duration::from_secs(pick(60, 360)),
-        }
-    }
-}
-
-/// Everything the sections share.
-#[derive(Debug)]
-pub struct Bench {
-    pub settings: Settings,
-    pub envoy: PathBuf,
-    pub generator: configs::Generator,
-    pub wrk: wrk::Wrk,
-    pub machine: machine::Machine,
-    /// Configs, logs and scripts of this run.
-    pub run_dir: PathBuf,
-    /// `taskset` CPU lists for the request-path comparison, when pinning is possible.
-    pub envoy_cpus: Option<String>,
-    pub load_cpus: Option<String>,
-}
-
-impl Bench {
-    /// Starts an Envoy of this run from `config` (made by [`configs::Generator`]), logging
-    /// warnings into `dir`, pinned to `cpus` when given.
-    pub fn start_envoy(
-        &self,
-        config: &Path,
-        concurrency: u32,
-        cpus: Option<&str>,
-        dir: &Path,
-        name: &str,
-    ) -> Result<EnvoyProcess> {
-        EnvoyProcess::start(&EnvoyLaunch {
-            envoy: &self.envoy,
-            config,
-            concurrency: Some(concurrency),
-            log_level: "warn",
-            cpus,
-            dir,
-            name,
-            ready_timeout: ENVOY_READY_LIMIT,
-            listener: Some(LISTENER_NAME),
-        })
-    }
-}
-
-/// What the sections produced; a failed section keeps its error.
-#[derive(Debug, Default)]
-pub struct Results {
-    pub path: Option<Result<path::PathResults>>,
-    pub accuracy: Option<Result<accuracy::AccuracyResults>>,
-    pub memory: Option<Result<memory::MemoryResults>>,
-    pub profile: Option<Result<profile::ProfileResults>>,
-}
-
 fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
     let started = Instant::now();
     let settings = Settings::new(args);
     let sections = args.sections();
     let invocation = args.invocation();
     step(format!("measuring: {invocation}"));
-    let given = |path: &Option<PathBuf>, flag: &str| {
-        path.clone().with_context(|| {
-            format!("--{flag} is missing: run the benchmark with `cargo xtask bench`")
-        })
-    };
-    let envoy = given(&artefacts.envoy, "envoy")?;
-    let route = artefacts.wasm_route.clone().unwrap_or_default();
-
     let (date, stamp) = machine::utc_now();
-    let run_dir = cmd::project_root()
-        .join("target")
-        .join("bench")
-        .join(stamp.replace([' ', ':'], "-").trim_end_matches("-UTC"));
-    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    // The run keeps its own copies: another build replacing target/dist/ mid-run (the
-    // filter is rebuilt by `cargo xtask test` and `demo` too) cannot mix versions.
-    let keep = |from: &Path| -> Result<PathBuf> {
-        let to = run_dir.join(from.file_name().context("artefact without a file name")?);
-        std::fs::copy(from, &to)
-            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
-        Ok(to)
-    };
-    let filter_wasm = keep(&given(&artefacts.filter_wasm, "filter-wasm")?)?;
-    let sluice_bin = keep(&given(&artefacts.sluice_bin, "sluice-bin")?)?;
-    let passthrough_wasm = keep(&given(&artefacts.passthrough_wasm, "passthrough-wasm")?)?;
-    let hostcall_wasm = if sections.contains(&Section::Hostcalls) {
-        Some(keep(&given(&artefacts.hostcall_wasm, "hostcall-wasm")?)?)
-    } else {
-        None
-    };
-    let wrk = wrk::Wrk::ensure(&run_dir)?;
-    let machine = machine::Machine::inspect(&envoy, &route, &wrk.version);
-    let (envoy_cpus, load_cpus) = if machine.taskset && machine.cores >= 2 {
-        (Some("0".to_string()), Some("1".to_string()))
-    } else {
-        note("taskset or a second core is missing: Envoy and wrk run unpinned");
-        (None, None)
-    };
-    note(format!(
-        "{} ({} cores), {}, load average {}",
-        machine.cpu_model, machine.cores, machine.kernel, machine.loadavg_start
-    ));
-    let bench = Bench {
-        settings,
-        envoy,
-        generator: configs::Generator {
-            sluice_bin,
-            filter_wasm,
-            passthrough_wasm,
-            hostcall_wasm,
-            dir: run_dir.clone(),
-        },
-        wrk,
-        machine,
-        run_dir,
-        envoy_cpus,
-        load_cpus,
-    };
+    let hostcalls = sections.contains(&Section::Hostcalls);
+    let bench = Bench::prepare(settings, artefacts, hostcalls, &stamp)?;
 
-    let mut results = Results::default();
+    let mut results = report::Results::default();
     for section in &sections {
         let outcome = match section {
             Section::Path => {

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
 
-use crate::Bench;
 use crate::configs::FilterChain;
+use crate::setup::Bench;
 use crate::wrk::{Clients, Load, Measured};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -151,6 +151,7 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
     let settings = &bench.settings;
     let slots = settings.slots;
     let mut commands = Vec::new();
+    // An Envoy with `rules` and `slots`, warmed up by one client for 2 s.
     let start = |name: &str, rules: &Value, slots: u32, commands: &mut Vec<String>| {
         let bootstrap = bench
             .generator
@@ -158,6 +159,12 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         let envoy = bench.start_envoy(&bootstrap.path, WORKERS, None, &bench.run_dir, name)?;
         commands.push(bootstrap.command);
         commands.push(envoy.command().to_string());
+        run_wrk(
+            bench,
+            &envoy.url("/"),
+            Duration::from_secs(2),
+            Clients::One("warm-up"),
+        )?;
         Ok::<EnvoyProcess, anyhow::Error>(envoy)
     };
     // Phase 1: bytes per tracked client.
@@ -170,12 +177,6 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         &rule("fill", 10, "hour"),
         FILL_SLOTS,
         &mut commands,
-    )?;
-    run_wrk(
-        bench,
-        &envoy.url("/"),
-        Duration::from_secs(2),
-        Clients::One("warm-up"),
     )?;
     let rss_before = settled_rss(&envoy)?;
     let shared_before = envoy.counter("wasmcustom.sluice_slot_shared_total")?;
@@ -229,12 +230,6 @@ pub fn run(bench: &Bench) -> Result<MemoryResults> {
         &rule("churn", 10, "second"),
         slots,
         &mut commands,
-    )?;
-    run_wrk(
-        bench,
-        &envoy.url("/"),
-        Duration::from_secs(2),
-        Clients::One("warm-up"),
     )?;
     let base = envoy.counter("wasmcustom.sluice_requests_total")?;
     let began = Instant::now();

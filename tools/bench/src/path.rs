@@ -2,15 +2,17 @@
 //! one core, measured in interleaved rounds (a b c ... a b c ...) by wrk pinned to the
 //! other core.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use sluice_harness::cmd::{note, step};
-use sluice_harness::envoy::EnvoyProcess;
 
 use crate::configs::FilterChain;
+use crate::machine;
+use crate::setup::Bench;
 use crate::stats::{self, Summary};
 use crate::wrk::{Clients, Load, Measured};
-use crate::{Bench, machine};
 
 /// The key every single-client variant sends.
 pub const CLIENT_KEY: &str = "bench-client";
@@ -258,6 +260,22 @@ impl PathResults {
     }
 }
 
+/// wrk's load on one variant's Envoy at `url` for `duration`: one thread, the run's
+/// connections, the variant's clients, on the load's CPU.
+fn wrk_load<'a>(bench: &'a Bench, v: &Variant, url: &'a str, duration: Duration) -> Load<'a> {
+    Load {
+        url,
+        threads: 1,
+        connections: bench.settings.connections,
+        duration,
+        cpus: bench.load_cpus.as_deref(),
+        clients: match v.clients {
+            VariantClients::One => Clients::One(CLIENT_KEY),
+            VariantClients::Many(n) => Clients::Cycle(n, "client-"),
+        },
+    }
+}
+
 /// Runs the request-path comparison.
 pub fn run(bench: &Bench) -> Result<PathResults> {
     run_variants(bench, "request path", "path", variants())
@@ -304,26 +322,12 @@ pub fn run_variants(
         envoys.push(envoy);
     }
 
-    let load_for = |v: &Variant, envoy: &EnvoyProcess| -> (String, Clients<'static>) {
-        let clients = match v.clients {
-            VariantClients::One => Clients::One(CLIENT_KEY),
-            VariantClients::Many(n) => Clients::Cycle(n, "client-"),
-        };
-        (envoy.url("/bench"), clients)
-    };
+    let urls: Vec<String> = envoys.iter().map(|e| e.url("/bench")).collect();
     let mut wrk_commands = Vec::new();
 
     step("warming up every variant");
-    for (v, envoy) in variants.iter().zip(&envoys) {
-        let (url, clients) = load_for(v, envoy);
-        let load = Load {
-            url: &url,
-            threads: 1,
-            connections: settings.connections,
-            duration: settings.warmup,
-            cpus: bench.load_cpus.as_deref(),
-            clients,
-        };
+    for (v, url) in variants.iter().zip(&urls) {
+        let load = wrk_load(bench, v, url, settings.warmup);
         let warm = bench.wrk.run(&load)?;
         note(format!(
             "({}) {:.0} requests/s during warm-up",
@@ -345,16 +349,8 @@ pub fn run_variants(
     for round in 0..settings.rounds {
         step(format!("round {}/{}", round + 1, settings.rounds));
         let mut this_round = Vec::new();
-        for (v, envoy) in variants.iter().zip(envoys.iter_mut()) {
-            let (url, clients) = load_for(v, envoy);
-            let load = Load {
-                url: &url,
-                threads: 1,
-                connections: settings.connections,
-                duration: settings.round,
-                cpus: bench.load_cpus.as_deref(),
-                clients,
-            };
+        for ((v, envoy), url) in variants.iter().zip(envoys.iter_mut()).zip(&urls) {
+            let load = wrk_load(bench, v, url, settings.round);
             let requests_before = envoy.counter(REQUESTS_COMPLETED)?;
             let ticks_before = envoy.cpu_ticks()?;
             let measured = bench.wrk.run(&load)?;

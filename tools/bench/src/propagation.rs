@@ -16,7 +16,7 @@ use sluice_harness::cmd::{note, step};
 use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::wait_until;
 
-use crate::Bench;
+use crate::setup::Bench;
 
 const APPLIED: &str = "wasmcustom.sluice_rulesets_applied_total";
 const WORKERS: u32 = 2;

@@ -8,14 +8,24 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use crate::accuracy::{AccuracyResults, RATES, WORKERS};
+use crate::machine;
 use crate::memory::MemoryResults;
 use crate::path::{MANY_CLIENTS, PathResults, Sample};
 use crate::profile::ProfileResults;
+use crate::setup::Bench;
 use crate::stats::{self, Summary};
-use crate::{Bench, Results, machine};
 
 const MIB: f64 = 1024.0 * 1024.0;
 const README_HEADING: &str = "## Benchmarks";
+
+/// What the sections produced; a failed section keeps its error.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub path: Option<Result<PathResults>>,
+    pub accuracy: Option<Result<AccuracyResults>>,
+    pub memory: Option<Result<MemoryResults>>,
+    pub profile: Option<Result<ProfileResults>>,
+}
 
 #[derive(Debug)]
 pub struct Report<'a> {
@@ -30,6 +40,26 @@ pub struct Report<'a> {
 
 fn err_text<T>(r: &Result<T>) -> Option<String> {
     r.as_ref().err().map(|e| format!("{e:#}"))
+}
+
+/// A section of the report under `heading`: its text, or why it failed; nothing when it
+/// did not run.
+fn write_section<T>(
+    md: &mut String,
+    heading: &str,
+    result: &Option<Result<T>>,
+    text: impl FnOnce(&T) -> String,
+) {
+    let Some(result) = result else {
+        return;
+    };
+    let _ = write!(md, "\n## {heading}\n\n");
+    match result {
+        Ok(value) => md.push_str(&text(value)),
+        Err(e) => {
+            let _ = writeln!(md, "**Failed:** {e:#}");
+        }
+    }
 }
 
 impl Report<'_> {
@@ -156,42 +186,25 @@ impl Report<'_> {
             let _ = writeln!(md, "| {k} | {v} |");
         }
 
-        if let Some(r) = &self.results.path {
-            md.push_str("\n## 1. Request path cost\n\n");
-            match r {
-                Ok(p) => md.push_str(&self.path_section(p)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
-        if let Some(r) = &self.results.accuracy {
-            md.push_str("\n## 2. Accuracy\n\n");
-            match r {
-                Ok(a) => md.push_str(&accuracy_section(a)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
-        if let Some(r) = &self.results.memory {
-            md.push_str("\n## 3. Memory\n\n");
-            match r {
-                Ok(mem) => md.push_str(&memory_section(mem, self.bench.settings.quick)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
-        if let Some(r) = &self.results.profile {
-            md.push_str("\n## 4. Where the core's time goes\n\n");
-            match r {
-                Ok(p) => md.push_str(&profile_section(p)),
-                Err(e) => {
-                    let _ = writeln!(md, "**Failed:** {e:#}");
-                }
-            }
-        }
+        let quick = self.bench.settings.quick;
+        write_section(&mut md, "1. Request path cost", &self.results.path, |p| {
+            self.path_section(p)
+        });
+        write_section(
+            &mut md,
+            "2. Accuracy",
+            &self.results.accuracy,
+            accuracy_section,
+        );
+        write_section(&mut md, "3. Memory", &self.results.memory, |m| {
+            memory_section(m, quick)
+        });
+        write_section(
+            &mut md,
+            "4. Where the core's time goes",
+            &self.results.profile,
+            profile_section,
+        );
 
         md.push_str("\n## Findings\n\n");
         for finding in self.findings() {

@@ -22,22 +22,18 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use http_body_util::{BodyExt, Empty};
-use hyper::Request;
-use hyper::body::Bytes;
 use serde_json::{Value, json};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::envoy::EnvoyProcess;
+use sluice_harness::load::{Live, Load, Req, Stop};
 use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::wait_until;
 
-use crate::Bench;
-use crate::fleet_load::connect;
+use crate::setup::Bench;
 
 const WORKERS: u32 = 2;
 const RULE: &str = "soak";
@@ -107,19 +103,10 @@ fn client_key(n: u64) -> String {
     format!("c{}", (n / REQUESTS_PER_CLIENT) % CLIENT_KEYS)
 }
 
-/// The loader's running counts.
-#[derive(Debug, Default)]
-struct LoadCounts {
-    sent: AtomicU64,
-    allowed: AtomicU64,
-    denied: AtomicU64,
-    server_errors: AtomicU64,
-    other: AtomicU64,
-    transport_errors: AtomicU64,
-}
-
+/// The loader's counts at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct LoadSnapshot {
+    /// Requests started: answered, failed (`transport_errors`) or on their way.
     sent: u64,
     allowed: u64,
     denied: u64,
@@ -128,15 +115,18 @@ struct LoadSnapshot {
     transport_errors: u64,
 }
 
-impl LoadCounts {
-    fn snapshot(&self) -> LoadSnapshot {
+impl LoadSnapshot {
+    fn of(live: &Live) -> LoadSnapshot {
+        let tally = live.tally();
+        let (allowed, denied) = (tally.admitted(), tally.get(429));
+        let server_errors = tally.by_status.range(500..600).map(|(_, n)| n).sum();
         LoadSnapshot {
-            sent: self.sent.load(Ordering::Relaxed),
-            allowed: self.allowed.load(Ordering::Relaxed),
-            denied: self.denied.load(Ordering::Relaxed),
-            server_errors: self.server_errors.load(Ordering::Relaxed),
-            other: self.other.load(Ordering::Relaxed),
-            transport_errors: self.transport_errors.load(Ordering::Relaxed),
+            sent: live.sent(),
+            allowed,
+            denied,
+            server_errors,
+            other: tally.responses() - allowed - denied - server_errors,
+            transport_errors: tally.errors,
         }
     }
 }
@@ -148,7 +138,7 @@ struct EditCounts {
     failed: AtomicU64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Sample {
     seconds: f64,
     envoy_rss: u64,
@@ -159,6 +149,35 @@ struct Sample {
     fail_open: u64,
     control_errors: u64,
     other_failures: u64,
+}
+
+impl Sample {
+    /// The samples table's columns: each heading with this sample's value. The progress
+    /// lines say the same.
+    fn columns(&self) -> [(&'static str, String); 13] {
+        let load = &self.load;
+        [
+            ("s", format!("{:.0}", self.seconds)),
+            (
+                "Envoy RSS MiB",
+                format!("{:.1}", self.envoy_rss as f64 / MIB),
+            ),
+            (
+                "`sluice serve` RSS MiB",
+                format!("{:.1}", self.serve_rss as f64 / MIB),
+            ),
+            ("sent", load.sent.to_string()),
+            ("allowed", load.allowed.to_string()),
+            ("denied", load.denied.to_string()),
+            ("5xx", load.server_errors.to_string()),
+            ("transport errors", load.transport_errors.to_string()),
+            ("edits ok", self.edits_ok.to_string()),
+            ("edits failed", self.edits_failed.to_string()),
+            ("fail-open", self.fail_open.to_string()),
+            ("control errors", self.control_errors.to_string()),
+            ("other failure counters", self.other_failures.to_string()),
+        ]
+    }
 }
 
 /// Whether memory stayed flat: `(first third median, last third median, flat)` over the
@@ -220,96 +239,15 @@ fn api_counts(admin: &AdminApi, from: i64, to: i64) -> Result<(u64, u64, u64)> {
     Ok((sum("allowed"), sum("denied"), sum("fail_open")))
 }
 
-/// The paced, time-driven loader: `CONNECTIONS` keep-alive connections, each sending at
-/// its share of [`OFFERED_PER_SECOND`] until `deadline` or `stop`.
-fn load(
-    addr: SocketAddr,
-    deadline: Instant,
-    stop: &Arc<AtomicBool>,
-    counts: &Arc<LoadCounts>,
-) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("starting the loader's runtime")?;
-    let next = Arc::new(AtomicU64::new(0));
-    runtime.block_on(async {
-        let mut tasks = Vec::new();
-        for i in 0..CONNECTIONS {
-            let counts = Arc::clone(counts);
-            let next = Arc::clone(&next);
-            let stop = Arc::clone(stop);
-            tasks.push(tokio::spawn(async move {
-                connection(addr, deadline, i, &stop, &counts, &next).await;
-            }));
-        }
-        for task in tasks {
-            let _ = task.await;
-        }
-    });
-    Ok(())
-}
-
-async fn connection(
-    addr: SocketAddr,
-    deadline: Instant,
-    index: u64,
-    stop: &AtomicBool,
-    counts: &LoadCounts,
-    next: &AtomicU64,
-) {
+/// The paced, time-driven loader: [`CONNECTIONS`] keep-alive connections, each sending at
+/// its share of [`OFFERED_PER_SECOND`] for `duration` or until `stop`.
+fn loader(addr: SocketAddr, duration: Duration, stop: &Stop) -> Load {
     let period = Duration::from_secs_f64(CONNECTIONS as f64 / OFFERED_PER_SECOND as f64);
-    // Spread the connections' ticks over one period.
-    let offset = period.mul_f64(index as f64 / CONNECTIONS as f64);
-    let mut ticks = tokio::time::interval_at(
-        tokio::time::Instant::now() + offset,
-        period.max(Duration::from_micros(1)),
-    );
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sender = None;
-    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-        ticks.tick().await;
-        if sender.is_none() {
-            sender = connect(addr).await;
-            if sender.is_none() {
-                counts.transport_errors.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-        }
-        let Some(send) = sender.as_mut() else {
-            continue;
-        };
-        let n = next.fetch_add(1, Ordering::Relaxed);
-        let Ok(request) = Request::get("/")
-            .header("host", "soak")
-            .header("x-api-key", client_key(n))
-            .body(Empty::<Bytes>::new())
-        else {
-            break;
-        };
-        counts.sent.fetch_add(1, Ordering::Relaxed);
-        let answer = tokio::time::timeout(ANSWER_LIMIT, async {
-            let response = send.send_request(request).await.ok()?;
-            let status = response.status().as_u16();
-            response.into_body().collect().await.ok()?;
-            Some(status)
-        })
-        .await
-        .ok()
-        .flatten();
-        let counter = match answer {
-            Some(200..=299) => &counts.allowed,
-            Some(429) => &counts.denied,
-            Some(500..=599) => &counts.server_errors,
-            Some(_) => &counts.other,
-            None => {
-                sender = None;
-                &counts.transport_errors
-            }
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
+    Load::new([(addr, CONNECTIONS as usize)])
+        .paced(period, 1)
+        .for_duration(duration)
+        .until_stopped(stop)
+        .answer_limit(ANSWER_LIMIT)
 }
 
 /// What the end of the run found once the last report was in.
@@ -367,12 +305,12 @@ pub fn run(
         Ok(envoy.counter("wasmcustom.sluice_rulesets_applied_total")? > u64::from(WORKERS))
     })?;
 
-    let counts = Arc::new(LoadCounts::default());
     let edits = EditCounts::default();
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Stop::new();
     let began = Instant::now();
     let deadline = began + duration;
-    let addr = envoy.listener();
+    let load = loader(envoy.listener(), duration, &stop);
+    let live = load.live();
     let mut samples: Vec<Sample> = Vec::new();
     let mut failure: Option<anyhow::Error> = None;
     let take = |envoy: &EnvoyProcess, seconds: f64| -> Result<Sample> {
@@ -382,7 +320,7 @@ pub fn run(
             seconds,
             envoy_rss: envoy.rss_bytes()?,
             serve_rss: sluice_harness::envoy::rss_bytes(serve_pid)?,
-            load: counts.snapshot(),
+            load: LoadSnapshot::of(&live),
             edits_ok: edits.ok.load(Ordering::Relaxed),
             edits_failed: edits.failed.load(Ordering::Relaxed),
             fail_open: get(FAILURE_COUNTERS[0]),
@@ -398,15 +336,18 @@ pub fn run(
     };
     samples.push(take(&envoy, 0.0)?);
     let loader_result = std::thread::scope(|scope| {
-        let loader = {
-            let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
-            scope.spawn(move || load(addr, deadline, &stop, &counts))
-        };
+        let loader = scope.spawn(move || {
+            load.run(|n| {
+                Req::get("/")
+                    .header("host", "soak")
+                    .header("x-api-key", client_key(n))
+            })
+        });
         let (admin, edits, stop) = (&admin, &edits, &stop);
         scope.spawn(move || {
             let mut i = 0usize;
             let mut next = Instant::now() + EDIT_EVERY;
-            while next < deadline && !stop.load(Ordering::Relaxed) {
+            while next < deadline && !stop.is_stopped() {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 i += 1;
                 let body = rule(BURSTS[i % BURSTS.len()]).to_string();
@@ -425,28 +366,17 @@ pub fn run(
                 .and_then(|()| take(&envoy, began.elapsed().as_secs_f64()));
             match sample {
                 Ok(s) => {
-                    note(format!(
-                        "soak {:>5.0} s: Envoy RSS {:.1} MiB, sluice serve RSS {:.1} MiB, \
-                         {} sent ({} allowed, {} denied), {} 5xx, {} transport errors, \
-                         edits {} ok / {} failed, fail-open {}, control errors {}",
-                        s.seconds,
-                        s.envoy_rss as f64 / MIB,
-                        s.serve_rss as f64 / MIB,
-                        s.load.sent,
-                        s.load.allowed,
-                        s.load.denied,
-                        s.load.server_errors,
-                        s.load.transport_errors,
-                        s.edits_ok,
-                        s.edits_failed,
-                        s.fail_open,
-                        s.control_errors
-                    ));
+                    let line: Vec<String> = s
+                        .columns()
+                        .iter()
+                        .map(|(h, v)| format!("{h} {v}"))
+                        .collect();
+                    note(format!("soak: {}", line.join(", ")));
                     samples.push(s);
                 }
                 Err(err) => {
                     failure = Some(err);
-                    stop.store(true, Ordering::Relaxed);
+                    stop.stop();
                     break;
                 }
             }
@@ -458,11 +388,11 @@ pub fn run(
         return Err(err.context("the soak stopped early"));
     }
     match loader_result {
-        Ok(result) => result?,
+        Ok(result) => drop(result?),
         Err(_) => bail!("the soak's loader panicked"),
     }
     let load_ended = Instant::now();
-    let loaded = counts.snapshot();
+    let loaded = LoadSnapshot::of(&live);
 
     // The end: the workers hand their last decisions to Envoy's counters (and the report
     // queue) within a second, the control service posts them within one report interval.
@@ -657,30 +587,16 @@ pub fn run(
         drain.api.0,
         drain.api.1
     );
+    let headings = Sample::default().columns().map(|(heading, _)| heading);
     let _ = writeln!(
         md,
-        "## Samples\n\n| s | Envoy RSS MiB | `sluice serve` RSS MiB | sent | allowed | denied | \
-         5xx | transport errors | edits ok | edits failed | fail-open | control errors | \
-         other failure counters |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "## Samples\n\n| {} |\n|{}",
+        headings.join(" | "),
+        "---|".repeat(headings.len())
     );
     for s in &samples {
-        let _ = writeln!(
-            md,
-            "| {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.seconds,
-            s.envoy_rss as f64 / MIB,
-            s.serve_rss as f64 / MIB,
-            s.load.sent,
-            s.load.allowed,
-            s.load.denied,
-            s.load.server_errors,
-            s.load.transport_errors,
-            s.edits_ok,
-            s.edits_failed,
-            s.fail_open,
-            s.control_errors,
-            s.other_failures
-        );
+        let values = s.columns().map(|(_, value)| value);
+        let _ = writeln!(md, "| {} |", values.join(" | "));
     }
     let _ = writeln!(
         md,

@@ -4,6 +4,9 @@
 //! * [`cmd`] and [`apt`]: running commands with their command line shown, installing
 //!   Debian packages.
 //! * [`http`]: one blocking HTTP/1.1 exchange on loopback.
+//! * [`load`]: the load generator of the tests, the benchmark and the demo.
+//! * [`background`]: a runtime on a thread of its own, for servers and clients started
+//!   from blocking code.
 //! * [`envoy`]: an Envoy process started from a bootstrap, its admin interface and stats.
 //! * [`upstream`]: the echo server behind Envoy.
 //! * [`serve`]: `sluice serve` as a child process.
@@ -20,10 +23,12 @@
 //! on a fresh machine, and it depends on this crate.
 
 pub mod apt;
+pub mod background;
 pub mod bench_args;
 pub mod cmd;
 pub mod envoy;
 pub mod http;
+pub mod load;
 mod postgres;
 mod redis;
 pub mod serve;

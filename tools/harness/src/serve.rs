@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 use sluice_core::listening::Listening;
 
+use crate::cmd;
 use crate::http::http_request;
 
 /// The bootstrap admin token every server started here begins with.
@@ -153,6 +154,27 @@ impl AdminApi {
             .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
             .sum())
     }
+}
+
+/// `sluice token create --role ROLE --name NAME` on `database`, offline, as an operator
+/// bootstraps one: the secret it prints.
+pub fn create_token(sluice: &Path, database: &str, role: &str, name: &str) -> Result<String> {
+    let printed = cmd::output(Command::new(sluice).args([
+        "token",
+        "create",
+        "--role",
+        role,
+        "--name",
+        name,
+        "--database",
+        database,
+    ]))
+    .with_context(|| format!("creating the {role} token {name}"))?;
+    let secret = printed.trim();
+    if !secret.starts_with("slc_") {
+        bail!("`sluice token create` printed {secret:?}");
+    }
+    Ok(secret.to_string())
 }
 
 impl Drop for AdminApi {

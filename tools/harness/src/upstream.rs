@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use http_body_util::Full;
@@ -16,21 +16,22 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value};
-use tokio::sync::oneshot;
+
+use crate::background::Background;
 
 /// Answers every request with 200 and a JSON body describing the request as it arrived:
 /// `{"method": "GET", "path": "/a?b=c", "headers": {"x-api-key": "k", ...}}` (header names
 /// lowercased; repeated headers joined with ", "). Lets a test, or a person trying the
 /// demo, see what got past Envoy and what the filter added or removed on the way.
 ///
-/// It runs on its own thread and runtime, so it works the same under `#[test]`,
-/// `#[tokio::test]` and in a tokio program, and stops when dropped.
+/// It runs on its own thread and runtime ([`Background`]), so it works the same under
+/// `#[test]`, `#[tokio::test]` and in a tokio program, and stops when dropped (its open
+/// connections with it).
 #[derive(Debug)]
 pub struct EchoUpstream {
     addr: SocketAddr,
     requests: Arc<AtomicU64>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _background: Background,
 }
 
 impl EchoUpstream {
@@ -49,22 +50,19 @@ impl EchoUpstream {
         let addr = listener
             .local_addr()
             .context("the echo upstream's address")?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the echo upstream's runtime")?;
+        let background = Background::start(&format!("echo-upstream-{}", addr.port()))?;
         let requests = Arc::new(AtomicU64::new(0));
-        let (shutdown, stop) = oneshot::channel();
-        let counter = Arc::clone(&requests);
-        let thread = std::thread::Builder::new()
-            .name(format!("echo-upstream-{}", addr.port()))
-            .spawn(move || serve(&runtime, listener, counter, stop))
-            .context("starting the echo upstream's thread")?;
+        let listener = background
+            .block_on(
+                async move { tokio::net::TcpListener::from_std(listener) },
+                Duration::from_secs(10),
+            )?
+            .context("the echo upstream's listener")?;
+        background.spawn(serve(listener, Arc::clone(&requests)));
         Ok(EchoUpstream {
             addr,
             requests,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
+            _background: background,
         })
     }
 
@@ -78,51 +76,26 @@ impl EchoUpstream {
     }
 }
 
-impl Drop for EchoUpstream {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn serve(
-    runtime: &tokio::runtime::Runtime,
-    listener: TcpListener,
-    requests: Arc<AtomicU64>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    runtime.block_on(async move {
-        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-            return;
+async fn serve(listener: tokio::net::TcpListener, requests: Arc<AtomicU64>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors and the like: keep serving the open connections.
+            Err(_) => continue,
         };
-        loop {
-            let stream = tokio::select! {
-                _ = &mut stop => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    // Out of file descriptors and the like: keep serving the open connections.
-                    Err(_) => continue,
-                },
-            };
-            let _ = stream.set_nodelay(true);
-            let requests = Arc::clone(&requests);
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<Incoming>| {
-                    requests.fetch_add(1, Ordering::Relaxed);
-                    async move { Ok::<_, Infallible>(echo_response(&request)) }
-                });
-                // Envoy closing a pooled connection is routine, not an error worth reporting.
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+        let _ = stream.set_nodelay(true);
+        let requests = Arc::clone(&requests);
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                requests.fetch_add(1, Ordering::Relaxed);
+                async move { Ok::<_, Infallible>(echo_response(&request)) }
             });
-        }
-    });
-    // Dropping the runtime (with the caller's) cancels the open connections' tasks.
+            // Envoy closing a pooled connection is routine, not an error worth reporting.
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 fn echo_response<B>(request: &Request<B>) -> Response<Full<Bytes>> {

@@ -20,7 +20,7 @@
 //! `/etc/passwd` and `/etc/group` entries of the non-root account it runs as, a data folder
 //! that account owns (the SQLite file goes there) and a `/tmp`, on no base image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, UNIX_EPOCH};
@@ -153,6 +153,11 @@ impl Provenance {
     }
 }
 
+/// An image's annotations as its configuration's labels (the same key/value pairs).
+fn as_labels(annotations: &BTreeMap<String, String>) -> HashMap<String, String> {
+    annotations.clone().into_iter().collect()
+}
+
 /// Finishes an image configuration of one layer whose uncompressed digest is `diff_id`,
 /// created when the provenance says; `what` names the image in errors.
 fn with_layer(
@@ -201,12 +206,7 @@ pub fn filter_compat(wasm: &[u8], provenance: &Provenance) -> Result<Image> {
         .os(Os::Other("wasi".to_owned()))
         .config(
             ConfigBuilder::default()
-                .labels(
-                    labels
-                        .clone()
-                        .into_iter()
-                        .collect::<std::collections::HashMap<_, _>>(),
-                )
+                .labels(as_labels(&labels))
                 .build()
                 .context("building the filter image's configuration")?,
         );
@@ -307,12 +307,7 @@ pub fn server(binary: &[u8], provenance: &Provenance) -> Result<Image> {
                 .volumes(vec![SERVER_DATA_DIR.to_owned()])
                 .working_dir(SERVER_DATA_DIR)
                 .stop_signal("SIGTERM")
-                .labels(
-                    labels
-                        .clone()
-                        .into_iter()
-                        .collect::<std::collections::HashMap<_, _>>(),
-                )
+                .labels(as_labels(&labels))
                 .build()
                 .context("building the server image's configuration")?,
         );

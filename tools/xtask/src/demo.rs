@@ -8,13 +8,13 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use sluice_harness::cmd::{self, note, step};
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
+use sluice_harness::serve;
 use sluice_harness::upstream::EchoUpstream;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -168,22 +168,6 @@ fn check_ports(args: &DemoArgs, upstream_addr: SocketAddr) -> Result<TcpListener
     Ok(upstream)
 }
 
-/// `sluice token create --role ROLE --name NAME`: the secret it prints.
-fn create_token(setup: &Setup, role: &str, name: &str) -> Result<String> {
-    let out = cmd::output(Command::new(&setup.sluice).args([
-        "token",
-        "create",
-        "--role",
-        role,
-        "--name",
-        name,
-        "--database",
-        &setup.database,
-    ]))
-    .with_context(|| format!("creating the {role} token"))?;
-    Ok(out.trim().to_string())
-}
-
 /// One of the demo's Envoys.
 #[derive(Debug, Clone, Copy)]
 struct Edge {
@@ -317,9 +301,10 @@ async fn run(
     let edges = edges(args);
     let proxy_tokens = edges
         .iter()
-        .map(|edge| create_token(setup, "proxy", edge.proxy_id))
+        .map(|edge| serve::create_token(&setup.sluice, &setup.database, "proxy", edge.proxy_id))
         .collect::<Result<Vec<_>>>()?;
-    let viewer_token = create_token(setup, "viewer", "demo-viewer")?;
+    let viewer_token =
+        serve::create_token(&setup.sluice, &setup.database, "viewer", "demo-viewer")?;
 
     step("applying examples/rules.yaml through the API (sluice rules apply)");
     let rules = cmd::project_root().join("examples").join("rules.yaml");
@@ -363,8 +348,8 @@ async fn run(
         }
     };
 
-    let load_until = tokio::time::Instant::now() + Duration::from_secs(args.load_minutes * 60);
-    let mut load = tokio::spawn(demo_load::run(args.listen, load_until));
+    let load_for = Duration::from_secs(args.load_minutes * 60);
+    let mut load = tokio::spawn(demo_load::run(args.listen, load_for));
     let mut load_running = args.load_minutes > 0;
     if load_running {
         step(format!(
@@ -403,11 +388,11 @@ async fn run(
             counts = &mut load, if load_running => {
                 load_running = false;
                 if let Ok(counts) = counts {
+                    let (allowed, throttled) = (counts.admitted(), counts.get(429));
                     note(format!(
-                        "demo traffic finished: {} allowed, {} throttled, {} other; the demo keeps running until Ctrl-C",
-                        counts.ok.load(Ordering::Relaxed),
-                        counts.throttled.load(Ordering::Relaxed),
-                        counts.other.load(Ordering::Relaxed)
+                        "demo traffic finished: {allowed} allowed, {throttled} throttled, {} other, {} without an answer; the demo keeps running until Ctrl-C",
+                        counts.responses() - allowed - throttled,
+                        counts.errors
                     ));
                 }
             }

@@ -1,18 +1,15 @@
-//! The demo's load generator: a few clients sending steady, bursty and over-the-limit
-//! traffic through Envoy, so the dashboard has something to show. Loopback only, bounded
-//! in time, and quiet: it counts answers and reports them when it stops.
+//! The demo's traffic: a few clients sending steady, bursty and over-the-limit traffic
+//! through Envoy, so the dashboard has something to show. Each client is one paced
+//! connection of the harness's load generator. Loopback only, bounded in time, and quiet:
+//! it counts answers and reports them when it stops.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use http_body_util::Empty;
-use hyper::Request;
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use tokio::time::Instant;
+use sluice_harness::load::{Load, Req, Tally};
+
+/// An answer slower than this counts as none.
+const ANSWER_LIMIT: Duration = Duration::from_secs(5);
 
 /// One simulated client.
 #[derive(Debug, Clone, Copy)]
@@ -68,49 +65,33 @@ const PROFILES: &[Profile] = &[
     },
 ];
 
-/// Answers by class.
-#[derive(Debug, Default)]
-pub struct Counts {
-    pub ok: AtomicU64,
-    pub throttled: AtomicU64,
-    pub other: AtomicU64,
+impl Profile {
+    fn request(&self) -> Req {
+        let request = Req::get(self.path);
+        match self.key {
+            Some(key) => request.header("x-api-key", key),
+            None => request,
+        }
+    }
 }
 
-/// Sends the demo traffic to `target` until `until`; returns what came back.
-pub async fn run(target: SocketAddr, until: Instant) -> Arc<Counts> {
-    let counts = Arc::new(Counts::default());
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut tasks = Vec::new();
-    for profile in PROFILES.iter().copied() {
-        let client = client.clone();
-        let counts = Arc::clone(&counts);
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(profile.every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while Instant::now() < until {
-                tick.tick().await;
-                for _ in 0..profile.batch {
-                    let mut request = Request::get(format!("http://{target}{}", profile.path));
-                    if let Some(key) = profile.key {
-                        request = request.header("x-api-key", key);
-                    }
-                    let Ok(request) = request.body(Empty::new()) else {
-                        continue;
-                    };
-                    let answer =
-                        tokio::time::timeout(Duration::from_secs(5), client.request(request)).await;
-                    let counter = match answer {
-                        Ok(Ok(r)) if r.status().is_success() => &counts.ok,
-                        Ok(Ok(r)) if r.status().as_u16() == 429 => &counts.throttled,
-                        _ => &counts.other,
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }));
+/// Sends the demo traffic to `target` for `duration`; returns what came back.
+pub async fn run(target: SocketAddr, duration: Duration) -> Tally {
+    let clients: Vec<_> = PROFILES
+        .iter()
+        .map(|&profile| {
+            let load = Load::new([(target, 1)])
+                .paced(profile.every, profile.batch)
+                .for_duration(duration)
+                .answer_limit(ANSWER_LIMIT);
+            tokio::spawn(load.drive(move |_| profile.request()))
+        })
+        .collect();
+    let mut answers = Tally::default();
+    for client in clients {
+        if let Ok((outcome, _)) = client.await {
+            answers.merge(&outcome.total);
+        }
     }
-    for task in tasks {
-        let _ = task.await;
-    }
-    counts
+    answers
 }

@@ -14,11 +14,13 @@ use serde_json::Value;
 use sluice_core::validation::{FieldError, ValidationErrors};
 use utoipa::IntoParams;
 
-use super::error::Input;
-use super::{ApiError, MAX_BODY_BYTES};
+use super::error::{ApiError, Input};
 use crate::rules_file;
 use crate::rules_file::strict_json::Strict;
 use crate::store::IfMatch;
+
+/// Largest request body accepted (413 beyond it). A full ruleset of 1,000 rules fits.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// A JSON request body. Shape errors (unknown keys, wrong types, missing fields) name
 /// their path, e.g. `limits[0].brust`, like validation errors do.

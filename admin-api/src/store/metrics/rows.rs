@@ -70,56 +70,41 @@ impl Counts {
         *self == Counts::default()
     }
 
-    /// The counts in the order of [`COUNT_COLUMNS`].
-    fn to_array(self) -> [u64; 6] {
-        [
-            self.allowed,
-            self.denied,
-            self.shadow_denied,
-            self.near_limit,
-            self.fail_open,
-            self.key_missing,
-        ]
-    }
-
-    fn from_array(
-        [
-            allowed,
-            denied,
-            shadow_denied,
-            near_limit,
-            fail_open,
-            key_missing,
-        ]: [u64; 6],
-    ) -> Counts {
-        Counts {
-            allowed,
-            denied,
-            shadow_denied,
-            near_limit,
-            fail_open,
-            key_missing,
-        }
-    }
-
     /// `f` of each count of `self` and the same count of `other`.
     fn each(&self, other: &Counts, f: impl Fn(u64, u64) -> u64) -> Counts {
-        let (a, b) = (self.to_array(), other.to_array());
-        Counts::from_array(std::array::from_fn(|i| f(a[i], b[i])))
+        Counts {
+            allowed: f(self.allowed, other.allowed),
+            denied: f(self.denied, other.denied),
+            shadow_denied: f(self.shadow_denied, other.shadow_denied),
+            near_limit: f(self.near_limit, other.near_limit),
+            fail_open: f(self.fail_open, other.fail_open),
+            key_missing: f(self.key_missing, other.key_missing),
+        }
     }
 
     /// The values of [`COUNT_COLUMNS`], as stored.
     pub(super) fn values(&self) -> [i64; 6] {
-        self.to_array().map(to_i64)
+        [
+            to_i64(self.allowed),
+            to_i64(self.denied),
+            to_i64(self.shadow_denied),
+            to_i64(self.near_limit),
+            to_i64(self.fail_open),
+            to_i64(self.key_missing),
+        ]
     }
 
     /// Reads [`COUNT_COLUMNS`] from a row.
     pub(super) fn from_row(row: &AnyRow) -> Result<Counts, sqlx::Error> {
-        let mut counts = [0; 6];
-        for (count, column) in counts.iter_mut().zip(COUNT_COLUMNS) {
-            *count = to_u64(row.try_get(column)?);
-        }
-        Ok(Counts::from_array(counts))
+        let count = |column| row.try_get(column).map(to_u64);
+        Ok(Counts {
+            allowed: count("allowed")?,
+            denied: count("denied")?,
+            shadow_denied: count("shadow_denied")?,
+            near_limit: count("near_limit")?,
+            fail_open: count("fail_open")?,
+            key_missing: count("key_missing")?,
+        })
     }
 }
 
@@ -207,14 +192,29 @@ pub(super) trait AdditiveRow {
     const TABLE: &'static str;
     /// The key columns, in the order [`AdditiveRow::bind`] binds them.
     const KEY: &'static [&'static str];
-    /// The counter columns, bound after the key, each added to the stored value.
-    const COUNTERS: &'static [&'static str];
+    /// The counter columns, bound after the key, each added to the stored value: a rule's
+    /// outcome counts unless the table keeps others.
+    const COUNTERS: &'static [&'static str] = &COUNT_COLUMNS;
 
     /// Binds this row's key, then its counters.
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q>;
 }
 
-fn bind_counts<'q>(mut query: AnyQuery<'q>, counts: &Counts) -> AnyQuery<'q> {
+/// Binds a row of counts of one rule in one bucket, per proxy (`proxy_id` second) or
+/// summed over proxies: its key, then its counts.
+fn bind_counts_row<'q>(
+    query: AnyQuery<'q>,
+    bucket: (Resolution, i64),
+    proxy: Option<&'q str>,
+    rule: &'q str,
+    counts: &Counts,
+) -> AnyQuery<'q> {
+    let (resolution, bucket_ms) = bucket;
+    let mut query = query.bind(resolution.seconds());
+    if let Some(proxy) = proxy {
+        query = query.bind(proxy);
+    }
+    query = query.bind(bucket_ms).bind(rule);
     for v in counts.values() {
         query = query.bind(v);
     }
@@ -224,29 +224,20 @@ fn bind_counts<'q>(mut query: AnyQuery<'q>, counts: &Counts) -> AnyQuery<'q> {
 impl AdditiveRow for RuleBucket {
     const TABLE: &'static str = "metric_rule_buckets";
     const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id"];
-    const COUNTERS: &'static [&'static str] = &COUNT_COLUMNS;
 
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
-        let query = query
-            .bind(self.resolution.seconds())
-            .bind(self.bucket_ms)
-            .bind(&self.rule);
-        bind_counts(query, &self.counts)
+        let bucket = (self.resolution, self.bucket_ms);
+        bind_counts_row(query, bucket, None, &self.rule, &self.counts)
     }
 }
 
 impl AdditiveRow for ProxyBucket {
     const TABLE: &'static str = "metric_proxy_buckets";
     const KEY: &'static [&'static str] = &["resolution", "proxy_id", "bucket_ms", "rule_id"];
-    const COUNTERS: &'static [&'static str] = &COUNT_COLUMNS;
 
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
-        let query = query
-            .bind(self.resolution.seconds())
-            .bind(&self.proxy)
-            .bind(self.bucket_ms)
-            .bind(&self.rule);
-        bind_counts(query, &self.counts)
+        let bucket = (self.resolution, self.bucket_ms);
+        bind_counts_row(query, bucket, Some(&self.proxy), &self.rule, &self.counts)
     }
 }
 

@@ -189,31 +189,31 @@ mod tests {
     /// The SQL the three tables were written with before they shared one upsert.
     #[test]
     fn every_metrics_table_adds_to_its_stored_row() {
-        assert_eq!(
-            upsert_sql::<RuleBucket>(Backend::Postgres, 1),
-            "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, allowed, denied, \
-             shadow_denied, near_limit, fail_open, key_missing) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET \
-             allowed = metric_rule_buckets.allowed + excluded.allowed, \
+        let rule_sets = "allowed = metric_rule_buckets.allowed + excluded.allowed, \
              denied = metric_rule_buckets.denied + excluded.denied, \
              shadow_denied = metric_rule_buckets.shadow_denied + excluded.shadow_denied, \
              near_limit = metric_rule_buckets.near_limit + excluded.near_limit, \
              fail_open = metric_rule_buckets.fail_open + excluded.fail_open, \
-             key_missing = metric_rule_buckets.key_missing + excluded.key_missing"
+             key_missing = metric_rule_buckets.key_missing + excluded.key_missing";
+        assert_eq!(
+            upsert_sql::<RuleBucket>(Backend::Postgres, 1),
+            format!(
+                "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, allowed, denied, \
+                 shadow_denied, near_limit, fail_open, key_missing) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET {rule_sets}"
+            )
         );
+        // The per-proxy table adds the same six counts to its own row.
+        let proxy_sets = rule_sets.replace("metric_rule_buckets", "metric_proxy_buckets");
         assert_eq!(
             upsert_sql::<ProxyBucket>(Backend::Sqlite, 1),
-            "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, allowed, \
-             denied, shadow_denied, near_limit, fail_open, key_missing) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET \
-             allowed = metric_proxy_buckets.allowed + excluded.allowed, \
-             denied = metric_proxy_buckets.denied + excluded.denied, \
-             shadow_denied = metric_proxy_buckets.shadow_denied + excluded.shadow_denied, \
-             near_limit = metric_proxy_buckets.near_limit + excluded.near_limit, \
-             fail_open = metric_proxy_buckets.fail_open + excluded.fail_open, \
-             key_missing = metric_proxy_buckets.key_missing + excluded.key_missing"
+            format!(
+                "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, allowed, \
+                 denied, shadow_denied, near_limit, fail_open, key_missing) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET {proxy_sets}"
+            )
         );
         assert_eq!(
             upsert_sql::<ClientBucket>(Backend::Postgres, 2),

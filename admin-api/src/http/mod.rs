@@ -49,7 +49,7 @@ use axum::routing::get;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use body::MAX_BODY_BYTES;
+pub use body::{MAX_BODY_BYTES, header_items};
 pub use error::ApiError;
 use operations::{healthz, observe, readyz};
 pub use state::{AppState, CONNECTED_WITHIN_MS, VERSION_FOLLOW_INTERVAL};

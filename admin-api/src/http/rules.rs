@@ -20,7 +20,9 @@ use utoipa::IntoParams;
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{self, IfMatchHeader, JsonBody, Params, PathParam, if_match, merge_patch};
+use super::body::{
+    self, IfMatchHeader, JsonBody, Params, PathParam, if_match, merge_patch, page_limit,
+};
 use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
 use crate::rules_file::{self, RulesFileError, RulesFormat};
@@ -28,10 +30,6 @@ use crate::store::{
     Action, Edited, RuleFilter, RuleRecord, StoreError, Working, canonical, now_ms, rfc3339,
     rule_id,
 };
-
-/// Page size when none is asked for, and the largest allowed.
-const DEFAULT_LIMIT: u32 = 100;
-const MAX_LIMIT: u32 = 1000;
 
 /// A stored rule as the API shows it.
 pub fn rule_view(record: &RuleRecord) -> RuleView {
@@ -151,12 +149,7 @@ pub async fn list_rules(
     _auth: Auth<Read>,
     Params(query): Params<ListQuery>,
 ) -> Result<Json<RuleList>, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::BadRequest(format!(
-            "limit must be between 1 and {MAX_LIMIT}"
-        )));
-    }
+    let limit = page_limit(query.limit)?;
     let filter = RuleFilter {
         name: query.name,
         enabled: query.enabled,

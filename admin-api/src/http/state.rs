@@ -185,7 +185,13 @@ impl AppState {
         }
     }
 
-    pub(super) fn polling_now(&self, proxy: &str) -> bool {
+    /// Whether a proxy last seen at `last_seen` (Unix ms) counts as connected at `now`:
+    /// polling now, or seen within [`CONNECTED_WITHIN_MS`].
+    pub(super) fn connected(&self, proxy: &str, last_seen: i64, now: i64) -> bool {
+        self.polling_now(proxy) || now - last_seen <= CONNECTED_WITHIN_MS
+    }
+
+    fn polling_now(&self, proxy: &str) -> bool {
         self.inner
             .polling
             .lock()

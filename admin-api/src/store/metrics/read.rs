@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::buckets::{Resolution, Span};
+use super::buckets::Span;
 use super::params::{Params, ROWS_PER_STATEMENT};
 use super::rows::{
     AdditiveRow, COUNT_COLUMNS, ClientBucket, ClientTotal, Counts, ProxyBucket, RuleBucket,
@@ -19,12 +19,13 @@ use crate::store::{AnyQuery, Store, StoreError, to_u64};
 /// The condition of a read of one resolution's buckets starting in `[$2, $3)`.
 const IN_RANGE: &str = "resolution = $1 AND bucket_ms >= $2 AND bucket_ms < $3";
 
-/// `sql`, whose condition starts with [`IN_RANGE`], with those three parameters bound.
-fn in_range(sql: &str, resolution: Resolution, from_ms: i64, to_ms: i64) -> AnyQuery<'_> {
+/// `sql`, whose condition starts with [`IN_RANGE`], with those three parameters bound to
+/// `span`.
+fn in_range(sql: &str, span: Span) -> AnyQuery<'_> {
     sqlx::query(sql)
-        .bind(resolution.seconds())
-        .bind(from_ms)
-        .bind(to_ms)
+        .bind(span.resolution.seconds())
+        .bind(span.from_ms)
+        .bind(span.to_ms)
 }
 
 /// Clients' throttled totals per rule over `pieces` (a `UNION ALL` of client rows), then
@@ -37,13 +38,11 @@ fn client_sums(pieces: &str, rest: &str) -> String {
 }
 
 impl Store {
-    /// Per-bucket sums over `[from_ms, to_ms)` (bucket starts), for one rule or all, over
-    /// all proxies or one. Buckets without rows are absent.
+    /// Per-bucket sums over `span`, for one rule or all, over all proxies or one.
+    /// Buckets without rows are absent.
     pub async fn metric_series(
         &self,
-        resolution: Resolution,
-        from_ms: i64,
-        to_ms: i64,
+        span: Span,
         rule: Option<&str>,
         proxy: Option<&str>,
     ) -> Result<Vec<(i64, Counts)>, StoreError> {
@@ -65,7 +64,7 @@ impl Store {
             sql.push_str(&format!(" AND proxy_id = ${next}"));
         }
         sql.push_str(" GROUP BY bucket_ms ORDER BY bucket_ms");
-        let mut query = in_range(&sql, resolution, from_ms, to_ms);
+        let mut query = in_range(&sql, span);
         if let Some(rule) = rule {
             query = query.bind(rule);
         }
@@ -78,25 +77,18 @@ impl Store {
             .collect()
     }
 
-    /// Every (bucket, rule) row over `[from_ms, to_ms)`, summed over proxies.
-    pub async fn metric_rule_buckets(
-        &self,
-        resolution: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<RuleBucket>, StoreError> {
+    /// Every (bucket, rule) row over `span`, summed over proxies.
+    pub async fn metric_rule_buckets(&self, span: Span) -> Result<Vec<RuleBucket>, StoreError> {
         let sql = format!(
             "SELECT bucket_ms, rule_id, {} FROM {} WHERE {IN_RANGE}",
             COUNT_COLUMNS.join(", "),
             RuleBucket::TABLE,
         );
-        let rows = in_range(&sql, resolution, from_ms, to_ms)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = in_range(&sql, span).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| {
                 Ok(RuleBucket {
-                    resolution,
+                    resolution: span.resolution,
                     bucket_ms: row.try_get("bucket_ms")?,
                     rule: row.try_get("rule_id")?,
                     counts: Counts::from_row(row)?,
@@ -159,12 +151,10 @@ impl Store {
         Ok(out)
     }
 
-    /// One client's throttled counts per rule and bucket over `[from_ms, to_ms)`.
+    /// One client's throttled counts per rule and bucket over `span`.
     pub async fn metric_client_series(
         &self,
-        resolution: Resolution,
-        from_ms: i64,
-        to_ms: i64,
+        span: Span,
         client: &str,
     ) -> Result<Vec<ClientBucket>, StoreError> {
         let sql = format!(
@@ -172,7 +162,7 @@ impl Store {
              WHERE {IN_RANGE} AND client = $4",
             ClientBucket::TABLE,
         );
-        let rows = in_range(&sql, resolution, from_ms, to_ms)
+        let rows = in_range(&sql, span)
             .bind(client)
             .fetch_all(&self.pool)
             .await?;
@@ -180,7 +170,7 @@ impl Store {
             .map(|row| {
                 let total = client_total(row)?;
                 Ok(ClientBucket {
-                    resolution,
+                    resolution: span.resolution,
                     bucket_ms: row.try_get("bucket_ms")?,
                     rule: total.rule,
                     client: total.client,

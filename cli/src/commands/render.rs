@@ -121,6 +121,21 @@ impl FollowArgs {
     }
 }
 
+/// What every render of the filter takes last: its plugin configuration, how it follows
+/// the admin API, and where the YAML goes.
+#[derive(Debug, clap::Args)]
+struct PluginArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
+
+    #[command(flatten)]
+    follow: FollowArgs,
+
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
 /// The admin API as a Service of the cluster.
 #[derive(Debug, clap::Args)]
 struct ServiceArgs {
@@ -210,14 +225,7 @@ pub struct IstioArgs {
     service: ServiceArgs,
 
     #[command(flatten)]
-    filter: FilterArgs,
-
-    #[command(flatten)]
-    follow: FollowArgs,
-
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<PathBuf>,
+    plugin: PluginArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -267,14 +275,7 @@ pub struct EnvoyGatewayArgs {
     service: ServiceArgs,
 
     #[command(flatten)]
-    filter: FilterArgs,
-
-    #[command(flatten)]
-    follow: FollowArgs,
-
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<PathBuf>,
+    plugin: PluginArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -298,14 +299,7 @@ pub struct EnvoyArgs {
     insecure: bool,
 
     #[command(flatten)]
-    filter: FilterArgs,
-
-    #[command(flatten)]
-    follow: FollowArgs,
-
-    /// Write to this file instead of standard output.
-    #[arg(long, short, value_name = "FILE")]
-    output: Option<PathBuf>,
+    plugin: PluginArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -415,8 +409,8 @@ fn istio(args: &IstioArgs) -> Result<(), Failure> {
     options.phase = args.phase;
     options.selector = args.selector.clone();
     options.target_refs = args.target_ref.clone();
-    options.filter = args.filter.spec()?;
-    options.follow = args.follow.follow()?;
+    options.filter = args.plugin.filter.spec()?;
+    options.follow = args.plugin.follow.follow()?;
     options.admin = match &args.admin_url {
         Some(url) => IstioAdmin::External {
             url: url.clone(),
@@ -427,7 +421,7 @@ fn istio(args: &IstioArgs) -> Result<(), Failure> {
     let yaml = render::istio(&options)
         .and_then(|r| r.to_yaml())
         .map_err(bad)?;
-    write_output(args.output.as_deref(), &yaml)
+    write_output(args.plugin.output.as_deref(), &yaml)
 }
 
 fn envoy_gateway(args: &EnvoyGatewayArgs) -> Result<(), Failure> {
@@ -438,8 +432,8 @@ fn envoy_gateway(args: &EnvoyGatewayArgs) -> Result<(), Failure> {
     }
     options.sha256 = args.sha256.clone();
     options.target_refs = args.target_ref.clone();
-    options.filter = args.filter.spec()?;
-    options.follow = args.follow.follow()?;
+    options.filter = args.plugin.filter.spec()?;
+    options.follow = args.plugin.follow.follow()?;
     let url = args
         .admin_url
         .clone()
@@ -451,7 +445,7 @@ fn envoy_gateway(args: &EnvoyGatewayArgs) -> Result<(), Failure> {
     let yaml = render::envoy_gateway(&options)
         .and_then(|r| r.to_yaml())
         .map_err(bad)?;
-    write_output(args.output.as_deref(), &yaml)
+    write_output(args.plugin.output.as_deref(), &yaml)
 }
 
 fn envoy(args: &EnvoyArgs) -> Result<(), Failure> {
@@ -460,7 +454,7 @@ fn envoy(args: &EnvoyArgs) -> Result<(), Failure> {
     let admin = match &args.admin_url {
         None => None,
         Some(url) => {
-            let follow = args.follow.follow()?;
+            let follow = args.plugin.follow.follow()?;
             let token = match &follow.token {
                 ProxyToken::Given(token) => token.clone(),
                 ProxyToken::Placeholder => render::TOKEN_PLACEHOLDER.to_string(),
@@ -475,14 +469,14 @@ fn envoy(args: &EnvoyArgs) -> Result<(), Failure> {
     };
     let options = EnvoyOptions {
         filter_wasm,
-        filter: args.filter.spec()?,
+        filter: args.plugin.filter.spec()?,
         admin,
     };
     let yaml = render::envoy(&options)
         .map_err(bad)?
         .to_yaml()
         .map_err(|e| Failure::Other(e.into()))?;
-    write_output(args.output.as_deref(), &yaml)
+    write_output(args.plugin.output.as_deref(), &yaml)
 }
 
 fn kubernetes(args: &KubernetesArgs) -> Result<(), Failure> {

@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::Embed;
 
-use crate::http::no_such_endpoint;
+use crate::http::{header_items, no_such_endpoint};
 
 #[derive(Embed)]
 #[folder = "../dashboard/dist/"]
@@ -146,25 +146,16 @@ fn security_headers(h: &mut HeaderMap, html: bool) {
 }
 
 fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|coding| {
-            let mut parts = coding.split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let refused = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
-            name.eq_ignore_ascii_case("gzip") && !refused
-        })
+    header_items(headers, header::ACCEPT_ENCODING, ',').any(|coding| {
+        let mut parts = coding.split(';');
+        let name = parts.next().unwrap_or("").trim();
+        let refused = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
+        name.eq_ignore_ascii_case("gzip") && !refused
+    })
 }
 
 fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+    header_items(headers, header::IF_NONE_MATCH, ',')
         .map(|t| t.trim().trim_start_matches("W/"))
         .any(|t| t == etag || t == "*")
 }
@@ -215,29 +206,24 @@ mod tests {
         assert_eq!(content_type("x"), "application/octet-stream");
     }
 
+    /// Headers holding one value.
+    fn one(name: header::HeaderName, value: &'static str) -> HeaderMap {
+        HeaderMap::from_iter([(name, HeaderValue::from_static(value))])
+    }
+
     #[test]
     fn gzip_is_used_unless_refused() {
-        let mut h = HeaderMap::new();
-        h.insert(
+        assert!(accepts_gzip(&one(
             header::ACCEPT_ENCODING,
-            HeaderValue::from_static("gzip, deflate, br"),
-        );
-        assert!(accepts_gzip(&h));
-        h.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("br, gzip;q=0"),
-        );
-        assert!(!accepts_gzip(&h));
+            "gzip, deflate, br"
+        )));
+        assert!(!accepts_gzip(&one(header::ACCEPT_ENCODING, "br, gzip;q=0")));
         assert!(!accepts_gzip(&HeaderMap::new()));
     }
 
     #[test]
     fn etags_match_with_or_without_weakness_and_in_lists() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::IF_NONE_MATCH,
-            HeaderValue::from_static("\"a\", W/\"b\""),
-        );
+        let h = one(header::IF_NONE_MATCH, "\"a\", W/\"b\"");
         assert!(if_none_match(&h, "\"b\""));
         assert!(!if_none_match(&h, "\"c\""));
     }

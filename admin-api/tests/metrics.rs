@@ -1066,7 +1066,15 @@ async fn a_clean_stop_writes_every_accepted_report(db: TestDb) {
     api.server.stop().await.unwrap();
     let series = db
         .store
-        .metric_series(Resolution::Hour, t0, t0 + HOUR, None, None)
+        .metric_series(
+            Span {
+                resolution: Resolution::Hour,
+                from_ms: t0,
+                to_ms: t0 + HOUR,
+            },
+            None,
+            None,
+        )
         .await
         .unwrap();
     let denied: u64 = series.iter().map(|(_, c)| c.denied).sum();
@@ -1074,9 +1082,11 @@ async fn a_clean_stop_writes_every_accepted_report(db: TestDb) {
     let ten: u64 = db
         .store
         .metric_series(
-            Resolution::TenSeconds,
-            t0,
-            t0 + HOUR,
+            Span {
+                resolution: Resolution::TenSeconds,
+                from_ms: t0,
+                to_ms: t0 + HOUR,
+            },
             Some("api"),
             Some("envoy-3"),
         )

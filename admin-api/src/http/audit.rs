@@ -6,7 +6,7 @@ use sluice_api::{AuditEntryView, AuditList, AuditQuery};
 
 use super::AppState;
 use super::auth::{Auth, Read};
-use super::body::Params;
+use super::body::{Params, page_limit};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
 use crate::store::{AuditEntry, rfc3339};
@@ -35,12 +35,7 @@ pub async fn list_audit(
     _auth: Auth<Read>,
     Params(query): Params<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest(
-            "limit must be between 1 and 1000".to_string(),
-        ));
-    }
+    let limit = page_limit(query.limit)?;
     let entries = state
         .store()
         .list_audit(limit, query.before.map(|b| b.0))

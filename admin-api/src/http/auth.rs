@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, Method, header};
 
 use std::time::Instant;
 
-use super::body::Peer;
+use super::body::{Peer, header_items};
 use super::failed_auth::Credential;
 use super::{ApiError, AppState};
 use crate::store::{Actor, Role, StoreError, TokenInfo, now_ms};
@@ -42,6 +42,17 @@ pub enum Permission {
 }
 
 impl Permission {
+    /// Every permission, in declaration order.
+    #[cfg(test)]
+    const ALL: [Permission; 6] = [
+        Permission::Read,
+        Permission::WriteRules,
+        Permission::PollRuleset,
+        Permission::ManageTokens,
+        Permission::SendReports,
+        Permission::SyncQuota,
+    ];
+
     /// What the permission allows, for 403 messages.
     fn describe(self) -> &'static str {
         match self {
@@ -76,37 +87,22 @@ pub trait Need: Send + Sync {
     const PERMISSION: Permission;
 }
 
-#[derive(Debug)]
-pub struct Read;
-#[derive(Debug)]
-pub struct WriteRules;
-#[derive(Debug)]
-pub struct PollRuleset;
-#[derive(Debug)]
-pub struct ManageTokens;
-#[derive(Debug)]
-pub struct SendReports;
-#[derive(Debug)]
-pub struct SyncQuota;
+/// A type for each [`Permission`], named alike: `Auth<WriteRules>`.
+macro_rules! needs {
+    ($($permission:ident),*) => {
+        $(
+            #[doc = concat!("[`Permission::", stringify!($permission), "`] as a type.")]
+            #[derive(Debug)]
+            pub struct $permission;
 
-impl Need for Read {
-    const PERMISSION: Permission = Permission::Read;
+            impl Need for $permission {
+                const PERMISSION: Permission = Permission::$permission;
+            }
+        )*
+    };
 }
-impl Need for WriteRules {
-    const PERMISSION: Permission = Permission::WriteRules;
-}
-impl Need for PollRuleset {
-    const PERMISSION: Permission = Permission::PollRuleset;
-}
-impl Need for ManageTokens {
-    const PERMISSION: Permission = Permission::ManageTokens;
-}
-impl Need for SendReports {
-    const PERMISSION: Permission = Permission::SendReports;
-}
-impl Need for SyncQuota {
-    const PERMISSION: Permission = Permission::SyncQuota;
-}
+
+needs! { Read, WriteRules, PollRuleset, ManageTokens, SendReports, SyncQuota }
 
 /// An authenticated caller whose role has permission `N`.
 #[derive(Debug)]
@@ -150,11 +146,7 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
 
 /// The value of the session cookie, if the request carries one.
 pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
+    header_items(headers, header::COOKIE, ';')
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == SESSION_COOKIE)
         .map(|(_, value)| value.trim())
@@ -266,7 +258,6 @@ mod tests {
 
     #[test]
     fn the_role_matrix() {
-        use Permission::*;
         let table = [
             (Role::Admin, [true, true, true, true, true, true]),
             (Role::Editor, [true, true, true, false, false, false]),
@@ -274,15 +265,7 @@ mod tests {
             (Role::Proxy, [false, false, true, false, true, true]),
         ];
         for (role, expected) in table {
-            let got = [
-                Read,
-                WriteRules,
-                PollRuleset,
-                ManageTokens,
-                SendReports,
-                SyncQuota,
-            ]
-            .map(|p| allows(role, p));
+            let got = Permission::ALL.map(|p| allows(role, p));
             assert_eq!(got, expected, "{role}");
         }
     }

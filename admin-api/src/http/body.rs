@@ -14,11 +14,13 @@ use serde_json::Value;
 use sluice_core::validation::{FieldError, ValidationErrors};
 use utoipa::IntoParams;
 
-use super::error::Input;
-use super::{ApiError, MAX_BODY_BYTES};
+use super::error::{ApiError, Input};
 use crate::rules_file;
 use crate::rules_file::strict_json::Strict;
 use crate::store::IfMatch;
+
+/// Largest request body accepted (413 beyond it). A full ruleset of 1,000 rules fits.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// A JSON request body. Shape errors (unknown keys, wrong types, missing fields) name
 /// their path, e.g. `limits[0].brust`, like validation errors do.
@@ -63,6 +65,20 @@ pub async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<By
                 ApiError::BadRequest(rejection.body_text())
             }
         })
+}
+
+/// The items of a list-valued header (`Cookie`'s split on `;`, `Accept-Encoding`'s on
+/// `,`), over every line of it, untrimmed; values that are not text are skipped.
+pub fn header_items(
+    headers: &HeaderMap,
+    name: header::HeaderName,
+    separator: char,
+) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(move |v| v.split(separator))
 }
 
 /// The media type of a request, lowercased, without parameters.
@@ -126,19 +142,52 @@ fn shape_errors(path: String, message: String) -> ValidationErrors {
     }])
 }
 
-/// Query parameters whose errors are problem documents.
-#[derive(Debug)]
-pub struct Params<T>(pub T);
+/// Defines an extractor over one of axum's (`Query`, `Path`) whose rejection is a 400
+/// problem document.
+macro_rules! problem_extractor {
+    ($(#[$doc:meta])* $name:ident, $axum:ident) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<T> {
-    type Rejection = ApiError;
+        impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for $name<T> {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(v)| Params(v))
-            .map_err(|e| ApiError::BadRequest(e.body_text()))
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                $axum::<T>::from_request_parts(parts, state)
+                    .await
+                    .map(|$axum(v)| $name(v))
+                    .map_err(|e| ApiError::BadRequest(e.body_text()))
+            }
+        }
+    };
+}
+
+problem_extractor!(
+    /// Query parameters whose errors are problem documents.
+    Params,
+    Query
+);
+problem_extractor!(
+    /// Path parameters whose errors are problem documents.
+    PathParam,
+    Path
+);
+
+/// Entries in a page when a list asks for none (its `limit`), and the most it may ask for.
+const DEFAULT_PAGE: u32 = 100;
+const MAX_PAGE: u32 = 1000;
+
+/// The page size a list's `limit` parameter asks for: [`DEFAULT_PAGE`] when absent, a 400
+/// beyond 1 to [`MAX_PAGE`].
+pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
     }
+    Ok(limit)
 }
 
 /// The TCP peer, when the server provides it (tests driving the router directly do not).
@@ -165,21 +214,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(Peer::of(parts))
-    }
-}
-
-/// Path parameters whose errors are problem documents.
-#[derive(Debug)]
-pub struct PathParam<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParam<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Path(v)| PathParam(v))
-            .map_err(|e| ApiError::BadRequest(e.body_text()))
     }
 }
 

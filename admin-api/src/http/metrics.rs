@@ -1,22 +1,17 @@
-//! `/metrics`: the admin API's own Prometheus metrics (OpenMetrics text).
+//! The admin API's own Prometheus metrics (OpenMetrics text, served at `/metrics` by
+//! [`super::operations`]).
 //!
-//! Each [`AppState`] has its own registry rather than a process-global recorder, so tests
+//! Each [`super::AppState`] has its own registry rather than a process-global recorder, so tests
 //! that run many apps in one process each see only their own counts.
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use super::{ApiError, AppState, CONNECTED_WITHIN_MS};
-use crate::store::now_ms;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -115,32 +110,21 @@ impl Metrics {
             })
             .observe(took.as_secs_f64());
     }
-}
 
-/// Gauges read from the database are refreshed at scrape time, so they are exact when
-/// read and cost nothing between scrapes.
-pub(super) async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let metrics = &state.inner.metrics;
-    let store = state.store();
-    let to_gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    metrics.rules.set(to_gauge(store.rule_count().await?));
-    metrics.connected_proxies.set(to_gauge(
-        store
-            .proxies_seen_since(now_ms() - CONNECTED_WITHIN_MS)
-            .await?,
-    ));
-    metrics
-        .ruleset_version
-        .set(to_gauge(*state.inner.version.borrow()));
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &metrics.registry)
-        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        )],
-        text,
-    )
-        .into_response())
+    /// The registry as OpenMetrics text, with the gauges read from the database at scrape
+    /// time (so they are exact when read and cost nothing between scrapes).
+    pub(super) fn encode(
+        &self,
+        rules: u64,
+        connected_proxies: u64,
+        ruleset_version: u64,
+    ) -> Result<String, std::fmt::Error> {
+        let to_gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.rules.set(to_gauge(rules));
+        self.connected_proxies.set(to_gauge(connected_proxies));
+        self.ruleset_version.set(to_gauge(ruleset_version));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
 }

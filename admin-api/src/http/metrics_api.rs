@@ -19,11 +19,11 @@ use sluice_api::{
     Series, SeriesPoint, SeriesQuery, StreamEvent, StreamRule, Whole,
 };
 
+use super::AppState;
 use super::auth::{Auth, Read};
 use super::body::{Params, PathParam};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
-use super::{AppState, CONNECTED_WITHIN_MS};
 use crate::pipeline::queries::{LiveDelta, MAX_CLIENTS, RangeError, Window};
 use crate::store::{Counts, now_ms};
 
@@ -65,16 +65,25 @@ fn filter(value: Option<&str>) -> Option<&str> {
     value.filter(|v| !v.is_empty())
 }
 
+/// `$wire { fields }` with a rule's six outcome counts from `$counts` (a `&Counts`): the
+/// wire types carry them as fields of their own, so this is the one place that lists them.
+macro_rules! with_counts {
+    ($wire:ident { $($field:ident $(: $value:expr)?),* $(,)? }, $counts:expr) => {{
+        let counts: &Counts = $counts;
+        $wire {
+            allowed: counts.allowed,
+            denied: counts.denied,
+            shadow_denied: counts.shadow_denied,
+            near_limit: counts.near_limit,
+            fail_open: counts.fail_open,
+            key_missing: counts.key_missing,
+            $($field $(: $value)?),*
+        }
+    }};
+}
+
 fn series_point(t: i64, c: &Counts) -> SeriesPoint {
-    SeriesPoint {
-        t,
-        allowed: c.allowed,
-        denied: c.denied,
-        shadow_denied: c.shadow_denied,
-        near_limit: c.near_limit,
-        fail_open: c.fail_open,
-        key_missing: c.key_missing,
-    }
+    with_counts!(SeriesPoint { t }, c)
 }
 
 #[utoipa::path(
@@ -133,17 +142,16 @@ pub async fn metrics_rules(
         to: w.to,
         rules: totals
             .into_iter()
-            .map(|r| RuleMetrics {
-                rule: r.rule,
-                name: r.name,
-                allowed: r.counts.allowed,
-                denied: r.counts.denied,
-                shadow_denied: r.counts.shadow_denied,
-                near_limit: r.counts.near_limit,
-                fail_open: r.counts.fail_open,
-                key_missing: r.counts.key_missing,
-                throttle_ratio: r.counts.throttle_ratio(),
-                sparkline: r.sparkline,
+            .map(|r| {
+                with_counts!(
+                    RuleMetrics {
+                        rule: r.rule,
+                        name: r.name,
+                        throttle_ratio: r.counts.throttle_ratio(),
+                        sparkline: r.sparkline,
+                    },
+                    &r.counts
+                )
             })
             .collect(),
     }))
@@ -270,61 +278,50 @@ pub async fn metrics_overview(
         .totals(
             state.store(),
             &w,
-            |id, last_seen| state.polling_now(id) || now - last_seen <= CONNECTED_WITHIN_MS,
+            |id, last_seen| state.connected(id, last_seen, now),
             |id| syncs.get(id).is_some_and(|s| s.on_fallback(now)),
         )
         .await?;
     let (c, fleet) = (&totals.counts, totals.fleet);
-    Ok(Json(Overview {
-        window_seconds: window,
-        allowed: c.allowed,
-        denied: c.denied,
-        shadow_denied: c.shadow_denied,
-        near_limit: c.near_limit,
-        fail_open: c.fail_open,
-        key_missing: c.key_missing,
-        throttle_ratio: c.throttle_ratio(),
-        requests_per_second: c.decided() as f64 / totals.seconds,
-        throttled_per_second: c.throttled() as f64 / totals.seconds,
-        ruleset_version: *state.inner.version.borrow(),
-        proxies: ProxySummary {
-            connected: fleet.connected,
-            total: fleet.total,
-            versions: fleet
-                .versions
-                .into_iter()
-                .map(|(version, n)| (version.to_string(), n))
-                .collect(),
-            on_fallback: fleet.on_fallback,
+    let overview = with_counts!(
+        Overview {
+            window_seconds: window,
+            throttle_ratio: c.throttle_ratio(),
+            requests_per_second: c.decided() as f64 / totals.seconds,
+            throttled_per_second: c.throttled() as f64 / totals.seconds,
+            ruleset_version: *state.inner.version.borrow(),
+            proxies: ProxySummary {
+                connected: fleet.connected,
+                total: fleet.total,
+                versions: fleet
+                    .versions
+                    .into_iter()
+                    .map(|(version, n)| (version.to_string(), n))
+                    .collect(),
+                on_fallback: fleet.on_fallback,
+            },
+            errors: fleet.errors,
         },
-        errors: fleet.errors,
-    }))
+        c
+    );
+    Ok(Json(overview))
 }
 
 /// An `event: metrics`'s data: what arrived between two readings.
 fn stream_event(t: i64, delta: LiveDelta) -> StreamEvent {
-    let c = delta.total;
-    StreamEvent {
-        t,
-        allowed: c.allowed,
-        denied: c.denied,
-        shadow_denied: c.shadow_denied,
-        near_limit: c.near_limit,
-        fail_open: c.fail_open,
-        key_missing: c.key_missing,
-        rules: delta
-            .rules
-            .into_iter()
-            .map(|(id, d)| {
-                let rule = StreamRule {
-                    allowed: d.allowed,
-                    denied: d.denied,
-                    shadow_denied: d.shadow_denied,
-                };
-                (id, rule)
-            })
-            .collect(),
-    }
+    let rules = delta
+        .rules
+        .into_iter()
+        .map(|(id, d)| {
+            let rule = StreamRule {
+                allowed: d.allowed,
+                denied: d.denied,
+                shadow_denied: d.shadow_denied,
+            };
+            (id, rule)
+        })
+        .collect();
+    with_counts!(StreamEvent { t, rules }, &delta.total)
 }
 
 #[utoipa::path(

@@ -4,10 +4,10 @@ use axum::Json;
 use axum::extract::State;
 use sluice_api::{GlobalSyncView, ProxyList, ProxyView};
 
+use super::AppState;
 use super::auth::{Auth, Read};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
-use super::{AppState, CONNECTED_WITHIN_MS};
 use crate::store::{now_ms, rfc3339};
 use sluice_coordinator::SyncSeen;
 
@@ -35,7 +35,7 @@ pub async fn list_proxies(
         proxies: proxies
             .into_iter()
             .map(|p| ProxyView {
-                connected: state.polling_now(&p.id) || now - p.last_seen <= CONNECTED_WITHIN_MS,
+                connected: state.connected(&p.id, p.last_seen, now),
                 global_sync: syncs.get(&p.id).map(|seen| global_sync_view(seen, now)),
                 id: p.id,
                 address: p.address,

@@ -20,17 +20,16 @@ use utoipa::IntoParams;
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{self, IfMatchHeader, JsonBody, Params, PathParam, if_match, merge_patch};
+use super::body::{
+    self, IfMatchHeader, JsonBody, Params, PathParam, if_match, merge_patch, page_limit,
+};
 use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
 use crate::rules_file::{self, RulesFileError, RulesFormat};
 use crate::store::{
-    Action, Edited, RuleFilter, RuleRecord, StoreError, canonical, now_ms, rfc3339, rule_id,
+    Action, Edited, RuleFilter, RuleRecord, StoreError, Working, canonical, now_ms, rfc3339,
+    rule_id,
 };
-
-/// Page size when none is asked for, and the largest allowed.
-const DEFAULT_LIMIT: u32 = 100;
-const MAX_LIMIT: u32 = 1000;
 
 /// A stored rule as the API shows it.
 pub fn rule_view(record: &RuleRecord) -> RuleView {
@@ -88,17 +87,33 @@ fn rule_response(status: StatusCode, record: &RuleRecord, version: u64) -> Respo
     response
 }
 
-/// The rule `id` after an edit, or a 500: the edit itself put it there.
-fn edited_rule<'e>(edited: &'e Edited, id: &str) -> Result<&'e RuleRecord, ApiError> {
-    edited
+/// The rule `id` as an edit left it, answered with `status` (a 500 if it is missing: the
+/// edit itself put it there).
+fn edited_rule(status: StatusCode, edited: &Edited, id: &str) -> Result<Response, ApiError> {
+    let record = edited
         .rules
         .get(id)
-        .ok_or_else(|| ApiError::Internal(format!("rule `{id}` missing after the edit")))
+        .ok_or_else(|| ApiError::Internal(format!("rule `{id}` missing after the edit")))?;
+    Ok(rule_response(status, record, edited.version))
 }
 
-/// A store error from a one-rule change: a 422 is about the rule sent.
-fn rule_error(err: StoreError) -> ApiError {
-    ApiError::from(err).about(Input::Rule)
+/// One edit of the rule `id` by the caller, made by `change` on the working ruleset, then
+/// the long-polls woken. A 422 is about `input`: the rule sent, or the whole ruleset.
+async fn edit_rule(
+    state: &AppState,
+    auth: &Auth<WriteRules>,
+    action: Action,
+    id: &str,
+    input: Input,
+    change: impl FnOnce(&mut Working) -> Result<(), StoreError>,
+) -> Result<Edited, ApiError> {
+    let edited = state
+        .store()
+        .edit(&auth.actor(), action, Some(id), now_ms(), change)
+        .await
+        .map_err(|e| ApiError::from(e).about(input))?;
+    state.committed(edited.version);
+    Ok(edited)
 }
 
 /// A body for `/rules/{id}` keeps the rule's identity: with no `id` of its own it takes
@@ -134,12 +149,7 @@ pub async fn list_rules(
     _auth: Auth<Read>,
     Params(query): Params<ListQuery>,
 ) -> Result<Json<RuleList>, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::BadRequest(format!(
-            "limit must be between 1 and {MAX_LIMIT}"
-        )));
-    }
+    let limit = page_limit(query.limit)?;
     let filter = RuleFilter {
         name: query.name,
         enabled: query.enabled,
@@ -198,24 +208,15 @@ pub async fn create_rule(
 ) -> Result<Response, ApiError> {
     let spec = canonical(spec);
     let id = rule_id(&spec).to_string();
-    let now = now_ms();
-    let edited = state
-        .store()
-        .edit(&auth.actor(), Action::RuleCreate, Some(&id), now, |w| {
-            if w.get(&id).is_some() {
-                return Err(StoreError::RuleExists(id.clone()));
-            }
-            w.put_one(spec)?;
-            Ok(())
-        })
-        .await
-        .map_err(rule_error)?;
-    state.committed(edited.version);
-    Ok(rule_response(
-        StatusCode::CREATED,
-        edited_rule(&edited, &id)?,
-        edited.version,
-    ))
+    let edited = edit_rule(&state, &auth, Action::RuleCreate, &id, Input::Rule, |w| {
+        if w.get(&id).is_some() {
+            return Err(StoreError::RuleExists(id.clone()));
+        }
+        w.put_one(spec)?;
+        Ok(())
+    })
+    .await?;
+    edited_rule(StatusCode::CREATED, &edited, &id)
 }
 
 #[utoipa::path(
@@ -243,22 +244,13 @@ pub async fn replace_rule(
 ) -> Result<Response, ApiError> {
     let precondition = if_match(&headers);
     let spec = keep_identity(spec, &id)?;
-    let now = now_ms();
-    let edited = state
-        .store()
-        .edit(&auth.actor(), Action::RuleReplace, Some(&id), now, |w| {
-            w.require(&id, precondition.as_ref())?;
-            w.put_one(spec)?;
-            Ok(())
-        })
-        .await
-        .map_err(rule_error)?;
-    state.committed(edited.version);
-    Ok(rule_response(
-        StatusCode::OK,
-        edited_rule(&edited, &id)?,
-        edited.version,
-    ))
+    let edited = edit_rule(&state, &auth, Action::RuleReplace, &id, Input::Rule, |w| {
+        w.require(&id, precondition.as_ref())?;
+        w.put_one(spec)?;
+        Ok(())
+    })
+    .await?;
+    edited_rule(StatusCode::OK, &edited, &id)
 }
 
 #[utoipa::path(
@@ -288,30 +280,21 @@ pub async fn patch_rule(
     let precondition = if_match(&headers);
     // The patch applies to the rule as it is inside the transaction, so two patches of
     // different fields never undo each other.
-    let now = now_ms();
-    let edited = state
-        .store()
-        .edit(&auth.actor(), Action::RulePatch, Some(&id), now, |w| {
-            let current = w.require(&id, precondition.as_ref())?;
-            let mut value =
-                serde_json::to_value(current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            merge_patch(&mut value, &patch);
-            let patched: RuleSpec = body::from_value(value).map_err(StoreError::Invalid)?;
-            let patched = keep_identity(patched, &id).map_err(|e| match e {
-                ApiError::Invalid(_, errors) => StoreError::Invalid(errors),
-                other => StoreError::Corrupt(other.to_string()),
-            })?;
-            w.put_one(patched)?;
-            Ok(())
-        })
-        .await
-        .map_err(rule_error)?;
-    state.committed(edited.version);
-    Ok(rule_response(
-        StatusCode::OK,
-        edited_rule(&edited, &id)?,
-        edited.version,
-    ))
+    let edited = edit_rule(&state, &auth, Action::RulePatch, &id, Input::Rule, |w| {
+        let current = w.require(&id, precondition.as_ref())?;
+        let mut value =
+            serde_json::to_value(current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        merge_patch(&mut value, &patch);
+        let patched: RuleSpec = body::from_value(value).map_err(StoreError::Invalid)?;
+        let patched = keep_identity(patched, &id).map_err(|e| match e {
+            ApiError::Invalid(_, errors) => StoreError::Invalid(errors),
+            other => StoreError::Corrupt(other.to_string()),
+        })?;
+        w.put_one(patched)?;
+        Ok(())
+    })
+    .await?;
+    edited_rule(StatusCode::OK, &edited, &id)
 }
 
 #[utoipa::path(
@@ -334,19 +317,23 @@ pub async fn delete_rule(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let precondition = if_match(&headers);
-    let now = now_ms();
-    let edited = state
-        .store()
-        .edit(&auth.actor(), Action::RuleDelete, Some(&id), now, |w| {
+    let edited = edit_rule(
+        &state,
+        &auth,
+        Action::RuleDelete,
+        &id,
+        Input::Ruleset,
+        |w| {
             w.require(&id, precondition.as_ref())?;
             w.remove(&id);
             Ok(())
-        })
-        .await?;
-    state.committed(edited.version);
+        },
+    )
+    .await?;
     Ok((StatusCode::NO_CONTENT, [version_header(edited.version)]).into_response())
 }
 
+/// Sets a rule's `enabled`: the one body of [`enable_rule`] and [`disable_rule`].
 async fn set_enabled(
     state: &AppState,
     auth: &Auth<WriteRules>,
@@ -360,67 +347,56 @@ async fn set_enabled(
     } else {
         Action::RuleDisable
     };
-    let now = now_ms();
-    let edited = state
-        .store()
-        .edit(&auth.actor(), action, Some(id), now, |w| {
-            let mut spec = w.require(id, precondition.as_ref())?.clone();
-            spec.enabled = enabled;
-            w.put(spec, "");
-            Ok(())
-        })
-        .await?;
-    state.committed(edited.version);
-    Ok(rule_response(
-        StatusCode::OK,
-        edited_rule(&edited, id)?,
-        edited.version,
-    ))
+    let edited = edit_rule(state, auth, action, id, Input::Ruleset, |w| {
+        let mut spec = w.require(id, precondition.as_ref())?.clone();
+        spec.enabled = enabled;
+        w.put(spec, "");
+        Ok(())
+    })
+    .await?;
+    edited_rule(StatusCode::OK, &edited, id)
 }
 
-#[utoipa::path(
-    post, path = "/api/v1/rules/{id}/enable", tag = "rules",
-    params(
-        ("id" = String, Path, description = "The rule's id"),
-        IfMatchHeader,
-    ),
-    responses(
-        (status = 200, description = "Enabled (a no-op if it already was)", body = RuleView),
-        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
-        AuthErrors,
-    ),
-)]
-pub async fn enable_rule(
-    State(state): State<AppState>,
-    auth: Auth<WriteRules>,
-    PathParam(id): PathParam<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    set_enabled(&state, &auth, &id, &headers, true).await
+/// `POST /api/v1/rules/{id}/enable` and `/disable`: one handler, declared once for each
+/// path with what it answers.
+macro_rules! set_enabled_handler {
+    ($name:ident, $path:tt, $done:tt, $enabled:tt) => {
+        #[utoipa::path(
+            post, path = $path, tag = "rules",
+            params(
+                ("id" = String, Path, description = "The rule's id"),
+                IfMatchHeader,
+            ),
+            responses(
+                (status = 200, description = $done, body = RuleView),
+                (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
+                (status = 409, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
+                AuthErrors,
+            ),
+        )]
+        pub async fn $name(
+            State(state): State<AppState>,
+            auth: Auth<WriteRules>,
+            PathParam(id): PathParam<String>,
+            headers: HeaderMap,
+        ) -> Result<Response, ApiError> {
+            set_enabled(&state, &auth, &id, &headers, $enabled).await
+        }
+    };
 }
 
-#[utoipa::path(
-    post, path = "/api/v1/rules/{id}/disable", tag = "rules",
-    params(
-        ("id" = String, Path, description = "The rule's id"),
-        IfMatchHeader,
-    ),
-    responses(
-        (status = 200, description = "Disabled (a no-op if it already was)", body = RuleView),
-        (status = 404, description = "No such rule", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
-        AuthErrors,
-    ),
-)]
-pub async fn disable_rule(
-    State(state): State<AppState>,
-    auth: Auth<WriteRules>,
-    PathParam(id): PathParam<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    set_enabled(&state, &auth, &id, &headers, false).await
-}
+set_enabled_handler!(
+    enable_rule,
+    "/api/v1/rules/{id}/enable",
+    "Enabled (a no-op if it already was)",
+    true
+);
+set_enabled_handler!(
+    disable_rule,
+    "/api/v1/rules/{id}/disable",
+    "Disabled (a no-op if it already was)",
+    false
+);
 
 /// The syntax of a rules file sent as a request body, by its `Content-Type`.
 fn body_format(headers: &HeaderMap) -> Result<RulesFormat, ApiError> {
@@ -497,7 +473,7 @@ pub async fn apply_rules(
         .iter()
         .map(|s| rule_id(&canonical(s.clone())).to_string())
         .collect();
-    let edit = |w: &mut crate::store::Working| {
+    let edit = |w: &mut Working| {
         if query.prune {
             for id in w.ids() {
                 if !file_ids.contains(&id) {

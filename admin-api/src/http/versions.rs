@@ -9,7 +9,7 @@ use sluice_api::{
 
 use super::AppState;
 use super::auth::{Auth, Read, WriteRules};
-use super::body::{Params, PathParam};
+use super::body::{Params, PathParam, page_limit};
 use super::error::ApiError;
 use super::openapi::{AuthErrors, WriteErrors};
 use super::rules::change_summary;
@@ -37,12 +37,7 @@ pub async fn list_versions(
     _auth: Auth<Read>,
     Params(query): Params<VersionsQuery>,
 ) -> Result<Json<VersionList>, ApiError> {
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::BadRequest(
-            "limit must be between 1 and 1000".to_string(),
-        ));
-    }
+    let limit = page_limit(query.limit)?;
     let versions = state
         .store()
         .list_versions(limit, query.before.map(|b| b.0))

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::store::{
-    ClientBucket, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution, RuleBucket,
+    ClientBucket, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution, RuleBucket, Span,
     TOP_CLIENTS_PER_BUCKET,
 };
 
@@ -65,13 +65,13 @@ impl Pending {
         self.buckets.is_empty() && self.beats.is_empty()
     }
 
-    /// The buckets of `resolution` that start in `[from_ms, to_ms)`.
-    pub fn buckets_in(
-        &self,
-        resolution: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> impl Iterator<Item = (i64, &Bucket)> {
+    /// The buckets of `span`.
+    pub fn buckets_in(&self, span: Span) -> impl Iterator<Item = (i64, &Bucket)> {
+        let Span {
+            resolution,
+            from_ms,
+            to_ms,
+        } = span;
         let range = if from_ms < to_ms {
             (resolution, from_ms)..(resolution, to_ms)
         } else {
@@ -90,16 +90,8 @@ impl Pending {
         counts: &Counts,
     ) {
         let bucket = self.buckets.entry((resolution, bucket_ms)).or_default();
-        let rules = match bucket.proxies.get_mut(proxy) {
-            Some(rules) => rules,
-            None => bucket.proxies.entry(proxy.to_string()).or_default(),
-        };
-        match rules.get_mut(rule) {
-            Some(c) => c.add(counts),
-            None => {
-                rules.insert(rule.to_string(), *counts);
-                self.entries += 1;
-            }
+        if add_nested(&mut bucket.proxies, proxy, rule, *counts, |c, n| c.add(&n)).is_some() {
+            self.entries += 1;
         }
     }
 
@@ -113,21 +105,15 @@ impl Pending {
         tally: Tally,
     ) {
         let bucket = self.buckets.entry((resolution, bucket_ms)).or_default();
-        let clients = match bucket.clients.get_mut(rule) {
-            Some(clients) => clients,
-            None => bucket.clients.entry(rule.to_string()).or_default(),
+        let Some(tracked) = add_nested(&mut bucket.clients, rule, client, tally, Tally::add) else {
+            return;
         };
-        match clients.get_mut(client) {
-            Some(t) => t.add(tally),
-            None => {
-                clients.insert(client.to_string(), tally);
-                self.entries += 1;
-                if clients.len() > MAX_CLIENTS_IN_MEMORY {
-                    let before = clients.len();
-                    trim(clients, CLIENTS_KEPT_ON_TRIM);
-                    self.entries -= before - clients.len();
-                }
-            }
+        self.entries += 1;
+        if tracked > MAX_CLIENTS_IN_MEMORY
+            && let Some(clients) = bucket.clients.get_mut(rule)
+        {
+            trim(clients, CLIENTS_KEPT_ON_TRIM);
+            self.entries -= tracked - clients.len();
         }
     }
 
@@ -202,6 +188,32 @@ impl Pending {
         }
         batch.beats = self.beats.values().cloned().collect();
         batch
+    }
+}
+
+/// Adds `value` at `outer` → `inner` in a two-level map (`add` to what is there, or the
+/// entry made), allocating keys only for new entries. A new entry returns how many entries
+/// `outer` holds now.
+fn add_nested<V>(
+    map: &mut HashMap<String, HashMap<String, V>>,
+    outer: &str,
+    inner: &str,
+    value: V,
+    add: impl FnOnce(&mut V, V),
+) -> Option<usize> {
+    let entries = match map.get_mut(outer) {
+        Some(entries) => entries,
+        None => map.entry(outer.to_string()).or_default(),
+    };
+    match entries.get_mut(inner) {
+        Some(known) => {
+            add(known, value);
+            None
+        }
+        None => {
+            entries.insert(inner.to_string(), value);
+            Some(entries.len())
+        }
     }
 }
 
@@ -291,11 +303,13 @@ mod tests {
         let mut p = Pending::default();
         p.add_counts(Resolution::TenSeconds, 10_000, "p", "a", &counts(1));
         p.add_counts(Resolution::Minute, 0, "p", "a", &counts(1));
-        let got: Vec<i64> = p
-            .buckets_in(Resolution::TenSeconds, 0, 20_000)
-            .map(|(t, _)| t)
-            .collect();
+        let span = |from_ms, to_ms| Span {
+            resolution: Resolution::TenSeconds,
+            from_ms,
+            to_ms,
+        };
+        let got: Vec<i64> = p.buckets_in(span(0, 20_000)).map(|(t, _)| t).collect();
         assert_eq!(got, vec![10_000]);
-        assert_eq!(p.buckets_in(Resolution::TenSeconds, 20_000, 0).count(), 0);
+        assert_eq!(p.buckets_in(span(20_000, 0)).count(), 0);
     }
 }

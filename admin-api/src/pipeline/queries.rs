@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{Live, Pending, Pipeline, Tally};
+use super::{Bucket, Live, Pending, Pipeline, Tally};
 use crate::store::{ClientTotal, Counts, Resolution, Span, Store, StoreError};
 
 /// The range shown when none is given.
@@ -114,6 +114,15 @@ impl Window {
     fn slots(&self) -> usize {
         usize::try_from(self.len()).unwrap_or(0)
     }
+
+    /// The range's buckets, as the store reads them.
+    fn span(&self) -> Span {
+        Span {
+            resolution: self.resolution,
+            from_ms: self.first,
+            to_ms: self.to,
+        }
+    }
 }
 
 /// One rule's totals over a window.
@@ -200,6 +209,27 @@ struct OverviewMemory {
 }
 
 impl Pipeline {
+    /// [`Pipeline::read`] of a window: `visit` sees each of its buckets still in memory,
+    /// with its start.
+    async fn read_window<M, D, Fut>(
+        &self,
+        w: &Window,
+        visit: impl Fn(&mut M, i64, &Bucket),
+        db: impl Fn(&M) -> Fut,
+    ) -> Result<(M, D), StoreError>
+    where
+        M: Default,
+        Fut: Future<Output = Result<D, StoreError>>,
+    {
+        let span = w.span();
+        let visit_pending = |acc: &mut M, p: &Pending| {
+            for (t, bucket) in p.buckets_in(span) {
+                visit(acc, t, bucket);
+            }
+        };
+        self.read(visit_pending, db).await
+    }
+
     /// Counts per bucket of the window, summed over rules and proxies (or for one rule
     /// or one proxy); every bucket is listed, oldest first, zero-filled.
     pub async fn series(
@@ -210,17 +240,16 @@ impl Pipeline {
         proxy: Option<&str>,
     ) -> Result<Vec<(i64, Counts)>, StoreError> {
         let (memory, stored) = self
-            .read(
-                |acc: &mut HashMap<i64, Counts>, p: &Pending| {
-                    for (t, bucket) in p.buckets_in(w.resolution, w.first, w.to) {
-                        for (r, c) in bucket.rules(proxy) {
-                            if rule.is_none_or(|want| want == r) {
-                                acc.entry(t).or_default().add(c);
-                            }
+            .read_window(
+                w,
+                |acc: &mut HashMap<i64, Counts>, t, bucket| {
+                    for (r, c) in bucket.rules(proxy) {
+                        if rule.is_none_or(|want| want == r) {
+                            acc.entry(t).or_default().add(c);
                         }
                     }
                 },
-                |_| store.metric_series(w.resolution, w.first, w.to, rule, proxy),
+                |_| store.metric_series(w.span(), rule, proxy),
             )
             .await?;
         let mut by_bucket = memory;
@@ -240,15 +269,14 @@ impl Pipeline {
         w: &Window,
     ) -> Result<Vec<RuleTotals>, StoreError> {
         let (memory, stored) = self
-            .read(
-                |acc: &mut HashMap<(i64, String), Counts>, p: &Pending| {
-                    for (t, bucket) in p.buckets_in(w.resolution, w.first, w.to) {
-                        for (r, c) in bucket.rules(None) {
-                            acc.entry((t, r.to_string())).or_default().add(c);
-                        }
+            .read_window(
+                w,
+                |acc: &mut HashMap<(i64, String), Counts>, t, bucket| {
+                    for (r, c) in bucket.rules(None) {
+                        acc.entry((t, r.to_string())).or_default().add(c);
                     }
                 },
-                |_| store.metric_rule_buckets(w.resolution, w.first, w.to),
+                |_| store.metric_rule_buckets(w.span()),
             )
             .await?;
         let names = store.rule_names().await?;
@@ -284,9 +312,7 @@ impl Pipeline {
         let (memory, (top, extra)) = self
             .read(
                 |acc: &mut HashMap<(String, String), Tally>, p: &Pending| {
-                    let buckets = spans
-                        .iter()
-                        .flat_map(|s| p.buckets_in(s.resolution, s.from_ms, s.to_ms));
+                    let buckets = spans.iter().flat_map(|s| p.buckets_in(*s));
                     for (_, bucket) in buckets {
                         for (r, clients) in &bucket.clients {
                             if rule.is_none_or(|want| want == r) {
@@ -371,18 +397,17 @@ impl Pipeline {
         client: &str,
     ) -> Result<Vec<ClientRuleHistory>, StoreError> {
         let (memory, stored) = self
-            .read(
-                |acc: &mut HashMap<(String, i64), u64>, p: &Pending| {
-                    for (t, bucket) in p.buckets_in(w.resolution, w.first, w.to) {
-                        for (r, clients) in &bucket.clients {
-                            if let Some(tally) = clients.get(client) {
-                                let n = acc.entry((r.clone(), t)).or_default();
-                                *n = n.saturating_add(tally.throttled);
-                            }
+            .read_window(
+                w,
+                |acc: &mut HashMap<(String, i64), u64>, t, bucket| {
+                    for (r, clients) in &bucket.clients {
+                        if let Some(tally) = clients.get(client) {
+                            let n = acc.entry((r.clone(), t)).or_default();
+                            *n = n.saturating_add(tally.throttled);
                         }
                     }
                 },
-                |_| store.metric_client_series(w.resolution, w.first, w.to, client),
+                |_| store.metric_client_series(w.span(), client),
             )
             .await?;
         let rows = memory.into_iter().chain(
@@ -406,7 +431,7 @@ impl Pipeline {
         let (memory, (stored, proxies)) = self
             .read(
                 |acc: &mut OverviewMemory, p: &Pending| {
-                    for (_, bucket) in p.buckets_in(w.resolution, w.first, w.to) {
+                    for (_, bucket) in p.buckets_in(w.span()) {
                         for (_, c) in bucket.rules(None) {
                             acc.counts.add(c);
                         }
@@ -419,9 +444,7 @@ impl Pipeline {
                     }
                 },
                 |_| async {
-                    let series = store
-                        .metric_series(w.resolution, w.first, w.to, None, None)
-                        .await?;
+                    let series = store.metric_series(w.span(), None, None).await?;
                     Ok((series, store.list_proxies().await?))
                 },
             )

@@ -1,0 +1,205 @@
+//! What every handler shares: the store, the ruleset version long-polls wait on, the
+//! metrics pipeline, the coordinator of global buckets, the failed-authentication limit,
+//! and the proxies polling now. [`AppState`] is built once per server (or test) and cloned
+//! into every request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use tokio::sync::watch;
+
+use super::failed_auth::{FailedAuths, FailureLimit};
+use super::metrics::Metrics;
+use crate::pipeline::{MetricsConfig, Pipeline};
+use crate::store::{Store, StoreError, VersionNotices};
+use sluice_coordinator::{Backend, Coordinator};
+
+/// A proxy counts as connected when it polled this recently (or is polling now).
+pub const CONNECTED_WITHIN_MS: i64 = 60_000;
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub(super) inner: Arc<Inner>,
+}
+
+/// The handlers' shared parts; the ones without an accessor on [`AppState`] are the HTTP
+/// layer's alone (the long-poll's, `/metrics`').
+#[derive(Debug)]
+pub(super) struct Inner {
+    store: Store,
+    /// The newest committed ruleset version; long-polls wait on it.
+    pub(super) version: watch::Sender<u64>,
+    /// Set once on shutdown, so held long-polls answer at once.
+    pub(super) shutdown: watch::Sender<bool>,
+    pub(super) metrics: Metrics,
+    /// Proxies with a long-poll in flight, by id (a proxy may hold several).
+    pub(super) polling: Mutex<HashMap<String, usize>>,
+    /// The serialised document of the newest version, shared by every proxy's poll.
+    pub(super) document: Mutex<Option<(u64, Bytes)>>,
+    /// Proxies' reports, aggregated in memory until flushed (see [`crate::pipeline`]).
+    pipeline: Arc<Pipeline>,
+    /// Fleet-wide buckets (see [`sluice_coordinator`]).
+    coordinator: Coordinator,
+    /// Failed authentications by client address (see [`super::failed_auth`]).
+    failed_auths: FailedAuths,
+}
+
+impl AppState {
+    /// State over a migrated store; reads the current version from it.
+    pub async fn new(store: Store) -> Result<AppState, StoreError> {
+        AppState::with_metrics_config(store, MetricsConfig::default()).await
+    }
+
+    /// [`AppState::new`] with the metrics pipeline's flush interval and retention.
+    pub async fn with_metrics_config(
+        store: Store,
+        config: MetricsConfig,
+    ) -> Result<AppState, StoreError> {
+        AppState::with_options(store, config, Backend::Memory, FailureLimit::default()).await
+    }
+
+    /// [`AppState::with_metrics_config`], with global buckets kept in `quota` and failed
+    /// authentications limited to `auth_failures` per client address.
+    pub async fn with_options(
+        store: Store,
+        config: MetricsConfig,
+        quota: Backend,
+        auth_failures: FailureLimit,
+    ) -> Result<AppState, StoreError> {
+        let version = store.current_version().await?;
+        let mut metrics = Metrics::new();
+        let pipeline = Arc::new(Pipeline::new(config, metrics.registry_mut()));
+        let coordinator = Coordinator::new(quota, metrics.registry_mut());
+        let failed_auths = FailedAuths::new(auth_failures, metrics.registry_mut());
+        Ok(AppState {
+            inner: Arc::new(Inner {
+                store,
+                version: watch::Sender::new(version),
+                shutdown: watch::Sender::new(false),
+                metrics,
+                polling: Mutex::new(HashMap::new()),
+                document: Mutex::new(None),
+                pipeline,
+                coordinator,
+                failed_auths,
+            }),
+        })
+    }
+
+    /// The metrics pipeline: reports in, time series out.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.inner.pipeline
+    }
+
+    /// The coordinator of global buckets.
+    pub fn coordinator(&self) -> &Coordinator {
+        &self.inner.coordinator
+    }
+
+    /// Failed authentications by client address.
+    pub fn failed_auths(&self) -> &FailedAuths {
+        &self.inner.failed_auths
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Ends held long-polls and tells the server to stop taking requests.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Resolves once [`AppState::shutdown`] has been called.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.inner.shutdown.subscribe();
+        // The sender lives in `self`, so this cannot fail while we wait.
+        let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// Wakes the long-polls after a committed change (here, or through another replica
+    /// sharing the database: see [`AppState::follow_versions`]).
+    pub(super) fn committed(&self, version: u64) {
+        self.inner.version.send_if_modified(|current| {
+            if version > *current {
+                *current = version;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Follows the database's ruleset version until shutdown, so that a change committed
+    /// through another replica sharing the database wakes this replica's long-polls: at
+    /// once on PostgreSQL (its notices, see [`crate::store::VersionNotices`]), and within
+    /// [`VERSION_FOLLOW_INTERVAL`] in any case (one indexed single-row read per interval,
+    /// which also covers a notice lost while the listening connection was down).
+    pub async fn follow_versions(&self) {
+        let notices = match self.store().version_notices().await {
+            Ok(notices) => notices,
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for other replicas' changes; polling only");
+                None
+            }
+        };
+        self.follow(notices, VERSION_FOLLOW_INTERVAL).await;
+    }
+
+    /// [`AppState::follow_versions`] with a listener already listening (or none), and
+    /// the version re-read every `interval`.
+    pub async fn follow(&self, mut notices: Option<VersionNotices>, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stopping = self.shutting_down();
+        tokio::pin!(stopping);
+        loop {
+            let notice = async {
+                match notices.as_mut() {
+                    Some(notices) => notices.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tick.tick() => {}
+                noticed = notice => match noticed {
+                    Ok(version) => {
+                        self.committed(version);
+                        continue;
+                    }
+                    // The listener reconnects on its next call, tried once per tick.
+                    Err(err) => {
+                        tracing::debug!(%err, "lost the version notices' connection");
+                        tick.tick().await;
+                    }
+                },
+                () = &mut stopping => return,
+            }
+            match self.store().current_version().await {
+                Ok(version) => self.committed(version),
+                Err(err) => tracing::debug!(%err, "could not read the ruleset version"),
+            }
+        }
+    }
+
+    /// Whether a proxy last seen at `last_seen` (Unix ms) counts as connected at `now`:
+    /// polling now, or seen within [`CONNECTED_WITHIN_MS`].
+    pub(super) fn connected(&self, proxy: &str, last_seen: i64, now: i64) -> bool {
+        self.polling_now(proxy) || now - last_seen <= CONNECTED_WITHIN_MS
+    }
+
+    fn polling_now(&self, proxy: &str) -> bool {
+        self.inner
+            .polling
+            .lock()
+            .map(|p| p.get(proxy).is_some_and(|n| *n > 0))
+            .unwrap_or(false)
+    }
+}
+
+/// How often a server re-reads the database's ruleset version (see
+/// [`AppState::follow_versions`]).
+pub const VERSION_FOLLOW_INTERVAL: Duration = Duration::from_secs(1);

@@ -1,0 +1,227 @@
+//! Writing metrics: the flusher's batches and bulk loads, each row added to what is
+//! stored ([`AdditiveRow`]), and retention's deletes.
+
+use sqlx::{Any, Transaction};
+
+use super::buckets::Resolution;
+use super::params::{Params, ROWS_PER_STATEMENT};
+use super::rows::{AdditiveRow, ClientBucket, METRIC_TABLES, MetricsBatch, TOP_CLIENTS_PER_BUCKET};
+use crate::store::{Backend, Store, StoreError, to_i64, to_u64};
+
+/// Buckets deleted per retention statement, so a large backlog is deleted in short
+/// transactions that let the flusher in between.
+const BUCKETS_PER_DELETE: i64 = 64;
+
+impl Store {
+    /// Adds a batch to the stored metrics in one transaction. `before_commit` runs after
+    /// every statement succeeded, just before the commit (the pipeline uses it to tell
+    /// readers that the batch is about to become visible).
+    pub async fn write_metrics(
+        &self,
+        batch: &MetricsBatch,
+        before_commit: impl FnOnce(),
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        upsert_rows(&mut tx, self.backend, batch).await?;
+        trim_to_top_clients(&mut tx, &batch.clients).await?;
+        for beat in &batch.beats {
+            // A report is a sign of life: last_seen moves forward. Address, token and
+            // version are the polls' to keep current; a proxy that reports before it ever
+            // polled gets them from its report.
+            sqlx::query(
+                "INSERT INTO proxies (id, address, token_id, first_seen, last_seen, ruleset_version, last_error) \
+                 VALUES ($1, $2, $3, $4, $4, $5, NULL) \
+                 ON CONFLICT (id) DO UPDATE SET last_seen = CASE \
+                 WHEN excluded.last_seen > proxies.last_seen THEN excluded.last_seen \
+                 ELSE proxies.last_seen END",
+            )
+            .bind(&beat.id)
+            .bind(&beat.address)
+            .bind(beat.token_id.clone())
+            .bind(beat.at_ms)
+            .bind(to_i64(beat.ruleset_version))
+            .execute(&mut *tx)
+            .await?;
+        }
+        before_commit();
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Adds rows in one transaction without trimming buckets to their top clients (the
+    /// caller keeps to [`TOP_CLIENTS_PER_BUCKET`] per bucket and rule) and without signs
+    /// of life: for loading history in bulk (the ingest benchmark's week of data).
+    pub async fn load_metrics(&self, batch: &MetricsBatch) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        upsert_rows(&mut tx, self.backend, batch).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes the buckets of `resolution` that start before `cutoff_ms`, in short
+    /// transactions of at most [`BUCKETS_PER_DELETE`] buckets, at most `max_statements`
+    /// of them (the rest waits for the next run). Returns the rows deleted.
+    pub async fn delete_metrics_before(
+        &self,
+        resolution: Resolution,
+        cutoff_ms: i64,
+        max_statements: usize,
+    ) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for table in METRIC_TABLES {
+            for _ in 0..max_statements {
+                // The newest of the oldest few buckets: everything up to it goes.
+                let upto: Option<i64> = sqlx::query_scalar(&format!(
+                    "SELECT MAX(bucket_ms) FROM (SELECT DISTINCT bucket_ms FROM {table} \
+                     WHERE resolution = $1 AND bucket_ms < $2 ORDER BY bucket_ms LIMIT $3) AS oldest"
+                ))
+                .bind(resolution.seconds())
+                .bind(cutoff_ms)
+                .bind(BUCKETS_PER_DELETE)
+                .fetch_one(&self.pool)
+                .await?;
+                let Some(upto) = upto else { break };
+                deleted += sqlx::query(&format!(
+                    "DELETE FROM {table} WHERE resolution = $1 AND bucket_ms <= $2"
+                ))
+                .bind(resolution.seconds())
+                .bind(upto)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Rows stored per table, for tests and benchmarks.
+    pub async fn metric_row_counts(&self) -> Result<[u64; 3], StoreError> {
+        let mut out = [0; 3];
+        for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
+            let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+                .fetch_one(&self.pool)
+                .await?;
+            *slot = to_u64(n);
+        }
+        Ok(out)
+    }
+}
+
+/// Adds a batch's rule, proxy and client rows to their tables.
+async fn upsert_rows(
+    tx: &mut Transaction<'static, Any>,
+    backend: Backend,
+    batch: &MetricsBatch,
+) -> Result<(), StoreError> {
+    upsert(tx, backend, &batch.rules).await?;
+    upsert(tx, backend, &batch.proxies).await?;
+    upsert(tx, backend, &batch.clients).await
+}
+
+/// `INSERT ... ON CONFLICT (key) DO UPDATE SET counter = stored + new` for `rows` rows.
+fn upsert_sql<R: AdditiveRow>(backend: Backend, rows: usize) -> String {
+    let columns: Vec<&str> = R::KEY.iter().chain(R::COUNTERS).copied().collect();
+    let table = R::TABLE;
+    let add = R::COUNTERS
+        .iter()
+        .map(|c| format!("{c} = {table}.{c} + excluded.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO {table} ({}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {add}",
+        columns.join(", "),
+        Params::new(backend).values(rows, columns.len()),
+        R::KEY.join(", "),
+    )
+}
+
+/// Adds `rows` to their table, [`ROWS_PER_STATEMENT`] rows per statement.
+async fn upsert<R: AdditiveRow>(
+    tx: &mut Transaction<'static, Any>,
+    backend: Backend,
+    rows: &[R],
+) -> Result<(), StoreError> {
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let sql = upsert_sql::<R>(backend, chunk.len());
+        let mut query = sqlx::query(&sql);
+        for row in chunk {
+            query = row.bind(query);
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Trims every bucket `rows` touched back to its [`TOP_CLIENTS_PER_BUCKET`] most
+/// throttled clients.
+async fn trim_to_top_clients(
+    tx: &mut Transaction<'static, Any>,
+    rows: &[ClientBucket],
+) -> Result<(), StoreError> {
+    let mut touched: Vec<(Resolution, i64, &str)> = rows
+        .iter()
+        .map(|r| (r.resolution, r.bucket_ms, r.rule.as_str()))
+        .collect();
+    touched.sort_unstable();
+    touched.dedup();
+    for (resolution, bucket_ms, rule) in touched {
+        sqlx::query(
+            "DELETE FROM metric_clients WHERE resolution = $1 AND bucket_ms = $2 AND rule_id = $3 \
+             AND client NOT IN (SELECT client FROM metric_clients \
+             WHERE resolution = $1 AND bucket_ms = $2 AND rule_id = $3 \
+             ORDER BY throttled DESC, client LIMIT $4)",
+        )
+        .bind(resolution.seconds())
+        .bind(bucket_ms)
+        .bind(rule)
+        .bind(to_i64(TOP_CLIENTS_PER_BUCKET as u64))
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::metrics::rows::{ProxyBucket, RuleBucket};
+
+    /// The SQL the three tables were written with before they shared one upsert.
+    #[test]
+    fn every_metrics_table_adds_to_its_stored_row() {
+        let rule_sets = "allowed = metric_rule_buckets.allowed + excluded.allowed, \
+             denied = metric_rule_buckets.denied + excluded.denied, \
+             shadow_denied = metric_rule_buckets.shadow_denied + excluded.shadow_denied, \
+             near_limit = metric_rule_buckets.near_limit + excluded.near_limit, \
+             fail_open = metric_rule_buckets.fail_open + excluded.fail_open, \
+             key_missing = metric_rule_buckets.key_missing + excluded.key_missing";
+        assert_eq!(
+            upsert_sql::<RuleBucket>(Backend::Postgres, 1),
+            format!(
+                "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, allowed, denied, \
+                 shadow_denied, near_limit, fail_open, key_missing) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET {rule_sets}"
+            )
+        );
+        // The per-proxy table adds the same six counts to its own row.
+        let proxy_sets = rule_sets.replace("metric_rule_buckets", "metric_proxy_buckets");
+        assert_eq!(
+            upsert_sql::<ProxyBucket>(Backend::Sqlite, 1),
+            format!(
+                "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, allowed, \
+                 denied, shadow_denied, near_limit, fail_open, key_missing) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET {proxy_sets}"
+            )
+        );
+        assert_eq!(
+            upsert_sql::<ClientBucket>(Backend::Postgres, 2),
+            "INSERT INTO metric_clients (resolution, bucket_ms, rule_id, client, throttled, error) \
+             VALUES ($1, $2, $3, $4, $5, $6), ($7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (resolution, bucket_ms, rule_id, client) DO UPDATE SET \
+             throttled = metric_clients.throttled + excluded.throttled, \
+             error = metric_clients.error + excluded.error"
+        );
+    }
+}

@@ -19,9 +19,7 @@ use std::collections::HashMap;
 
 pub use cost::{Cost, MAX_COST};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
-pub use limit::{
-    Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst,
-};
+pub use limit::{Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst};
 pub use matcher::RequestMatcher;
 
 use crate::request::RequestNeeds;

@@ -71,8 +71,7 @@ pub fn suite_run(counts: &mut TestCounts) -> Result<()> {
     )
 }
 
-/// The suite's former step, kept only while `suite.rs` still calls it: the same as
-
+/// libFuzzer on `wanted` (every target when empty) for `seconds` each.
 fn run(seconds: u64, wanted: &[String]) -> Result<()> {
     if seconds == 0 {
         bail!("--seconds must be at least 1");

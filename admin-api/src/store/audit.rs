@@ -145,10 +145,7 @@ impl Store {
 
     /// Number of audit entries: lets tests assert that a refused request wrote nothing.
     pub async fn audit_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_log")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(to_u64(n))
+        self.count("audit_log").await
     }
 }
 

@@ -478,10 +478,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(json: &str) -> RuleSpec {
-        serde_json::from_str(json).unwrap()
-    }
+    use crate::store::rules::tests::spec;
 
     #[test]
     fn relabel_points_into_what_the_user_sent() {

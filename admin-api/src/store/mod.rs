@@ -256,6 +256,16 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The rows of `table` (with a condition, if it holds one that binds nothing).
+    async fn count(&self, table: &str) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(to_u64(n))
+    }
+}
+
 /// Now, in Unix milliseconds: the unit of every stored time.
 pub fn now_ms() -> i64 {
     SystemTime::now()

@@ -347,18 +347,16 @@ impl Store {
     }
 
     pub async fn rule_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rules")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(to_u64(n))
+        self.count("rules").await
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn spec(json: &str) -> RuleSpec {
+    /// A spec from its JSON.
+    pub(in crate::store) fn spec(json: &str) -> RuleSpec {
         serde_json::from_str(json).unwrap()
     }
 

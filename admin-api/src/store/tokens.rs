@@ -167,10 +167,7 @@ impl Store {
 
     /// How many tokens exist, revoked ones included: a server with none mints the first.
     pub async fn token_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tokens")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(super::to_u64(n))
+        self.count("tokens").await
     }
 
     /// The token with this secret, revoked or not.

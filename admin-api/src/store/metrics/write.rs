@@ -6,7 +6,7 @@ use sqlx::{Any, Transaction};
 use super::buckets::Resolution;
 use super::params::{Params, ROWS_PER_STATEMENT};
 use super::rows::{AdditiveRow, ClientBucket, METRIC_TABLES, MetricsBatch, TOP_CLIENTS_PER_BUCKET};
-use crate::store::{Backend, Store, StoreError, to_i64, to_u64};
+use crate::store::{Backend, Store, StoreError, to_i64};
 
 /// Buckets deleted per retention statement, so a large backlog is deleted in short
 /// transactions that let the flusher in between.
@@ -98,10 +98,7 @@ impl Store {
     pub async fn metric_row_counts(&self) -> Result<[u64; 3], StoreError> {
         let mut out = [0; 3];
         for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
-            let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
-                .fetch_one(&self.pool)
-                .await?;
-            *slot = to_u64(n);
+            *slot = self.count(table).await?;
         }
         Ok(out)
     }

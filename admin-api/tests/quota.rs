@@ -9,15 +9,12 @@ use serde_json::{Value, json};
 use sluice_admin::http::AppState;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::store::Role;
-use sluice_admin::testing::{Backend, TestApp, TestDb};
+use sluice_admin::testing::{Backend, PATIENCE, TestApp, TestDb};
 use sluice_coordinator as quota;
 use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::global::coordinator::Settings;
 use sluice_core::time::Nanos;
 use sluice_harness::{RedisServer, redis_available};
-
-/// Bounds every wait in this file.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// How long a bucket counts as young for these syncs (every 500 ms): the coordinator keeps
 /// the other proxies' even shares meanwhile.
@@ -58,9 +55,8 @@ async fn sync(api: &TestApp, token: &str, proxy: &str, bucket_id: &str, want: u6
     api.post("/api/v1/quota/sync")
         .token(token)
         .json(&sync_body(proxy, json!([bucket(bucket_id, want)])))
-        .send()
-        .await
         .expect(200)
+        .await
         .json()
 }
 
@@ -75,7 +71,7 @@ async fn poll_as(api: &TestApp, token: &str, proxy: &str) {
 
 /// What `/api/v1/proxies` says of `proxy`'s global syncs.
 async fn global_sync_of(api: &TestApp, proxy: &str) -> Value {
-    let list = api.get("/api/v1/proxies").send().await.expect(200).json();
+    let list = api.read("/api/v1/proxies").await;
     list["proxies"]
         .as_array()
         .and_then(|all| all.iter().find(|p| p["id"] == proxy))
@@ -95,9 +91,8 @@ async fn warmed_up(api: &TestApp, token: &str) {
             .post("/api/v1/quota/sync")
             .token(token)
             .json(&sync_body("probe", json!([])))
-            .send()
-            .await
             .expect(200)
+            .await
             .json();
         if answer["warming_up"] == json!(false) {
             return;
@@ -117,26 +112,23 @@ async fn only_proxy_and_admin_tokens_may_sync() {
     api.post("/api/v1/quota/sync")
         .no_token()
         .json(&body)
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
     for role in [Role::Viewer, Role::Editor] {
         let token = db.token(role).await;
         api.post("/api/v1/quota/sync")
             .token(&token)
             .json(&body)
-            .send()
-            .await
-            .expect(403);
+            .expect(403)
+            .await;
     }
     let proxy = db.token(Role::Proxy).await;
     for token in [&proxy, &api.admin] {
         api.post("/api/v1/quota/sync")
             .token(token)
             .json(&body)
-            .send()
-            .await
-            .expect(200);
+            .expect(200)
+            .await;
     }
 }
 
@@ -154,9 +146,8 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
         .post("/api/v1/quota/sync")
         .token(&proxy)
         .json(&body)
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
     assert_eq!(refused.fields(), ["proxy", "interval_ms", "buckets[1]"]);
 
     let shape = api
@@ -166,17 +157,15 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
             "p",
             json!([{"bucket": "zz", "interval_ns": 1, "burst": 1}]),
         ))
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
     assert_eq!(shape.fields(), ["buckets[0].bucket"]);
 
     api.post("/api/v1/quota/sync")
         .token(&proxy)
         .raw("text/plain", "{}")
-        .send()
-        .await
-        .expect(415);
+        .expect(415)
+        .await;
 }
 
 #[tokio::test]
@@ -192,9 +181,8 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
             api.post("/api/v1/quota/sync")
                 .token(&proxy)
                 .json(&sync_body(name, json!([bucket("00000000000000c1", want)])))
-                .send()
-                .await
                 .expect(200)
+                .await
                 .json()
         }
     };
@@ -233,16 +221,15 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     api.post("/api/v1/quota/sync")
         .token(&proxy)
         .json(&sync_body("edge-1", json!([back])))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     // Tokens given back are granted again (less, again, what one interval's refill keeps
     // for the others' demand shares).
     let again = sync("edge-2", 80).await;
     let regranted = again["grants"][0]["granted"].as_u64().unwrap();
     assert!(regranted >= 80 - 5, "{again}");
 
-    let metrics = api.get("/metrics").send().await.expect(200).text();
+    let metrics = api.get("/metrics").expect(200).await.text();
     assert!(metrics.contains("sluice_quota_syncs_total"), "{metrics}");
     assert!(
         metrics.contains("sluice_quota_active_buckets 1"),
@@ -301,7 +288,7 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
     assert!(x + y <= ceiling, "granted {x} + {y} of at most {ceiling}");
     assert!(x + y >= 100, "the whole burst was asked for: {x} + {y}");
 
-    let metrics = two.get("/metrics").send().await.expect(200).text();
+    let metrics = two.get("/metrics").expect(200).await.text();
     assert!(
         metrics.contains("sluice_quota_redis_commands_total"),
         "{metrics}"
@@ -329,9 +316,8 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
     api.post("/api/v1/quota/sync")
         .token(&proxy)
         .json(&body("probe", 0))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     tokio::time::sleep(young()).await;
     let commands_before = redis_commands(&api).await;
     let started = Instant::now();
@@ -343,9 +329,8 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
                 .post("/api/v1/quota/sync")
                 .token(&proxy)
                 .json(&body)
-                .send()
-                .await
                 .expect(200)
+                .await
                 .json();
             answer
         });
@@ -378,7 +363,7 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
 
 /// `sluice_quota_redis_commands_total` as `/metrics` says it.
 async fn redis_commands(api: &TestApp) -> u64 {
-    let metrics = api.get("/metrics").send().await.expect(200).text();
+    let metrics = api.get("/metrics").expect(200).await.text();
     metrics
         .lines()
         .find_map(|line| line.strip_prefix("sluice_quota_redis_commands_total "))
@@ -407,9 +392,8 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
         .post("/api/v1/quota/sync")
         .token(&proxy)
         .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
-        .send()
-        .await
-        .expect(503);
+        .expect(503)
+        .await;
     // The connection and response timeouts are one second each: a proxy's sync is never
     // held for long, and the proxy keeps to its fallback shares meanwhile.
     assert!(
@@ -422,11 +406,7 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     let during = global_sync_of(&api, "edge-1").await;
     assert_eq!(during["on_fallback"], json!(true), "{during}");
     assert_eq!(
-        api.get("/api/v1/metrics/overview")
-            .send()
-            .await
-            .expect(200)
-            .json()["proxies"]["on_fallback"],
+        api.read("/api/v1/metrics/overview").await["proxies"]["on_fallback"],
         json!(1)
     );
 
@@ -487,12 +467,7 @@ async fn the_proxies_list_says_when_each_proxy_last_synced() {
 #[tokio::test]
 async fn the_openapi_document_describes_the_sync() {
     let (_db, api) = app().await;
-    let doc = api
-        .get("/api/v1/openapi.json")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let doc = api.openapi().await;
     let op = &doc["paths"]["/api/v1/quota/sync"]["post"];
     assert_eq!(op["tags"], json!(["quota"]));
     let schemas = &doc["components"]["schemas"];

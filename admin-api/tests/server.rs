@@ -84,14 +84,7 @@ async fn held_polls_wake_within_milliseconds_of_a_change(db: TestDb) {
         .collect();
     api.wait_for_held_polls(5).await;
     // Held polls count as connected proxies.
-    let proxies: Value = api
-        .get("/api/v1/proxies")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let proxies: Value = api.json("/api/v1/proxies").await;
     assert_eq!(proxies["proxies"].as_array().unwrap().len(), 5);
     assert!(
         proxies["proxies"]
@@ -178,14 +171,7 @@ async fn the_proxy_address_is_the_tcp_peer(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
-    let proxies: Value = api
-        .get("/api/v1/proxies")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let proxies: Value = api.json("/api/v1/proxies").await;
     let address = proxies["proxies"][0]["address"].as_str().unwrap();
     assert!(address.starts_with("127.0.0.1:"), "{address}");
     assert_eq!(

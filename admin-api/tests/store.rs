@@ -63,16 +63,6 @@ async fn create(db: &TestDb, spec: RuleSpec) -> u64 {
         .version
 }
 
-/// Versions, rule count and audit entries: what a refused change must leave alone.
-async fn footprint(db: &TestDb) -> (u64, u64, u64, usize) {
-    (
-        db.store.current_version().await.unwrap(),
-        db.store.rule_count().await.unwrap(),
-        db.store.audit_count().await.unwrap(),
-        db.store.list_versions(1000, None).await.unwrap().len(),
-    )
-}
-
 async fn a_fresh_database_is_at_version_zero(db: TestDb) {
     assert_eq!(db.store.current_version().await.unwrap(), 0);
     let doc = db.store.document().await.unwrap();
@@ -160,7 +150,7 @@ async fn an_edit_is_stamped_with_the_callers_time(db: TestDb) {
 
 async fn a_preview_writes_nothing(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     let previewed = db
         .store
         .preview(|w| {
@@ -183,7 +173,7 @@ async fn a_preview_writes_nothing(db: TestDb) {
     );
     // The rules as they are, not as the preview would have them.
     assert_eq!(previewed.rules.keys().collect::<Vec<_>>(), ["a"]);
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     assert!(db.store.get_rule("b").await.unwrap().is_none());
     // An invalid result is refused like a real edit's.
     let mut zero = rule("z");
@@ -197,14 +187,14 @@ async fn a_preview_writes_nothing(db: TestDb) {
             .await,
         Err(StoreError::Invalid(_))
     ));
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     // The next real edit gets the next version: a preview leaves no gap.
     assert_eq!(create(&db, rule("c")).await, 2);
 }
 
 async fn an_edit_that_changes_nothing_makes_no_version(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     // `{id: a, name: a}` is the same rule as `{name: a}`.
     let mut same = rule("a");
     same.id = Some("a".to_string());
@@ -219,12 +209,12 @@ async fn an_edit_that_changes_nothing_makes_no_version(db: TestDb) {
     assert!(!edited.created);
     assert_eq!(edited.version, 1);
     assert!(edited.changes.is_empty());
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
 }
 
 async fn an_invalid_ruleset_writes_nothing(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
 
     // A duplicate name is a problem of the whole ruleset, reported on the new rule.
     let mut clash = rule("a");
@@ -259,13 +249,13 @@ async fn an_invalid_ruleset_writes_nothing(db: TestDb) {
     };
     let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
     assert_eq!(fields, ["rules[1].limits[0].requests"]);
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     assert!(db.store.get_rule("fine").await.unwrap().is_none());
 }
 
 async fn a_failed_edit_writes_nothing(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     let err = db
         .store
         .edit(
@@ -282,14 +272,14 @@ async fn a_failed_edit_writes_nothing(db: TestDb) {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::RuleExists(_)));
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     assert!(db.store.get_rule("a").await.unwrap().is_some());
 }
 
 async fn a_stale_revision_is_refused(db: TestDb) {
     create(&db, rule("a")).await;
     create(&db, rule("b")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     let err = db
         .store
         .edit(&actor(), Action::RuleDelete, Some("a"), NOW, |w| {
@@ -303,7 +293,7 @@ async fn a_stale_revision_is_refused(db: TestDb) {
         matches!(err, StoreError::StaleRevision { current: 1, .. }),
         "{err:?}"
     );
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     // The right revision, or `*`, passes.
     for condition in [IfMatch::Revisions(vec![1]), IfMatch::Any] {
         db.store

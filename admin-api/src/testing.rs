@@ -276,6 +276,11 @@ impl TestApp {
         self.req(Method::DELETE, path)
     }
 
+    /// The server's own Prometheus metrics (`/metrics`), as text.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").send().await.expect(200).text()
+    }
+
     /// The OpenAPI document, fetched as anyone may (no token).
     pub async fn openapi(&self) -> Value {
         self.get("/api/v1/openapi.json")
@@ -436,6 +441,19 @@ impl Resp {
             })
             .unwrap_or_default()
     }
+}
+
+/// Asserts that `text` holds `needle`, showing all of `text` when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, needle: &str) {
+    assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+}
+
+/// The items of a JSON array (the test fails if `list` is none).
+pub fn items(list: &Value) -> impl Iterator<Item = &Value> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
 }
 
 /// The example rule from the issue that must be accepted as is.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_admin::store::Role;
-use sluice_admin::testing::{TestApp, TestDb, example_rule, rule};
+use sluice_admin::testing::{TestApp, TestDb, assert_contains, example_rule, items, rule};
 
 sluice_admin::on_every_backend!(
     the_example_rule_is_accepted_and_served_to_proxies,
@@ -316,10 +316,7 @@ async fn versions_diffs_and_rollback(db: TestDb) {
     api.delete("/api/v1/rules/b").expect(204).await; // 4
 
     let versions = api.read("/api/v1/versions").await;
-    let numbers: Vec<u64> = versions["versions"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let numbers: Vec<u64> = items(&versions["versions"])
         .map(|v| v["version"].as_u64().unwrap())
         .collect();
     assert_eq!(numbers, [4, 3, 2, 1]);
@@ -766,10 +763,7 @@ async fn rules_are_listed_with_filters_and_pages(db: TestDb) {
         api.create(&r).await;
     }
     let names = |v: &Value| -> Vec<String> {
-        v["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
+        items(&v["rules"])
             .map(|r| r["spec"]["name"].as_str().unwrap().to_string())
             .collect()
     };
@@ -894,13 +888,7 @@ async fn the_audit_log_names_who_did_what(db: TestDb) {
         .await
         .json();
     // The token creations from the test setup.
-    assert!(
-        next["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|e| e["action"] == "token.create")
-    );
+    assert!(items(&next["entries"]).all(|e| e["action"] == "token.create"));
 }
 
 async fn metrics_count_requests_by_route(db: TestDb) {
@@ -926,9 +914,9 @@ async fn metrics_count_requests_by_route(db: TestDb) {
         "sluice_admin_connected_proxies 0",
         "sluice_admin_long_polls 0",
     ] {
-        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        assert_contains(&text, line);
     }
-    assert!(text.contains("sluice_admin_http_request_duration_seconds_bucket"));
+    assert_contains(&text, "sluice_admin_http_request_duration_seconds_bucket");
     assert!(text.trim_end().ends_with("# EOF"));
 }
 
@@ -1061,23 +1049,15 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
         .await;
     api.get("/api/v1/metrics/series?step=").expect(400).await;
     // JSON Schema counts 5.0 as an integer, so the server does too.
-    api.post("/api/v1/rules")
-        .raw(
-            "application/json",
-            br#"{"name":"floaty","key":"global","limits":[{"requests":5.0,"period":60.0}]}"#
-                .to_vec(),
-        )
+    let create_raw = |body: &[u8]| api.post("/api/v1/rules").raw("application/json", body);
+    create_raw(br#"{"name":"floaty","key":"global","limits":[{"requests":5.0,"period":60.0}]}"#)
         .expect(201)
         .await;
-    let fractional = api
-        .post("/api/v1/rules")
-        .raw(
-            "application/json",
-            br#"{"name":"fraction","key":"global","limits":[{"requests":5.5,"period":60}]}"#
-                .to_vec(),
-        )
-        .expect(422)
-        .await;
+    let fractional = create_raw(
+        br#"{"name":"fraction","key":"global","limits":[{"requests":5.5,"period":60}]}"#,
+    )
+    .expect(422)
+    .await;
     assert_eq!(fractional.json()["title"], "Invalid rule");
     // A problem's title names what was invalid.
     let report = api
@@ -1135,14 +1115,9 @@ async fn failed_authentications_are_limited_per_address(db: TestDb) {
         .await;
     api.get("/api/v1/rules").from(neighbour).expect(200).await;
     let metrics = api.get("/metrics").no_token().expect(200).await.text();
-    assert!(
-        metrics.contains(&format!(
-            "sluice_admin_auth_failures_total{{credential=\"bearer\"}} {ALLOWED_FAILURES}"
-        )),
-        "{metrics}"
+    assert_contains(
+        &metrics,
+        &format!("sluice_admin_auth_failures_total{{credential=\"bearer\"}} {ALLOWED_FAILURES}"),
     );
-    assert!(
-        metrics.contains("sluice_admin_auth_throttled_total 2"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "sluice_admin_auth_throttled_total 2");
 }

@@ -10,7 +10,7 @@ use sluice_admin::http::{self, AppState};
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
 use sluice_admin::store::{Resolution, Role, Span, now_ms};
-use sluice_admin::testing::{PATIENCE, TestApp, TestDb, rule};
+use sluice_admin::testing::{PATIENCE, TestApp, TestDb, assert_contains, items, rule};
 
 sluice_admin::on_every_backend!(
     a_report_is_visible_in_every_query_before_and_after_the_flush,
@@ -93,10 +93,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
             let series = api.read(&format!("/api/v1/metrics/series?{range}")).await;
             assert_eq!(series["step_seconds"], 10, "{label}");
             assert_eq!(totals(&series), (90, 9, 2), "{label}");
-            let point = series["points"]
-                .as_array()
-                .unwrap()
-                .iter()
+            let point = items(&series["points"])
                 .find(|p| p["denied"].as_u64() > Some(0))
                 .unwrap()
                 .clone();
@@ -330,39 +327,29 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         .await;
 
     // Nothing of any of it was kept.
-    let series = api
-        .read(&format!(
-            "/api/v1/metrics/series?from={}&to={}",
-            now - HOUR,
-            now + 1
-        ))
-        .await;
-    assert_eq!(totals(&series), (0, 0, 0));
+    let series_path = format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1);
+    assert_eq!(totals(&api.read(&series_path).await), (0, 0, 0));
     flush(&api, &db).await;
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
     assert!(db.store.list_proxies().await.unwrap().is_empty());
-    let metrics = api.get("/metrics").expect(200).await.text();
-    assert!(
-        metrics.contains("sluice_admin_reports_ingested_total 0"),
-        "{metrics}"
+    let metrics = api.metrics().await;
+    assert_contains(&metrics, "sluice_admin_reports_ingested_total 0");
+    assert_contains(
+        &metrics,
+        r#"sluice_admin_reports_rejected_total{reason="invalid"} 14"#,
     );
-    assert!(
-        metrics.contains(r#"sluice_admin_reports_rejected_total{reason="invalid"} 14"#),
-        "{metrics}"
+    assert_contains(
+        &metrics,
+        r#"sluice_admin_reports_rejected_total{reason="forbidden"} 2"#,
     );
-    assert!(metrics.contains(r#"sluice_admin_reports_rejected_total{reason="forbidden"} 2"#));
-    assert!(metrics.contains(r#"sluice_admin_reports_rejected_total{reason="unauthenticated"} 3"#));
+    assert_contains(
+        &metrics,
+        r#"sluice_admin_reports_rejected_total{reason="unauthenticated"} 3"#,
+    );
 
     // An admin may send, and the good report is taken.
     post_report(&api, &api.admin, &good).await;
-    let series = api
-        .read(&format!(
-            "/api/v1/metrics/series?from={}&to={}",
-            now - HOUR,
-            now + 1
-        ))
-        .await;
-    assert_eq!(totals(&series), (1, 1, 0));
+    assert_eq!(totals(&api.read(&series_path).await), (1, 1, 0));
 }
 
 async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
@@ -486,48 +473,23 @@ async fn top_clients_merge_across_proxies_buckets_and_flushes(db: TestDb) {
             .map(|i| json!({"client": format!("c{i:03}"), "throttled": weight * (i + 1), "error": 0}))
             .collect()
     };
+    // Rule `api` denying 100, c000..c019 throttled `weight` times their number.
+    let denials = |proxy_id, end_ms, weight| {
+        let rules = json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, weight)}]);
+        report(proxy_id, end_ms, rules)
+    };
     // envoy-1 and envoy-2 both see c000..c019 in one bucket; envoy-2 sees them again in
     // the next bucket.
-    post_report(
-        &api,
-        &proxy,
-        &report(
-            "envoy-1",
-            t0 + 5_000,
-            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 1)}]),
-        ),
-    )
-    .await;
-    post_report(
-        &api,
-        &proxy,
-        &report(
-            "envoy-2",
-            t0 + 6_000,
-            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 2)}]),
-        ),
-    )
-    .await;
+    post_report(&api, &proxy, &denials("envoy-1", t0 + 5_000, 1)).await;
+    post_report(&api, &proxy, &denials("envoy-2", t0 + 6_000, 2)).await;
     flush(&api, &db).await;
-    post_report(
-        &api,
-        &proxy,
-        &report(
-            "envoy-2",
-            t0 + 15_000,
-            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 1)}]),
-        ),
-    )
-    .await;
+    post_report(&api, &proxy, &denials("envoy-2", t0 + 15_000, 1)).await;
     let range = format!("from={t0}&to={}", t0 + 10 * MINUTE);
     let top = api
         .read(&format!("/api/v1/metrics/clients?{range}&limit=3"))
         .await;
     // c019: 20 + 40 + 20.
-    let got: Vec<(String, u64)> = top["clients"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let got: Vec<(String, u64)> = items(&top["clients"])
         .map(|c| {
             (
                 c["client"].as_str().unwrap().to_string(),
@@ -573,10 +535,7 @@ async fn top_clients_merge_across_proxies_buckets_and_flushes(db: TestDb) {
     let history = api
         .read(&format!("/api/v1/metrics/clients/c019?{range}&step=10s"))
         .await;
-    let points: Vec<u64> = history["rules"][0]["points"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let points: Vec<u64> = items(&history["rules"][0]["points"])
         .map(|p| p["throttled"].as_u64().unwrap())
         .collect();
     assert_eq!(&points[..3], [60, 20, 0]);
@@ -667,10 +626,7 @@ async fn series_are_zero_filled_and_steps_follow_the_range(db: TestDb) {
             t + 5 * MINUTE
         ))
         .await;
-    let allowed: Vec<u64> = s["points"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let allowed: Vec<u64> = items(&s["points"])
         .map(|p| p["allowed"].as_u64().unwrap())
         .collect();
     assert_eq!(allowed, [0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
@@ -738,20 +694,13 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
         .unwrap();
     assert_eq!(deleted, 3);
     let minute = Resolution::Minute.bucket(recent);
-    let s = api
-        .read(&format!(
-            "/api/v1/metrics/series?from={minute}&to={}&step=10s",
+    for (step, denied) in [("10s", 0), ("1m", 2)] {
+        let path = format!(
+            "/api/v1/metrics/series?from={minute}&to={}&step={step}",
             minute + MINUTE
-        ))
-        .await;
-    assert_eq!(totals(&s).1, 0);
-    let s = api
-        .read(&format!(
-            "/api/v1/metrics/series?from={minute}&to={}&step=1m",
-            minute + MINUTE
-        ))
-        .await;
-    assert_eq!(totals(&s).1, 2);
+        );
+        assert_eq!(totals(&api.read(&path).await).1, denied, "{step}");
+    }
     // Then the minutes (6 h), then the hours (48 h).
     assert_eq!(
         pipeline
@@ -773,11 +722,8 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
         5
     );
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
-    let m = api.get("/metrics").expect(200).await.text();
-    assert!(
-        m.contains("sluice_admin_metrics_rows_deleted_total 13"),
-        "{m}"
-    );
+    let m = api.metrics().await;
+    assert_contains(&m, "sluice_admin_metrics_rows_deleted_total 13");
 }
 
 /// Reads race flushes on purpose: every answer must count the report exactly once, never
@@ -999,7 +945,7 @@ async fn metrics_and_openapi_describe_the_pipeline(db: TestDb) {
     )
     .await;
     flush(&api, &db).await;
-    let m = api.get("/metrics").expect(200).await.text();
+    let m = api.metrics().await;
     for line in [
         "sluice_admin_reports_ingested_total 1",
         "sluice_admin_report_ingest_duration_seconds_count 1",
@@ -1009,7 +955,7 @@ async fn metrics_and_openapi_describe_the_pipeline(db: TestDb) {
         r#"sluice_admin_metrics_rows_written_total{table="proxies"} 1"#,
         "sluice_admin_metrics_pending_entries 0",
     ] {
-        assert!(m.contains(line), "{line} missing from\n{m}");
+        assert_contains(&m, line);
     }
     let doc = api.openapi().await;
     for path in [

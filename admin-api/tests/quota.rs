@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sluice_admin::http::AppState;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::store::Role;
-use sluice_admin::testing::{Backend, PATIENCE, TestApp, TestDb};
+use sluice_admin::testing::{Backend, PATIENCE, TestApp, TestDb, assert_contains};
 use sluice_coordinator as quota;
 use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::global::coordinator::Settings;
@@ -35,6 +35,16 @@ async fn app() -> (TestDb, TestApp) {
     let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
     let api = TestApp::new(&db).await;
     (db, api)
+}
+
+/// A Redis server of the test's own and a SQLite database, when Redis is installed (the
+/// test passes without running otherwise).
+async fn with_redis() -> Option<(RedisServer, TestDb)> {
+    if !redis_available() {
+        return None;
+    }
+    let redis = RedisServer::start();
+    Some((redis, TestDb::new(Backend::Sqlite).await.expect("sqlite")))
 }
 
 /// An app whose global buckets live in the Redis at `url` (one `sluice serve` replica).
@@ -229,21 +239,16 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     let regranted = again["grants"][0]["granted"].as_u64().unwrap();
     assert!(regranted >= 80 - 5, "{again}");
 
-    let metrics = api.get("/metrics").expect(200).await.text();
-    assert!(metrics.contains("sluice_quota_syncs_total"), "{metrics}");
-    assert!(
-        metrics.contains("sluice_quota_active_buckets 1"),
-        "{metrics}"
-    );
+    let metrics = api.metrics().await;
+    assert_contains(&metrics, "sluice_quota_syncs_total");
+    assert_contains(&metrics, "sluice_quota_active_buckets 1");
 }
 
 #[tokio::test]
 async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
-    if !redis_available() {
+    let Some((redis, db)) = with_redis().await else {
         return;
-    }
-    let redis = RedisServer::start();
-    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    };
     let (one, two) = (
         replica(&db, &redis.url()).await,
         replica(&db, &redis.url()).await,
@@ -288,20 +293,15 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
     assert!(x + y <= ceiling, "granted {x} + {y} of at most {ceiling}");
     assert!(x + y >= 100, "the whole burst was asked for: {x} + {y}");
 
-    let metrics = two.get("/metrics").expect(200).await.text();
-    assert!(
-        metrics.contains("sluice_quota_redis_commands_total"),
-        "{metrics}"
-    );
+    let metrics = two.metrics().await;
+    assert_contains(&metrics, "sluice_quota_redis_commands_total");
 }
 
 #[tokio::test]
 async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_twice() {
-    if !redis_available() {
+    let Some((redis, db)) = with_redis().await else {
         return;
-    }
-    let redis = RedisServer::start();
-    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    };
     let api = replica(&db, &redis.url()).await;
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&api, &proxy).await;
@@ -363,7 +363,7 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
 
 /// `sluice_quota_redis_commands_total` as `/metrics` says it.
 async fn redis_commands(api: &TestApp) -> u64 {
-    let metrics = api.get("/metrics").expect(200).await.text();
+    let metrics = api.metrics().await;
     metrics
         .lines()
         .find_map(|line| line.strip_prefix("sluice_quota_redis_commands_total "))
@@ -373,11 +373,9 @@ async fn redis_commands(api: &TestApp) -> u64 {
 
 #[tokio::test]
 async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
-    if !redis_available() {
+    let Some((mut redis, db)) = with_redis().await else {
         return;
-    }
-    let mut redis = RedisServer::start();
-    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    };
     let api = replica(&db, &redis.url()).await;
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&api, &proxy).await;

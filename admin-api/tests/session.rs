@@ -1,9 +1,10 @@
 //! The dashboard's sign-in (`/api/v1/session`), its cookie, and the dashboard's files at
 //! `/`, on SQLite and PostgreSQL alike.
 
+use serde::Serialize;
 use serde_json::json;
 use sluice_admin::store::Role;
-use sluice_admin::testing::{TestApp, TestDb, rule};
+use sluice_admin::testing::{Req, TestApp, TestDb, items, rule};
 
 sluice_admin::on_every_backend!(
     a_token_signs_in_and_the_cookie_then_acts_as_it,
@@ -18,13 +19,15 @@ fn session_cookie(set_cookie: &str) -> String {
     set_cookie.split(';').next().unwrap().trim().to_string()
 }
 
-async fn sign_in(api: &TestApp, token: &str) -> String {
-    let resp = api
-        .post("/api/v1/session")
+/// A sign-in with `token` (a secret, or anything).
+fn sign_in_request(api: &TestApp, token: impl Serialize) -> Req {
+    api.post("/api/v1/session")
         .no_token()
         .json(&json!({ "token": token }))
-        .expect(201)
-        .await;
+}
+
+async fn sign_in(api: &TestApp, token: &str) -> String {
+    let resp = sign_in_request(api, token).expect(201).await;
     let set_cookie = resp.header("set-cookie").unwrap().to_string();
     assert!(set_cookie.starts_with("sluice_session="), "{set_cookie}");
     assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
@@ -85,20 +88,10 @@ async fn a_token_signs_in_and_the_cookie_then_acts_as_it(db: TestDb) {
 async fn proxy_and_unknown_tokens_cannot_sign_in(db: TestDb) {
     let api = TestApp::new(&db).await;
     let proxy = db.token(Role::Proxy).await;
-    let resp = api
-        .post("/api/v1/session")
-        .no_token()
-        .json(&json!({ "token": proxy }))
-        .expect(403)
-        .await;
+    let resp = sign_in_request(&api, proxy).expect(403).await;
     assert!(resp.header("set-cookie").is_none());
     assert_eq!(resp.json()["type"], "urn:sluice:forbidden");
-    let resp = api
-        .post("/api/v1/session")
-        .no_token()
-        .json(&json!({ "token": "slc_not-a-token" }))
-        .expect(401)
-        .await;
+    let resp = sign_in_request(&api, "slc_not-a-token").expect(401).await;
     assert!(resp.header("set-cookie").is_none());
     api.post("/api/v1/session")
         .no_token()
@@ -127,10 +120,7 @@ async fn signing_out_or_revoking_the_token_ends_the_session(db: TestDb) {
 
     let cookie = sign_in(&api, &viewer).await;
     let tokens = api.read("/api/v1/tokens").await;
-    let id = tokens["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let id = items(&tokens["tokens"])
         .find(|t| t["name"] == "test-viewer")
         .unwrap()["id"]
         .as_str()
@@ -146,20 +136,18 @@ async fn cookie_changes_must_come_from_the_same_origin(db: TestDb) {
     let api = TestApp::new(&db).await;
     let admin = api.admin.clone();
     let cookie = sign_in(&api, &admin).await;
-    api.post("/api/v1/rules")
-        .cookie(&cookie)
-        .header("host", "127.0.0.1:8080")
-        .header("origin", "http://evil.example")
-        .json(&rule("cross-site"))
-        .expect(401)
-        .await;
-    api.post("/api/v1/rules")
-        .cookie(&cookie)
-        .header("host", "127.0.0.1:8080")
-        .header("origin", "http://127.0.0.1:8080")
-        .json(&rule("same-site"))
-        .expect(201)
-        .await;
+    for (origin, name, status) in [
+        ("http://evil.example", "cross-site", 401),
+        ("http://127.0.0.1:8080", "same-site", 201),
+    ] {
+        api.post("/api/v1/rules")
+            .cookie(&cookie)
+            .header("host", "127.0.0.1:8080")
+            .header("origin", origin)
+            .json(&rule(name))
+            .expect(status)
+            .await;
+    }
 }
 
 async fn the_dashboard_is_served_with_an_app_fallback(db: TestDb) {

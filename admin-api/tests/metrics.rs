@@ -10,7 +10,7 @@ use sluice_admin::http::{self, AppState};
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
 use sluice_admin::store::{Resolution, Role, Span, now_ms};
-use sluice_admin::testing::{PATIENCE, TestApp, TestDb, assert_contains, items, rule};
+use sluice_admin::testing::{PATIENCE, Req, TestApp, TestDb, assert_contains, items, rule};
 
 sluice_admin::on_every_backend!(
     a_report_is_visible_in_every_query_before_and_after_the_flush,
@@ -47,12 +47,13 @@ fn counts(rule: &str, allowed: u64, denied: u64, shadow_denied: u64) -> Value {
            "near_limit": 1, "fail_open": 1, "key_missing": 1})
 }
 
+/// A report sent with `token`.
+fn report_request(api: &TestApp, token: &str) -> Req {
+    api.post("/api/v1/reports").token(token)
+}
+
 async fn post_report(api: &TestApp, token: &str, body: &Value) {
-    api.post("/api/v1/reports")
-        .token(token)
-        .json(body)
-        .expect(204)
-        .await;
+    report_request(api, token).json(body).expect(204).await;
 }
 
 async fn flush(api: &TestApp, db: &TestDb) {
@@ -261,9 +262,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         ),
     ];
     for (body, status, field) in &cases {
-        let response = api
-            .post("/api/v1/reports")
-            .token(&proxy)
+        let response = report_request(&api, &proxy)
             .json(body)
             .send()
             .await
@@ -279,33 +278,22 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         );
     }
     // Not JSON, the wrong media type, too large.
-    api.post("/api/v1/reports")
-        .token(&proxy)
+    report_request(&api, &proxy)
         .raw("application/json", "{\"proxy_id\":")
         .expect(400)
         .await;
-    api.post("/api/v1/reports")
-        .token(&proxy)
+    report_request(&api, &proxy)
         .raw("text/plain", serde_json::to_vec(&good).unwrap())
         .expect(415)
         .await;
     let huge = with(
         json!({"rules": [{"rule": "api", "top_clients": [{"client": "x".repeat(1_100_000), "throttled": 1}]}]}),
     );
-    api.post("/api/v1/reports")
-        .token(&proxy)
-        .json(&huge)
-        .expect(413)
-        .await;
+    report_request(&api, &proxy).json(&huge).expect(413).await;
     // Who may send: a proxy or an admin; nobody else, and no revoked token.
     for role in [Role::Viewer, Role::Editor] {
         let token = db.token(role).await;
-        let response = api
-            .post("/api/v1/reports")
-            .token(&token)
-            .json(&good)
-            .expect(403)
-            .await;
+        let response = report_request(&api, &token).json(&good).expect(403).await;
         assert_eq!(response.json()["type"], "urn:sluice:forbidden");
     }
     api.post("/api/v1/reports")
@@ -314,11 +302,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         .expect(401)
         .await;
     let revoked = db.revoked_token(Role::Proxy).await;
-    api.post("/api/v1/reports")
-        .token(&revoked)
-        .json(&good)
-        .expect(401)
-        .await;
+    report_request(&api, &revoked).json(&good).expect(401).await;
     // A forbidden or unauthenticated caller learns nothing about its body.
     api.post("/api/v1/reports")
         .no_token()

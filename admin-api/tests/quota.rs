@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sluice_admin::http::AppState;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::store::Role;
-use sluice_admin::testing::{Backend, PATIENCE, TestApp, TestDb, assert_contains};
+use sluice_admin::testing::{Backend, PATIENCE, Req, TestApp, TestDb, assert_contains};
 use sluice_coordinator as quota;
 use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::global::coordinator::Settings;
@@ -20,6 +20,11 @@ use sluice_harness::{RedisServer, redis_available};
 /// the other proxies' even shares meanwhile.
 fn young() -> Duration {
     Duration::from_nanos(Settings::for_interval(Nanos::new(500_000_000)).young_ns())
+}
+
+/// A sync sent with `token`.
+fn sync_request(api: &TestApp, token: &str) -> Req {
+    api.post("/api/v1/quota/sync").token(token)
 }
 
 fn sync_body(proxy: &str, buckets: Value) -> Value {
@@ -62,8 +67,7 @@ async fn replica(db: &TestDb, url: &str) -> TestApp {
 }
 
 async fn sync(api: &TestApp, token: &str, proxy: &str, bucket_id: &str, want: u64) -> Value {
-    api.post("/api/v1/quota/sync")
-        .token(token)
+    sync_request(api, token)
         .json(&sync_body(proxy, json!([bucket(bucket_id, want)])))
         .expect(200)
         .await
@@ -97,9 +101,7 @@ fn granted(answer: &Value) -> u64 {
 async fn warmed_up(api: &TestApp, token: &str) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let answer = api
-            .post("/api/v1/quota/sync")
-            .token(token)
+        let answer = sync_request(api, token)
             .json(&sync_body("probe", json!([])))
             .expect(200)
             .await
@@ -126,19 +128,11 @@ async fn only_proxy_and_admin_tokens_may_sync() {
         .await;
     for role in [Role::Viewer, Role::Editor] {
         let token = db.token(role).await;
-        api.post("/api/v1/quota/sync")
-            .token(&token)
-            .json(&body)
-            .expect(403)
-            .await;
+        sync_request(&api, &token).json(&body).expect(403).await;
     }
     let proxy = db.token(Role::Proxy).await;
     for token in [&proxy, &api.admin] {
-        api.post("/api/v1/quota/sync")
-            .token(token)
-            .json(&body)
-            .expect(200)
-            .await;
+        sync_request(&api, token).json(&body).expect(200).await;
     }
 }
 
@@ -152,17 +146,10 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
                {"bucket": "1", "interval_ns": 0, "burst": 5}]),
     );
     body["interval_ms"] = json!(10);
-    let refused = api
-        .post("/api/v1/quota/sync")
-        .token(&proxy)
-        .json(&body)
-        .expect(422)
-        .await;
+    let refused = sync_request(&api, &proxy).json(&body).expect(422).await;
     assert_eq!(refused.fields(), ["proxy", "interval_ms", "buckets[1]"]);
 
-    let shape = api
-        .post("/api/v1/quota/sync")
-        .token(&proxy)
+    let shape = sync_request(&api, &proxy)
         .json(&sync_body(
             "p",
             json!([{"bucket": "zz", "interval_ns": 1, "burst": 1}]),
@@ -171,8 +158,7 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
         .await;
     assert_eq!(shape.fields(), ["buckets[0].bucket"]);
 
-    api.post("/api/v1/quota/sync")
-        .token(&proxy)
+    sync_request(&api, &proxy)
         .raw("text/plain", "{}")
         .expect(415)
         .await;
@@ -188,8 +174,7 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
         let api = api.clone();
         let proxy = proxy.clone();
         async move {
-            api.post("/api/v1/quota/sync")
-                .token(&proxy)
+            sync_request(&api, &proxy)
                 .json(&sync_body(name, json!([bucket("00000000000000c1", want)])))
                 .expect(200)
                 .await
@@ -228,8 +213,7 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     let mut back = bucket("00000000000000c1", 0);
     back["returned"] = json!(a);
     back["attempts"] = json!(0);
-    api.post("/api/v1/quota/sync")
-        .token(&proxy)
+    sync_request(&api, &proxy)
         .json(&sync_body("edge-1", json!([back])))
         .expect(200)
         .await;
@@ -313,8 +297,7 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
         let buckets: Vec<Value> = buckets.iter().map(|id| bucket(id, want)).collect();
         sync_body(name, json!(buckets))
     };
-    api.post("/api/v1/quota/sync")
-        .token(&proxy)
+    sync_request(&api, &proxy)
         .json(&body("probe", 0))
         .expect(200)
         .await;
@@ -325,9 +308,7 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
     for i in 0..PROXIES {
         let (api, proxy, body) = (api.clone(), proxy.clone(), body(&format!("edge-{i}"), 30));
         syncs.spawn(async move {
-            let answer: Value = api
-                .post("/api/v1/quota/sync")
-                .token(&proxy)
+            let answer: Value = sync_request(&api, &proxy)
                 .json(&body)
                 .expect(200)
                 .await
@@ -386,9 +367,7 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
 
     redis.kill();
     let asked = Instant::now();
-    let refused = api
-        .post("/api/v1/quota/sync")
-        .token(&proxy)
+    let refused = sync_request(&api, &proxy)
         .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
         .expect(503)
         .await;
@@ -413,9 +392,7 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     redis.restart();
     let deadline = Instant::now() + PATIENCE;
     let answer = loop {
-        let response = api
-            .post("/api/v1/quota/sync")
-            .token(&proxy)
+        let response = sync_request(&api, &proxy)
             .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
             .send()
             .await;

@@ -8,34 +8,34 @@ use super::{Bucket, Live, Pending, Pipeline, Tally};
 use crate::store::{ClientTotal, Counts, Resolution, Span, Store, StoreError};
 
 /// The range shown when none is given.
-pub const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
+pub(crate) const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
 /// Most points in one series (a week in minutes is 10,080).
-pub const MAX_POINTS: i64 = 20_000;
+pub(crate) const MAX_POINTS: i64 = 20_000;
 /// Values in a rule's sparkline.
-pub const SPARKLINE_POINTS: usize = 30;
+pub(crate) const SPARKLINE_POINTS: usize = 30;
 /// The most clients one list may ask for.
-pub const MAX_CLIENTS: u32 = 1000;
+pub(crate) const MAX_CLIENTS: u32 = 1000;
 
 /// A range that cannot be shown, and why (the request's fault).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct RangeError(String);
+pub(crate) struct RangeError(String);
 
 /// A resolved range: buckets of `resolution` starting in `[first, to)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    pub resolution: Resolution,
+pub(crate) struct Window {
+    pub(crate) resolution: Resolution,
     /// The range asked for, Unix milliseconds.
-    pub from: i64,
-    pub to: i64,
+    pub(crate) from: i64,
+    pub(crate) to: i64,
     /// The start of the bucket holding `from`.
-    pub first: i64,
+    pub(crate) first: i64,
 }
 
 impl Window {
     /// The window from `from` (default: `to` minus [`DEFAULT_RANGE_MS`]) to `to` (default:
     /// `now`), in buckets of `step` (`10s`, `1m`, `1h`; default: chosen from the range).
-    pub fn new(
+    pub(crate) fn new(
         from: Option<i64>,
         to: Option<i64>,
         step: Option<&str>,
@@ -108,62 +108,62 @@ impl Window {
 
 /// One rule's totals over a window.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RuleTotals {
-    pub rule: String,
+pub(crate) struct RuleTotals {
+    pub(crate) rule: String,
     /// Its current name; `None` for a rule that no longer exists.
-    pub name: Option<String>,
-    pub counts: Counts,
+    pub(crate) name: Option<String>,
+    pub(crate) counts: Counts,
     /// Throttled requests over the window in up to [`SPARKLINE_POINTS`] equal slices,
     /// oldest first.
-    pub sparkline: Vec<u64>,
+    pub(crate) sparkline: Vec<u64>,
 }
 
 /// One rule's throttling of one client over a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientRuleHistory {
-    pub rule: String,
+pub(crate) struct ClientRuleHistory {
+    pub(crate) rule: String,
     /// Over the window.
-    pub throttled: u64,
+    pub(crate) throttled: u64,
     /// (bucket start, throttled) for every bucket of the window, zero-filled.
-    pub points: Vec<(i64, u64)>,
+    pub(crate) points: Vec<(i64, u64)>,
 }
 
 /// The fleet as the overview counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     /// Proxies that count as connected.
-    pub connected: u64,
+    pub(crate) connected: u64,
     /// Every proxy ever seen.
-    pub total: u64,
+    pub(crate) total: u64,
     /// Connected proxies by the ruleset version they run.
-    pub versions: BTreeMap<u64, u64>,
+    pub(crate) versions: BTreeMap<u64, u64>,
     /// Connected proxies on their fallback shares.
-    pub on_fallback: u64,
+    pub(crate) on_fallback: u64,
     /// Proxies reporting an error.
-    pub errors: u64,
+    pub(crate) errors: u64,
 }
 
 /// Totals over a window and the fleet: the numbers at the top of the dashboard.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Totals {
-    pub counts: Counts,
+pub(crate) struct Totals {
+    pub(crate) counts: Counts,
     /// The seconds the counts cover: the buckets overlapping the window start a little
     /// before it.
-    pub seconds: f64,
-    pub fleet: Fleet,
+    pub(crate) seconds: f64,
+    pub(crate) fleet: Fleet,
 }
 
 /// What reports brought between two readings of the live totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LiveDelta {
-    pub total: Counts,
+pub(crate) struct LiveDelta {
+    pub(crate) total: Counts,
     /// Only the rules with traffic in between.
-    pub rules: BTreeMap<String, Counts>,
+    pub(crate) rules: BTreeMap<String, Counts>,
 }
 
 impl Live {
     /// What arrived since `before`, an earlier reading.
-    pub fn since(&self, before: &Live) -> LiveDelta {
+    pub(crate) fn since(&self, before: &Live) -> LiveDelta {
         let rules = self
             .rules
             .iter()
@@ -213,7 +213,7 @@ impl Pipeline {
 
     /// Counts per bucket of the window, summed over rules and proxies (or for one rule
     /// or one proxy); every bucket is listed, oldest first, zero-filled.
-    pub async fn series(
+    pub(crate) async fn series(
         &self,
         store: &Store,
         w: &Window,
@@ -244,7 +244,7 @@ impl Pipeline {
 
     /// Every rule with traffic in the window or defined now, with its totals and
     /// sparkline: most throttled first, then busiest, then by id.
-    pub async fn rule_totals(
+    pub(crate) async fn rule_totals(
         &self,
         store: &Store,
         w: &Window,
@@ -271,7 +271,7 @@ impl Pipeline {
 
     /// The `limit` most throttled (client, rule) pairs in the window, most first. Reads
     /// the window from the coarsest buckets still kept unless `step` fixes a resolution.
-    pub async fn top_clients(
+    pub(crate) async fn top_clients(
         &self,
         store: &Store,
         w: &Window,
@@ -370,7 +370,7 @@ impl Pipeline {
 
     /// One client's throttled requests per rule over the window, the rule that
     /// throttled it most first.
-    pub async fn client_history(
+    pub(crate) async fn client_history(
         &self,
         store: &Store,
         w: &Window,
@@ -401,7 +401,7 @@ impl Pipeline {
     /// Totals over the window, and the fleet: `connected(id, last_seen)` says whether a
     /// proxy last seen then counts as connected, `on_fallback(id)` whether it enforces
     /// global limits with its fallback shares.
-    pub async fn totals(
+    pub(crate) async fn totals(
         &self,
         store: &Store,
         w: &Window,

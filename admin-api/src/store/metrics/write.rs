@@ -16,7 +16,7 @@ impl Store {
     /// Adds a batch to the stored metrics in one transaction. `before_commit` runs after
     /// every statement succeeded, just before the commit (the pipeline uses it to tell
     /// readers that the batch is about to become visible).
-    pub async fn write_metrics(
+    pub(crate) async fn write_metrics(
         &self,
         batch: &MetricsBatch,
         before_commit: impl FnOnce(),
@@ -61,7 +61,7 @@ impl Store {
     /// Deletes the buckets of `resolution` that start before `cutoff_ms`, in short
     /// transactions of at most [`BUCKETS_PER_DELETE`] buckets, at most `max_statements`
     /// of them (the rest waits for the next run). Returns the rows deleted.
-    pub async fn delete_metrics_before(
+    pub(crate) async fn delete_metrics_before(
         &self,
         resolution: Resolution,
         cutoff_ms: i64,

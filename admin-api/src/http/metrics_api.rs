@@ -34,7 +34,7 @@ const DEFAULT_CLIENTS: u32 = 20;
 const DEFAULT_WINDOW_SECONDS: i64 = 300;
 const MAX_WINDOW_SECONDS: i64 = 400 * 86_400;
 /// How often the stream sends an event.
-pub(crate) const STREAM_INTERVAL: Duration = Duration::from_secs(2);
+pub const STREAM_INTERVAL: Duration = Duration::from_secs(2);
 /// Keep-alive comments on an otherwise quiet stream (events already come every 2 s; this
 /// covers proxies and browsers that time out idle reads).
 const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -96,7 +96,7 @@ fn series_point(t: i64, c: &Counts) -> SeriesPoint {
     ),
 )]
 /// Outcomes over time.
-pub(crate) async fn metrics_series(
+pub async fn metrics_series(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(q): Params<SeriesQuery>,
@@ -129,7 +129,7 @@ pub(crate) async fn metrics_series(
     ),
 )]
 /// Totals per rule, with a sparkline of throttled requests.
-pub(crate) async fn metrics_rules(
+pub async fn metrics_rules(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(q): Params<RangeQuery>,
@@ -168,7 +168,7 @@ pub(crate) async fn metrics_rules(
 )]
 /// The most throttled clients, per rule. Each bucket keeps its 50 most throttled clients
 /// per rule, merged over proxies.
-pub(crate) async fn metrics_clients(
+pub async fn metrics_clients(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(q): Params<ClientsQuery>,
@@ -218,7 +218,7 @@ pub(crate) async fn metrics_clients(
     ),
 )]
 /// One client's history.
-pub(crate) async fn metrics_client(
+pub async fn metrics_client(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     PathParam(client): PathParam<String>,
@@ -259,7 +259,7 @@ pub(crate) async fn metrics_client(
     ),
 )]
 /// The numbers at the top of the dashboard.
-pub(crate) async fn metrics_overview(
+pub async fn metrics_overview(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(q): Params<OverviewQuery>,
@@ -333,7 +333,7 @@ fn stream_event(t: i64, delta: LiveDelta) -> StreamEvent {
     ),
 )]
 /// Live counts, every 2 seconds.
-pub(crate) async fn metrics_stream(
+pub async fn metrics_stream(
     State(state): State<AppState>,
     _auth: Auth<Read>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {

@@ -27,22 +27,22 @@ use crate::pipeline::{RejectReason, Tally, ValidReport, ValidRule};
 use crate::store::{Counts, now_ms};
 
 /// Longest proxy id (visible ASCII).
-pub(crate) const MAX_PROXY_ID_LEN: usize = 128;
+pub const MAX_PROXY_ID_LEN: usize = 128;
 /// Longest interval a report may cover.
-pub(crate) const MAX_INTERVAL_MS: u64 = 10 * 60 * 1000;
+pub const MAX_INTERVAL_MS: u64 = 10 * 60 * 1000;
 /// How far in the future a report may end (clock skew).
-pub(crate) const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
+pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
 /// Most rules in one report.
-pub(crate) const MAX_RULES: usize = 1000;
+pub const MAX_RULES: usize = 1000;
 /// Most clients per rule in one report.
-pub(crate) const MAX_CLIENTS_PER_RULE: usize = 100;
+pub const MAX_CLIENTS_PER_RULE: usize = 100;
 /// Longest client key, in characters (as the document's `maxLength` counts).
-pub(crate) const MAX_CLIENT_CHARS: usize = 256;
+pub const MAX_CLIENT_CHARS: usize = 256;
 /// Longest rule id, in characters.
-pub(crate) const MAX_RULE_ID_CHARS: usize = 128;
+pub const MAX_RULE_ID_CHARS: usize = 128;
 /// Largest count accepted in one report: far beyond what a proxy decides in ten minutes
 /// (1.6 billion requests a second), and small enough that sums can never overflow.
-pub(crate) const MAX_COUNT: u64 = 1_000_000_000_000;
+pub const MAX_COUNT: u64 = 1_000_000_000_000;
 /// Problems listed in one answer; a report with more is wrong throughout anyway.
 const MAX_PROBLEMS: usize = 20;
 
@@ -50,38 +50,38 @@ const MAX_PROBLEMS: usize = 20;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = Report)]
-pub(crate) struct ReportBody {
+pub struct ReportBody {
     /// The proxy's id: 1 to 128 visible ASCII characters.
     #[schema(pattern = "^[!-~]{1,128}$")]
-    pub(crate) proxy_id: String,
+    pub proxy_id: String,
     /// The interval covered, Unix milliseconds: from `start_ms` to `end_ms`, at most 10
     /// minutes long, ending at most 5 minutes in the future. The report counts in the
     /// buckets holding `end_ms`.
     #[schema(maximum = 9_007_199_254_740_991_u64)]
-    pub(crate) start_ms: u64,
+    pub start_ms: u64,
     #[schema(maximum = 9_007_199_254_740_991_u64)]
-    pub(crate) end_ms: u64,
+    pub end_ms: u64,
     /// The ruleset version the proxy ran at the end of the interval.
     #[schema(maximum = 9_007_199_254_740_991_u64)]
-    pub(crate) ruleset_version: u64,
+    pub ruleset_version: u64,
     /// Per rule, at most 1,000.
     #[schema(max_items = 1000)]
-    pub(crate) rules: Vec<RuleBody>,
+    pub rules: Vec<RuleBody>,
     /// Outcomes the proxy could not attribute because it already tracked 1,000 rules.
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) overflow: u64,
+    pub overflow: u64,
     /// Earlier reports the proxy dropped because the admin API was unreachable.
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) dropped_reports: u64,
+    pub dropped_reports: u64,
 }
 
 /// `sluice_core::report::RuleReport`: one rule's exact counts and most throttled clients.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = RuleReport)]
-pub(crate) struct RuleBody {
+pub struct RuleBody {
     /// The rule id (kept as sent, also for a rule deleted since): 1 to 128 characters,
     /// without control characters.
     #[schema(
@@ -89,49 +89,49 @@ pub(crate) struct RuleBody {
         max_length = 128,
         pattern = r"^[^\x00-\x1F\x7F-\x9F]*$"
     )]
-    pub(crate) rule: String,
+    pub rule: String,
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) allowed: u64,
+    pub allowed: u64,
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) denied: u64,
+    pub denied: u64,
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) shadow_denied: u64,
+    pub shadow_denied: u64,
     /// Allowed requests that left a limit at least 80% used.
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) near_limit: u64,
+    pub near_limit: u64,
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) fail_open: u64,
+    pub fail_open: u64,
     /// Requests that matched but had no client key (not limited by the rule).
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) key_missing: u64,
+    pub key_missing: u64,
     /// Most throttled first, at most 100 (proxies send 20).
     #[serde(default)]
     #[schema(max_items = 100)]
-    pub(crate) top_clients: Vec<ClientBody>,
+    pub top_clients: Vec<ClientBody>,
 }
 
 /// `sluice_core::report::ClientCount`: one entry of a Space-Saving summary.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ClientCount)]
-pub(crate) struct ClientBody {
+pub struct ClientBody {
     /// The client key, at most 256 characters.
     #[schema(max_length = 256)]
-    pub(crate) client: String,
+    pub client: String,
     /// Throttled requests (denied or shadow-denied), an upper bound.
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) throttled: u64,
+    pub throttled: u64,
     /// How much of `throttled` may belong to clients this entry replaced: at most
     /// `throttled`.
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
-    pub(crate) error: u64,
+    pub error: u64,
 }
 
 impl BodyInput for ReportBody {
@@ -159,7 +159,7 @@ impl Problems {
 
 impl ReportBody {
     /// Checks every limit and merges repeated rules and clients; every problem is named.
-    pub(crate) fn validate(self, now_ms: i64) -> Result<ValidReport, ValidationErrors> {
+    pub fn validate(self, now_ms: i64) -> Result<ValidReport, ValidationErrors> {
         let mut problems = Problems(Vec::new());
         let id = &self.proxy_id;
         if id.is_empty() || id.len() > MAX_PROXY_ID_LEN {
@@ -331,7 +331,7 @@ fn reason(err: &ApiError) -> RejectReason {
     ),
 )]
 /// A proxy's report (proxy-role or admin token). Nothing is kept from a refused report.
-pub(crate) async fn post_report(
+pub async fn post_report(
     State(state): State<AppState>,
     // Taken as a `Result` so refusals are counted too; still checked before the body is
     // read.

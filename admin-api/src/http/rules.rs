@@ -32,7 +32,7 @@ use crate::store::{
 };
 
 /// A stored rule as the API shows it.
-pub(crate) fn rule_view(record: &RuleRecord) -> RuleView {
+pub fn rule_view(record: &RuleRecord) -> RuleView {
     RuleView {
         id: record.id.clone(),
         revision: record.revision,
@@ -43,7 +43,7 @@ pub(crate) fn rule_view(record: &RuleRecord) -> RuleView {
 }
 
 /// What an edit (or, for a dry run, a preview) did.
-pub(crate) fn change_summary(edited: &Edited, dry_run: bool) -> ChangeSummary {
+pub fn change_summary(edited: &Edited, dry_run: bool) -> ChangeSummary {
     let ids = |kind| {
         edited
             .changes
@@ -63,7 +63,7 @@ pub(crate) fn change_summary(edited: &Edited, dry_run: bool) -> ChangeSummary {
 }
 
 /// `x-sluice-ruleset-version`: the ruleset version a response reflects.
-pub(crate) fn version_header(version: u64) -> (HeaderName, HeaderValue) {
+pub fn version_header(version: u64) -> (HeaderName, HeaderValue) {
     (
         HeaderName::from_static(PROXY_RULESET_VERSION_HEADER),
         HeaderValue::from(version),
@@ -144,7 +144,7 @@ fn keep_identity(mut spec: RuleSpec, id: &str) -> Result<RuleSpec, ApiError> {
         AuthErrors,
     ),
 )]
-pub(crate) async fn list_rules(
+pub async fn list_rules(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(query): Params<ListQuery>,
@@ -176,7 +176,7 @@ pub(crate) async fn list_rules(
         AuthErrors,
     ),
 )]
-pub(crate) async fn get_rule(
+pub async fn get_rule(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     PathParam(id): PathParam<String>,
@@ -201,7 +201,7 @@ pub(crate) async fn get_rule(
         AuthErrors,
     ),
 )]
-pub(crate) async fn create_rule(
+pub async fn create_rule(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
     JsonBody(spec): JsonBody<RuleSpec>,
@@ -235,7 +235,7 @@ pub(crate) async fn create_rule(
         AuthErrors,
     ),
 )]
-pub(crate) async fn replace_rule(
+pub async fn replace_rule(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
     PathParam(id): PathParam<String>,
@@ -270,7 +270,7 @@ pub(crate) async fn replace_rule(
         AuthErrors,
     ),
 )]
-pub(crate) async fn patch_rule(
+pub async fn patch_rule(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
     PathParam(id): PathParam<String>,
@@ -310,7 +310,7 @@ pub(crate) async fn patch_rule(
         AuthErrors,
     ),
 )]
-pub(crate) async fn delete_rule(
+pub async fn delete_rule(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
     PathParam(id): PathParam<String>,
@@ -374,7 +374,7 @@ macro_rules! set_enabled_handler {
                 AuthErrors,
             ),
         )]
-        pub(crate) async fn $name(
+        pub async fn $name(
             State(state): State<AppState>,
             auth: Auth<WriteRules>,
             PathParam(id): PathParam<String>,
@@ -449,7 +449,7 @@ fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
         AuthErrors,
     ),
 )]
-pub(crate) async fn apply_rules(
+pub async fn apply_rules(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
     Params(query): Params<ApplyQuery>,
@@ -505,7 +505,7 @@ pub(crate) async fn apply_rules(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // Read from the header map; the struct documents it.
-pub(crate) struct ExportHeaders {
+pub struct ExportHeaders {
     /// `application/yaml` (any value naming yaml) for YAML; JSON otherwise.
     #[param(rename = "Accept", value_type = String, required = false)]
     accept: Option<String>,
@@ -521,7 +521,7 @@ pub(crate) struct ExportHeaders {
         AuthErrors,
     ),
 )]
-pub(crate) async fn export_rules(
+pub async fn export_rules(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     headers: HeaderMap,

@@ -238,20 +238,13 @@ fn trim(clients: &mut HashMap<String, Tally>, keep: usize) {
 mod tests {
     use super::*;
 
-    fn counts(allowed: u64) -> Counts {
-        Counts {
-            allowed,
-            ..Counts::default()
-        }
-    }
-
     #[test]
     fn batches_sum_rules_over_proxies_and_keep_the_top_clients() {
         let mut p = Pending::default();
         let r = Resolution::TenSeconds;
-        p.add_counts(r, 0, "p1", "a", &counts(1));
-        p.add_counts(r, 0, "p2", "a", &counts(2));
-        p.add_counts(r, 0, "p2", "a", &counts(4));
+        p.add_counts(r, 0, "p1", "a", &Counts::only_allowed(1));
+        p.add_counts(r, 0, "p2", "a", &Counts::only_allowed(2));
+        p.add_counts(r, 0, "p2", "a", &Counts::only_allowed(4));
         for i in 0..60u64 {
             p.add_client(
                 r,
@@ -301,8 +294,14 @@ mod tests {
     #[test]
     fn ranges_select_one_resolution() {
         let mut p = Pending::default();
-        p.add_counts(Resolution::TenSeconds, 10_000, "p", "a", &counts(1));
-        p.add_counts(Resolution::Minute, 0, "p", "a", &counts(1));
+        p.add_counts(
+            Resolution::TenSeconds,
+            10_000,
+            "p",
+            "a",
+            &Counts::only_allowed(1),
+        );
+        p.add_counts(Resolution::Minute, 0, "p", "a", &Counts::only_allowed(1));
         let span = |from_ms, to_ms| Span {
             resolution: Resolution::TenSeconds,
             from_ms,

@@ -593,10 +593,7 @@ mod tests {
     use super::*;
 
     fn denied(denied: u64) -> Counts {
-        Counts {
-            denied,
-            ..Counts::default()
-        }
+        Counts::only_denied(denied)
     }
 
     #[test]

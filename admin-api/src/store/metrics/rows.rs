@@ -108,6 +108,25 @@ impl Counts {
     }
 }
 
+#[cfg(test)]
+impl Counts {
+    /// `n` allowed requests and nothing else.
+    pub(crate) fn only_allowed(n: u64) -> Counts {
+        Counts {
+            allowed: n,
+            ..Counts::default()
+        }
+    }
+
+    /// `n` denied requests and nothing else.
+    pub(crate) fn only_denied(n: u64) -> Counts {
+        Counts {
+            denied: n,
+            ..Counts::default()
+        }
+    }
+}
+
 /// One rule's counts in one bucket, summed over proxies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleBucket {

@@ -57,7 +57,7 @@ impl Modify for BearerAuth {
 }
 
 /// The document before the routes add their paths.
-pub(crate) fn base() -> utoipa::openapi::OpenApi {
+pub fn base() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 
@@ -76,7 +76,7 @@ fn problem(description: &str) -> RefOr<Response> {
 
 /// 401 and 403, which every `/api/v1` endpoint can answer.
 #[derive(Debug)]
-pub(crate) struct AuthErrors;
+pub struct AuthErrors;
 
 impl utoipa::IntoResponses for AuthErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
@@ -95,7 +95,7 @@ impl utoipa::IntoResponses for AuthErrors {
 
 /// What a request with a body can be refused for; nothing is written in any of these.
 #[derive(Debug)]
-pub(crate) struct WriteErrors;
+pub struct WriteErrors;
 
 impl utoipa::IntoResponses for WriteErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
@@ -122,7 +122,7 @@ impl utoipa::IntoResponses for WriteErrors {
 ///   a path segment of the wrong type, a malformed header);
 /// - 429 and 503 wherever a token is checked ([`super::auth`]: too many failed
 ///   authentications from the address; the database holding tokens unreachable).
-pub(crate) fn complete(doc: &mut utoipa::openapi::OpenApi) {
+pub fn complete(doc: &mut utoipa::openapi::OpenApi) {
     for item in doc.paths.paths.values_mut() {
         let operations = [
             &mut item.get,

@@ -20,10 +20,10 @@ pub mod http;
 pub mod pipeline;
 /// Rules files and strict JSON: the `sluice-rules-file` crate, through which the API and
 /// the command line's client read rules.
-pub use sluice_rules_file as rules_file;
+pub(crate) use sluice_rules_file as rules_file;
 pub mod server;
 pub mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod tls;
-pub mod ui;
+pub(crate) mod ui;

@@ -20,7 +20,7 @@ use crate::ui;
 /// The environment variable holding the bootstrap admin token.
 pub const ADMIN_TOKEN_ENV: &str = "SLUICE_ADMIN_TOKEN";
 /// The name the bootstrap token is stored under.
-pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap-admin";
+pub(crate) const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap-admin";
 
 /// A running server.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub struct Server {
 
 /// Everything `sluice serve` answers: the API, and the dashboard at every path the API
 /// does not route.
-pub fn app(state: AppState) -> axum::Router {
+pub(crate) fn app(state: AppState) -> axum::Router {
     http::app_beside(state, ui::router())
 }
 

@@ -8,6 +8,7 @@
 //! a notice otherwise.
 
 use std::net::SocketAddr;
+use std::panic::Location;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,28 @@ impl TestDb {
         }
     }
 
+    /// The ruleset version, the rules, the audit entries and the versions listed: what a
+    /// refused change must leave alone.
+    pub async fn footprint(&self) -> (u64, u64, u64, usize) {
+        (
+            self.store.current_version().await.unwrap(),
+            self.store.rule_count().await.unwrap(),
+            self.store.audit_count().await.unwrap(),
+            self.store.list_versions(1000, None).await.unwrap().len(),
+        )
+    }
+
+    /// The secret of a token with `role` that the command line has revoked.
+    pub async fn revoked_token(&self, role: Role) -> String {
+        let secret = self.token(role).await;
+        let id = self.store.find_token(&secret).await.unwrap().unwrap().id;
+        self.store
+            .revoke_token(&Actor::cli(), &id, now_ms())
+            .await
+            .unwrap();
+        secret
+    }
+
     /// A token with `role`, created directly in the database; returns its secret.
     pub async fn token(&self, role: Role) -> String {
         self.store
@@ -252,6 +275,37 @@ impl TestApp {
     pub fn delete(&self, path: &str) -> Req {
         self.req(Method::DELETE, path)
     }
+
+    /// The server's own Prometheus metrics (`/metrics`), as text.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").send().await.expect(200).text()
+    }
+
+    /// The OpenAPI document, fetched as anyone may (no token).
+    pub async fn openapi(&self) -> Value {
+        self.get("/api/v1/openapi.json")
+            .no_token()
+            .send()
+            .await
+            .expect(200)
+            .json()
+    }
+
+    /// Creates `rule` as the admin: 201, or the test fails where it called this.
+    #[track_caller]
+    pub fn create(&self, rule: &Value) -> impl Future<Output = Resp> + use<> {
+        let caller = Location::caller();
+        let request = self.post("/api/v1/rules").json(rule);
+        async move { request.send().await.expect_at(201, caller) }
+    }
+
+    /// GETs `path` as the admin: 200 and its JSON, or the test fails where it called this.
+    #[track_caller]
+    pub fn read(&self, path: &str) -> impl Future<Output = Value> + use<> {
+        let caller = Location::caller();
+        let request = self.get(path);
+        async move { request.send().await.expect_at(200, caller).json() }
+    }
 }
 
 /// One request through the router.
@@ -283,6 +337,11 @@ impl Req {
         self.header("authorization", &format!("Bearer {token}"))
     }
 
+    /// Sends the dashboard's session cookie instead of a token.
+    pub fn cookie(self, cookie: &str) -> Req {
+        self.no_token().header("cookie", cookie)
+    }
+
     pub fn no_token(mut self) -> Req {
         self.headers
             .retain(|(n, _)| !n.eq_ignore_ascii_case("authorization"));
@@ -296,6 +355,14 @@ impl Req {
     pub fn raw(mut self, content_type: &str, body: impl Into<Vec<u8>>) -> Req {
         self.body = body.into();
         self.header("content-type", content_type)
+    }
+
+    /// Sends the request and asserts its status: `req.expect(201).await` is
+    /// `req.send().await.expect(201)`, failing where the test called it.
+    #[track_caller]
+    pub fn expect(self, status: u16) -> impl Future<Output = Resp> {
+        let caller = Location::caller();
+        async move { self.send().await.expect_at(status, caller) }
     }
 
     pub async fn send(self) -> Resp {
@@ -348,10 +415,15 @@ impl Resp {
     /// Asserts the status, showing the body when it differs.
     #[track_caller]
     pub fn expect(self, status: u16) -> Resp {
+        self.expect_at(status, Location::caller())
+    }
+
+    /// [`Resp::expect`] for a request made at `caller`.
+    fn expect_at(self, status: u16, caller: &Location<'_>) -> Resp {
         assert_eq!(
             self.status.as_u16(),
             status,
-            "unexpected status; body: {}",
+            "unexpected status (request at {caller}); body: {}",
             self.text()
         );
         self
@@ -369,6 +441,19 @@ impl Resp {
             })
             .unwrap_or_default()
     }
+}
+
+/// Asserts that `text` holds `needle`, showing all of `text` when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, needle: &str) {
+    assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+}
+
+/// The items of a JSON array (the test fails if `list` is none).
+pub fn items(list: &Value) -> impl Iterator<Item = &Value> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
 }
 
 /// The example rule from the issue that must be accepted as is.
@@ -424,6 +509,11 @@ impl TestServer {
         self.http
             .post(format!("{}{path}", self.base))
             .bearer_auth(&self.admin)
+    }
+
+    /// GETs `path` as the admin, and its JSON (whatever the status).
+    pub async fn json(&self, path: &str) -> Value {
+        self.get(path).send().await.unwrap().json().await.unwrap()
     }
 
     pub async fn create(&self, rule: &Value) -> u64 {

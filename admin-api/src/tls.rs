@@ -24,7 +24,7 @@ use tokio_rustls::server::TlsStream;
 /// A request extension: the request came over the server's own TLS (see
 /// [`crate::server::start_tls`]), so what it sets in the browser may be `Secure`.
 #[derive(Debug, Clone, Copy)]
-pub struct OverTls;
+pub(crate) struct OverTls;
 
 /// How long a client may take to finish its TLS handshake. Handshakes run in their own
 /// tasks, so a slow one delays only itself; the limit frees the task of one that never ends.
@@ -122,14 +122,14 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsEr
 /// slow or silent client cannot hold up the others; finished connections queue for
 /// `axum::serve`. Dropping the listener (as a graceful shutdown does) stops accepting.
 #[derive(Debug)]
-pub struct TlsListener {
+pub(crate) struct TlsListener {
     local: SocketAddr,
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     acceptor: JoinHandle<()>,
 }
 
 impl TlsListener {
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<TlsListener> {
+    pub(crate) fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<TlsListener> {
         let local = listener.local_addr()?;
         let (tx, ready) = mpsc::channel(READY_QUEUE);
         let acceptor = tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));

@@ -42,7 +42,7 @@ const NOT_BUILT: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"
 
 /// The dashboard beside the API (see `crate::server::app`): every path the API does not
 /// route.
-pub fn router() -> Router {
+pub(crate) fn router() -> Router {
     Router::new().fallback(serve)
 }
 

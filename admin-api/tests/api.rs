@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_admin::store::{Role, now_ms};
-use sluice_admin::testing::{TestApp, TestDb, example_rule, rule};
+use sluice_admin::store::Role;
+use sluice_admin::testing::{TestApp, TestDb, assert_contains, example_rule, items, rule};
 
 sluice_admin::on_every_backend!(
     the_example_rule_is_accepted_and_served_to_proxies,
@@ -30,22 +30,13 @@ sluice_admin::on_every_backend!(
     failed_authentications_are_limited_per_address,
 );
 
-/// The version and the number of audit entries: a refused request leaves both alone.
-async fn footprint(db: &TestDb) -> (u64, u64) {
-    (
-        db.store.current_version().await.unwrap(),
-        db.store.audit_count().await.unwrap(),
-    )
-}
-
 async fn the_example_rule_is_accepted_and_served_to_proxies(db: TestDb) {
     let api = TestApp::new(&db).await;
     let created = api
         .post("/api/v1/rules")
         .json(&example_rule())
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert_eq!(
         created.header("location"),
         Some("/api/v1/rules/api-per-key")
@@ -58,11 +49,7 @@ async fn the_example_rule_is_accepted_and_served_to_proxies(db: TestDb) {
     assert_eq!(body["spec"]["limits"][0]["burst"], 10);
     assert!(body["created_at"].as_str().unwrap().ends_with('Z'));
 
-    let got = api
-        .get("/api/v1/rules/api-per-key")
-        .send()
-        .await
-        .expect(200);
+    let got = api.get("/api/v1/rules/api-per-key").expect(200).await;
     assert_eq!(got.header("etag"), Some("\"1\""));
     assert_eq!(got.json()["spec"], body["spec"]);
 
@@ -70,9 +57,8 @@ async fn the_example_rule_is_accepted_and_served_to_proxies(db: TestDb) {
     let doc = api
         .get("/api/v1/ruleset?after=0")
         .token(&proxy)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     let doc: sluice_core::wire::RulesetDocument = serde_json::from_slice(&doc.body).unwrap();
     assert_eq!(doc.version, 1);
     assert_eq!(doc.rules.len(), 1);
@@ -82,11 +68,7 @@ async fn the_example_rule_is_accepted_and_served_to_proxies(db: TestDb) {
 
 async fn rules_can_be_read_replaced_patched_toggled_and_deleted(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
+    api.create(&rule("a")).await;
 
     // PUT replaces the whole rule; If-Match with the current ETag passes.
     let mut replacement = rule("a");
@@ -95,9 +77,8 @@ async fn rules_can_be_read_replaced_patched_toggled_and_deleted(db: TestDb) {
         .put("/api/v1/rules/a")
         .header("if-match", "\"1\"")
         .json(&replacement)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(put.header("etag"), Some("\"2\""));
     assert_eq!(put.json()["spec"]["limits"][0]["requests"], 50);
 
@@ -105,9 +86,8 @@ async fn rules_can_be_read_replaced_patched_toggled_and_deleted(db: TestDb) {
     let renamed = api
         .put("/api/v1/rules/a")
         .json(&rule("a-renamed"))
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert_eq!(renamed["id"], "a");
     assert_eq!(renamed["spec"]["id"], "a");
@@ -120,9 +100,8 @@ async fn rules_can_be_read_replaced_patched_toggled_and_deleted(db: TestDb) {
             "application/merge-patch+json",
             r#"{"description":"per client","match":{"path_prefix":"/v1/"},"priority":7}"#,
         )
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert_eq!(patched["spec"]["description"], "per client");
     assert_eq!(patched["spec"]["priority"], 7);
@@ -130,54 +109,43 @@ async fn rules_can_be_read_replaced_patched_toggled_and_deleted(db: TestDb) {
     let patched = api
         .patch("/api/v1/rules/a")
         .json(&json!({"match": {"path_prefix": null}, "description": null}))
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert_eq!(patched["spec"].get("description"), None);
     assert_eq!(patched["spec"]["match"], json!({}));
 
-    let disabled = api.post("/api/v1/rules/a/disable").send().await.expect(200);
+    let disabled = api.post("/api/v1/rules/a/disable").expect(200).await;
     assert_eq!(disabled.json()["spec"]["enabled"], false);
     let version = db.store.current_version().await.unwrap();
     // Disabling twice changes nothing and makes no version.
-    api.post("/api/v1/rules/a/disable").send().await.expect(200);
+    api.post("/api/v1/rules/a/disable").expect(200).await;
     assert_eq!(db.store.current_version().await.unwrap(), version);
     // Proxies get disabled rules too: the filter skips them.
-    let doc = api
-        .get("/api/v1/ruleset?after=0")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let doc = api.read("/api/v1/ruleset?after=0").await;
     assert_eq!(doc["rules"][0]["enabled"], false);
-    let enabled = api.post("/api/v1/rules/a/enable").send().await.expect(200);
+    let enabled = api.post("/api/v1/rules/a/enable").expect(200).await;
     assert_eq!(enabled.json()["spec"]["enabled"], true);
 
-    let deleted = api.delete("/api/v1/rules/a").send().await.expect(204);
+    let deleted = api.delete("/api/v1/rules/a").expect(204).await;
     assert!(deleted.body.is_empty());
     let version = db.store.current_version().await.unwrap();
     assert_eq!(
         deleted.header("x-sluice-ruleset-version"),
         Some(version.to_string().as_str())
     );
-    api.get("/api/v1/rules/a").send().await.expect(404);
-    api.delete("/api/v1/rules/a").send().await.expect(404);
+    api.get("/api/v1/rules/a").expect(404).await;
+    api.delete("/api/v1/rules/a").expect(404).await;
     api.put("/api/v1/rules/a")
         .json(&rule("a"))
-        .send()
-        .await
-        .expect(404);
+        .expect(404)
+        .await;
 }
 
 async fn bad_input_is_refused_with_field_paths_and_writes_nothing(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("taken"))
-        .send()
-        .await
-        .expect(201);
-    let before = footprint(&db).await;
+    api.create(&rule("taken")).await;
+    let before = db.footprint().await;
     let original = api.get("/api/v1/rules/taken").send().await.json();
 
     let mut big = rule("big");
@@ -288,7 +256,7 @@ async fn bad_input_is_refused_with_field_paths_and_writes_nothing(db: TestDb) {
                 );
             }
         }
-        assert_eq!(footprint(&db).await, before, "{what} wrote something");
+        assert_eq!(db.footprint().await, before, "{what} wrote something");
     }
     assert_eq!(api.get("/api/v1/rules/taken").send().await.json(), original);
     assert_eq!(db.store.rule_count().await.unwrap(), 1);
@@ -296,18 +264,13 @@ async fn bad_input_is_refused_with_field_paths_and_writes_nothing(db: TestDb) {
 
 async fn a_stale_if_match_is_a_conflict_and_changes_nothing(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
+    api.create(&rule("a")).await;
     // Someone else changes the rule: revision 1 is now stale.
     api.patch("/api/v1/rules/a")
         .json(&json!({"priority": 1}))
-        .send()
-        .await
-        .expect(200);
-    let before = footprint(&db).await;
+        .expect(200)
+        .await;
+    let before = db.footprint().await;
     let stale = "\"1\"";
     let attempts = [
         api.put("/api/v1/rules/a").json(&rule("a")),
@@ -316,99 +279,64 @@ async fn a_stale_if_match_is_a_conflict_and_changes_nothing(db: TestDb) {
         api.post("/api/v1/rules/a/disable"),
     ];
     for attempt in attempts {
-        let response = attempt.header("if-match", stale).send().await.expect(409);
+        let response = attempt.header("if-match", stale).expect(409).await;
         let problem = response.json();
         assert_eq!(problem["type"], "urn:sluice:stale-revision");
         assert!(problem["detail"].as_str().unwrap().contains("revision 2"));
     }
-    assert_eq!(footprint(&db).await, before);
-    let current = api.get("/api/v1/rules/a").send().await.expect(200);
+    assert_eq!(db.footprint().await, before);
+    let current = api.get("/api/v1/rules/a").expect(200).await;
     assert_eq!(current.json()["spec"]["priority"], 1);
     // An If-Match that is no ETag matches no revision: refused as stale, never a silent
     // pass, and the answer names the current revision.
     let refused = api
         .delete("/api/v1/rules/a")
         .header("if-match", "2")
-        .send()
-        .await
-        .expect(409);
+        .expect(409)
+        .await;
     assert_eq!(refused.json()["type"], "urn:sluice:stale-revision");
     // The current ETag, or `*`, passes.
     api.patch("/api/v1/rules/a")
         .header("if-match", current.header("etag").unwrap())
         .json(&json!({"priority": 3}))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     api.delete("/api/v1/rules/a")
         .header("if-match", "*")
-        .send()
-        .await
-        .expect(204);
+        .expect(204)
+        .await;
 }
 
 async fn versions_diffs_and_rollback(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("a"))
-        .send()
-        .await
-        .expect(201); // 1
-    api.post("/api/v1/rules")
-        .json(&rule("b"))
-        .send()
-        .await
-        .expect(201); // 2
+    api.create(&rule("a")).await; // 1
+    api.create(&rule("b")).await; // 2
     api.patch("/api/v1/rules/a")
         .json(&json!({"priority": 4}))
-        .send()
-        .await
-        .expect(200); // 3
-    api.delete("/api/v1/rules/b").send().await.expect(204); // 4
+        .expect(200)
+        .await; // 3
+    api.delete("/api/v1/rules/b").expect(204).await; // 4
 
-    let versions = api.get("/api/v1/versions").send().await.expect(200).json();
-    let numbers: Vec<u64> = versions["versions"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let versions = api.read("/api/v1/versions").await;
+    let numbers: Vec<u64> = items(&versions["versions"])
         .map(|v| v["version"].as_u64().unwrap())
         .collect();
     assert_eq!(numbers, [4, 3, 2, 1]);
     assert_eq!(versions["versions"][0]["action"], "rule.delete");
     assert_eq!(versions["versions"][0]["actor_name"], "test-admin");
-    let page = api
-        .get("/api/v1/versions?limit=2&before=3")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let page = api.read("/api/v1/versions?limit=2&before=3").await;
     assert_eq!(page["versions"].as_array().unwrap().len(), 2);
     assert_eq!(page["versions"][0]["version"], 2);
 
-    let v2 = api
-        .get("/api/v1/versions/2")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let v2 = api.read("/api/v1/versions/2").await;
     assert_eq!(v2["version"], 2);
     assert_eq!(v2["rules"].as_array().unwrap().len(), 2);
-    let v0 = api
-        .get("/api/v1/versions/0")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let v0 = api.read("/api/v1/versions/0").await;
     assert_eq!(v0["rules"], json!([]));
-    api.get("/api/v1/versions/99").send().await.expect(404);
-    api.get("/api/v1/versions/x").send().await.expect(400);
+    api.get("/api/v1/versions/99").expect(404).await;
+    api.get("/api/v1/versions/x").expect(400).await;
 
-    let diff = api
-        .get("/api/v1/diff?from=2&to=4")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let diff = api.read("/api/v1/diff?from=2&to=4").await;
     assert_eq!(diff["from"], 2);
     assert_eq!(diff["to"], 4);
     let changes = diff["changes"].as_array().unwrap();
@@ -425,20 +353,14 @@ async fn versions_diffs_and_rollback(db: TestDb) {
     );
     assert_eq!(changes[1]["after"], Value::Null);
     // `to` defaults to the current version.
-    let diff = api
-        .get("/api/v1/diff?from=0")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let diff = api.read("/api/v1/diff?from=0").await;
     assert_eq!(diff["to"], 4);
-    api.get("/api/v1/diff").send().await.expect(400);
+    api.get("/api/v1/diff").expect(400).await;
 
     let rolled = api
         .post("/api/v1/versions/2/rollback")
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert_eq!(rolled["changed"], true);
     assert_eq!(rolled["version"], 5);
@@ -447,34 +369,24 @@ async fn versions_diffs_and_rollback(db: TestDb) {
     let v5 = api.get("/api/v1/versions/5").send().await.json();
     assert_eq!(v5["rules"], v2["rules"]);
     assert_eq!(v5["action"], "ruleset.rollback");
-    let doc = api
-        .get("/api/v1/ruleset?after=4")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let doc = api.read("/api/v1/ruleset?after=4").await;
     assert_eq!(doc["version"], 5);
     // Rolling back to what is already current changes nothing.
     let again = api
         .post("/api/v1/versions/5/rollback")
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert_eq!(
         (again["changed"].as_bool(), again["version"].as_u64()),
         (Some(false), Some(5))
     );
-    api.post("/api/v1/versions/42/rollback")
-        .send()
-        .await
-        .expect(404);
+    api.post("/api/v1/versions/42/rollback").expect(404).await;
     // Rolling back to version 0 empties the ruleset, as a new version.
     let empty = api
         .post("/api/v1/versions/0/rollback")
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert_eq!(empty["version"], 6);
     assert_eq!(db.store.rule_count().await.unwrap(), 0);
@@ -495,11 +407,7 @@ const RULES_YAML: &str = "
 
 async fn apply_is_idempotent_and_prunes_only_when_asked(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("manual"))
-        .send()
-        .await
-        .expect(201); // 1
+    api.create(&rule("manual")).await; // 1
     let apply = |body: &str, content_type: &str, query: &str| {
         api.post(&format!("/api/v1/rules:apply{query}"))
             .raw(content_type, body.to_string())
@@ -576,40 +484,33 @@ async fn apply_is_idempotent_and_prunes_only_when_asked(db: TestDb) {
     assert_eq!(emptied["removed"], json!(["api-per-key"]));
     api.post("/api/v1/rules:apply?prune=maybe")
         .raw("application/yaml", "[]")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
 }
 
 async fn export_round_trips_through_apply(db: TestDb) {
     let api = TestApp::new(&db).await;
     api.post("/api/v1/rules:apply")
         .raw("application/yaml", RULES_YAML)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     let mut with_id = rule("renamed");
     with_id["id"] = json!("stable-id");
-    api.post("/api/v1/rules")
-        .json(&with_id)
-        .send()
-        .await
-        .expect(201);
+    api.create(&with_id).await;
     let version = db.store.current_version().await.unwrap();
 
     let yaml = api
         .get("/api/v1/export")
         .header("accept", "application/yaml")
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(yaml.header("content-type"), Some("application/yaml"));
     assert_eq!(
         yaml.header("x-sluice-ruleset-version"),
         Some(version.to_string().as_str())
     );
     assert!(yaml.text().starts_with("# Sluice rules at ruleset version"));
-    let json = api.get("/api/v1/export").send().await.expect(200);
+    let json = api.get("/api/v1/export").expect(200).await;
     assert_eq!(json.header("content-type"), Some("application/json"));
     assert_eq!(json.json()["rules"].as_array().unwrap().len(), 3);
 
@@ -620,9 +521,8 @@ async fn export_round_trips_through_apply(db: TestDb) {
         let result = api
             .post("/api/v1/rules:apply?prune=true")
             .raw(content_type, body)
-            .send()
-            .await
             .expect(200)
+            .await
             .json();
         assert_eq!(result["changed"], false, "{content_type}: {result}");
     }
@@ -633,11 +533,7 @@ async fn export_round_trips_through_apply(db: TestDb) {
 /// each role.
 async fn every_endpoint_checks_the_token_and_the_role(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
+    api.create(&rule("a")).await;
     let tokens: Vec<(Role, String)> = {
         let mut v = Vec::new();
         for role in Role::ALL {
@@ -645,12 +541,7 @@ async fn every_endpoint_checks_the_token_and_the_role(db: TestDb) {
         }
         v
     };
-    let revoked = db.token(Role::Admin).await;
-    let revoked_id = db.store.find_token(&revoked).await.unwrap().unwrap().id;
-    db.store
-        .revoke_token(&sluice_admin::store::Actor::cli(), &revoked_id, now_ms())
-        .await
-        .unwrap();
+    let revoked = db.revoked_token(Role::Admin).await;
 
     // (method, path, body, who may)
     let read = &[Role::Admin, Role::Editor, Role::Viewer][..];
@@ -786,17 +677,15 @@ async fn every_endpoint_checks_the_token_and_the_role(db: TestDb) {
     // The scheme is case-insensitive.
     api.get("/api/v1/rules")
         .header("authorization", &format!("bearer {}", api.admin))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     // A viewer learns it may not write before anything about its body.
     let viewer = &tokens.iter().find(|(r, _)| *r == Role::Viewer).unwrap().1;
     api.post("/api/v1/rules")
         .token(viewer)
         .raw("application/json", "{not json")
-        .send()
-        .await
-        .expect(403);
+        .expect(403)
+        .await;
 }
 
 async fn tokens_are_managed_through_the_api_and_never_leak(db: TestDb) {
@@ -804,9 +693,8 @@ async fn tokens_are_managed_through_the_api_and_never_leak(db: TestDb) {
     let created = api
         .post("/api/v1/tokens")
         .json(&json!({"name": "deploy", "role": "editor"}))
-        .send()
-        .await
         .expect(201)
+        .await
         .json();
     let secret = created["token"].as_str().unwrap().to_string();
     assert!(secret.starts_with("slc_"));
@@ -818,16 +706,11 @@ async fn tokens_are_managed_through_the_api_and_never_leak(db: TestDb) {
     api.post("/api/v1/rules")
         .token(&secret)
         .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
-    api.get("/api/v1/tokens")
-        .token(&secret)
-        .send()
-        .await
-        .expect(403);
+        .expect(201)
+        .await;
+    api.get("/api/v1/tokens").token(&secret).expect(403).await;
 
-    let list = api.get("/api/v1/tokens").send().await.expect(200);
+    let list = api.get("/api/v1/tokens").expect(200).await;
     let hash = sluice_admin::store::hash_token(&secret);
     assert!(!list.text().contains(&secret));
     assert!(!list.text().contains(&hash));
@@ -845,36 +728,26 @@ async fn tokens_are_managed_through_the_api_and_never_leak(db: TestDb) {
 
     let revoked = api
         .delete(&format!("/api/v1/tokens/{id}"))
-        .send()
-        .await
         .expect(200)
+        .await
         .json();
     assert!(revoked["revoked_at"].is_string());
-    api.get("/api/v1/rules")
-        .token(&secret)
-        .send()
-        .await
-        .expect(401);
+    api.get("/api/v1/rules").token(&secret).expect(401).await;
     api.delete(&format!("/api/v1/tokens/{id}"))
-        .send()
-        .await
-        .expect(200);
-    api.delete("/api/v1/tokens/tok_nope")
-        .send()
-        .await
-        .expect(404);
+        .expect(200)
+        .await;
+    api.delete("/api/v1/tokens/tok_nope").expect(404).await;
 
     // Nothing anywhere shows a secret or a hash: not the audit log, not the versions.
     for path in ["/api/v1/audit", "/api/v1/versions", "/api/v1/tokens"] {
-        let text = api.get(path).send().await.expect(200).text();
+        let text = api.get(path).expect(200).await.text();
         assert!(!text.contains(&secret) && !text.contains(&hash), "{path}");
         assert!(!text.contains(&api.admin), "{path}");
     }
     api.post("/api/v1/tokens")
         .json(&json!({"name": "", "role": "viewer"}))
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
 }
 
 async fn rules_are_listed_with_filters_and_pages(db: TestDb) {
@@ -889,17 +762,14 @@ async fn rules_are_listed_with_filters_and_pages(db: TestDb) {
         for (k, v) in extra.as_object().unwrap() {
             r[k] = v.clone();
         }
-        api.post("/api/v1/rules").json(&r).send().await.expect(201);
+        api.create(&r).await;
     }
     let names = |v: &Value| -> Vec<String> {
-        v["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
+        items(&v["rules"])
             .map(|r| r["spec"]["name"].as_str().unwrap().to_string())
             .collect()
     };
-    let all = api.get("/api/v1/rules").send().await.expect(200).json();
+    let all = api.read("/api/v1/rules").await;
     assert_eq!(names(&all), ["alpha", "alphabet", "beta", "gamma"]);
     assert_eq!(all["total"], 4);
     assert!(all["rules"][0]["revision"].is_u64());
@@ -931,10 +801,7 @@ async fn rules_are_listed_with_filters_and_pages(db: TestDb) {
         "offset=-1",
         "colour=red",
     ] {
-        api.get(&format!("/api/v1/rules?{bad}"))
-            .send()
-            .await
-            .expect(400);
+        api.get(&format!("/api/v1/rules?{bad}")).expect(400).await;
     }
 }
 
@@ -951,11 +818,10 @@ async fn polls_record_the_proxy(db: TestDb) {
             "x-sluice-proxy-error",
             "refused version 9: rules[0].name: bad",
         )
-        .send()
-        .await
-        .expect(304);
+        .expect(304)
+        .await;
     assert!(response.body.is_empty());
-    let proxies = api.get("/api/v1/proxies").send().await.expect(200).json();
+    let proxies = api.read("/api/v1/proxies").await;
     let p = &proxies["proxies"][0];
     assert_eq!(p["id"], "envoy-a");
     assert_eq!(p["connected"], true);
@@ -965,27 +831,21 @@ async fn polls_record_the_proxy(db: TestDb) {
     // checks the real one).
     assert_eq!(p["address"], "unknown");
 
-    api.post("/api/v1/rules")
-        .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
+    api.create(&rule("a")).await;
     api.get("/api/v1/ruleset?after=0")
         .token(&proxy)
         .header("x-sluice-proxy-id", "envoy-a")
         .header("x-sluice-ruleset-version", "1")
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     let proxies = api.get("/api/v1/proxies").send().await.json();
     assert_eq!(proxies["proxies"][0]["ruleset_version"], 1);
     assert_eq!(proxies["proxies"][0]["last_error"], Value::Null);
     // A poll without an id is served but not listed.
     api.get("/api/v1/ruleset?after=0")
         .token(&proxy)
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     assert_eq!(
         api.get("/api/v1/proxies").send().await.json()["proxies"]
             .as_array()
@@ -995,9 +855,8 @@ async fn polls_record_the_proxy(db: TestDb) {
     );
     api.get("/api/v1/ruleset?after=x")
         .token(&proxy)
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
 }
 
 async fn the_audit_log_names_who_did_what(db: TestDb) {
@@ -1006,20 +865,13 @@ async fn the_audit_log_names_who_did_what(db: TestDb) {
     api.post("/api/v1/rules")
         .token(&editor)
         .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     api.patch("/api/v1/rules/a")
         .json(&json!({"priority": 2}))
-        .send()
-        .await
-        .expect(200);
-    let audit = api
-        .get("/api/v1/audit?limit=2")
-        .send()
-        .await
         .expect(200)
-        .json();
+        .await;
+    let audit = api.read("/api/v1/audit?limit=2").await;
     let entries = audit["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 2);
     assert_eq!(entries[0]["action"], "rule.patch");
@@ -1038,25 +890,15 @@ async fn the_audit_log_names_who_did_what(db: TestDb) {
         .await
         .json();
     // The token creations from the test setup.
-    assert!(
-        next["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|e| e["action"] == "token.create")
-    );
+    assert!(items(&next["entries"]).all(|e| e["action"] == "token.create"));
 }
 
 async fn metrics_count_requests_by_route(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("a"))
-        .send()
-        .await
-        .expect(201);
-    api.get("/api/v1/rules/a").send().await.expect(200);
-    api.get("/api/v1/rules/zzz").send().await.expect(404);
-    let metrics = api.get("/metrics").no_token().send().await.expect(200);
+    api.create(&rule("a")).await;
+    api.get("/api/v1/rules/a").expect(200).await;
+    api.get("/api/v1/rules/zzz").expect(404).await;
+    let metrics = api.get("/metrics").no_token().expect(200).await;
     assert!(
         metrics
             .header("content-type")
@@ -1074,21 +916,15 @@ async fn metrics_count_requests_by_route(db: TestDb) {
         "sluice_admin_connected_proxies 0",
         "sluice_admin_long_polls 0",
     ] {
-        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        assert_contains(&text, line);
     }
-    assert!(text.contains("sluice_admin_http_request_duration_seconds_bucket"));
+    assert_contains(&text, "sluice_admin_http_request_duration_seconds_bucket");
     assert!(text.trim_end().ends_with("# EOF"));
 }
 
 async fn openapi_health_and_readiness(db: TestDb) {
     let api = TestApp::new(&db).await;
-    let doc = api
-        .get("/api/v1/openapi.json")
-        .no_token()
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let doc = api.openapi().await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
     for path in [
@@ -1136,13 +972,13 @@ async fn openapi_health_and_readiness(db: TestDb) {
         "#/components/schemas/Problem"
     );
 
-    api.get("/healthz").no_token().send().await.expect(200);
-    api.get("/readyz").no_token().send().await.expect(200);
-    let missing = api.get("/api/v1/nothing-here").send().await.expect(404);
+    api.get("/healthz").no_token().expect(200).await;
+    api.get("/readyz").no_token().expect(200).await;
+    let missing = api.get("/api/v1/nothing-here").expect(404).await;
     assert_eq!(missing.json()["type"], "urn:sluice:not-found");
     // With the database gone, not ready.
     db.store.close().await;
-    let not_ready = api.get("/readyz").no_token().send().await.expect(503);
+    let not_ready = api.get("/readyz").no_token().expect(503).await;
     assert_eq!(not_ready.json()["type"], "urn:sluice:unavailable");
 }
 
@@ -1176,9 +1012,8 @@ async fn a_change_through_one_replica_reaches_the_other_replicas_polls(db: TestD
     first
         .post("/api/v1/rules")
         .json(&rule("shared"))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     let (answer, waited) = held.await.expect("poll task");
     let doc = answer.expect(200).json();
     assert_eq!(doc["version"], 1);
@@ -1196,86 +1031,55 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
     let api = TestApp::new(&db).await;
     // Page sizes: 1 to 1000, as documented.
     for path in ["/api/v1/audit", "/api/v1/versions", "/api/v1/rules"] {
-        api.get(&format!("{path}?limit=1000"))
-            .send()
-            .await
-            .expect(200);
-        api.get(&format!("{path}?limit=1001"))
-            .send()
-            .await
-            .expect(400);
-        api.get(&format!("{path}?limit=0")).send().await.expect(400);
+        api.get(&format!("{path}?limit=1000")).expect(200).await;
+        api.get(&format!("{path}?limit=1001")).expect(400).await;
+        api.get(&format!("{path}?limit=0")).expect(400).await;
     }
     // Ids and versions: 0 to 2^53 - 1.
     api.get("/api/v1/versions?before=9007199254740991")
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     api.get("/api/v1/versions?before=9007199254740992")
-        .send()
-        .await
-        .expect(400);
-    api.get("/api/v1/versions/-1").send().await.expect(400);
+        .expect(400)
+        .await;
+    api.get("/api/v1/versions/-1").expect(400).await;
     // The long poll holds for at most 60 s, and says so rather than shortening it.
-    api.get("/api/v1/ruleset?after=0&wait=61")
-        .send()
-        .await
-        .expect(400);
+    api.get("/api/v1/ruleset?after=0&wait=61").expect(400).await;
     // Unknown query parameters are refused, not ignored.
     api.get("/api/v1/metrics/overview?windw=5")
-        .send()
-        .await
-        .expect(400);
-    api.get("/api/v1/metrics/series?step=")
-        .send()
-        .await
-        .expect(400);
+        .expect(400)
+        .await;
+    api.get("/api/v1/metrics/series?step=").expect(400).await;
     // JSON Schema counts 5.0 as an integer, so the server does too.
-    api.post("/api/v1/rules")
-        .raw(
-            "application/json",
-            br#"{"name":"floaty","key":"global","limits":[{"requests":5.0,"period":60.0}]}"#
-                .to_vec(),
-        )
-        .send()
-        .await
-        .expect(201);
-    let fractional = api
-        .post("/api/v1/rules")
-        .raw(
-            "application/json",
-            br#"{"name":"fraction","key":"global","limits":[{"requests":5.5,"period":60}]}"#
-                .to_vec(),
-        )
-        .send()
-        .await
-        .expect(422);
+    let create_raw = |body: &[u8]| api.post("/api/v1/rules").raw("application/json", body);
+    create_raw(br#"{"name":"floaty","key":"global","limits":[{"requests":5.0,"period":60.0}]}"#)
+        .expect(201)
+        .await;
+    let fractional = create_raw(
+        br#"{"name":"fraction","key":"global","limits":[{"requests":5.5,"period":60}]}"#,
+    )
+    .expect(422)
+    .await;
     assert_eq!(fractional.json()["title"], "Invalid rule");
     // A problem's title names what was invalid.
     let report = api
         .post("/api/v1/reports")
-        .json(
-            &json!({"proxy_id": "", "start_ms": 1, "end_ms": 2, "ruleset_version": 0, "rules": []}),
-        )
-        .send()
-        .await
-        .expect(422);
+        .json(&json!({"proxy_id": "", "start_ms": 1, "end_ms": 2, "ruleset_version": 0, "rules": []}))
+        .expect(422).await;
     assert_eq!(report.json()["title"], "Invalid report");
     let token = api
         .post("/api/v1/tokens")
         .json(&json!({"name": " ", "role": "viewer"}))
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
     assert_eq!(token.json()["title"], "Invalid token request");
     // No token revokes itself: an admin cannot lock themselves out by accident.
-    let me = api.get("/api/v1/session").send().await.expect(200).json();
+    let me = api.read("/api/v1/session").await;
     let id = me["token_id"].as_str().unwrap();
     api.delete(&format!("/api/v1/tokens/{id}"))
-        .send()
-        .await
-        .expect(409);
-    api.get("/api/v1/rules").send().await.expect(200);
+        .expect(409)
+        .await;
+    api.get("/api/v1/rules").expect(200).await;
 }
 
 /// What the rule's schema admits field by field is accepted: lengths are counted in
@@ -1429,26 +1233,16 @@ async fn failed_authentications_are_limited_per_address(db: TestDb) {
     let neighbour = SocketAddr::from(([198, 51, 100, 8], 40000));
     // Successes spend nothing.
     for _ in 0..2 * ALLOWED_FAILURES {
-        api.get("/api/v1/rules")
-            .from(attacker)
-            .send()
-            .await
-            .expect(200);
+        api.get("/api/v1/rules").from(attacker).expect(200).await;
     }
     for _ in 0..ALLOWED_FAILURES {
         api.get("/api/v1/rules")
             .token("slc_guess")
             .from(attacker)
-            .send()
-            .await
-            .expect(401);
+            .expect(401)
+            .await;
     }
-    let throttled = api
-        .get("/api/v1/rules")
-        .from(attacker)
-        .send()
-        .await
-        .expect(429);
+    let throttled = api.get("/api/v1/rules").from(attacker).expect(429).await;
     let retry_after: u64 = throttled.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=10).contains(&retry_after), "{retry_after}");
     assert_eq!(
@@ -1460,29 +1254,13 @@ async fn failed_authentications_are_limited_per_address(db: TestDb) {
         .no_token()
         .json(&json!({"token": api.admin}))
         .from(attacker)
-        .send()
-        .await
-        .expect(429);
-    api.get("/api/v1/rules")
-        .from(neighbour)
-        .send()
-        .await
-        .expect(200);
-    let metrics = api
-        .get("/metrics")
-        .no_token()
-        .send()
-        .await
-        .expect(200)
-        .text();
-    assert!(
-        metrics.contains(&format!(
-            "sluice_admin_auth_failures_total{{credential=\"bearer\"}} {ALLOWED_FAILURES}"
-        )),
-        "{metrics}"
+        .expect(429)
+        .await;
+    api.get("/api/v1/rules").from(neighbour).expect(200).await;
+    let metrics = api.get("/metrics").no_token().expect(200).await.text();
+    assert_contains(
+        &metrics,
+        &format!("sluice_admin_auth_failures_total{{credential=\"bearer\"}} {ALLOWED_FAILURES}"),
     );
-    assert!(
-        metrics.contains("sluice_admin_auth_throttled_total 2"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "sluice_admin_auth_throttled_total 2");
 }

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use sluice_admin::http::{self, AppState};
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
-use sluice_admin::store::{Actor, Resolution, Role, Span, now_ms};
-use sluice_admin::testing::{TestApp, TestDb, rule};
+use sluice_admin::store::{Resolution, Role, Span, now_ms};
+use sluice_admin::testing::{PATIENCE, Req, TestApp, TestDb, assert_contains, items, rule};
 
 sluice_admin::on_every_backend!(
     a_report_is_visible_in_every_query_before_and_after_the_flush,
@@ -29,8 +29,6 @@ sluice_admin::on_every_backend!(
     reports_through_several_replicas_are_counted_once,
 );
 
-/// Bounds every wait in this file, so a broken server fails a test instead of hanging it.
-const PATIENCE: Duration = Duration::from_secs(20);
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 3_600_000;
 
@@ -51,13 +49,13 @@ fn counts(rule: &str, allowed: u64, denied: u64, shadow_denied: u64) -> Value {
            "near_limit": 1, "fail_open": 1, "key_missing": 1})
 }
 
+/// A report sent with `token`.
+fn report_request(api: &TestApp, token: &str) -> Req {
+    api.post("/api/v1/reports").token(token)
+}
+
 async fn post_report(api: &TestApp, token: &str, body: &Value) {
-    api.post("/api/v1/reports")
-        .token(token)
-        .json(body)
-        .send()
-        .await
-        .expect(204);
+    report_request(api, token).json(body).expect(204).await;
 }
 
 async fn flush(api: &TestApp, db: &TestDb) {
@@ -71,22 +69,10 @@ fn totals(series: &Value) -> (u64, u64, u64) {
     (sum("allowed"), sum("denied"), sum("shadow_denied"))
 }
 
-async fn get(api: &TestApp, path: &str) -> Value {
-    api.get(path).send().await.expect(200).json()
-}
-
 async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestDb) {
     let api = TestApp::new(&db).await;
-    api.post("/api/v1/rules")
-        .json(&rule("api"))
-        .send()
-        .await
-        .expect(201);
-    api.post("/api/v1/rules")
-        .json(&rule("quiet"))
-        .send()
-        .await
-        .expect(201);
+    api.create(&rule("api")).await;
+    api.create(&rule("quiet")).await;
     let proxy = db.token(Role::Proxy).await;
     let now = now_ms();
     let end = now - 5_000;
@@ -107,34 +93,31 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
         let api = api.clone();
         async move {
             let range = format!("from={}&to={}", now - 15 * MINUTE, now + 1);
-            let series = get(&api, &format!("/api/v1/metrics/series?{range}")).await;
+            let series = api.read(&format!("/api/v1/metrics/series?{range}")).await;
             assert_eq!(series["step_seconds"], 10, "{label}");
             assert_eq!(totals(&series), (90, 9, 2), "{label}");
-            let point = series["points"]
-                .as_array()
-                .unwrap()
-                .iter()
+            let point = items(&series["points"])
                 .find(|p| p["denied"].as_u64() > Some(0))
                 .unwrap()
                 .clone();
             assert_eq!(point["t"], Resolution::TenSeconds.bucket(end), "{label}");
             assert_eq!(point["near_limit"], 5);
-            let one = get(&api, &format!("/api/v1/metrics/series?{range}&rule=api")).await;
+            let one = api
+                .read(&format!("/api/v1/metrics/series?{range}&rule=api"))
+                .await;
             assert_eq!(totals(&one), (90, 8, 2), "{label}");
-            let mine = get(
-                &api,
-                &format!("/api/v1/metrics/series?{range}&proxy=envoy-1&rule=api"),
-            )
-            .await;
+            let mine = api
+                .read(&format!(
+                    "/api/v1/metrics/series?{range}&proxy=envoy-1&rule=api"
+                ))
+                .await;
             assert_eq!(totals(&mine), (90, 8, 2), "{label}");
-            let other = get(
-                &api,
-                &format!("/api/v1/metrics/series?{range}&proxy=envoy-2"),
-            )
-            .await;
+            let other = api
+                .read(&format!("/api/v1/metrics/series?{range}&proxy=envoy-2"))
+                .await;
             assert_eq!(totals(&other), (0, 0, 0), "{label}");
 
-            let rules = get(&api, &format!("/api/v1/metrics/rules?{range}")).await;
+            let rules = api.read(&format!("/api/v1/metrics/rules?{range}")).await;
             let rules = rules["rules"].as_array().unwrap().clone();
             let ids: Vec<&str> = rules.iter().map(|r| r["rule"].as_str().unwrap()).collect();
             assert_eq!(ids, ["api", "deleted-since", "quiet"], "{label}");
@@ -154,7 +137,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 "a defined rule without traffic is listed"
             );
 
-            let clients = get(&api, &format!("/api/v1/metrics/clients?{range}")).await;
+            let clients = api.read(&format!("/api/v1/metrics/clients?{range}")).await;
             let clients = clients["clients"].as_array().unwrap().clone();
             assert_eq!(clients.len(), 3, "{label}");
             assert_eq!(
@@ -167,22 +150,24 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
             );
             assert_eq!(clients[1]["client"], "a b/c");
             assert_eq!(clients[1]["error"], 1);
-            let limited = get(
-                &api,
-                &format!("/api/v1/metrics/clients?{range}&rule=api&limit=1"),
-            )
-            .await;
+            let limited = api
+                .read(&format!("/api/v1/metrics/clients?{range}&rule=api&limit=1"))
+                .await;
             assert_eq!(limited["clients"].as_array().unwrap().len(), 1);
 
-            let history = get(&api, &format!("/api/v1/metrics/clients/a%20b%2Fc?{range}")).await;
+            let history = api
+                .read(&format!("/api/v1/metrics/clients/a%20b%2Fc?{range}"))
+                .await;
             assert_eq!(history["client"], "a b/c");
             assert_eq!(history["rules"][0]["rule"], "api");
             assert_eq!(history["rules"][0]["throttled"], 4);
             assert_eq!(history["rules"][0]["points"].as_array().unwrap().len(), 91);
-            let acme = get(&api, &format!("/api/v1/metrics/clients/acme?{range}")).await;
+            let acme = api
+                .read(&format!("/api/v1/metrics/clients/acme?{range}"))
+                .await;
             assert_eq!(acme["rules"].as_array().unwrap().len(), 2);
 
-            let overview = get(&api, "/api/v1/metrics/overview?window=300").await;
+            let overview = api.read("/api/v1/metrics/overview?window=300").await;
             assert_eq!(overview["window_seconds"], 300);
             assert_eq!(
                 (overview["allowed"].as_u64(), overview["denied"].as_u64()),
@@ -210,7 +195,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
     );
     check("stored").await;
     // Flushed: the proxy is listed, seen now.
-    let proxies = get(&api, "/api/v1/proxies").await;
+    let proxies = api.read("/api/v1/proxies").await;
     assert_eq!(proxies["proxies"][0]["id"], "envoy-1");
     assert_eq!(proxies["proxies"][0]["connected"], true);
     assert_eq!(proxies["proxies"][0]["ruleset_version"], 3);
@@ -283,9 +268,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         ),
     ];
     for (body, status, field) in &cases {
-        let response = api
-            .post("/api/v1/reports")
-            .token(&proxy)
+        let response = report_request(&api, &proxy)
             .json(body)
             .send()
             .await
@@ -301,95 +284,62 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
         );
     }
     // Not JSON, the wrong media type, too large.
-    api.post("/api/v1/reports")
-        .token(&proxy)
+    report_request(&api, &proxy)
         .raw("application/json", "{\"proxy_id\":")
-        .send()
-        .await
-        .expect(400);
-    api.post("/api/v1/reports")
-        .token(&proxy)
+        .expect(400)
+        .await;
+    report_request(&api, &proxy)
         .raw("text/plain", serde_json::to_vec(&good).unwrap())
-        .send()
-        .await
-        .expect(415);
+        .expect(415)
+        .await;
     let huge = with(
         json!({"rules": [{"rule": "api", "top_clients": [{"client": "x".repeat(1_100_000), "throttled": 1}]}]}),
     );
-    api.post("/api/v1/reports")
-        .token(&proxy)
-        .json(&huge)
-        .send()
-        .await
-        .expect(413);
+    report_request(&api, &proxy).json(&huge).expect(413).await;
     // Who may send: a proxy or an admin; nobody else, and no revoked token.
     for role in [Role::Viewer, Role::Editor] {
         let token = db.token(role).await;
-        let response = api
-            .post("/api/v1/reports")
-            .token(&token)
-            .json(&good)
-            .send()
-            .await
-            .expect(403);
+        let response = report_request(&api, &token).json(&good).expect(403).await;
         assert_eq!(response.json()["type"], "urn:sluice:forbidden");
     }
     api.post("/api/v1/reports")
         .no_token()
         .json(&good)
-        .send()
-        .await
-        .expect(401);
-    let revoked = db.token(Role::Proxy).await;
-    let id = db.store.find_token(&revoked).await.unwrap().unwrap().id;
-    db.store
-        .revoke_token(&Actor::cli(), &id, now_ms())
-        .await
-        .unwrap();
-    api.post("/api/v1/reports")
-        .token(&revoked)
-        .json(&good)
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
+    let revoked = db.revoked_token(Role::Proxy).await;
+    report_request(&api, &revoked).json(&good).expect(401).await;
     // A forbidden or unauthenticated caller learns nothing about its body.
     api.post("/api/v1/reports")
         .no_token()
         .raw("text/plain", "nonsense")
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
 
     // Nothing of any of it was kept.
-    let series = get(
-        &api,
-        &format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1),
-    )
-    .await;
-    assert_eq!(totals(&series), (0, 0, 0));
+    let series_path = format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1);
+    assert_eq!(totals(&api.read(&series_path).await), (0, 0, 0));
     flush(&api, &db).await;
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
     assert!(db.store.list_proxies().await.unwrap().is_empty());
-    let metrics = api.get("/metrics").send().await.expect(200).text();
-    assert!(
-        metrics.contains("sluice_admin_reports_ingested_total 0"),
-        "{metrics}"
+    let metrics = api.metrics().await;
+    assert_contains(&metrics, "sluice_admin_reports_ingested_total 0");
+    assert_contains(
+        &metrics,
+        r#"sluice_admin_reports_rejected_total{reason="invalid"} 13"#,
     );
-    assert!(
-        metrics.contains(r#"sluice_admin_reports_rejected_total{reason="invalid"} 13"#),
-        "{metrics}"
+    assert_contains(
+        &metrics,
+        r#"sluice_admin_reports_rejected_total{reason="forbidden"} 2"#,
     );
-    assert!(metrics.contains(r#"sluice_admin_reports_rejected_total{reason="forbidden"} 2"#));
-    assert!(metrics.contains(r#"sluice_admin_reports_rejected_total{reason="unauthenticated"} 3"#));
+    assert_contains(
+        &metrics,
+        r#"sluice_admin_reports_rejected_total{reason="unauthenticated"} 3"#,
+    );
 
     // An admin may send, and the good report is taken.
     post_report(&api, &api.admin, &good).await;
-    let series = get(
-        &api,
-        &format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1),
-    )
-    .await;
-    assert_eq!(totals(&series), (1, 1, 0));
+    assert_eq!(totals(&api.read(&series_path).await), (1, 1, 0));
 }
 
 /// What the document cannot state is not refused: JSON Schema cannot compare `start_ms`
@@ -410,13 +360,13 @@ async fn reports_are_taken_whatever_their_start_and_client_errors(db: TestDb) {
     body["rules"][0]["top_clients"] = clients;
     post_report(&api, &proxy, &body).await;
     let range = format!("from={}&to={}", end - MINUTE, end + MINUTE);
-    let series = get(&api, &format!("/api/v1/metrics/series?{range}")).await;
+    let series = api.read(&format!("/api/v1/metrics/series?{range}")).await;
     assert_eq!(totals(&series), (3, 2, 0));
-    let top = get(&api, &format!("/api/v1/metrics/clients?{range}")).await;
+    let top = api.read(&format!("/api/v1/metrics/clients?{range}")).await;
     assert_eq!(top["clients"][0]["throttled"], 2);
     assert_eq!(top["clients"][0]["error"], 2);
     flush(&api, &db).await;
-    let top = get(&api, &format!("/api/v1/metrics/clients?{range}")).await;
+    let top = api.read(&format!("/api/v1/metrics/clients?{range}")).await;
     assert_eq!(top["clients"][0]["error"], 2);
 }
 
@@ -442,7 +392,7 @@ async fn every_range_the_document_admits_is_answered(db: TestDb) {
     ];
     for path in paths {
         for (from, to) in [(end, end), (end + MINUTE, end), (max, 0)] {
-            let empty = get(&api, &format!("{path}?from={from}&to={to}")).await;
+            let empty = api.read(&format!("{path}?from={from}&to={to}")).await;
             assert_eq!(
                 (&empty["from"], &empty["to"]),
                 (&json!(to), &json!(to)),
@@ -450,36 +400,31 @@ async fn every_range_the_document_admits_is_answered(db: TestDb) {
             );
         }
         for step in ["10s", "1m", "1h"] {
-            let cut = get(&api, &format!("{path}?from=0&to={max}&step={step}")).await;
+            let cut = api.read(&format!("{path}?from=0&to={max}&step={step}")).await;
             assert_eq!(cut["to"], max, "{path}");
             assert!(cut["from"].as_i64().unwrap() > 0, "{path} {step}");
         }
         // `to` within 15 minutes of the epoch: the default `from` is 0.
-        let early = get(&api, &format!("{path}?to=60000")).await;
+        let early = api.read(&format!("{path}?to=60000")).await;
         assert_eq!(early["from"], 0, "{path}");
     }
-    let empty = get(&api, &format!("/api/v1/metrics/series?from={end}&to={end}")).await;
+    let empty = api.read(&format!("/api/v1/metrics/series?from={end}&to={end}")).await;
     assert_eq!(empty["points"], json!([]));
     // Cut to its newest 20,000 10 s buckets: the report's bucket is still in it.
     let long = format!("from=0&to={}&step=10s", end + MINUTE);
-    let cut = get(&api, &format!("/api/v1/metrics/series?{long}")).await;
+    let cut = api.read(&format!("/api/v1/metrics/series?{long}")).await;
     assert_eq!(cut["points"].as_array().unwrap().len(), 20_000);
     assert_eq!(totals(&cut), (4, 1, 0));
-    let rules = get(&api, &format!("/api/v1/metrics/rules?{long}")).await;
+    let rules = api.read(&format!("/api/v1/metrics/rules?{long}")).await;
     assert_eq!(rules["rules"][0]["allowed"], 4);
-    let rules = get(&api, &format!("/api/v1/metrics/rules?from={end}&to=0")).await;
+    let rules = api.read(&format!("/api/v1/metrics/rules?from={end}&to=0")).await;
     assert_eq!(rules["rules"], json!([]));
 }
 
 async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
     let api = TestApp::new(&db).await;
     let proxy = db.token(Role::Proxy).await;
-    let revoked = db.token(Role::Viewer).await;
-    let id = db.store.find_token(&revoked).await.unwrap().unwrap().id;
-    db.store
-        .revoke_token(&Actor::cli(), &id, now_ms())
-        .await
-        .unwrap();
+    let revoked = db.revoked_token(Role::Viewer).await;
     for path in [
         "/api/v1/metrics/series",
         "/api/v1/metrics/rules",
@@ -487,24 +432,22 @@ async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
         "/api/v1/metrics/clients/acme",
         "/api/v1/metrics/overview",
     ] {
-        api.get(path).no_token().send().await.expect(401);
-        api.get(path).token(&revoked).send().await.expect(401);
-        api.get(path).token(&proxy).send().await.expect(403);
+        api.get(path).no_token().expect(401).await;
+        api.get(path).token(&revoked).expect(401).await;
+        api.get(path).token(&proxy).expect(403).await;
         for role in [Role::Viewer, Role::Editor, Role::Admin] {
             let token = db.token(role).await;
-            api.get(path).token(&token).send().await.expect(200);
+            api.get(path).token(&token).expect(200).await;
         }
     }
     api.get("/api/v1/metrics/stream")
         .token(&proxy)
-        .send()
-        .await
-        .expect(403);
+        .expect(403)
+        .await;
     api.get("/api/v1/metrics/stream")
         .no_token()
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
     // Malformed parameters are 400 problems (a reversed or long range is not malformed:
     // see `every_range_the_document_admits_is_answered`).
     for bad in [
@@ -516,7 +459,7 @@ async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
         "/api/v1/metrics/clients?limit=1001",
         "/api/v1/metrics/overview?window=0",
     ] {
-        let response = api.get(bad).send().await.expect(400);
+        let response = api.get(bad).expect(400).await;
         assert_eq!(
             response.header("content-type"),
             Some("application/problem+json"),
@@ -551,7 +494,9 @@ async fn rollups_agree_at_every_resolution(db: TestDb) {
     }
     let range = format!("from={t0}&to={}", t0 + HOUR);
     for (step, points) in [("10s", 360), ("1m", 60), ("1h", 1)] {
-        let series = get(&api, &format!("/api/v1/metrics/series?{range}&step={step}")).await;
+        let series = api
+            .read(&format!("/api/v1/metrics/series?{range}&step={step}"))
+            .await;
         assert_eq!(series["points"].as_array().unwrap().len(), points, "{step}");
         assert_eq!(totals(&series), expected, "{step}");
     }
@@ -561,7 +506,9 @@ async fn rollups_agree_at_every_resolution(db: TestDb) {
         ("1m", (6 * 30, 18, 6)),
         ("1h", expected),
     ] {
-        let series = get(&api, &format!("/api/v1/metrics/series?{range}&step={step}")).await;
+        let series = api
+            .read(&format!("/api/v1/metrics/series?{range}&step={step}"))
+            .await;
         assert_eq!(totals(&series), expected, "{step}");
         let p = &series["points"][0];
         assert_eq!(
@@ -574,11 +521,11 @@ async fn rollups_agree_at_every_resolution(db: TestDb) {
             "{step}"
         );
         // One proxy's rows roll up the same way.
-        let one = get(
-            &api,
-            &format!("/api/v1/metrics/series?{range}&step={step}&proxy=envoy-2"),
-        )
-        .await;
+        let one = api
+            .read(&format!(
+                "/api/v1/metrics/series?{range}&step={step}&proxy=envoy-2"
+            ))
+            .await;
         assert_eq!(totals(&one).1, 18 * 2, "{step}");
     }
     // Stored: one row per bucket and rule (and per proxy), not one per report.
@@ -596,46 +543,23 @@ async fn top_clients_merge_across_proxies_buckets_and_flushes(db: TestDb) {
             .map(|i| json!({"client": format!("c{i:03}"), "throttled": weight * (i + 1), "error": 0}))
             .collect()
     };
+    // Rule `api` denying 100, c000..c019 throttled `weight` times their number.
+    let denials = |proxy_id, end_ms, weight| {
+        let rules = json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, weight)}]);
+        report(proxy_id, end_ms, rules)
+    };
     // envoy-1 and envoy-2 both see c000..c019 in one bucket; envoy-2 sees them again in
     // the next bucket.
-    post_report(
-        &api,
-        &proxy,
-        &report(
-            "envoy-1",
-            t0 + 5_000,
-            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 1)}]),
-        ),
-    )
-    .await;
-    post_report(
-        &api,
-        &proxy,
-        &report(
-            "envoy-2",
-            t0 + 6_000,
-            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 2)}]),
-        ),
-    )
-    .await;
+    post_report(&api, &proxy, &denials("envoy-1", t0 + 5_000, 1)).await;
+    post_report(&api, &proxy, &denials("envoy-2", t0 + 6_000, 2)).await;
     flush(&api, &db).await;
-    post_report(
-        &api,
-        &proxy,
-        &report(
-            "envoy-2",
-            t0 + 15_000,
-            json!([{"rule": "api", "denied": 100, "top_clients": clients(0..20, 1)}]),
-        ),
-    )
-    .await;
+    post_report(&api, &proxy, &denials("envoy-2", t0 + 15_000, 1)).await;
     let range = format!("from={t0}&to={}", t0 + 10 * MINUTE);
-    let top = get(&api, &format!("/api/v1/metrics/clients?{range}&limit=3")).await;
+    let top = api
+        .read(&format!("/api/v1/metrics/clients?{range}&limit=3"))
+        .await;
     // c019: 20 + 40 + 20.
-    let got: Vec<(String, u64)> = top["clients"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let got: Vec<(String, u64)> = items(&top["clients"])
         .map(|c| {
             (
                 c["client"].as_str().unwrap().to_string(),
@@ -663,38 +587,31 @@ async fn top_clients_merge_across_proxies_buckets_and_flushes(db: TestDb) {
         ),
     )
     .await;
-    let top = get(&api, &format!("/api/v1/metrics/clients?{range}&limit=3")).await;
+    let top = api
+        .read(&format!("/api/v1/metrics/clients?{range}&limit=3"))
+        .await;
     assert_eq!(top["clients"][0]["client"], "c005");
     assert_eq!(top["clients"][0]["throttled"], 124);
     assert_eq!(top["clients"][1]["throttled"], 80);
     for step in ["10s", "1m", "1h"] {
-        let top = get(
-            &api,
-            &format!(
+        let top = api
+            .read(&format!(
                 "/api/v1/metrics/clients?from={t0}&to={}&step={step}&limit=1",
                 t0 + HOUR
-            ),
-        )
-        .await;
+            ))
+            .await;
         assert_eq!(top["clients"][0]["throttled"], 124, "{step}");
     }
-    let history = get(
-        &api,
-        &format!("/api/v1/metrics/clients/c019?{range}&step=10s"),
-    )
-    .await;
-    let points: Vec<u64> = history["rules"][0]["points"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let history = api
+        .read(&format!("/api/v1/metrics/clients/c019?{range}&step=10s"))
+        .await;
+    let points: Vec<u64> = items(&history["rules"][0]["points"])
         .map(|p| p["throttled"].as_u64().unwrap())
         .collect();
     assert_eq!(&points[..3], [60, 20, 0]);
-    let c005 = get(
-        &api,
-        &format!("/api/v1/metrics/clients/c005?{range}&step=10s"),
-    )
-    .await;
+    let c005 = api
+        .read(&format!("/api/v1/metrics/clients/c005?{range}&step=10s"))
+        .await;
     assert_eq!(c005["rules"][0]["throttled"], 124);
 
     // A bucket keeps its 50 most throttled clients, also when they arrive over several
@@ -713,15 +630,13 @@ async fn top_clients_merge_across_proxies_buckets_and_flushes(db: TestDb) {
         .await;
         flush(&api, &db).await;
     }
-    let busy = get(
-        &api,
-        &format!(
+    let busy = api
+        .read(&format!(
             "/api/v1/metrics/clients?from={}&to={}&step=10s&rule=busy&limit=1000",
             t0 + 3 * MINUTE,
             t0 + 4 * MINUTE
-        ),
-    )
-    .await;
+        ))
+        .await;
     let busy = busy["clients"].as_array().unwrap();
     assert_eq!(busy.len(), 50);
     assert_eq!(busy[0]["client"], "c179");
@@ -732,7 +647,7 @@ async fn series_are_zero_filled_and_steps_follow_the_range(db: TestDb) {
     let api = TestApp::new(&db).await;
     let proxy = db.token(Role::Proxy).await;
     let now = now_ms();
-    let series = get(&api, "/api/v1/metrics/series").await;
+    let series = api.read("/api/v1/metrics/series").await;
     assert_eq!(series["step_seconds"], 10);
     let to = series["to"].as_i64().unwrap();
     assert!((to - now).abs() < 5_000);
@@ -757,11 +672,12 @@ async fn series_are_zero_filled_and_steps_follow_the_range(db: TestDb) {
         (2 * 86_400_000, 60, 2880),
         (2 * 86_400_000 + HOUR, 3600, 49),
     ] {
-        let s = get(
-            &api,
-            &format!("/api/v1/metrics/series?from={t0}&to={}", t0 + range),
-        )
-        .await;
+        let s = api
+            .read(&format!(
+                "/api/v1/metrics/series?from={t0}&to={}",
+                t0 + range
+            ))
+            .await;
         assert_eq!(s["step_seconds"], step, "{range}");
         assert_eq!(s["points"].as_array().unwrap().len(), points, "{range}");
     }
@@ -773,19 +689,14 @@ async fn series_are_zero_filled_and_steps_follow_the_range(db: TestDb) {
         &report("envoy-1", t + 1, json!([counts("api", 5, 0, 0)])),
     )
     .await;
-    let s = get(
-        &api,
-        &format!(
+    let s = api
+        .read(&format!(
             "/api/v1/metrics/series?from={}&to={}&step=1m",
             t - 5 * MINUTE,
             t + 5 * MINUTE
-        ),
-    )
-    .await;
-    let allowed: Vec<u64> = s["points"]
-        .as_array()
-        .unwrap()
-        .iter()
+        ))
+        .await;
+    let allowed: Vec<u64> = items(&s["points"])
         .map(|p| p["allowed"].as_u64().unwrap())
         .collect();
     assert_eq!(allowed, [0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
@@ -796,15 +707,13 @@ async fn series_are_zero_filled_and_steps_follow_the_range(db: TestDb) {
         &report("envoy-1", t + MINUTE, json!([counts("api", 7, 0, 0)])),
     )
     .await;
-    let s = get(
-        &api,
-        &format!(
+    let s = api
+        .read(&format!(
             "/api/v1/metrics/series?from={}&to={}&step=1m",
             t,
             t + 2 * MINUTE
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(s["points"][1]["allowed"], 7);
 }
 
@@ -855,24 +764,13 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
         .unwrap();
     assert_eq!(deleted, 3);
     let minute = Resolution::Minute.bucket(recent);
-    let s = get(
-        &api,
-        &format!(
-            "/api/v1/metrics/series?from={minute}&to={}&step=10s",
+    for (step, denied) in [("10s", 0), ("1m", 2)] {
+        let path = format!(
+            "/api/v1/metrics/series?from={minute}&to={}&step={step}",
             minute + MINUTE
-        ),
-    )
-    .await;
-    assert_eq!(totals(&s).1, 0);
-    let s = get(
-        &api,
-        &format!(
-            "/api/v1/metrics/series?from={minute}&to={}&step=1m",
-            minute + MINUTE
-        ),
-    )
-    .await;
-    assert_eq!(totals(&s).1, 2);
+        );
+        assert_eq!(totals(&api.read(&path).await).1, denied, "{step}");
+    }
     // Then the minutes (6 h), then the hours (48 h).
     assert_eq!(
         pipeline
@@ -894,11 +792,8 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
         5
     );
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
-    let m = api.get("/metrics").send().await.expect(200).text();
-    assert!(
-        m.contains("sluice_admin_metrics_rows_deleted_total 13"),
-        "{m}"
-    );
+    let m = api.metrics().await;
+    assert_contains(&m, "sluice_admin_metrics_rows_deleted_total 13");
 }
 
 /// Reads race flushes on purpose: every answer must count the report exactly once, never
@@ -926,13 +821,13 @@ async fn reads_never_count_a_flush_twice(db: TestDb) {
             tokio::spawn(async move { state.pipeline().flush(&store).await.unwrap() })
         };
         while !flusher.is_finished() {
-            assert_eq!(totals(&get(&api, &path).await).1, expected, "round {round}");
+            assert_eq!(totals(&api.read(&path).await).1, expected, "round {round}");
             // Reads keep racing the flush, but leave it room: on one busy core an
             // unbroken stream of reads kept the flush from a pool connection for 10 s.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         flusher.await.unwrap();
-        assert_eq!(totals(&get(&api, &path).await).1, expected, "round {round}");
+        assert_eq!(totals(&api.read(&path).await).1, expected, "round {round}");
     }
 }
 
@@ -1120,7 +1015,7 @@ async fn metrics_and_openapi_describe_the_pipeline(db: TestDb) {
     )
     .await;
     flush(&api, &db).await;
-    let m = api.get("/metrics").send().await.expect(200).text();
+    let m = api.metrics().await;
     for line in [
         "sluice_admin_reports_ingested_total 1",
         "sluice_admin_report_ingest_duration_seconds_count 1",
@@ -1130,15 +1025,9 @@ async fn metrics_and_openapi_describe_the_pipeline(db: TestDb) {
         r#"sluice_admin_metrics_rows_written_total{table="proxies"} 1"#,
         "sluice_admin_metrics_pending_entries 0",
     ] {
-        assert!(m.contains(line), "{line} missing from\n{m}");
+        assert_contains(&m, line);
     }
-    let doc = api
-        .get("/api/v1/openapi.json")
-        .no_token()
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let doc = api.openapi().await;
     for path in [
         "/api/v1/reports",
         "/api/v1/metrics/series",
@@ -1175,9 +1064,8 @@ async fn reports_through_several_replicas_are_counted_once(db: TestDb) {
     replicas[0]
         .post("/api/v1/rules")
         .json(&rule("api"))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     let proxy = db.token(Role::Proxy).await;
     let now = now_ms();
     let (mut allowed, mut denied) = (0, 0);
@@ -1216,7 +1104,9 @@ async fn reports_through_several_replicas_are_counted_once(db: TestDb) {
         }
         let mut seen = Vec::new();
         for api in &replicas {
-            let series = get(api, &format!("/api/v1/metrics/series?{range}&rule=api")).await;
+            let series = api
+                .read(&format!("/api/v1/metrics/series?{range}&rule=api"))
+                .await;
             seen.push(totals(&series));
         }
         if flushed {

@@ -9,20 +9,22 @@ use serde_json::{Value, json};
 use sluice_admin::http::AppState;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::store::Role;
-use sluice_admin::testing::{Backend, TestApp, TestDb};
+use sluice_admin::testing::{Backend, PATIENCE, Req, TestApp, TestDb, assert_contains};
 use sluice_coordinator as quota;
 use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::global::coordinator::Settings;
 use sluice_core::time::Nanos;
 use sluice_harness::{RedisServer, redis_available};
 
-/// Bounds every wait in this file.
-const PATIENCE: Duration = Duration::from_secs(20);
-
 /// How long a bucket counts as young for these syncs (every 500 ms): the coordinator keeps
 /// the other proxies' even shares meanwhile.
 fn young() -> Duration {
     Duration::from_nanos(Settings::for_interval(Nanos::new(500_000_000)).young_ns())
+}
+
+/// A sync sent with `token`.
+fn sync_request(api: &TestApp, token: &str) -> Req {
+    api.post("/api/v1/quota/sync").token(token)
 }
 
 fn sync_body(proxy: &str, buckets: Value) -> Value {
@@ -40,6 +42,16 @@ async fn app() -> (TestDb, TestApp) {
     (db, api)
 }
 
+/// A Redis server of the test's own and a SQLite database, when Redis is installed (the
+/// test passes without running otherwise).
+async fn with_redis() -> Option<(RedisServer, TestDb)> {
+    if !redis_available() {
+        return None;
+    }
+    let redis = RedisServer::start();
+    Some((redis, TestDb::new(Backend::Sqlite).await.expect("sqlite")))
+}
+
 /// An app whose global buckets live in the Redis at `url` (one `sluice serve` replica).
 async fn replica(db: &TestDb, url: &str) -> TestApp {
     let redis = RedisBuckets::connect(url).await.expect("redis");
@@ -55,12 +67,10 @@ async fn replica(db: &TestDb, url: &str) -> TestApp {
 }
 
 async fn sync(api: &TestApp, token: &str, proxy: &str, bucket_id: &str, want: u64) -> Value {
-    api.post("/api/v1/quota/sync")
-        .token(token)
+    sync_request(api, token)
         .json(&sync_body(proxy, json!([bucket(bucket_id, want)])))
-        .send()
-        .await
         .expect(200)
+        .await
         .json()
 }
 
@@ -75,7 +85,7 @@ async fn poll_as(api: &TestApp, token: &str, proxy: &str) {
 
 /// What `/api/v1/proxies` says of `proxy`'s global syncs.
 async fn global_sync_of(api: &TestApp, proxy: &str) -> Value {
-    let list = api.get("/api/v1/proxies").send().await.expect(200).json();
+    let list = api.read("/api/v1/proxies").await;
     list["proxies"]
         .as_array()
         .and_then(|all| all.iter().find(|p| p["id"] == proxy))
@@ -91,13 +101,10 @@ fn granted(answer: &Value) -> u64 {
 async fn warmed_up(api: &TestApp, token: &str) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let answer = api
-            .post("/api/v1/quota/sync")
-            .token(token)
+        let answer = sync_request(api, token)
             .json(&sync_body("probe", json!([])))
-            .send()
-            .await
             .expect(200)
+            .await
             .json();
         if answer["warming_up"] == json!(false) {
             return;
@@ -117,26 +124,15 @@ async fn only_proxy_and_admin_tokens_may_sync() {
     api.post("/api/v1/quota/sync")
         .no_token()
         .json(&body)
-        .send()
-        .await
-        .expect(401);
+        .expect(401)
+        .await;
     for role in [Role::Viewer, Role::Editor] {
         let token = db.token(role).await;
-        api.post("/api/v1/quota/sync")
-            .token(&token)
-            .json(&body)
-            .send()
-            .await
-            .expect(403);
+        sync_request(&api, &token).json(&body).expect(403).await;
     }
     let proxy = db.token(Role::Proxy).await;
     for token in [&proxy, &api.admin] {
-        api.post("/api/v1/quota/sync")
-            .token(token)
-            .json(&body)
-            .send()
-            .await
-            .expect(200);
+        sync_request(&api, token).json(&body).expect(200).await;
     }
 }
 
@@ -150,36 +146,25 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
                {"bucket": "1", "interval_ns": 0, "burst": 5}]),
     );
     body["interval_ms"] = json!(10);
-    let refused = api
-        .post("/api/v1/quota/sync")
-        .token(&proxy)
-        .json(&body)
-        .send()
-        .await
-        .expect(422);
+    let refused = sync_request(&api, &proxy).json(&body).expect(422).await;
     assert_eq!(
         refused.fields(),
         ["proxy", "interval_ms", "buckets[1].interval_ns"]
     );
 
-    let shape = api
-        .post("/api/v1/quota/sync")
-        .token(&proxy)
+    let shape = sync_request(&api, &proxy)
         .json(&sync_body(
             "p",
             json!([{"bucket": "zz", "interval_ns": 1, "burst": 1}]),
         ))
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
     assert_eq!(shape.fields(), ["buckets[0].bucket"]);
 
-    api.post("/api/v1/quota/sync")
-        .token(&proxy)
+    sync_request(&api, &proxy)
         .raw("text/plain", "{}")
-        .send()
-        .await
-        .expect(415);
+        .expect(415)
+        .await;
 }
 
 /// The document bounds `interval_ns` and `burst` each by 2^62 and cannot bound their
@@ -232,12 +217,10 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
         let api = api.clone();
         let proxy = proxy.clone();
         async move {
-            api.post("/api/v1/quota/sync")
-                .token(&proxy)
+            sync_request(&api, &proxy)
                 .json(&sync_body(name, json!([bucket("00000000000000c1", want)])))
-                .send()
-                .await
                 .expect(200)
+                .await
                 .json()
         }
     };
@@ -273,33 +256,26 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
     let mut back = bucket("00000000000000c1", 0);
     back["returned"] = json!(a);
     back["attempts"] = json!(0);
-    api.post("/api/v1/quota/sync")
-        .token(&proxy)
+    sync_request(&api, &proxy)
         .json(&sync_body("edge-1", json!([back])))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     // Tokens given back are granted again (less, again, what one interval's refill keeps
     // for the others' demand shares).
     let again = sync("edge-2", 80).await;
     let regranted = again["grants"][0]["granted"].as_u64().unwrap();
     assert!(regranted >= 80 - 5, "{again}");
 
-    let metrics = api.get("/metrics").send().await.expect(200).text();
-    assert!(metrics.contains("sluice_quota_syncs_total"), "{metrics}");
-    assert!(
-        metrics.contains("sluice_quota_active_buckets 1"),
-        "{metrics}"
-    );
+    let metrics = api.metrics().await;
+    assert_contains(&metrics, "sluice_quota_syncs_total");
+    assert_contains(&metrics, "sluice_quota_active_buckets 1");
 }
 
 #[tokio::test]
 async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
-    if !redis_available() {
+    let Some((redis, db)) = with_redis().await else {
         return;
-    }
-    let redis = RedisServer::start();
-    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    };
     let (one, two) = (
         replica(&db, &redis.url()).await,
         replica(&db, &redis.url()).await,
@@ -344,20 +320,15 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
     assert!(x + y <= ceiling, "granted {x} + {y} of at most {ceiling}");
     assert!(x + y >= 100, "the whole burst was asked for: {x} + {y}");
 
-    let metrics = two.get("/metrics").send().await.expect(200).text();
-    assert!(
-        metrics.contains("sluice_quota_redis_commands_total"),
-        "{metrics}"
-    );
+    let metrics = two.metrics().await;
+    assert_contains(&metrics, "sluice_quota_redis_commands_total");
 }
 
 #[tokio::test]
 async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_twice() {
-    if !redis_available() {
+    let Some((redis, db)) = with_redis().await else {
         return;
-    }
-    let redis = RedisServer::start();
-    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    };
     let api = replica(&db, &redis.url()).await;
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&api, &proxy).await;
@@ -369,12 +340,10 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
         let buckets: Vec<Value> = buckets.iter().map(|id| bucket(id, want)).collect();
         sync_body(name, json!(buckets))
     };
-    api.post("/api/v1/quota/sync")
-        .token(&proxy)
+    sync_request(&api, &proxy)
         .json(&body("probe", 0))
-        .send()
-        .await
-        .expect(200);
+        .expect(200)
+        .await;
     tokio::time::sleep(young()).await;
     let commands_before = redis_commands(&api).await;
     let started = Instant::now();
@@ -382,13 +351,10 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
     for i in 0..PROXIES {
         let (api, proxy, body) = (api.clone(), proxy.clone(), body(&format!("edge-{i}"), 30));
         syncs.spawn(async move {
-            let answer: Value = api
-                .post("/api/v1/quota/sync")
-                .token(&proxy)
+            let answer: Value = sync_request(&api, &proxy)
                 .json(&body)
-                .send()
-                .await
                 .expect(200)
+                .await
                 .json();
             answer
         });
@@ -421,7 +387,7 @@ async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_tw
 
 /// `sluice_quota_redis_commands_total` as `/metrics` says it.
 async fn redis_commands(api: &TestApp) -> u64 {
-    let metrics = api.get("/metrics").send().await.expect(200).text();
+    let metrics = api.metrics().await;
     metrics
         .lines()
         .find_map(|line| line.strip_prefix("sluice_quota_redis_commands_total "))
@@ -431,11 +397,9 @@ async fn redis_commands(api: &TestApp) -> u64 {
 
 #[tokio::test]
 async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
-    if !redis_available() {
+    let Some((mut redis, db)) = with_redis().await else {
         return;
-    }
-    let mut redis = RedisServer::start();
-    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    };
     let api = replica(&db, &redis.url()).await;
     let proxy = db.token(Role::Proxy).await;
     warmed_up(&api, &proxy).await;
@@ -446,13 +410,10 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
 
     redis.kill();
     let asked = Instant::now();
-    let refused = api
-        .post("/api/v1/quota/sync")
-        .token(&proxy)
+    let refused = sync_request(&api, &proxy)
         .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
-        .send()
-        .await
-        .expect(503);
+        .expect(503)
+        .await;
     // The connection and response timeouts are one second each: a proxy's sync is never
     // held for long, and the proxy keeps to its fallback shares meanwhile.
     assert!(
@@ -465,11 +426,7 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     let during = global_sync_of(&api, "edge-1").await;
     assert_eq!(during["on_fallback"], json!(true), "{during}");
     assert_eq!(
-        api.get("/api/v1/metrics/overview")
-            .send()
-            .await
-            .expect(200)
-            .json()["proxies"]["on_fallback"],
+        api.read("/api/v1/metrics/overview").await["proxies"]["on_fallback"],
         json!(1)
     );
 
@@ -478,9 +435,7 @@ async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     redis.restart();
     let deadline = Instant::now() + PATIENCE;
     let answer = loop {
-        let response = api
-            .post("/api/v1/quota/sync")
-            .token(&proxy)
+        let response = sync_request(&api, &proxy)
             .json(&sync_body("edge-1", json!([bucket("00000000000000e1", 5)])))
             .send()
             .await;
@@ -530,12 +485,7 @@ async fn the_proxies_list_says_when_each_proxy_last_synced() {
 #[tokio::test]
 async fn the_openapi_document_describes_the_sync() {
     let (_db, api) = app().await;
-    let doc = api
-        .get("/api/v1/openapi.json")
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let doc = api.openapi().await;
     let op = &doc["paths"]["/api/v1/quota/sync"]["post"];
     assert_eq!(op["tags"], json!(["quota"]));
     let schemas = &doc["components"]["schemas"];

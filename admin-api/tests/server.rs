@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sluice_admin::store::Role;
-use sluice_admin::testing::{PATIENCE, TestDb, TestServer, example_rule, rule};
+use sluice_admin::testing::{PATIENCE, TestDb, TestServer, example_rule, items, rule};
 
 sluice_admin::on_every_backend!(
     a_poll_behind_the_current_version_is_answered_at_once,
@@ -18,16 +18,17 @@ sluice_admin::on_every_backend!(
     the_proxy_address_is_the_tcp_peer,
 );
 
+/// A long-poll as the admin, and how long it took to be answered.
+async fn poll(api: &TestServer, path: &str) -> (reqwest::Response, Duration) {
+    let start = Instant::now();
+    let response = api.get(path).send().await.unwrap();
+    (response, start.elapsed())
+}
+
 async fn a_poll_behind_the_current_version_is_answered_at_once(db: TestDb) {
     let api = TestServer::start(&db).await;
     api.create(&example_rule()).await;
-    let start = Instant::now();
-    let response = api
-        .get("/api/v1/ruleset?after=0&wait=30")
-        .send()
-        .await
-        .unwrap();
-    let took = start.elapsed();
+    let (response, took) = poll(&api, "/api/v1/ruleset?after=0&wait=30").await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(took < Duration::from_secs(1), "took {took:?}");
     let doc: Value = response.json().await.unwrap();
@@ -39,13 +40,7 @@ async fn a_poll_behind_the_current_version_is_answered_at_once(db: TestDb) {
 async fn a_current_poll_is_held_then_answered_304(db: TestDb) {
     let api = TestServer::start(&db).await;
     api.create(&rule("a")).await;
-    let start = Instant::now();
-    let response = api
-        .get("/api/v1/ruleset?after=1&wait=1")
-        .send()
-        .await
-        .unwrap();
-    let took = start.elapsed();
+    let (response, took) = poll(&api, "/api/v1/ruleset?after=1&wait=1").await;
     assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
     assert!(
         took >= Duration::from_millis(950) && took < Duration::from_secs(3),
@@ -53,14 +48,9 @@ async fn a_current_poll_is_held_then_answered_304(db: TestDb) {
     );
     assert!(response.bytes().await.unwrap().is_empty());
     // `wait` is capped at 60 s and 0 answers at once.
-    let start = Instant::now();
-    let response = api
-        .get("/api/v1/ruleset?after=1&wait=0")
-        .send()
-        .await
-        .unwrap();
+    let (response, took) = poll(&api, "/api/v1/ruleset?after=1&wait=0").await;
     assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
-    assert!(start.elapsed() < Duration::from_millis(500));
+    assert!(took < Duration::from_millis(500));
     api.server.stop().await.unwrap();
 }
 
@@ -84,22 +74,9 @@ async fn held_polls_wake_within_milliseconds_of_a_change(db: TestDb) {
         .collect();
     api.wait_for_held_polls(5).await;
     // Held polls count as connected proxies.
-    let proxies: Value = api
-        .get("/api/v1/proxies")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let proxies: Value = api.json("/api/v1/proxies").await;
     assert_eq!(proxies["proxies"].as_array().unwrap().len(), 5);
-    assert!(
-        proxies["proxies"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p["connected"] == true)
-    );
+    assert!(items(&proxies["proxies"]).all(|p| p["connected"] == true));
 
     let changed = Instant::now();
     api.create(&rule("a")).await;
@@ -178,14 +155,7 @@ async fn the_proxy_address_is_the_tcp_peer(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
-    let proxies: Value = api
-        .get("/api/v1/proxies")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let proxies: Value = api.json("/api/v1/proxies").await;
     let address = proxies["proxies"][0]["address"].as_str().unwrap();
     assert!(address.starts_with("127.0.0.1:"), "{address}");
     assert_eq!(

@@ -1,9 +1,10 @@
 //! The dashboard's sign-in (`/api/v1/session`), its cookie, and the dashboard's files at
 //! `/`, on SQLite and PostgreSQL alike.
 
+use serde::Serialize;
 use serde_json::json;
 use sluice_admin::store::Role;
-use sluice_admin::testing::{TestApp, TestDb, rule};
+use sluice_admin::testing::{Req, TestApp, TestDb, items, rule};
 
 sluice_admin::on_every_backend!(
     a_token_signs_in_and_the_cookie_then_acts_as_it,
@@ -18,14 +19,15 @@ fn session_cookie(set_cookie: &str) -> String {
     set_cookie.split(';').next().unwrap().trim().to_string()
 }
 
-async fn sign_in(api: &TestApp, token: &str) -> String {
-    let resp = api
-        .post("/api/v1/session")
+/// A sign-in with `token` (a secret, or anything).
+fn sign_in_request(api: &TestApp, token: impl Serialize) -> Req {
+    api.post("/api/v1/session")
         .no_token()
         .json(&json!({ "token": token }))
-        .send()
-        .await
-        .expect(201);
+}
+
+async fn sign_in(api: &TestApp, token: &str) -> String {
+    let resp = sign_in_request(api, token).expect(201).await;
     let set_cookie = resp.header("set-cookie").unwrap().to_string();
     assert!(set_cookie.starts_with("sluice_session="), "{set_cookie}");
     assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
@@ -44,41 +46,33 @@ async fn a_token_signs_in_and_the_cookie_then_acts_as_it(db: TestDb) {
 
     let me = api
         .get("/api/v1/session")
-        .no_token()
-        .header("cookie", &format!("theme=dark; {cookie}"))
-        .send()
-        .await
+        .cookie(&format!("theme=dark; {cookie}"))
         .expect(200)
+        .await
         .json();
     assert_eq!(me["role"], "editor");
     assert_eq!(me["token_name"], "test-editor");
 
     // The cookie writes, and the audit log names the token behind it.
     api.post("/api/v1/rules")
-        .no_token()
-        .header("cookie", &cookie)
+        .cookie(&cookie)
         .json(&rule("from-the-dashboard"))
-        .send()
-        .await
-        .expect(201);
-    let audit = api.get("/api/v1/audit").send().await.expect(200).json();
+        .expect(201)
+        .await;
+    let audit = api.read("/api/v1/audit").await;
     assert_eq!(audit["entries"][0]["actor_name"], "test-editor");
 
     // A viewer's session reads but may not write.
     let viewer = db.token(Role::Viewer).await;
     let viewer_cookie = sign_in(&api, &viewer).await;
     api.get("/api/v1/rules")
-        .no_token()
-        .header("cookie", &viewer_cookie)
-        .send()
-        .await
-        .expect(200);
+        .cookie(&viewer_cookie)
+        .expect(200)
+        .await;
     api.post("/api/v1/rules/from-the-dashboard/disable")
-        .no_token()
-        .header("cookie", &viewer_cookie)
-        .send()
-        .await
-        .expect(403);
+        .cookie(&viewer_cookie)
+        .expect(403)
+        .await;
 
     // Behind a TLS-terminating proxy the cookie is Secure.
     let resp = api
@@ -86,50 +80,30 @@ async fn a_token_signs_in_and_the_cookie_then_acts_as_it(db: TestDb) {
         .no_token()
         .header("x-forwarded-proto", "https")
         .json(&json!({ "token": viewer }))
-        .send()
-        .await
-        .expect(201);
+        .expect(201)
+        .await;
     assert!(resp.header("set-cookie").unwrap().contains("; Secure"));
 }
 
 async fn proxy_and_unknown_tokens_cannot_sign_in(db: TestDb) {
     let api = TestApp::new(&db).await;
     let proxy = db.token(Role::Proxy).await;
-    let resp = api
-        .post("/api/v1/session")
-        .no_token()
-        .json(&json!({ "token": proxy }))
-        .send()
-        .await
-        .expect(403);
+    let resp = sign_in_request(&api, proxy).expect(403).await;
     assert!(resp.header("set-cookie").is_none());
     assert_eq!(resp.json()["type"], "urn:sluice:forbidden");
-    let resp = api
-        .post("/api/v1/session")
-        .no_token()
-        .json(&json!({ "token": "slc_not-a-token" }))
-        .send()
-        .await
-        .expect(401);
+    let resp = sign_in_request(&api, "slc_not-a-token").expect(401).await;
     assert!(resp.header("set-cookie").is_none());
     api.post("/api/v1/session")
         .no_token()
         .json(&json!({ "secret": "x" }))
-        .send()
-        .await
-        .expect(422);
+        .expect(422)
+        .await;
     // A made-up cookie is no session.
     api.get("/api/v1/session")
-        .no_token()
-        .header("cookie", "sluice_session=made-up")
-        .send()
-        .await
-        .expect(401);
-    api.get("/api/v1/session")
-        .no_token()
-        .send()
-        .await
-        .expect(401);
+        .cookie("sluice_session=made-up")
+        .expect(401)
+        .await;
+    api.get("/api/v1/session").no_token().expect(401).await;
 }
 
 async fn signing_out_or_revoking_the_token_ends_the_session(db: TestDb) {
@@ -138,64 +112,42 @@ async fn signing_out_or_revoking_the_token_ends_the_session(db: TestDb) {
     let cookie = sign_in(&api, &viewer).await;
     let resp = api
         .delete("/api/v1/session")
-        .no_token()
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .expect(204);
+        .cookie(&cookie)
+        .expect(204)
+        .await;
     assert!(resp.header("set-cookie").unwrap().contains("Max-Age=0"));
-    api.get("/api/v1/session")
-        .no_token()
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .expect(401);
+    api.get("/api/v1/session").cookie(&cookie).expect(401).await;
 
     let cookie = sign_in(&api, &viewer).await;
-    let tokens = api.get("/api/v1/tokens").send().await.expect(200).json();
-    let id = tokens["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let tokens = api.read("/api/v1/tokens").await;
+    let id = items(&tokens["tokens"])
         .find(|t| t["name"] == "test-viewer")
         .unwrap()["id"]
         .as_str()
         .unwrap()
         .to_string();
     api.delete(&format!("/api/v1/tokens/{id}"))
-        .send()
-        .await
-        .expect(200);
-    api.get("/api/v1/rules")
-        .no_token()
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .expect(401);
+        .expect(200)
+        .await;
+    api.get("/api/v1/rules").cookie(&cookie).expect(401).await;
 }
 
 async fn cookie_changes_must_come_from_the_same_origin(db: TestDb) {
     let api = TestApp::new(&db).await;
     let admin = api.admin.clone();
     let cookie = sign_in(&api, &admin).await;
-    api.post("/api/v1/rules")
-        .no_token()
-        .header("cookie", &cookie)
-        .header("host", "127.0.0.1:8080")
-        .header("origin", "http://evil.example")
-        .json(&rule("cross-site"))
-        .send()
-        .await
-        .expect(401);
-    api.post("/api/v1/rules")
-        .no_token()
-        .header("cookie", &cookie)
-        .header("host", "127.0.0.1:8080")
-        .header("origin", "http://127.0.0.1:8080")
-        .json(&rule("same-site"))
-        .send()
-        .await
-        .expect(201);
+    for (origin, name, status) in [
+        ("http://evil.example", "cross-site", 401),
+        ("http://127.0.0.1:8080", "same-site", 201),
+    ] {
+        api.post("/api/v1/rules")
+            .cookie(&cookie)
+            .header("host", "127.0.0.1:8080")
+            .header("origin", origin)
+            .json(&rule(name))
+            .expect(status)
+            .await;
+    }
 }
 
 async fn the_dashboard_is_served_with_an_app_fallback(db: TestDb) {
@@ -234,7 +186,7 @@ async fn the_dashboard_is_served_with_an_app_fallback(db: TestDb) {
             "{path}"
         );
     }
-    let resp = api.get("/api/v1/nope").send().await.expect(404);
+    let resp = api.get("/api/v1/nope").expect(404).await;
     assert_eq!(
         resp.header("content-type"),
         Some("application/problem+json")
@@ -243,8 +195,7 @@ async fn the_dashboard_is_served_with_an_app_fallback(db: TestDb) {
     assert_eq!(resp.header("x-content-type-options"), Some("nosniff"));
     api.get("/assets/missing-0000.js")
         .no_token()
-        .send()
-        .await
-        .expect(404);
-    api.post("/rules").no_token().send().await.expect(404);
+        .expect(404)
+        .await;
+    api.post("/rules").no_token().expect(404).await;
 }

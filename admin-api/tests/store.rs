@@ -5,11 +5,12 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use sluice_admin::server::{Bootstrap, bootstrap_admin};
 use sluice_admin::store::{
-    Action, Actor, ChangeKind, IfMatch, ProxySeen, Role, RuleFilter, StoreError, Working,
-    hash_token,
+    Action, Actor, ChangeKind, Edited, IfMatch, NewToken, ProxySeen, Role, RuleFilter, StoreError,
+    Working, hash_token,
 };
 use sluice_admin::testing::TestDb;
 use sluice_core::spec::{Mode, RuleSpec};
+use sluice_core::validation::ValidationErrors;
 
 sluice_admin::on_every_backend!(
     a_fresh_database_is_at_version_zero,
@@ -51,26 +52,42 @@ fn actor() -> Actor {
     }
 }
 
-async fn create(db: &TestDb, spec: RuleSpec) -> u64 {
-    let id = sluice_admin::store::rule_id(&spec).to_string();
-    db.store
-        .edit(&actor(), Action::RuleCreate, Some(&id), NOW, |w| {
-            w.put(spec, "");
-            Ok(())
-        })
-        .await
-        .unwrap()
-        .version
+/// An edit by the tests' actor, at `at`.
+async fn edit(
+    db: &TestDb,
+    action: Action,
+    target: Option<&str>,
+    at: i64,
+    change: impl FnOnce(&mut Working) -> Result<(), StoreError>,
+) -> Result<Edited, StoreError> {
+    db.store.edit(&actor(), action, target, at, change).await
 }
 
-/// Versions, rule count and audit entries: what a refused change must leave alone.
-async fn footprint(db: &TestDb) -> (u64, u64, u64, usize) {
-    (
-        db.store.current_version().await.unwrap(),
-        db.store.rule_count().await.unwrap(),
-        db.store.audit_count().await.unwrap(),
-        db.store.list_versions(1000, None).await.unwrap().len(),
-    )
+/// The problems of an edit refused as invalid (the test fails on any other outcome).
+fn problems(result: Result<Edited, StoreError>) -> ValidationErrors {
+    match result {
+        Err(StoreError::Invalid(errors)) => errors,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An editor token named `ci`, created by the command line.
+async fn ci_token(db: &TestDb) -> NewToken {
+    db.store
+        .create_token(&Actor::cli(), "ci", Role::Editor, NOW)
+        .await
+        .unwrap()
+}
+
+async fn create(db: &TestDb, spec: RuleSpec) -> u64 {
+    let id = sluice_admin::store::rule_id(&spec).to_string();
+    edit(db, Action::RuleCreate, Some(&id), NOW, |w| {
+        w.put(spec, "");
+        Ok(())
+    })
+    .await
+    .unwrap()
+    .version
 }
 
 async fn a_fresh_database_is_at_version_zero(db: TestDb) {
@@ -87,14 +104,12 @@ async fn a_fresh_database_is_at_version_zero(db: TestDb) {
 }
 
 async fn an_edit_writes_rules_a_version_and_an_audit_entry(db: TestDb) {
-    let edited = db
-        .store
-        .edit(&actor(), Action::RuleCreate, Some("a"), NOW, |w| {
-            w.put(rule("a"), "");
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let edited = edit(&db, Action::RuleCreate, Some("a"), NOW, |w| {
+        w.put(rule("a"), "");
+        Ok(())
+    })
+    .await
+    .unwrap();
     assert!(edited.created);
     assert_eq!(edited.version, 1);
     assert_eq!(edited.changes.len(), 1);
@@ -133,14 +148,12 @@ async fn an_edit_is_stamped_with_the_callers_time(db: TestDb) {
     let later = NOW + 5_000;
     let mut a2 = rule("a");
     a2.limits[0].requests = 99;
-    let edited = db
-        .store
-        .edit(&actor(), Action::RuleReplace, Some("a"), later, |w| {
-            w.put(a2, "");
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let edited = edit(&db, Action::RuleReplace, Some("a"), later, |w| {
+        w.put(a2, "");
+        Ok(())
+    })
+    .await
+    .unwrap();
     // A changed rule keeps the time it was created.
     assert_eq!(
         (edited.rules["a"].created_at, edited.rules["a"].updated_at),
@@ -160,7 +173,7 @@ async fn an_edit_is_stamped_with_the_callers_time(db: TestDb) {
 
 async fn a_preview_writes_nothing(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     let previewed = db
         .store
         .preview(|w| {
@@ -183,7 +196,7 @@ async fn a_preview_writes_nothing(db: TestDb) {
     );
     // The rules as they are, not as the preview would have them.
     assert_eq!(previewed.rules.keys().collect::<Vec<_>>(), ["a"]);
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     assert!(db.store.get_rule("b").await.unwrap().is_none());
     // An invalid result is refused like a real edit's.
     let mut zero = rule("z");
@@ -197,75 +210,65 @@ async fn a_preview_writes_nothing(db: TestDb) {
             .await,
         Err(StoreError::Invalid(_))
     ));
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     // The next real edit gets the next version: a preview leaves no gap.
     assert_eq!(create(&db, rule("c")).await, 2);
 }
 
 async fn an_edit_that_changes_nothing_makes_no_version(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     // `{id: a, name: a}` is the same rule as `{name: a}`.
     let mut same = rule("a");
     same.id = Some("a".to_string());
-    let edited = db
-        .store
-        .edit(&actor(), Action::Apply, None, NOW, |w| {
-            w.put(same, "rules[0]");
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let edited = edit(&db, Action::Apply, None, NOW, |w| {
+        w.put(same, "rules[0]");
+        Ok(())
+    })
+    .await
+    .unwrap();
     assert!(!edited.created);
     assert_eq!(edited.version, 1);
     assert!(edited.changes.is_empty());
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
 }
 
 async fn an_invalid_ruleset_writes_nothing(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
 
     // A duplicate name is a problem of the whole ruleset, reported on the new rule.
     let mut clash = rule("a");
     clash.id = Some("other".to_string());
-    let err = db
-        .store
-        .edit(&actor(), Action::RuleCreate, Some("other"), NOW, |w| {
+    let errors = problems(
+        edit(&db, Action::RuleCreate, Some("other"), NOW, |w| {
             w.put(clash, "");
             Ok(())
         })
-        .await
-        .unwrap_err();
-    let StoreError::Invalid(errors) = err else {
-        panic!("{err:?}")
-    };
+        .await,
+    );
     assert_eq!(errors.0[0].field, "name");
 
     // A bad rule in a bulk change is reported with its place in the file.
     let mut zero = rule("z");
     zero.limits[0].requests = 0;
-    let err = db
-        .store
-        .edit(&actor(), Action::Apply, None, NOW, |w| {
+    let errors = problems(
+        edit(&db, Action::Apply, None, NOW, |w| {
             w.put(rule("fine"), "rules[0]");
             w.put(zero, "rules[1]");
             Ok(())
         })
-        .await
-        .unwrap_err();
-    let StoreError::Invalid(errors) = err else {
-        panic!("{err:?}")
-    };
+        .await,
+    );
     let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
     assert_eq!(fields, ["rules[1].limits[0].requests"]);
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     assert!(db.store.get_rule("fine").await.unwrap().is_none());
 }
 
 async fn a_failed_edit_writes_nothing(db: TestDb) {
     create(&db, rule("a")).await;
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     let err = db
         .store
         .edit(
@@ -282,44 +285,40 @@ async fn a_failed_edit_writes_nothing(db: TestDb) {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::RuleExists(_)));
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     assert!(db.store.get_rule("a").await.unwrap().is_some());
 }
 
 async fn a_stale_revision_is_refused(db: TestDb) {
     create(&db, rule("a")).await;
     create(&db, rule("b")).await;
-    let before = footprint(&db).await;
-    let err = db
-        .store
-        .edit(&actor(), Action::RuleDelete, Some("a"), NOW, |w| {
-            w.require("a", Some(&IfMatch::Revisions(vec![7])))?;
-            w.remove("a");
-            Ok(())
-        })
-        .await
-        .unwrap_err();
+    let before = db.footprint().await;
+    let err = edit(&db, Action::RuleDelete, Some("a"), NOW, |w| {
+        w.require("a", Some(&IfMatch::Revisions(vec![7])))?;
+        w.remove("a");
+        Ok(())
+    })
+    .await
+    .unwrap_err();
     assert!(
         matches!(err, StoreError::StaleRevision { current: 1, .. }),
         "{err:?}"
     );
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     // The right revision, or `*`, passes.
     for condition in [IfMatch::Revisions(vec![1]), IfMatch::Any] {
-        db.store
-            .edit(&actor(), Action::RulePatch, Some("a"), NOW, |w| {
-                w.require("a", Some(&condition))?;
-                Ok(())
-            })
-            .await
-            .unwrap();
+        edit(&db, Action::RulePatch, Some("a"), NOW, |w| {
+            w.require("a", Some(&condition))?;
+            Ok(())
+        })
+        .await
+        .unwrap();
     }
     assert!(matches!(
-        db.store
-            .edit(&actor(), Action::RuleDelete, Some("x"), NOW, |w| {
-                w.require("x", None).map(|_| ())
-            })
-            .await,
+        edit(&db, Action::RuleDelete, Some("x"), NOW, |w| {
+            w.require("x", None).map(|_| ())
+        })
+        .await,
         Err(StoreError::RuleNotFound(_))
     ));
 }
@@ -360,14 +359,13 @@ async fn two_rules_can_swap_names_in_one_edit(db: TestDb) {
     };
     create(&db, with_id("one", "alpha")).await;
     create(&db, with_id("two", "beta")).await;
-    db.store
-        .edit(&actor(), Action::Apply, None, NOW, |w| {
-            w.put(with_id("one", "beta"), "rules[0]");
-            w.put(with_id("two", "alpha"), "rules[1]");
-            Ok(())
-        })
-        .await
-        .unwrap();
+    edit(&db, Action::Apply, None, NOW, |w| {
+        w.put(with_id("one", "beta"), "rules[0]");
+        w.put(with_id("two", "alpha"), "rules[1]");
+        Ok(())
+    })
+    .await
+    .unwrap();
     assert_eq!(
         db.store.get_rule("one").await.unwrap().unwrap().spec.name,
         "beta"
@@ -383,20 +381,18 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
     create(&db, rule("b")).await; // 2
     let mut a2 = rule("a");
     a2.limits[0].requests = 99;
-    db.store
-        .edit(&actor(), Action::RuleReplace, Some("a"), NOW, |w| {
-            w.put(a2.clone(), "");
-            Ok(())
-        })
-        .await
-        .unwrap(); // 3
-    db.store
-        .edit(&actor(), Action::RuleDelete, Some("b"), NOW, |w| {
-            w.remove("b");
-            Ok(())
-        })
-        .await
-        .unwrap(); // 4
+    edit(&db, Action::RuleReplace, Some("a"), NOW, |w| {
+        w.put(a2.clone(), "");
+        Ok(())
+    })
+    .await
+    .unwrap(); // 3
+    edit(&db, Action::RuleDelete, Some("b"), NOW, |w| {
+        w.remove("b");
+        Ok(())
+    })
+    .await
+    .unwrap(); // 4
     create(&db, rule("c")).await; // 5
 
     let changes = db.store.diff(2, 5).await.unwrap();
@@ -417,19 +413,17 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
 
     // Rolling back is an edit to the old snapshot: a new version, audited.
     let snapshot = db.store.version(2).await.unwrap().rules;
-    let edited = db
-        .store
-        .edit(&actor(), Action::Rollback, Some("version 2"), NOW, |w| {
-            for id in w.ids() {
-                w.remove(&id);
-            }
-            for (i, s) in snapshot.iter().enumerate() {
-                w.put(s.clone(), format!("rules[{i}]"));
-            }
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let edited = edit(&db, Action::Rollback, Some("version 2"), NOW, |w| {
+        for id in w.ids() {
+            w.remove(&id);
+        }
+        for (i, s) in snapshot.iter().enumerate() {
+            w.put(s.clone(), format!("rules[{i}]"));
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
     assert_eq!(edited.version, 6);
     assert_eq!(
         db.store.document().await.unwrap().rules,
@@ -447,13 +441,12 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
 
 async fn revisions_are_never_reused(db: TestDb) {
     create(&db, rule("a")).await;
-    db.store
-        .edit(&actor(), Action::RuleDelete, Some("a"), NOW, |w| {
-            w.remove("a");
-            Ok(())
-        })
-        .await
-        .unwrap();
+    edit(&db, Action::RuleDelete, Some("a"), NOW, |w| {
+        w.remove("a");
+        Ok(())
+    })
+    .await
+    .unwrap();
     create(&db, rule("a")).await;
     let record = db.store.get_rule("a").await.unwrap().unwrap();
     assert_eq!(record.revision, 3);
@@ -461,11 +454,7 @@ async fn revisions_are_never_reused(db: TestDb) {
 
 async fn tokens_are_stored_hashed_and_can_be_revoked(db: TestDb) {
     let by = Actor::cli();
-    let created = db
-        .store
-        .create_token(&by, "ci", Role::Editor, NOW)
-        .await
-        .unwrap();
+    let created = ci_token(&db).await;
     assert!(created.secret.starts_with("slc_"));
     let info = db
         .store
@@ -531,11 +520,7 @@ async fn tokens_are_stored_hashed_and_can_be_revoked(db: TestDb) {
 
 async fn token_times_are_the_callers(db: TestDb) {
     let by = Actor::cli();
-    let created = db
-        .store
-        .create_token(&by, "ci", Role::Editor, NOW)
-        .await
-        .unwrap();
+    let created = ci_token(&db).await;
     assert_eq!(created.info.created_at, NOW);
     // Authenticates at `at`; returns the last use the token then has on record.
     let use_at = |at: i64| {

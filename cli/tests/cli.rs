@@ -340,14 +340,7 @@ async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: T
         "{stdout}"
     );
     // A dry run changes nothing.
-    let rules: Value = api
-        .get("/api/v1/rules")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rules: Value = api.json("/api/v1/rules").await;
     assert_eq!(rules["rules"], json!([]), "{rules}");
     api.server.stop().await.unwrap();
 

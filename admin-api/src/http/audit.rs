@@ -30,7 +30,7 @@ fn audit_entry_view(e: AuditEntry) -> AuditEntryView {
     params(AuditQuery),
     responses((status = 200, description = "Audit entries, newest first", body = AuditList), AuthErrors),
 )]
-pub async fn list_audit(
+pub(crate) async fn list_audit(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(query): Params<AuditQuery>,

@@ -22,11 +22,11 @@ use super::{ApiError, AppState};
 use crate::store::{Actor, Role, StoreError, TokenInfo, now_ms};
 
 /// The dashboard's session cookie.
-pub const SESSION_COOKIE: &str = "sluice_session";
+pub(crate) const SESSION_COOKIE: &str = "sluice_session";
 
 /// Something a role may or may not do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Permission {
+pub(crate) enum Permission {
     /// Rules, versions, diffs, export, audit log, proxies.
     Read,
     /// Create, change, delete, apply, roll back.
@@ -67,7 +67,7 @@ impl Permission {
 }
 
 /// The one place roles are mapped to permissions.
-pub fn allows(role: Role, permission: Permission) -> bool {
+pub(crate) fn allows(role: Role, permission: Permission) -> bool {
     match role {
         Role::Admin => true,
         Role::Editor => !matches!(
@@ -83,7 +83,7 @@ pub fn allows(role: Role, permission: Permission) -> bool {
 }
 
 /// A permission as a type, for [`Auth`].
-pub trait Need: Send + Sync {
+pub(crate) trait Need: Send + Sync {
     const PERMISSION: Permission;
 }
 
@@ -93,7 +93,7 @@ macro_rules! needs {
         $(
             #[doc = concat!("[`Permission::", stringify!($permission), "`] as a type.")]
             #[derive(Debug)]
-            pub struct $permission;
+            pub(crate) struct $permission;
 
             impl Need for $permission {
                 const PERMISSION: Permission = Permission::$permission;
@@ -106,14 +106,14 @@ needs! { Read, WriteRules, PollRuleset, ManageTokens, SendReports, SyncQuota }
 
 /// An authenticated caller whose role has permission `N`.
 #[derive(Debug)]
-pub struct Auth<N> {
-    pub token: TokenInfo,
+pub(crate) struct Auth<N> {
+    pub(crate) token: TokenInfo,
     need: PhantomData<N>,
 }
 
 impl<N> Auth<N> {
     /// The caller as the audit log names it.
-    pub fn actor(&self) -> Actor {
+    pub(crate) fn actor(&self) -> Actor {
         Actor {
             id: Some(self.token.id.clone()),
             name: self.token.name.clone(),
@@ -145,7 +145,7 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
 }
 
 /// The value of the session cookie, if the request carries one.
-pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     header_items(headers, header::COOKIE, ';')
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == SESSION_COOKIE)
@@ -185,7 +185,7 @@ fn check_same_origin(parts: &Parts) -> Result<(), ApiError> {
 }
 
 /// The active token behind a request: its bearer token, or else its session cookie.
-pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, ApiError> {
+pub(crate) async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, ApiError> {
     let peer = Peer::of(parts);
     if parts.headers.contains_key(header::AUTHORIZATION) {
         let secret = bearer(parts)?;
@@ -214,7 +214,7 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, 
 /// Looks a presented secret up behind the failed-authentication limit (see
 /// [`super::failed_auth`]): 429 at once while `peer`'s failures are spent, and a secret
 /// that finds nothing (`None`) spends one and is logged, without the secret.
-pub async fn guarded<T>(
+pub(crate) async fn guarded<T>(
     state: &AppState,
     peer: Peer,
     credential: Credential,

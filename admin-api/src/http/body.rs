@@ -20,16 +20,16 @@ use crate::rules_file::strict_json::Strict;
 use crate::store::IfMatch;
 
 /// Largest request body accepted (413 beyond it). A full ruleset of 1,000 rules fits.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// A JSON request body. Shape errors (unknown keys, wrong types, missing fields) name
 /// their path, e.g. `limits[0].brust`, like validation errors do.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub(crate) T);
 
 /// What a request body is, so that its 422 says so ("Invalid report", not "Invalid
 /// rules").
-pub trait BodyInput {
+pub(crate) trait BodyInput {
     const INPUT: Input;
 }
 
@@ -53,7 +53,10 @@ impl<S: Send + Sync, T: DeserializeOwned + BodyInput> FromRequest<S> for JsonBod
 }
 
 /// The raw body, with the size limit's rejection turned into a 413 problem.
-pub async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body<S: Send + Sync>(
+    request: Request,
+    state: &S,
+) -> Result<Bytes, ApiError> {
     Bytes::from_request(request, state)
         .await
         .map_err(|rejection: BytesRejection| {
@@ -69,7 +72,7 @@ pub async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<By
 
 /// The items of a list-valued header (`Cookie`'s split on `;`, `Accept-Encoding`'s on
 /// `,`), over every line of it, untrimmed; values that are not text are skipped.
-pub fn header_items(
+pub(crate) fn header_items(
     headers: &HeaderMap,
     name: header::HeaderName,
     separator: char,
@@ -82,7 +85,7 @@ pub fn header_items(
 }
 
 /// The media type of a request, lowercased, without parameters.
-pub fn media_type(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn media_type(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
     let essence = value.split(';').next()?.trim().to_ascii_lowercase();
     Some(essence)
@@ -109,7 +112,7 @@ pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 /// Numbers written with a fraction of zero (`5.0`) count as the integers they equal: JSON
 /// Schema, and so the OpenAPI document, calls `5.0` an integer, and clients generated
 /// from it (or JavaScript's `JSON.stringify` of a computed number) may send one.
-pub fn parse_json<T: DeserializeOwned + BodyInput>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: DeserializeOwned + BodyInput>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
     rules_file::integral_floats_to_integers(&mut value);
@@ -118,7 +121,7 @@ pub fn parse_json<T: DeserializeOwned + BodyInput>(bytes: &[u8]) -> Result<T, Ap
 
 /// Deserialises an already parsed value (a merge-patched rule), naming the path of a
 /// shape error.
-pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, ValidationErrors> {
+pub(crate) fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, ValidationErrors> {
     serde_path_to_error::deserialize(Strict(value))
         .map_err(|e| shape_errors(e.path().to_string(), e.inner().to_string()))
 }
@@ -148,7 +151,7 @@ macro_rules! problem_extractor {
     ($(#[$doc:meta])* $name:ident, $axum:ident) => {
         $(#[$doc])*
         #[derive(Debug)]
-        pub struct $name<T>(pub T);
+        pub(crate) struct $name<T>(pub(crate) T);
 
         impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for $name<T> {
             type Rejection = ApiError;
@@ -180,7 +183,7 @@ const MAX_PAGE: u32 = 1000;
 
 /// The page size a list's `limit` parameter asks for: [`DEFAULT_PAGE`] when absent, a 400
 /// beyond 1 to [`MAX_PAGE`].
-pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+pub(crate) fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let limit = limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::BadRequest(format!(
@@ -192,10 +195,10 @@ pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
 
 /// The TCP peer, when the server provides it (tests driving the router directly do not).
 #[derive(Debug, Clone, Copy)]
-pub struct Peer(pub Option<SocketAddr>);
+pub(crate) struct Peer(pub(crate) Option<SocketAddr>);
 
 impl Peer {
-    pub fn of(parts: &Parts) -> Peer {
+    pub(crate) fn of(parts: &Parts) -> Peer {
         Peer(
             parts
                 .extensions
@@ -204,7 +207,7 @@ impl Peer {
         )
     }
 
-    pub fn ip(self) -> Option<IpAddr> {
+    pub(crate) fn ip(self) -> Option<IpAddr> {
         self.0.map(|a| a.ip())
     }
 }
@@ -222,19 +225,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)]
-pub struct IfMatchHeader {
+pub(crate) struct IfMatchHeader {
     /// `*` (the rule must exist) or the rule's ETags the change is based on (`"12"`, also
     /// weak, `W/"12"`, comma-separated); 409 if none is the rule's current revision. A
     /// value that is no ETag matches nothing.
     #[param(rename = "If-Match", value_type = String, required = false)]
-    pub if_match: Option<String>,
+    pub(crate) if_match: Option<String>,
 }
 
 /// Parses `If-Match`: `*`, or a list of ETags (`"12"`, weak `W/"12"`). A tag that is not
 /// one of ours, or no tag at all, can never match, which is what a stale tag means too:
 /// the change is refused as stale (409) with the rule's current revision, which tells the
 /// sender what to send.
-pub fn if_match(headers: &HeaderMap) -> Option<IfMatch> {
+pub(crate) fn if_match(headers: &HeaderMap) -> Option<IfMatch> {
     let value = headers.get(header::IF_MATCH)?;
     let Ok(list) = value.to_str() else {
         return Some(IfMatch::Revisions(Vec::new()));
@@ -256,7 +259,7 @@ pub fn if_match(headers: &HeaderMap) -> Option<IfMatch> {
 
 /// JSON merge patch (RFC 7396): objects merge key by key, `null` removes a key, anything
 /// else replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(patch) = patch else {
         *target = patch.clone();
         return;

@@ -10,7 +10,7 @@ use crate::store::{Role, StoreError};
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// No token, a malformed `Authorization` header, or an unknown or revoked token.
     #[error("{0}")]
     Unauthenticated(&'static str),
@@ -54,7 +54,7 @@ pub enum ApiError {
 /// What a request's invalid input was: the title of its 422 names it, so a bad report is
 /// not called "Invalid rules".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Input {
+pub(crate) enum Input {
     /// One rule: a created, replaced or patched rule.
     Rule,
     /// A whole ruleset: a bulk apply, a rollback, or a change that breaks another rule.
@@ -66,7 +66,7 @@ pub enum Input {
 }
 
 impl Input {
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Input::Rule => "Invalid rule",
             Input::Ruleset => "Invalid ruleset",
@@ -79,7 +79,7 @@ impl Input {
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
@@ -119,7 +119,11 @@ impl ApiError {
     }
 
     /// One field error, for checks made in the handlers themselves.
-    pub fn invalid(input: Input, field: impl Into<String>, message: impl Into<String>) -> ApiError {
+    pub(crate) fn invalid(
+        input: Input,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError::Invalid(
             input,
             ValidationErrors(vec![FieldError {
@@ -131,7 +135,7 @@ impl ApiError {
 
     /// Names what was invalid, for errors from a layer that does not know (the store
     /// validates whole rulesets, also when one rule was sent).
-    pub fn about(self, input: Input) -> ApiError {
+    pub(crate) fn about(self, input: Input) -> ApiError {
         match self {
             ApiError::Invalid(_, errors) => ApiError::Invalid(input, errors),
             other => other,

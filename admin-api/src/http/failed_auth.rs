@@ -33,7 +33,7 @@ use sluice_core::time::Nanos;
 /// Failures an address may make at once, by default (`sluice serve --auth-failures`).
 pub const ALLOWED_FAILURES: u64 = 10;
 /// Then one more every this long (6 a minute), by default (`--auth-failure-refill`).
-pub const REFILL: Duration = Duration::from_secs(10);
+pub(crate) const REFILL: Duration = Duration::from_secs(10);
 
 /// How many failed authentications an address may make: `allowed` at once, then one more
 /// every `refill`.
@@ -61,11 +61,11 @@ impl FailureLimit {
     }
 }
 /// Addresses tracked at most (about 3 MB).
-pub const MAX_ADDRESSES: usize = 65_536;
+pub(crate) const MAX_ADDRESSES: usize = 65_536;
 
 /// Which secret failed, for the metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Credential {
+pub(crate) enum Credential {
     Bearer,
     Session,
     SignIn,
@@ -88,7 +88,7 @@ struct CredentialLabels {
 
 /// The failed-authentication buckets of every client address.
 #[derive(Debug)]
-pub struct FailedAuths {
+pub(crate) struct FailedAuths {
     limit: Gcra,
     /// Each tracked address's theoretical arrival time, in ns since `epoch`.
     buckets: Mutex<HashMap<Address, u64>>,
@@ -125,7 +125,7 @@ impl FailedAuths {
     /// [`FailureLimit::gcra`]; `sluice serve` checks its flags with it first). Registers
     /// `sluice_admin_auth_failures_total{credential}` and `sluice_admin_auth_throttled_total`
     /// in `registry`.
-    pub fn new(limit: FailureLimit, registry: &mut Registry) -> FailedAuths {
+    pub(crate) fn new(limit: FailureLimit, registry: &mut Registry) -> FailedAuths {
         let failures = Family::<CredentialLabels, Counter>::default();
         let throttled = Counter::default();
         registry.register(
@@ -152,12 +152,12 @@ impl FailedAuths {
     }
 
     /// Nanoseconds since this limiter was made: the clock its buckets run on.
-    pub fn now_ns(&self, at: Instant) -> u64 {
+    pub(crate) fn now_ns(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Whether `ip` may try a secret at `now_ns`; when not, how long until it may.
-    pub fn check(&self, ip: Option<IpAddr>, now_ns: u64) -> Result<(), Duration> {
+    pub(crate) fn check(&self, ip: Option<IpAddr>, now_ns: u64) -> Result<(), Duration> {
         let address = Address::of(ip);
         let Ok(buckets) = self.buckets.lock() else {
             return Ok(());
@@ -175,7 +175,7 @@ impl FailedAuths {
     }
 
     /// Spends one of `ip`'s failures at `now_ns`.
-    pub fn failed(&self, ip: Option<IpAddr>, credential: Credential, now_ns: u64) {
+    pub(crate) fn failed(&self, ip: Option<IpAddr>, credential: Credential, now_ns: u64) {
         self.failures
             .get_or_create(&CredentialLabels {
                 credential: credential.label(),

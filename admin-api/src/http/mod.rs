@@ -13,14 +13,14 @@
 // workspace's `unused_qualifications` lint on our own spans in the handler modules.
 #[allow(unused_qualifications)]
 mod audit;
-pub mod auth;
+pub(crate) mod auth;
 mod body;
-pub mod error;
+pub(crate) mod error;
 pub mod failed_auth;
 mod metrics;
 #[allow(unused_qualifications)]
 mod metrics_api;
-pub mod openapi;
+pub(crate) mod openapi;
 mod operations;
 #[allow(unused_qualifications)]
 mod proxies;
@@ -49,10 +49,10 @@ use axum::routing::get;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use body::{MAX_BODY_BYTES, header_items};
-pub use error::ApiError;
+pub(crate) use body::{MAX_BODY_BYTES, header_items};
+pub(crate) use error::ApiError;
 use operations::{healthz, observe, readyz};
-pub use state::{AppState, CONNECTED_WITHIN_MS, VERSION_FOLLOW_INTERVAL};
+pub use state::{AppState, VERSION_FOLLOW_INTERVAL};
 
 /// The `/api/v1` routes, with their OpenAPI description.
 fn api_routes() -> OpenApiRouter<AppState> {
@@ -92,13 +92,6 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
 }
 
-/// The OpenAPI document of the API, as served at `/api/v1/openapi.json`.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    let mut doc = api_routes().into_openapi();
-    openapi::complete(&mut doc);
-    doc
-}
-
 /// The API alone, as tests drive it: a path it does not route is a JSON 404.
 pub fn app(state: AppState) -> Router {
     app_beside(
@@ -110,7 +103,7 @@ pub fn app(state: AppState) -> Router {
 /// The API, with `site` answering every path the API does not route (`sluice serve`
 /// mounts the dashboard there: `crate::server::app`). Whichever answers, the request is
 /// counted, timed and logged, and its body bounded.
-pub fn app_beside(state: AppState, site: Router) -> Router {
+pub(crate) fn app_beside(state: AppState, site: Router) -> Router {
     let (api, mut doc) = api_routes().split_for_parts();
     openapi::complete(&mut doc);
     let doc = Bytes::from(doc.to_pretty_json().unwrap_or_else(|_| "{}".to_string()));
@@ -138,6 +131,6 @@ pub fn app_beside(state: AppState, site: Router) -> Router {
 }
 
 /// The answer to a path no route takes, in the API's problem format.
-pub fn no_such_endpoint() -> ApiError {
+pub(crate) fn no_such_endpoint() -> ApiError {
     ApiError::NotFound("no such endpoint".to_string())
 }

@@ -24,7 +24,7 @@ fn global_sync_view(seen: &SyncSeen, now_ms: i64) -> GlobalSyncView {
     get, path = "/api/v1/proxies", tag = "proxies",
     responses((status = 200, description = "Every proxy seen", body = ProxyList), AuthErrors),
 )]
-pub async fn list_proxies(
+pub(crate) async fn list_proxies(
     State(state): State<AppState>,
     _auth: Auth<Read>,
 ) -> Result<Json<ProxyList>, ApiError> {

@@ -34,7 +34,7 @@ impl BodyInput for SyncRequest {
 )]
 /// A proxy's sync of its global buckets (proxy-role or admin token). Grants are taken from
 /// the fleet's buckets at once; a refused request changes nothing.
-pub async fn sync_quota(
+pub(crate) async fn sync_quota(
     State(state): State<AppState>,
     _auth: Auth<SyncQuota>,
     request: Request,

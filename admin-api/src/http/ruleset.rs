@@ -30,8 +30,8 @@ use super::rules::version_header;
 use crate::store::{ProxySeen, now_ms};
 
 /// How long a poll is held when `wait` is not given, and the most it may ask for.
-pub const DEFAULT_WAIT_SECONDS: u64 = 30;
-pub const MAX_WAIT_SECONDS: u64 = 60;
+pub(crate) const DEFAULT_WAIT_SECONDS: u64 = 30;
+pub(crate) const MAX_WAIT_SECONDS: u64 = 60;
 /// Longest proxy id and error message stored: headers are the proxy's to fill.
 const MAX_PROXY_ID_LEN: usize = 256;
 const MAX_PROXY_ERROR_LEN: usize = 2048;
@@ -41,7 +41,7 @@ const MAX_PROXY_ERROR_LEN: usize = 2048;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // Read from the header map, leniently; the struct documents them.
-pub struct ProxyHeaders {
+pub(crate) struct ProxyHeaders {
     /// The proxy's id; polls with it are listed at /api/v1/proxies (cut to 256 bytes).
     #[param(rename = "x-sluice-proxy-id", value_type = String, required = false)]
     proxy_id: Option<String>,
@@ -105,7 +105,7 @@ fn header_text(headers: &HeaderMap, name: &str, max: usize) -> Option<String> {
         AuthErrors,
     ),
 )]
-pub async fn get_ruleset(
+pub(crate) async fn get_ruleset(
     State(state): State<AppState>,
     auth: Auth<PollRuleset>,
     Params(query): Params<PollQuery>,

@@ -67,7 +67,7 @@ fn cookie(value: &str, https: bool, clear: bool) -> Option<HeaderValue> {
     ),
     security(()),
 )]
-pub async fn create_session(
+pub(crate) async fn create_session(
     State(state): State<AppState>,
     tls: Option<Extension<OverTls>>,
     headers: HeaderMap,
@@ -107,7 +107,7 @@ pub async fn create_session(
     get, path = "/api/v1/session", tag = "session",
     responses((status = 200, description = "The signed-in token's role and name (also answers for a bearer token)", body = SessionView), AuthErrors),
 )]
-pub async fn get_session(auth: Auth<Read>) -> Json<SessionView> {
+pub(crate) async fn get_session(auth: Auth<Read>) -> Json<SessionView> {
     Json(session_view(&auth.token, None))
 }
 
@@ -116,7 +116,7 @@ pub async fn get_session(auth: Auth<Read>) -> Json<SessionView> {
     responses((status = 204, description = "Signed out; the cookie is cleared (also when there was no session)")),
     security(()),
 )]
-pub async fn delete_session(
+pub(crate) async fn delete_session(
     State(state): State<AppState>,
     tls: Option<Extension<OverTls>>,
     headers: HeaderMap,

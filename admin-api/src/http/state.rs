@@ -17,7 +17,7 @@ use crate::store::{Store, StoreError, VersionNotices};
 use sluice_coordinator::{Backend, Coordinator};
 
 /// A proxy counts as connected when it polled this recently (or is polling now).
-pub const CONNECTED_WITHIN_MS: i64 = 60_000;
+pub(crate) const CONNECTED_WITHIN_MS: i64 = 60_000;
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -95,12 +95,12 @@ impl AppState {
     }
 
     /// The coordinator of global buckets.
-    pub fn coordinator(&self) -> &Coordinator {
+    pub(crate) fn coordinator(&self) -> &Coordinator {
         &self.inner.coordinator
     }
 
     /// Failed authentications by client address.
-    pub fn failed_auths(&self) -> &FailedAuths {
+    pub(crate) fn failed_auths(&self) -> &FailedAuths {
         &self.inner.failed_auths
     }
 
@@ -114,7 +114,7 @@ impl AppState {
     }
 
     /// Resolves once [`AppState::shutdown`] has been called.
-    pub async fn shutting_down(&self) {
+    pub(crate) async fn shutting_down(&self) {
         let mut rx = self.inner.shutdown.subscribe();
         // The sender lives in `self`, so this cannot fail while we wait.
         let _ = rx.wait_for(|down| *down).await;
@@ -138,7 +138,7 @@ impl AppState {
     /// once on PostgreSQL (its notices, see [`crate::store::VersionNotices`]), and within
     /// [`VERSION_FOLLOW_INTERVAL`] in any case (one indexed single-row read per interval,
     /// which also covers a notice lost while the listening connection was down).
-    pub async fn follow_versions(&self) {
+    pub(crate) async fn follow_versions(&self) {
         let notices = match self.store().version_notices().await {
             Ok(notices) => notices,
             Err(err) => {

@@ -33,7 +33,7 @@ fn token_view(t: &TokenInfo) -> TokenView {
     get, path = "/api/v1/tokens", tag = "tokens",
     responses((status = 200, description = "Every token, revoked ones included; never a secret", body = TokenList), AuthErrors),
 )]
-pub async fn list_tokens(
+pub(crate) async fn list_tokens(
     State(state): State<AppState>,
     _auth: Auth<ManageTokens>,
 ) -> Result<Json<TokenList>, ApiError> {
@@ -52,7 +52,7 @@ pub async fn list_tokens(
         AuthErrors,
     ),
 )]
-pub async fn create_token(
+pub(crate) async fn create_token(
     State(state): State<AppState>,
     auth: Auth<ManageTokens>,
     JsonBody(request): JsonBody<CreateToken>,
@@ -81,7 +81,7 @@ pub async fn create_token(
         AuthErrors,
     ),
 )]
-pub async fn revoke_token(
+pub(crate) async fn revoke_token(
     State(state): State<AppState>,
     auth: Auth<ManageTokens>,
     PathParam(id): PathParam<String>,

@@ -32,7 +32,7 @@ fn version_view(v: &VersionSummary) -> VersionView {
     params(VersionsQuery),
     responses((status = 200, description = "Versions, newest first", body = VersionList), AuthErrors),
 )]
-pub async fn list_versions(
+pub(crate) async fn list_versions(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(query): Params<VersionsQuery>,
@@ -56,7 +56,7 @@ pub async fn list_versions(
         AuthErrors,
     ),
 )]
-pub async fn get_version(
+pub(crate) async fn get_version(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     PathParam(Whole(version)): PathParam<Whole>,
@@ -86,7 +86,7 @@ fn rule_change_view(c: RuleChange) -> RuleChangeView {
         AuthErrors,
     ),
 )]
-pub async fn diff_versions(
+pub(crate) async fn diff_versions(
     State(state): State<AppState>,
     _auth: Auth<Read>,
     Params(query): Params<DiffQuery>,
@@ -113,7 +113,7 @@ pub async fn diff_versions(
         AuthErrors,
     ),
 )]
-pub async fn rollback(
+pub(crate) async fn rollback(
     State(state): State<AppState>,
     auth: Auth<WriteRules>,
     PathParam(Whole(version)): PathParam<Whole>,

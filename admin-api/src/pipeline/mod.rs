@@ -15,8 +15,8 @@
 //! On a clean stop the server flushes after the last request is answered, so nothing
 //! accepted is lost. A crash loses at most what arrived since the last flush (~2 s).
 
-pub mod pending;
-pub mod queries;
+pub(crate) mod pending;
+pub(crate) mod queries;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,7 +31,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::store::{Counts, ProxyBeat, Resolution, Store, StoreError, now_ms};
-pub use pending::{Bucket, Pending, Tally};
+pub(crate) use pending::{Bucket, Pending, Tally};
 
 /// How the pipeline flushes and how long it keeps data.
 #[derive(Debug, Clone)]
@@ -63,7 +63,7 @@ impl Default for MetricsConfig {
 }
 
 impl MetricsConfig {
-    pub fn retention(&self, resolution: Resolution) -> Duration {
+    pub(crate) fn retention(&self, resolution: Resolution) -> Duration {
         match resolution {
             Resolution::TenSeconds => self.retention_10s,
             Resolution::Minute => self.retention_1m,
@@ -73,7 +73,7 @@ impl MetricsConfig {
 
     /// Buckets of `resolution` starting before this are past retention at `now_ms`: their
     /// whole span is older than the retention.
-    pub fn cutoff(&self, resolution: Resolution, now_ms: i64) -> i64 {
+    pub(crate) fn cutoff(&self, resolution: Resolution, now_ms: i64) -> i64 {
         let retention = i64::try_from(self.retention(resolution).as_millis()).unwrap_or(i64::MAX);
         now_ms
             .saturating_sub(retention)
@@ -84,25 +84,25 @@ impl MetricsConfig {
 
 /// A report that passed validation (`api::reports`), ready to be aggregated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidReport {
-    pub proxy_id: String,
+pub(crate) struct ValidReport {
+    pub(crate) proxy_id: String,
     /// The report belongs to the buckets holding this instant.
-    pub end_ms: i64,
-    pub ruleset_version: u64,
+    pub(crate) end_ms: i64,
+    pub(crate) ruleset_version: u64,
     /// Rule ids are unique.
-    pub rules: Vec<ValidRule>,
+    pub(crate) rules: Vec<ValidRule>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidRule {
-    pub rule: String,
-    pub counts: Counts,
+pub(crate) struct ValidRule {
+    pub(crate) rule: String,
+    pub(crate) counts: Counts,
     /// Clients are unique within a rule.
-    pub clients: Vec<(String, Tally)>,
+    pub(crate) clients: Vec<(String, Tally)>,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum IngestError {
+pub(crate) enum IngestError {
     #[error(
         "{entries} metric entries are waiting to be written (the database is not keeping up); send the report again later"
     )]
@@ -112,9 +112,9 @@ pub enum IngestError {
 /// Cumulative totals since start, for the live stream: a subscriber sends the difference
 /// between two readings.
 #[derive(Debug, Clone, Default)]
-pub struct Live {
-    pub total: Counts,
-    pub rules: HashMap<String, Counts>,
+pub(crate) struct Live {
+    pub(crate) total: Counts,
+    pub(crate) rules: HashMap<String, Counts>,
 }
 
 /// Rule ids tracked for the live stream; beyond, reports count in the totals only.
@@ -135,8 +135,8 @@ struct State {
 /// What one flush did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlushStats {
-    pub rows: usize,
-    pub duration: Duration,
+    pub(crate) rows: usize,
+    pub(crate) duration: Duration,
 }
 
 #[derive(Debug)]
@@ -153,7 +153,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline whose metrics are registered in `registry`.
-    pub fn new(config: MetricsConfig, registry: &mut Registry) -> Pipeline {
+    pub(crate) fn new(config: MetricsConfig, registry: &mut Registry) -> Pipeline {
         Pipeline {
             config,
             state: Mutex::new(State::default()),
@@ -163,11 +163,7 @@ impl Pipeline {
         }
     }
 
-    pub fn config(&self) -> &MetricsConfig {
-        &self.config
-    }
-
-    pub fn instruments(&self) -> &Instruments {
+    pub(crate) fn instruments(&self) -> &Instruments {
         &self.instruments
     }
 
@@ -179,7 +175,7 @@ impl Pipeline {
 
     /// Adds a validated report to the buckets holding its `end_ms` (skipping resolutions
     /// whose bucket is already past retention).
-    pub fn ingest(
+    pub(crate) fn ingest(
         &self,
         report: &ValidReport,
         token_id: Option<String>,
@@ -237,7 +233,7 @@ impl Pipeline {
     }
 
     /// The cumulative totals since start.
-    pub fn live(&self) -> Live {
+    pub(crate) fn live(&self) -> Live {
         self.lock().live.clone()
     }
 
@@ -247,7 +243,7 @@ impl Pipeline {
     ///
     /// `db` is given what `visit` gathered, for queries that depend on it; its future
     /// must not borrow it.
-    pub async fn read<M, D, F, Fut>(
+    pub(crate) async fn read<M, D, F, Fut>(
         &self,
         visit: impl Fn(&mut M, &Pending),
         db: F,
@@ -366,7 +362,7 @@ impl Pipeline {
     /// The background task: flushes every `flush_interval` and applies retention every
     /// `retention_interval` (first at start), until `stop` resolves. It does not flush on
     /// the way out: the server does, after the last request is answered.
-    pub async fn run(&self, store: &Store, stop: impl Future<Output = ()>) {
+    pub(crate) async fn run(&self, store: &Store, stop: impl Future<Output = ()>) {
         let mut flush = tokio::time::interval_at(
             tokio::time::Instant::now() + self.config.flush_interval,
             self.config.flush_interval,
@@ -398,7 +394,7 @@ impl Pipeline {
 
     /// The last flush, on a clean stop: a few attempts, so a brief database hiccup does
     /// not lose the last interval.
-    pub async fn final_flush(&self, store: &Store) -> Result<FlushStats, StoreError> {
+    pub(crate) async fn final_flush(&self, store: &Store) -> Result<FlushStats, StoreError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -421,7 +417,7 @@ fn to_gauge(n: usize) -> i64 {
 /// Why a report was refused: the `reason` label of
 /// `sluice_admin_reports_rejected_total`.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum RejectReason {
+pub(crate) enum RejectReason {
     /// No token, or an unknown or revoked one.
     Unauthenticated,
     /// A token whose role may not send reports.
@@ -442,7 +438,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// The label value, as dashboards and alerts select it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RejectReason::Unauthenticated => "unauthenticated",
             RejectReason::Forbidden => "forbidden",
@@ -474,7 +470,7 @@ struct TableLabels {
 
 /// The pipeline's own Prometheus metrics, in the admin API's registry.
 #[derive(Debug)]
-pub struct Instruments {
+pub(crate) struct Instruments {
     reports_ingested: Counter,
     reports_rejected: Family<ReasonLabels, Counter>,
     ingest_duration: Histogram,
@@ -543,7 +539,7 @@ impl Instruments {
     }
 
     /// Counts a report's outcome: `Ok`, or the reason it was refused.
-    pub fn observe_report(&self, outcome: Result<(), RejectReason>, took: Duration) {
+    pub(crate) fn observe_report(&self, outcome: Result<(), RejectReason>, took: Duration) {
         match outcome {
             Ok(()) => {
                 self.reports_ingested.inc();

@@ -16,13 +16,13 @@ const CLIENTS_KEPT_ON_TRIM: usize = 500;
 
 /// A client's throttled count (an upper bound) and how much of it may belong to others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub throttled: u64,
-    pub error: u64,
+pub(crate) struct Tally {
+    pub(crate) throttled: u64,
+    pub(crate) error: u64,
 }
 
 impl Tally {
-    pub fn add(&mut self, other: Tally) {
+    pub(crate) fn add(&mut self, other: Tally) {
         self.throttled = self.throttled.saturating_add(other.throttled);
         self.error = self.error.saturating_add(other.error);
     }
@@ -30,16 +30,16 @@ impl Tally {
 
 /// One bucket of one resolution.
 #[derive(Debug, Default, Clone)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// proxy → rule → counts.
-    pub proxies: HashMap<String, HashMap<String, Counts>>,
+    pub(crate) proxies: HashMap<String, HashMap<String, Counts>>,
     /// rule → client → tally.
-    pub clients: HashMap<String, HashMap<String, Tally>>,
+    pub(crate) clients: HashMap<String, HashMap<String, Tally>>,
 }
 
 impl Bucket {
     /// The counts of every rule, summed over proxies (or of one proxy's rules).
-    pub fn rules<'a>(
+    pub(crate) fn rules<'a>(
         &'a self,
         proxy: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a str, &'a Counts)> + 'a {
@@ -52,21 +52,21 @@ impl Bucket {
 
 /// Not yet written data.
 #[derive(Debug, Default, Clone)]
-pub struct Pending {
-    pub buckets: BTreeMap<(Resolution, i64), Bucket>,
+pub(crate) struct Pending {
+    pub(crate) buckets: BTreeMap<(Resolution, i64), Bucket>,
     /// proxy → its latest report.
-    pub beats: HashMap<String, ProxyBeat>,
+    pub(crate) beats: HashMap<String, ProxyBeat>,
     /// Count and client entries held: the bound on memory.
-    pub entries: usize,
+    pub(crate) entries: usize,
 }
 
 impl Pending {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buckets.is_empty() && self.beats.is_empty()
     }
 
     /// The buckets of `span`.
-    pub fn buckets_in(&self, span: Span) -> impl Iterator<Item = (i64, &Bucket)> {
+    pub(crate) fn buckets_in(&self, span: Span) -> impl Iterator<Item = (i64, &Bucket)> {
         let Span {
             resolution,
             from_ms,
@@ -81,7 +81,7 @@ impl Pending {
     }
 
     /// Adds one rule's counts for one proxy to a bucket.
-    pub fn add_counts(
+    pub(crate) fn add_counts(
         &mut self,
         resolution: Resolution,
         bucket_ms: i64,
@@ -96,7 +96,7 @@ impl Pending {
     }
 
     /// Adds a client's tally for a rule to a bucket.
-    pub fn add_client(
+    pub(crate) fn add_client(
         &mut self,
         resolution: Resolution,
         bucket_ms: i64,
@@ -118,7 +118,7 @@ impl Pending {
     }
 
     /// Folds another pending set in (a failed flush's data, back for the next attempt).
-    pub fn merge(&mut self, other: &Pending) {
+    pub(crate) fn merge(&mut self, other: &Pending) {
         for ((resolution, bucket_ms), bucket) in &other.buckets {
             for (proxy, rules) in &bucket.proxies {
                 for (rule, counts) in rules {
@@ -137,7 +137,7 @@ impl Pending {
     }
 
     /// Records a sign of life, keeping the latest.
-    pub fn beat(&mut self, beat: ProxyBeat) {
+    pub(crate) fn beat(&mut self, beat: ProxyBeat) {
         match self.beats.get_mut(&beat.id) {
             Some(known) if known.at_ms >= beat.at_ms => {}
             Some(known) => *known = beat,
@@ -149,7 +149,7 @@ impl Pending {
 
     /// The rows to write: per proxy, per rule (summed over proxies), and each bucket's
     /// top clients per rule.
-    pub fn to_batch(&self) -> MetricsBatch {
+    pub(crate) fn to_batch(&self) -> MetricsBatch {
         let mut batch = MetricsBatch::default();
         for (&(resolution, bucket_ms), bucket) in &self.buckets {
             let mut per_rule: HashMap<&str, Counts> = HashMap::new();
@@ -219,7 +219,7 @@ fn add_nested<V>(
 
 /// The `n` most throttled clients, most throttled first (ties by name, so the choice is
 /// stable).
-pub fn top(clients: &HashMap<String, Tally>, n: usize) -> Vec<(&str, Tally)> {
+pub(crate) fn top(clients: &HashMap<String, Tally>, n: usize) -> Vec<(&str, Tally)> {
     let mut all: Vec<(&str, Tally)> = clients.iter().map(|(c, t)| (c.as_str(), *t)).collect();
     all.sort_unstable_by(|a, b| b.1.throttled.cmp(&a.1.throttled).then(a.0.cmp(b.0)));
     all.truncate(n);
@@ -238,20 +238,13 @@ fn trim(clients: &mut HashMap<String, Tally>, keep: usize) {
 mod tests {
     use super::*;
 
-    fn counts(allowed: u64) -> Counts {
-        Counts {
-            allowed,
-            ..Counts::default()
-        }
-    }
-
     #[test]
     fn batches_sum_rules_over_proxies_and_keep_the_top_clients() {
         let mut p = Pending::default();
         let r = Resolution::TenSeconds;
-        p.add_counts(r, 0, "p1", "a", &counts(1));
-        p.add_counts(r, 0, "p2", "a", &counts(2));
-        p.add_counts(r, 0, "p2", "a", &counts(4));
+        p.add_counts(r, 0, "p1", "a", &Counts::only_allowed(1));
+        p.add_counts(r, 0, "p2", "a", &Counts::only_allowed(2));
+        p.add_counts(r, 0, "p2", "a", &Counts::only_allowed(4));
         for i in 0..60u64 {
             p.add_client(
                 r,
@@ -301,8 +294,14 @@ mod tests {
     #[test]
     fn ranges_select_one_resolution() {
         let mut p = Pending::default();
-        p.add_counts(Resolution::TenSeconds, 10_000, "p", "a", &counts(1));
-        p.add_counts(Resolution::Minute, 0, "p", "a", &counts(1));
+        p.add_counts(
+            Resolution::TenSeconds,
+            10_000,
+            "p",
+            "a",
+            &Counts::only_allowed(1),
+        );
+        p.add_counts(Resolution::Minute, 0, "p", "a", &Counts::only_allowed(1));
         let span = |from_ms, to_ms| Span {
             resolution: Resolution::TenSeconds,
             from_ms,

@@ -8,30 +8,30 @@ use super::{Bucket, Live, Pending, Pipeline, Tally};
 use crate::store::{ClientTotal, Counts, Resolution, Span, Store, StoreError};
 
 /// The range shown when none is given.
-pub const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
+pub(crate) const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
 /// Most points in one series (a week in minutes is 10,080); a longer range is cut to its
 /// last `MAX_POINTS` buckets.
-pub const MAX_POINTS: i64 = 20_000;
+pub(crate) const MAX_POINTS: i64 = 20_000;
 /// Values in a rule's sparkline.
-pub const SPARKLINE_POINTS: usize = 30;
+pub(crate) const SPARKLINE_POINTS: usize = 30;
 /// The most clients one list may ask for.
-pub const MAX_CLIENTS: u32 = 1000;
+pub(crate) const MAX_CLIENTS: u32 = 1000;
 
 /// A range that cannot be shown, and why (the request's fault).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct RangeError(String);
+pub(crate) struct RangeError(String);
 
 /// A resolved range: buckets of `resolution` starting in `[first, to)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    pub resolution: Resolution,
+pub(crate) struct Window {
+    pub(crate) resolution: Resolution,
     /// The range shown, Unix milliseconds: the one asked for, cut to at most
     /// [`MAX_POINTS`] buckets, or empty (`from == to`) when `from` was not before `to`.
-    pub from: i64,
-    pub to: i64,
+    pub(crate) from: i64,
+    pub(crate) to: i64,
     /// The start of the bucket holding `from`; `to` when the range is empty.
-    pub first: i64,
+    pub(crate) first: i64,
 }
 
 impl Window {
@@ -46,7 +46,7 @@ impl Window {
     /// default retentions keep fewer 10 s and 1 h buckets than that anyway). The answer's
     /// `from` and `to` say what was shown. Only a negative time or an unknown step (which
     /// the document excludes) is refused.
-    pub fn new(
+    pub(crate) fn new(
         from: Option<i64>,
         to: Option<i64>,
         step: Option<&str>,
@@ -127,62 +127,62 @@ impl Window {
 
 /// One rule's totals over a window.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RuleTotals {
-    pub rule: String,
+pub(crate) struct RuleTotals {
+    pub(crate) rule: String,
     /// Its current name; `None` for a rule that no longer exists.
-    pub name: Option<String>,
-    pub counts: Counts,
+    pub(crate) name: Option<String>,
+    pub(crate) counts: Counts,
     /// Throttled requests over the window in up to [`SPARKLINE_POINTS`] equal slices,
     /// oldest first.
-    pub sparkline: Vec<u64>,
+    pub(crate) sparkline: Vec<u64>,
 }
 
 /// One rule's throttling of one client over a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientRuleHistory {
-    pub rule: String,
+pub(crate) struct ClientRuleHistory {
+    pub(crate) rule: String,
     /// Over the window.
-    pub throttled: u64,
+    pub(crate) throttled: u64,
     /// (bucket start, throttled) for every bucket of the window, zero-filled.
-    pub points: Vec<(i64, u64)>,
+    pub(crate) points: Vec<(i64, u64)>,
 }
 
 /// The fleet as the overview counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     /// Proxies that count as connected.
-    pub connected: u64,
+    pub(crate) connected: u64,
     /// Every proxy ever seen.
-    pub total: u64,
+    pub(crate) total: u64,
     /// Connected proxies by the ruleset version they run.
-    pub versions: BTreeMap<u64, u64>,
+    pub(crate) versions: BTreeMap<u64, u64>,
     /// Connected proxies on their fallback shares.
-    pub on_fallback: u64,
+    pub(crate) on_fallback: u64,
     /// Proxies reporting an error.
-    pub errors: u64,
+    pub(crate) errors: u64,
 }
 
 /// Totals over a window and the fleet: the numbers at the top of the dashboard.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Totals {
-    pub counts: Counts,
+pub(crate) struct Totals {
+    pub(crate) counts: Counts,
     /// The seconds the counts cover: the buckets overlapping the window start a little
     /// before it.
-    pub seconds: f64,
-    pub fleet: Fleet,
+    pub(crate) seconds: f64,
+    pub(crate) fleet: Fleet,
 }
 
 /// What reports brought between two readings of the live totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LiveDelta {
-    pub total: Counts,
+pub(crate) struct LiveDelta {
+    pub(crate) total: Counts,
     /// Only the rules with traffic in between.
-    pub rules: BTreeMap<String, Counts>,
+    pub(crate) rules: BTreeMap<String, Counts>,
 }
 
 impl Live {
     /// What arrived since `before`, an earlier reading.
-    pub fn since(&self, before: &Live) -> LiveDelta {
+    pub(crate) fn since(&self, before: &Live) -> LiveDelta {
         let rules = self
             .rules
             .iter()
@@ -232,7 +232,7 @@ impl Pipeline {
 
     /// Counts per bucket of the window, summed over rules and proxies (or for one rule
     /// or one proxy); every bucket is listed, oldest first, zero-filled.
-    pub async fn series(
+    pub(crate) async fn series(
         &self,
         store: &Store,
         w: &Window,
@@ -263,7 +263,7 @@ impl Pipeline {
 
     /// Every rule with traffic in the window or defined now, with its totals and
     /// sparkline: most throttled first, then busiest, then by id.
-    pub async fn rule_totals(
+    pub(crate) async fn rule_totals(
         &self,
         store: &Store,
         w: &Window,
@@ -290,7 +290,7 @@ impl Pipeline {
 
     /// The `limit` most throttled (client, rule) pairs in the window, most first. Reads
     /// the window from the coarsest buckets still kept unless `step` fixes a resolution.
-    pub async fn top_clients(
+    pub(crate) async fn top_clients(
         &self,
         store: &Store,
         w: &Window,
@@ -390,7 +390,7 @@ impl Pipeline {
 
     /// One client's throttled requests per rule over the window, the rule that
     /// throttled it most first.
-    pub async fn client_history(
+    pub(crate) async fn client_history(
         &self,
         store: &Store,
         w: &Window,
@@ -421,7 +421,7 @@ impl Pipeline {
     /// Totals over the window, and the fleet: `connected(id, last_seen)` says whether a
     /// proxy last seen then counts as connected, `on_fallback(id)` whether it enforces
     /// global limits with its fallback shares.
-    pub async fn totals(
+    pub(crate) async fn totals(
         &self,
         store: &Store,
         w: &Window,
@@ -616,10 +616,7 @@ mod tests {
     const MAX_SAFE_MS: i64 = 9_007_199_254_740_991;
 
     fn denied(denied: u64) -> Counts {
-        Counts {
-            denied,
-            ..Counts::default()
-        }
+        Counts::only_denied(denied)
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub enum Action {
 
 impl Action {
     /// The stored name: existing audit logs and versions hold these, so they never change.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Action::RuleCreate => "rule.create",
             Action::RuleReplace => "rule.update",
@@ -57,10 +57,10 @@ impl Action {
 /// record, and shows whatever a past or newer version of Sluice wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {
-    pub id: u64,
+    pub(crate) id: u64,
     pub at: i64,
-    pub actor_id: Option<String>,
-    pub actor_name: String,
+    pub(crate) actor_id: Option<String>,
+    pub(crate) actor_name: String,
     pub action: String,
     /// The rule id, token id or version acted on.
     pub target: Option<String>,
@@ -72,14 +72,14 @@ pub struct AuditEntry {
 
 /// An audit entry to write.
 pub(super) struct NewAudit<'a> {
-    pub actor: &'a Actor,
-    pub action: Action,
+    pub(crate) actor: &'a Actor,
+    pub(crate) action: Action,
     /// When the change was made, in Unix milliseconds.
-    pub at: i64,
-    pub target: Option<&'a str>,
-    pub version: Option<u64>,
-    pub before: Option<String>,
-    pub after: Option<String>,
+    pub(crate) at: i64,
+    pub(crate) target: Option<&'a str>,
+    pub(crate) version: Option<u64>,
+    pub(crate) before: Option<String>,
+    pub(crate) after: Option<String>,
 }
 
 pub(super) async fn insert_audit<'e, E>(executor: E, entry: NewAudit<'_>) -> Result<(), StoreError>
@@ -144,11 +144,9 @@ impl Store {
     }
 
     /// Number of audit entries: lets tests assert that a refused request wrote nothing.
-    pub async fn audit_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_log")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(to_u64(n))
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) async fn audit_count(&self) -> Result<u64, StoreError> {
+        self.count("audit_log").await
     }
 }
 

@@ -50,13 +50,8 @@ impl Working {
         }
     }
 
-    /// The rule as it was before this edit.
-    pub fn original(&self, id: &str) -> Option<&RuleRecord> {
-        self.original.get(id)
-    }
-
     /// The rule as the edit has it so far.
-    pub fn get(&self, id: &str) -> Option<&RuleSpec> {
+    pub(crate) fn get(&self, id: &str) -> Option<&RuleSpec> {
         self.desired.get(id)
     }
 
@@ -97,7 +92,7 @@ impl Working {
     /// [`Working::put`] for one rule sent on its own (create, replace, patch), refusing a
     /// name another rule holds: that is a conflict with the stored rules (409), which the
     /// sender resolves by renaming one of them, not a fault in the rule itself (422).
-    pub fn put_one(&mut self, spec: RuleSpec) -> Result<String, StoreError> {
+    pub(crate) fn put_one(&mut self, spec: RuleSpec) -> Result<String, StoreError> {
         let spec = canonical(spec);
         let id = rule_id(&spec);
         if let Some((holder, _)) = self
@@ -478,10 +473,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(json: &str) -> RuleSpec {
-        serde_json::from_str(json).unwrap()
-    }
+    use crate::store::rules::tests::spec;
 
     #[test]
     fn relabel_points_into_what_the_user_sent() {

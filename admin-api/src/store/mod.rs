@@ -31,17 +31,18 @@ use sqlx::{AnyPool, ConnectOptions as _};
 
 pub use audit::{Action, AuditEntry};
 pub use edit::{Edited, Working};
+pub(crate) use metrics::ProxyBeat;
 pub use metrics::{
-    ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution,
-    RuleBucket, Span, TOP_CLIENTS_PER_BUCKET,
+    ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBucket, Resolution, RuleBucket, Span,
+    TOP_CLIENTS_PER_BUCKET,
 };
-pub use notify::{VERSION_CHANNEL, VersionNotices};
+pub use notify::VersionNotices;
 pub use proxies::{ProxyRecord, ProxySeen};
+pub(crate) use rules::canonical;
 pub use rules::{
     ChangeKind, IfMatch, RuleChange, RuleFilter, RulePage, RuleRecord, VersionDetail,
-    VersionSummary, canonical, rule_id,
+    VersionSummary, rule_id,
 };
-pub use sessions::{NewSession, SESSION_TTL_MS, Session};
 pub use tokens::{NewToken, Role, TokenInfo, hash_token};
 
 /// The two supported databases.
@@ -53,7 +54,7 @@ pub enum Backend {
 
 impl Backend {
     /// Which database a URL names: `sqlite:...` or `postgres://...`/`postgresql://...`.
-    pub fn of_url(url: &str) -> Option<Backend> {
+    pub(crate) fn of_url(url: &str) -> Option<Backend> {
         if url.starts_with("sqlite:") {
             Some(Backend::Sqlite)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -135,7 +136,7 @@ impl StoreError {
     /// connections. The operation wrote nothing (a transaction whose connection is lost
     /// is rolled back by the server), so the caller may try again later: the API answers
     /// 503, not 500.
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Database(err) => connection_lost(err),
             _ => false,
@@ -162,11 +163,11 @@ fn connection_lost(err: &sqlx::Error) -> bool {
 /// backoff) until then, so a database that is back within this window serves the request;
 /// the bound keeps a request from hanging through a longer outage. Generous, because a
 /// saturated pool on a busy machine waits here too.
-pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long `/readyz` waits for the database's answer: a readiness probe needs a prompt
 /// "no", not one after [`ACQUIRE_TIMEOUT`].
-pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A connection pool and the dialect behind it.
 #[derive(Debug, Clone)]
@@ -183,7 +184,7 @@ static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrati
 impl Store {
     /// Connects to `url`. A SQLite file is created when missing (unless the URL sets its
     /// own `mode`). Does not migrate: call [`Store::migrate`].
-    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let backend = Backend::of_url(url).ok_or_else(|| StoreError::UnsupportedUrl(url.into()))?;
         let url = match backend {
@@ -243,7 +244,7 @@ impl Store {
 
     /// A cheap round trip, for `/readyz`; a database that has not answered within
     /// [`PING_TIMEOUT`] is unavailable.
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         let query = sqlx::query("SELECT 1").execute(&self.pool);
         match tokio::time::timeout(PING_TIMEOUT, query).await {
             Ok(answer) => answer.map(drop).map_err(StoreError::from),
@@ -253,6 +254,16 @@ impl Store {
 
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+impl Store {
+    /// The rows of `table` (with a condition, if it holds one that binds nothing).
+    async fn count(&self, table: &str) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(to_u64(n))
     }
 }
 

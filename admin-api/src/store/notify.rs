@@ -15,7 +15,7 @@ use sqlx::postgres::PgListener;
 use super::{Backend, Store, StoreError};
 
 /// The channel committed versions are announced on.
-pub const VERSION_CHANNEL: &str = "sluice_ruleset_version";
+pub(crate) const VERSION_CHANNEL: &str = "sluice_ruleset_version";
 
 /// A subscription to committed versions (PostgreSQL only).
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub struct VersionNotices {
 impl VersionNotices {
     /// The next version announced by any replica. After an error (the connection was
     /// lost), the next call reconnects and listens again.
-    pub async fn next(&mut self) -> Result<u64, StoreError> {
+    pub(crate) async fn next(&mut self) -> Result<u64, StoreError> {
         loop {
             let notice = self.listener.recv().await?;
             // Anything else on the channel is not ours to act on.

@@ -21,9 +21,9 @@ pub struct ProxySeen {
 /// A proxy as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRecord {
-    pub id: String,
+    pub(crate) id: String,
     pub address: String,
-    pub token_id: Option<String>,
+    pub(crate) token_id: Option<String>,
     pub first_seen: i64,
     pub last_seen: i64,
     pub ruleset_version: u64,

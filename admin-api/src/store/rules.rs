@@ -18,7 +18,7 @@ pub fn rule_id(spec: &RuleSpec) -> &str {
 
 /// The stored form of a spec: an `id` equal to the name is dropped, so `{id: a, name: a}`
 /// and `{name: a}` are one rule and applying either file twice changes nothing.
-pub fn canonical(mut spec: RuleSpec) -> RuleSpec {
+pub(crate) fn canonical(mut spec: RuleSpec) -> RuleSpec {
     if spec.id.as_deref() == Some(spec.name.as_str()) {
         spec.id = None;
     }
@@ -28,7 +28,7 @@ pub fn canonical(mut spec: RuleSpec) -> RuleSpec {
 /// A rule as stored now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleRecord {
-    pub id: String,
+    pub(crate) id: String,
     pub spec: RuleSpec,
     /// The ruleset version that last changed this rule: never reused, so an `ETag` from a
     /// deleted and re-created rule cannot match the new one.
@@ -86,7 +86,7 @@ pub struct RuleChange {
 }
 
 /// The per-rule differences from `before` to `after`, by id.
-pub fn diff(before: &[RuleSpec], after: &[RuleSpec]) -> Vec<RuleChange> {
+pub(crate) fn diff(before: &[RuleSpec], after: &[RuleSpec]) -> Vec<RuleChange> {
     let before: BTreeMap<&str, &RuleSpec> = before.iter().map(|s| (rule_id(s), s)).collect();
     let after: BTreeMap<&str, &RuleSpec> = after.iter().map(|s| (rule_id(s), s)).collect();
     let ids: BTreeSet<&str> = before.keys().chain(after.keys()).copied().collect();
@@ -115,14 +115,14 @@ pub struct VersionSummary {
     pub actor_id: Option<String>,
     pub actor_name: String,
     pub action: String,
-    pub summary: String,
+    pub(crate) summary: String,
     pub rule_count: u64,
 }
 
 /// A ruleset version with its snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionDetail {
-    pub summary: VersionSummary,
+    pub(crate) summary: VersionSummary,
     /// In evaluation order.
     pub rules: Vec<RuleSpec>,
 }
@@ -347,18 +347,16 @@ impl Store {
     }
 
     pub async fn rule_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rules")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(to_u64(n))
+        self.count("rules").await
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn spec(json: &str) -> RuleSpec {
+    /// A spec from its JSON.
+    pub(in crate::store) fn spec(json: &str) -> RuleSpec {
         serde_json::from_str(json).unwrap()
     }
 

@@ -11,28 +11,28 @@ use super::tokens::{hash_token, random_string, token_info};
 use super::{Store, StoreError, TokenInfo};
 
 /// How long a session lasts without use: 12 hours.
-pub const SESSION_TTL_MS: i64 = 12 * 60 * 60 * 1000;
+pub(crate) const SESSION_TTL_MS: i64 = 12 * 60 * 60 * 1000;
 /// How often the sliding expiry is written at most.
 const SLIDE_RESOLUTION_MS: i64 = 60_000;
 
 /// A session just opened: the only time its id exists outside the browser.
 #[derive(Debug, Clone)]
-pub struct NewSession {
-    pub secret: String,
-    pub expires_at: i64,
+pub(crate) struct NewSession {
+    pub(crate) secret: String,
+    pub(crate) expires_at: i64,
 }
 
 /// A live session and the token it acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
-    pub token: TokenInfo,
-    pub expires_at: i64,
+pub(crate) struct Session {
+    pub(crate) token: TokenInfo,
+    pub(crate) expires_at: i64,
 }
 
 impl Store {
     /// Opens a session for `token` (already authenticated by the caller). Also clears
     /// sessions that have expired, so the table holds only live ones and recent leftovers.
-    pub async fn create_session(
+    pub(crate) async fn create_session(
         &self,
         token: &TokenInfo,
         now: i64,
@@ -57,7 +57,11 @@ impl Store {
     }
 
     /// The live session with this id and its (not revoked) token, sliding its expiry.
-    pub async fn session(&self, secret: &str, now: i64) -> Result<Option<Session>, StoreError> {
+    pub(crate) async fn session(
+        &self,
+        secret: &str,
+        now: i64,
+    ) -> Result<Option<Session>, StoreError> {
         let hash = hash_token(secret);
         let row = sqlx::query(
             "SELECT t.id, t.name, t.role, t.created_at, t.created_by, t.last_used_at, \
@@ -86,7 +90,7 @@ impl Store {
     }
 
     /// Ends a session; ending one that does not exist succeeds.
-    pub async fn delete_session(&self, secret: &str) -> Result<(), StoreError> {
+    pub(crate) async fn delete_session(&self, secret: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM sessions WHERE id_hash = $1")
             .bind(hash_token(secret))
             .execute(&self.pool)

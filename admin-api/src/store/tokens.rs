@@ -17,7 +17,7 @@ use super::audit::{Action, NewAudit, insert_audit};
 use super::{Actor, Store, StoreError};
 
 /// Every token starts with this, so leaked tokens are easy to find with a secret scanner.
-pub const TOKEN_PREFIX: &str = "slc_";
+pub(crate) const TOKEN_PREFIX: &str = "slc_";
 /// How often a token's `last_used_at` is written at most: a poll every few seconds must
 /// not turn every read into a write.
 const LAST_USED_RESOLUTION_MS: i64 = 60_000;
@@ -32,7 +32,7 @@ pub struct TokenInfo {
     pub name: String,
     pub role: Role,
     pub created_at: i64,
-    pub created_by: String,
+    pub(crate) created_by: String,
     pub last_used_at: Option<i64>,
     pub revoked_at: Option<i64>,
 }
@@ -58,7 +58,7 @@ pub(super) fn random_string(bytes: usize) -> String {
 }
 
 /// A new secret: `slc_` and 32 random bytes, base64url.
-pub fn generate_secret() -> String {
+pub(crate) fn generate_secret() -> String {
     format!("{TOKEN_PREFIX}{}", random_string(32))
 }
 
@@ -107,7 +107,7 @@ impl Store {
 
     /// Stores a token whose secret the caller chose (the bootstrap token from
     /// `SLUICE_ADMIN_TOKEN`), at `now` (Unix ms).
-    pub async fn add_token(
+    pub(crate) async fn add_token(
         &self,
         by: &Actor,
         name: &str,
@@ -166,15 +166,12 @@ impl Store {
     }
 
     /// How many tokens exist, revoked ones included: a server with none mints the first.
-    pub async fn token_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tokens")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(super::to_u64(n))
+    pub(crate) async fn token_count(&self) -> Result<u64, StoreError> {
+        self.count("tokens").await
     }
 
     /// The token with this secret, revoked or not.
-    pub async fn find_token(&self, secret: &str) -> Result<Option<TokenInfo>, StoreError> {
+    pub(crate) async fn find_token(&self, secret: &str) -> Result<Option<TokenInfo>, StoreError> {
         let hash = hash_token(secret);
         let row = sqlx::query(&format!(
             "SELECT {TOKEN_COLUMNS}, hash FROM tokens WHERE hash = $1"

@@ -10,7 +10,8 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub const ALL: [Resolution; 3] = [Resolution::TenSeconds, Resolution::Minute, Resolution::Hour];
+    pub(crate) const ALL: [Resolution; 3] =
+        [Resolution::TenSeconds, Resolution::Minute, Resolution::Hour];
 
     pub fn seconds(self) -> i64 {
         match self {
@@ -30,7 +31,7 @@ impl Resolution {
     }
 
     /// As the API spells it: `10s`, `1m`, `1h`.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Resolution::TenSeconds => "10s",
             Resolution::Minute => "1m",
@@ -38,13 +39,13 @@ impl Resolution {
         }
     }
 
-    pub fn from_label(label: &str) -> Option<Resolution> {
+    pub(crate) fn from_label(label: &str) -> Option<Resolution> {
         Resolution::ALL.into_iter().find(|r| r.label() == label)
     }
 
     /// The step a range is shown at when none is asked for: up to an hour in 10 s
     /// buckets, up to two days in minutes, beyond in hours.
-    pub fn for_range(range_ms: i64) -> Resolution {
+    pub(crate) fn for_range(range_ms: i64) -> Resolution {
         if range_ms <= 3_600_000 {
             Resolution::TenSeconds
         } else if range_ms <= 2 * 86_400_000 {
@@ -78,7 +79,11 @@ impl Span {
     /// range's ends), so that a day reads about 24 + 120 + 12 buckets instead of 1,440.
     /// `retained(r)` is the oldest bucket of `r` still kept; an edge older than that is
     /// read from the whole coarser bucket instead.
-    pub fn cover(from_ms: i64, to_ms: i64, retained: impl Fn(Resolution) -> i64) -> Vec<Span> {
+    pub(crate) fn cover(
+        from_ms: i64,
+        to_ms: i64,
+        retained: impl Fn(Resolution) -> i64,
+    ) -> Vec<Span> {
         let mut out = Vec::new();
         cover(
             &[Resolution::Hour, Resolution::Minute, Resolution::TenSeconds],

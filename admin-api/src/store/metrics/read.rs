@@ -78,7 +78,10 @@ impl Store {
     }
 
     /// Every (bucket, rule) row over `span`, summed over proxies.
-    pub async fn metric_rule_buckets(&self, span: Span) -> Result<Vec<RuleBucket>, StoreError> {
+    pub(crate) async fn metric_rule_buckets(
+        &self,
+        span: Span,
+    ) -> Result<Vec<RuleBucket>, StoreError> {
         let sql = format!(
             "SELECT bucket_ms, rule_id, {} FROM {} WHERE {IN_RANGE}",
             COUNT_COLUMNS.join(", "),
@@ -122,7 +125,7 @@ impl Store {
     }
 
     /// The totals over `spans` of the given clients (any rule, or `rule`).
-    pub async fn metric_client_totals(
+    pub(crate) async fn metric_client_totals(
         &self,
         spans: &[Span],
         rule: Option<&str>,
@@ -152,7 +155,7 @@ impl Store {
     }
 
     /// One client's throttled counts per rule and bucket over `span`.
-    pub async fn metric_client_series(
+    pub(crate) async fn metric_client_series(
         &self,
         span: Span,
         client: &str,
@@ -182,7 +185,7 @@ impl Store {
     }
 
     /// The current name of every rule, by id.
-    pub async fn rule_names(&self) -> Result<HashMap<String, String>, StoreError> {
+    pub(crate) async fn rule_names(&self) -> Result<HashMap<String, String>, StoreError> {
         let rows = sqlx::query("SELECT id, name FROM rules")
             .fetch_all(&self.pool)
             .await?;

@@ -35,23 +35,23 @@ pub struct Counts {
 impl Counts {
     /// Adds `other`, saturating (counts are validated far below `u64::MAX` on the way
     /// in, but a sum must never wrap).
-    pub fn add(&mut self, other: &Counts) {
+    pub(crate) fn add(&mut self, other: &Counts) {
         *self = self.each(other, u64::saturating_add);
     }
 
     /// `self - earlier`, for deltas of cumulative counts.
-    pub fn since(&self, earlier: &Counts) -> Counts {
+    pub(crate) fn since(&self, earlier: &Counts) -> Counts {
         self.each(earlier, u64::saturating_sub)
     }
 
     /// Requests a rule denied or, in shadow mode, would have denied.
-    pub fn throttled(&self) -> u64 {
+    pub(crate) fn throttled(&self) -> u64 {
         self.denied.saturating_add(self.shadow_denied)
     }
 
     /// Requests a rule decided: allowed, denied, shadow-denied or let through on failure
     /// (requests without the rule's key are not counted: the rule did not apply).
-    pub fn decided(&self) -> u64 {
+    pub(crate) fn decided(&self) -> u64 {
         self.allowed
             .saturating_add(self.denied)
             .saturating_add(self.shadow_denied)
@@ -59,14 +59,14 @@ impl Counts {
     }
 
     /// Throttled over decided, 0 without traffic.
-    pub fn throttle_ratio(&self) -> f64 {
+    pub(crate) fn throttle_ratio(&self) -> f64 {
         match self.decided() {
             0 => 0.0,
             n => self.throttled() as f64 / n as f64,
         }
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         *self == Counts::default()
     }
 
@@ -108,6 +108,25 @@ impl Counts {
     }
 }
 
+#[cfg(test)]
+impl Counts {
+    /// `n` allowed requests and nothing else.
+    pub(crate) fn only_allowed(n: u64) -> Counts {
+        Counts {
+            allowed: n,
+            ..Counts::default()
+        }
+    }
+
+    /// `n` denied requests and nothing else.
+    pub(crate) fn only_denied(n: u64) -> Counts {
+        Counts {
+            denied: n,
+            ..Counts::default()
+        }
+    }
+}
+
 /// One rule's counts in one bucket, summed over proxies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleBucket {
@@ -140,13 +159,13 @@ pub struct ClientBucket {
 
 /// A proxy that sent a report: a sign of life.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProxyBeat {
-    pub id: String,
-    pub at_ms: i64,
+pub(crate) struct ProxyBeat {
+    pub(crate) id: String,
+    pub(crate) at_ms: i64,
     /// Used only for a proxy never seen before; polls keep these current.
-    pub address: String,
-    pub token_id: Option<String>,
-    pub ruleset_version: u64,
+    pub(crate) address: String,
+    pub(crate) token_id: Option<String>,
+    pub(crate) ruleset_version: u64,
 }
 
 /// One flush's worth of rows. Within a batch each key appears once.
@@ -155,17 +174,10 @@ pub struct MetricsBatch {
     pub rules: Vec<RuleBucket>,
     pub proxies: Vec<ProxyBucket>,
     pub clients: Vec<ClientBucket>,
-    pub beats: Vec<ProxyBeat>,
+    pub(crate) beats: Vec<ProxyBeat>,
 }
 
 impl MetricsBatch {
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-            && self.proxies.is_empty()
-            && self.clients.is_empty()
-            && self.beats.is_empty()
-    }
-
     /// Rows this batch writes (upserts), for the rows-written metric.
     pub fn rows(&self) -> usize {
         self.rules.len() + self.proxies.len() + self.clients.len() + self.beats.len()
@@ -175,10 +187,10 @@ impl MetricsBatch {
 /// A client's throttled total for a rule over a range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientTotal {
-    pub client: String,
-    pub rule: String,
+    pub(crate) client: String,
+    pub(crate) rule: String,
     pub throttled: u64,
-    pub error: u64,
+    pub(crate) error: u64,
 }
 
 /// The metrics tables, each written by one [`AdditiveRow`] type.

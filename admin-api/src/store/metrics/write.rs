@@ -6,7 +6,7 @@ use sqlx::{Any, Transaction};
 use super::buckets::Resolution;
 use super::params::{Params, ROWS_PER_STATEMENT};
 use super::rows::{AdditiveRow, ClientBucket, METRIC_TABLES, MetricsBatch, TOP_CLIENTS_PER_BUCKET};
-use crate::store::{Backend, Store, StoreError, to_i64, to_u64};
+use crate::store::{Backend, Store, StoreError, to_i64};
 
 /// Buckets deleted per retention statement, so a large backlog is deleted in short
 /// transactions that let the flusher in between.
@@ -16,7 +16,7 @@ impl Store {
     /// Adds a batch to the stored metrics in one transaction. `before_commit` runs after
     /// every statement succeeded, just before the commit (the pipeline uses it to tell
     /// readers that the batch is about to become visible).
-    pub async fn write_metrics(
+    pub(crate) async fn write_metrics(
         &self,
         batch: &MetricsBatch,
         before_commit: impl FnOnce(),
@@ -61,7 +61,7 @@ impl Store {
     /// Deletes the buckets of `resolution` that start before `cutoff_ms`, in short
     /// transactions of at most [`BUCKETS_PER_DELETE`] buckets, at most `max_statements`
     /// of them (the rest waits for the next run). Returns the rows deleted.
-    pub async fn delete_metrics_before(
+    pub(crate) async fn delete_metrics_before(
         &self,
         resolution: Resolution,
         cutoff_ms: i64,
@@ -98,10 +98,7 @@ impl Store {
     pub async fn metric_row_counts(&self) -> Result<[u64; 3], StoreError> {
         let mut out = [0; 3];
         for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
-            let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
-                .fetch_one(&self.pool)
-                .await?;
-            *slot = to_u64(n);
+            *slot = self.count(table).await?;
         }
         Ok(out)
     }

@@ -187,14 +187,56 @@ fn limit(per_second: u64, burst: u64) -> Gcra {
 }
 
 /// Deterministic arrivals: each proxy sends `demand × split[p]` requests per second, spread
-/// evenly, to the buckets `0..clients` in turn.
+/// evenly and shaped over time by `shape`, to the buckets `0..clients` in turn.
 struct Traffic<'a> {
     demand_per_second: f64,
     split: &'a [f64],
     clients: u64,
+    shape: Shape,
 }
 
-/// Runs the fleet from `from` to `until` in 1 ms steps; returns the requests admitted.
+/// How the offered rate moves over a run (times from the run's start).
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Steady,
+    /// Nothing for `pause` at the end of every `every`: the issue's reproduction was a
+    /// pause of 200 ms every 2 s.
+    Pausing {
+        every: u64,
+        pause: u64,
+    },
+    /// From nothing to the full rate over `over`, then steady.
+    Ramp {
+        over: u64,
+    },
+    /// Steady, plus `extra` requests at each proxy at once at the start of every second.
+    Bursts {
+        extra: f64,
+    },
+}
+
+impl Shape {
+    /// The requests a proxy whose steady part is `per_step` sends in the step at `since`.
+    fn requests(self, per_step: f64, since: u64) -> f64 {
+        match self {
+            Shape::Steady => per_step,
+            Shape::Pausing { every, pause } if since % every >= every - pause => 0.0,
+            Shape::Pausing { .. } => per_step,
+            Shape::Ramp { over } => per_step * (since as f64 / over as f64).min(1.0),
+            Shape::Bursts { extra } if since % S == 0 => per_step + extra,
+            Shape::Bursts { .. } => per_step,
+        }
+    }
+}
+
+/// What a run offered and admitted.
+#[derive(Debug, Clone, Copy)]
+struct Ran {
+    offered: u64,
+    admitted: u64,
+}
+
+/// Runs the fleet from `from` to `until` in 1 ms steps.
 fn run(
     fleet: &mut Fleet,
     from: u64,
@@ -202,35 +244,41 @@ fn run(
     traffic: &Traffic,
     mut each_step: impl FnMut(&mut Fleet, u64),
     admitted_per_client: &mut HashMap<u64, u64>,
-) -> u64 {
+) -> Ran {
     let Traffic {
         demand_per_second,
         split,
         clients,
+        shape,
     } = *traffic;
     let step = MS;
     let mut carry = vec![0.0_f64; split.len()];
     let mut next_client = vec![0u64; split.len()];
-    let mut admitted = 0;
+    let mut ran = Ran {
+        offered: 0,
+        admitted: 0,
+    };
     let mut now = from;
     while now < until {
         each_step(fleet, now);
         fleet.sync_due(now);
         for (p, part) in split.iter().enumerate() {
-            carry[p] += demand_per_second * part * (step as f64 / S as f64);
+            let per_step = demand_per_second * part * (step as f64 / S as f64);
+            carry[p] += shape.requests(per_step, now - from);
             while carry[p] >= 1.0 {
                 carry[p] -= 1.0;
                 let client = next_client[p] % clients;
                 next_client[p] += 1;
+                ran.offered += 1;
                 if fleet.request(p, client, now) {
-                    admitted += 1;
+                    ran.admitted += 1;
                     *admitted_per_client.entry(client).or_default() += 1;
                 }
             }
         }
         now += step;
     }
-    admitted
+    ran
 }
 
 /// The default sync interval: what the bounds are stated for.
@@ -239,7 +287,8 @@ const SKEW: [f64; 3] = [0.7, 0.2, 0.1];
 
 /// The limits of the benchmark (`cargo xtask bench --only global`): `(rate, burst, demand
 /// in requests per second)`, at twice the limit and at the benchmark's ~20,000/s offered.
-const BENCH_LIMITS: [(u64, u64, f64); 6] = [
+const BENCH_LIMITS: [(u64, u64, f64); 7] = [
+    (300, 100, 3_000.0),
     (50, 50, 100.0),
     (500, 500, 1_000.0),
     (5_000, 5_000, 10_000.0),
@@ -268,9 +317,11 @@ fn admitted_per_proxy(rate: u64, burst: u64, demand: f64, elapsed: u64) -> [u64;
     admitted
 }
 
-/// The issue's bar is 0.97 to 1.01 of `burst + rate × elapsed` over 20 s on real Envoys;
-/// the arithmetic alone, with instant answers, keeps within 0.98 (the refill each proxy is
-/// owed waits at the coordinator until its next sync: about half an interval of the rate).
+/// Issue #26 asks for 0.99 to 1.0 of `burst + rate × elapsed` over 20 s (#9 asked for
+/// 0.97 to 1.01 on real Envoys). The arithmetic alone, with answers after 5 ms, keeps
+/// within 0.9886 (50/s at twice the limit: a dozen tokens short) to 0.9945, never above
+/// 1: the refill each proxy is owed waits at the coordinator until its next sync, about
+/// half an interval of the rate.
 #[test]
 fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
     for (rate, burst, demand) in BENCH_LIMITS {
@@ -281,9 +332,109 @@ fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
         let bound = burst + rate * elapsed / S;
         let ratio = admitted as f64 / bound as f64;
         assert!(
-            (0.98..=1.01).contains(&ratio),
+            (0.985..=1.0).contains(&ratio),
             "{rate}/s, burst {burst}, offered {demand}/s: admitted {admitted} of {bound} ({ratio:.4})"
         );
+    }
+}
+
+/// Limits far above the traffic (issue #26): the issue's own (a 100,000,000/s limit at
+/// 22,000 requests a second; 200,000/s and 20,000,000/s at 17,000) and one at exactly
+/// twice the load. `(rate, burst, offered per second)`; the burst is the rules' default,
+/// one second of the rate.
+const UNBOUND: [(u64, u64, f64); 4] = [
+    (100_000_000, 100_000_000, 22_000.0),
+    (200_000, 200_000, 17_000.0),
+    (20_000_000, 20_000_000, 17_000.0),
+    (2_000, 2_000, 1_000.0),
+];
+
+/// The load shapes a limit that does not bind must never refuse: steady, pausing 200 ms
+/// every 2 s (the issue's reproduction), ramping up from nothing over 2 s, and steady
+/// with a burst at every proxy each second (a twentieth of the limit's burst, at most a
+/// thousand requests).
+fn load_shapes(burst: u64) -> [Shape; 4] {
+    [
+        Shape::Steady,
+        Shape::Pausing {
+            every: 2 * S,
+            pause: 200 * MS,
+        },
+        Shape::Ramp { over: 2 * S },
+        Shape::Bursts {
+            extra: (burst as f64 / 20.0).min(1_000.0),
+        },
+    ]
+}
+
+/// Far below its limit, nobody is refused: one proxy and three (an even and a 70/20/10
+/// split), every shape, for 8 s from the client's first request (a bucket new to the
+/// fleet, its first grants sized while the client ramps up). Before leases were sized
+/// from the limit, one proxy at 22,000/s under a 100,000,000/s limit was refused 3.3 to
+/// 4.0% of its requests on real Envoys.
+#[test]
+fn a_limit_the_traffic_stays_under_never_refuses_anyone() {
+    let splits: [&[f64]; 3] = [&[1.0], &[1.0 / 3.0; 3], &SKEW];
+    for (rate, burst, offered) in UNBOUND {
+        for split in splits {
+            for shape in load_shapes(burst) {
+                let mut fleet = Fleet::new(split.len(), limit(rate, burst), T);
+                let traffic = Traffic {
+                    demand_per_second: offered,
+                    split,
+                    clients: 1,
+                    shape,
+                };
+                let ran = run(
+                    &mut fleet,
+                    S,
+                    9 * S,
+                    &traffic,
+                    |_, _| {},
+                    &mut HashMap::new(),
+                );
+                assert_eq!(
+                    ran.admitted,
+                    ran.offered,
+                    "{rate}/s, burst {burst}, {offered}/s split {split:?}, {shape:?}: {} of {} refused",
+                    ran.offered - ran.admitted,
+                    ran.offered
+                );
+            }
+        }
+    }
+}
+
+/// A client new to the fleet sending at half its limit to three proxies at once, evenly
+/// or skewed, is never refused: not by the even shares before the first answers, nor
+/// while the bucket is young, nor after.
+#[test]
+fn a_new_client_at_half_its_limit_at_three_proxies_is_never_refused() {
+    for (rate, burst) in [(20, 20), (200, 200), (2_000, 2_000), (200, 400)] {
+        for split in [[1.0 / 3.0; 3], SKEW] {
+            for start_ms in [0, 30, 130] {
+                let mut fleet = Fleet::new(3, limit(rate, burst), T);
+                let start = S + start_ms * MS;
+                let traffic = Traffic {
+                    demand_per_second: rate as f64 / 2.0,
+                    split: &split,
+                    clients: 1,
+                    shape: Shape::Steady,
+                };
+                let ran = run(
+                    &mut fleet,
+                    start,
+                    start + 8 * S,
+                    &traffic,
+                    |_, _| {},
+                    &mut HashMap::new(),
+                );
+                assert_eq!(
+                    ran.admitted, ran.offered,
+                    "{rate}/s, burst {burst}, split {split:?}, from {start_ms} ms"
+                );
+            }
+        }
     }
 }
 
@@ -336,10 +487,12 @@ fn a_thousand_clients_each_get_their_own_global_limit() {
                 demand_per_second: overload * (rate * clients) as f64,
                 split: &SKEW,
                 clients,
+                shape: Shape::Steady,
             },
             |_, _| {},
             &mut per_client,
-        );
+        )
+        .admitted;
         let bound = rate + rate * elapsed / S;
         let ratio = admitted as f64 / (bound * clients) as f64;
         assert!(
@@ -379,10 +532,12 @@ fn a_client_new_to_the_fleet_bursting_at_every_proxy_gets_at_most_its_burst() {
             demand_per_second: 3_000.0,
             split: &[1.0 / 3.0; 3],
             clients: 1,
+            shape: Shape::Steady,
         },
         |_, _| {},
         &mut per_client,
-    );
+    )
+    .admitted;
     let allowed = burst as f64 + 10.0 * 0.4;
     let total = (admitted + later) as f64;
     assert!(
@@ -412,10 +567,12 @@ fn a_new_clients_burst_holds_while_answers_are_on_their_way() {
                     demand_per_second: 3_000.0,
                     split: &[1.0 / 3.0; 3],
                     clients: 1,
+                    shape: Shape::Steady,
                 },
                 |_, _| {},
                 &mut HashMap::new(),
-            );
+            )
+            .admitted;
             assert!(
                 admitted as f64 <= 1.1 * burst as f64,
                 "answers after {answer_ms} ms, traffic from {start_ms} ms: admitted {admitted} \
@@ -445,10 +602,12 @@ fn a_new_client_reaching_one_proxy_late_still_gets_at_most_its_burst() {
                     demand_per_second: 3_000.0,
                     split,
                     clients: 1,
+                    shape: Shape::Steady,
                 },
                 |_, _| {},
                 &mut per_client,
             )
+            .admitted
         };
         let late = start + late_ms * MS;
         let end = start + 400 * MS;
@@ -477,10 +636,12 @@ fn an_outage_keeps_the_fleet_near_its_limit_and_recovery_is_quick() {
                 demand_per_second: 2.0 * rate as f64,
                 split: &SKEW,
                 clients: 1,
+                shape: Shape::Steady,
             },
             |_, _| {},
             &mut per_client,
         )
+        .admitted
     };
     phase(&mut fleet, S, 6 * S);
     fleet.coordinator.up = false;
@@ -515,6 +676,7 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
             demand_per_second: 2.0 * rate as f64,
             split: &SKEW,
             clients: 1,
+            shape: Shape::Steady,
         },
         |_, _| {},
         &mut per_client,
@@ -528,6 +690,7 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
             demand_per_second: 2.0 * rate as f64,
             split: &SKEW,
             clients: 1,
+            shape: Shape::Steady,
         },
     );
     // The new coordinator's bucket starts full: at most one burst (= one second of the
@@ -558,6 +721,7 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
         demand_per_second: 2.0 * rate as f64,
         split: &SKEW,
         clients: 1,
+        shape: Shape::Steady,
     };
     run(&mut fleet, S, 6 * S, &traffic, |_, _| {}, &mut per_client);
     fleet.coordinator.up = false;
@@ -573,13 +737,14 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
     let per_second = restart_and_count_each_second(&mut fleet, 16 * S, 6, &traffic);
     // Never starved while it warms up (one lease TTL) and hands out the burst its fresh
     // state assumes: at most one more second of the rate (the burst) over the first
-    // three, at most half of it in any one second; exact after. (With 500 ms syncs the
-    // burst went out over about two seconds, none above 1.2; with 250 ms syncs a proxy's
-    // wish catches up faster, and it goes out as 1.16 and 1.47.)
+    // three, at most 0.7 of it in any one second; exact after. (With 500 ms syncs the
+    // burst went out over about two seconds, none above 1.2; with 250 ms syncs and leases
+    // sized from demand alone, as 1.16 and 1.47; with leases sized from the limit, the
+    // whole bucket is leased at the first answers after the warm-up: 1.14 and 1.66.)
     let shown =
         format!("admitted per second after the restart, as a share of the rate: {per_second:?}");
     assert!(
-        per_second[..3].iter().all(|r| (0.8..=1.5).contains(r)),
+        per_second[..3].iter().all(|r| (0.8..=1.7).contains(r)),
         "{shown}"
     );
     assert!(per_second[..3].iter().sum::<f64>() <= 4.0, "{shown}");
@@ -617,7 +782,8 @@ fn restart_and_count_each_second(
                     }
                 },
                 &mut per_client,
-            );
+            )
+            .admitted;
             admitted as f64 / rate
         })
         .collect()
@@ -638,6 +804,7 @@ proptest! {
         weights in proptest::collection::vec(1u32..10, 6),
         overload in 1.0f64..4.0,
         interval_ms in 50u64..1_000,
+        shape in 0usize..4,
     ) {
         let burst = (rate * burst_factor).max(1);
         let interval = interval_ms * MS;
@@ -657,10 +824,16 @@ proptest! {
                 demand_per_second: overload * rate as f64,
                 split: &split,
                 clients: 1,
+                // Steady, pausing, ramping and bursty (half a burst at once, every second).
+                shape: load_shapes(burst)
+                    .map(|s| match s {
+                        Shape::Bursts { .. } => Shape::Bursts { extra: burst as f64 / 2.0 },
+                        other => other,
+                    })[shape],
             },
             |_, _| {},
             &mut HashMap::new(),
-        );
+        ).admitted;
         let bound = burst + rate * elapsed / S;
         prop_assert!(
             admitted <= bound + proxies as u64,

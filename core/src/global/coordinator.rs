@@ -114,6 +114,10 @@ pub struct Grant {
     /// How long until the bucket is full again if nobody takes more. A proxy may forget
     /// the bucket (and later spend a new-bucket allowance on it) only after this.
     pub full_in_ns: u64,
+    /// The bucket is new to the fleet: the proxy keeps spending its even share of it
+    /// until an answer says otherwise (absent from coordinators that predate it: false).
+    #[serde(default)]
+    pub young: bool,
 }
 
 /// Parts per million: the unit of shares on the wire and in shared data.
@@ -137,17 +141,17 @@ pub struct Settings {
 /// ([`Settings::young_ns`] adds one sync interval): long enough for every proxy that saw
 /// the bucket at about the same time to report it (a new bucket makes a proxy sync within
 /// one or two 100 ms ticks). While young, the other proxies may still be spending their
-/// even shares without having reported them. Reports later than this are still debited
-/// (into a debt of at most one burst); the reserve only keeps a brand-new bucket's first
-/// moment within its burst.
+/// even shares without having reported them, so nothing is granted and every proxy keeps
+/// to its even share. Reports later than this are still debited (into a debt of at most
+/// one burst).
 pub const YOUNG_NS: u64 = 300_000_000;
 
 impl Settings {
     /// How long a bucket counts as young: [`YOUNG_NS`] plus one sync interval, so that a
     /// proxy whose sync was already on its way (or late: a busy main thread) when its first
-    /// request for the bucket came still reports it in time. While young, grants beyond a
-    /// proxy's own even share wait; the refill meanwhile stays in the bucket, so only a
-    /// bucket smaller than this much refill loses some.
+    /// request for the bucket came still reports it in time. The proxies' even shares
+    /// admit `burst + rate × elapsed` together, so a young bucket loses only the part of
+    /// the refill a skewed demand leaves in the shares of quieter proxies.
     pub fn young_ns(&self) -> u64 {
         YOUNG_NS.saturating_add(self.sync_interval_ns)
     }
@@ -183,6 +187,15 @@ pub fn settle(
         .get();
     // The rest is arithmetic on the state's stored words (the Redis layout), in ns.
     let (covers_ns, now) = (covers.get(), now.get());
+    if state.demand_at == 0 {
+        // First seen: its recorded demand begins with this usage's window.
+        state.born_at = now.saturating_sub(covers_ns);
+        state.demand_at = now;
+        state.first_seen = now;
+    }
+    // A bucket new to the fleet is *young* for a while: the other proxies that saw it may
+    // still be spending their even shares without having reported them.
+    let young = now < state.first_seen.saturating_add(settings.young_ns());
     // 2. Spent without a lease: debited, into a debt of at most one burst. A debt is paid
     //    back by the refill before anything more is granted, so spending the coordinator
     //    had not seen (a new bucket's even shares, fallback during an outage) is made up
@@ -190,17 +203,16 @@ pub fn settle(
     //    The spending happened over the `covers_ns` the sync reports on, while the bucket
     //    refilled: it is booked from the start of that window, not all at once now, or
     //    a proxy back from a long outage would put the fleet into debt for spending that
-    //    its fallback share already kept to the rate. Not for a bucket new to the fleet
-    //    (unless the coordinator lost its state): it did not exist for the whole window,
-    //    and its spending is its proxies' even shares of a full bucket, booked as such.
-    let young_ns = settings.young_ns();
-    let new_to_the_fleet = state.demand_at == 0 || now < state.first_seen.saturating_add(young_ns);
-    let window_ns = if new_to_the_fleet && !settings.warming_up {
-        0
+    //    its fallback share already kept to the rate. A young bucket did not exist for the
+    //    whole window (unless the coordinator lost its state): its spending is its
+    //    proxies' even shares, booked from when the coordinator first saw it (the refill
+    //    since then is the bucket's; before then it may not have existed).
+    let window_start = if young && !settings.warming_up {
+        state.first_seen
     } else {
-        covers_ns
+        now.saturating_sub(covers_ns)
     };
-    let start = state.tat.max(now.saturating_sub(window_ns));
+    let start = state.tat.max(window_start);
     let debit = usage.unleased.saturating_mul(limit.interval_ns());
     state.tat = start
         .saturating_add(debit)
@@ -209,22 +221,18 @@ pub fn settle(
     // 3. Demand: decay to now, add this proxy's attempts.
     let share_ppm = record_demand(state, usage.attempts, covers_ns, now, settings);
 
-    // 4. Grant what the bucket holds now, up to the wish, and take it at once. A young
-    //    bucket grants only this proxy's even part of its capacity: the other proxies'
-    //    even shares may already be spent and not yet reported, and their debits must
-    //    find those tokens still in the bucket.
-    let granted = if settings.warming_up {
+    // 4. Grant what the bucket holds now, up to the wish, and take it at once. Nothing
+    //    while warming up, nor while the bucket is young: the proxies keep to their even
+    //    shares (which together stay within `burst + rate × elapsed`) until every one of
+    //    them has reported its spending, so no grant can hand out a token an even share
+    //    already spent. (Young grants were once limited to the proxy's even part of the
+    //    bucket less the whole backlog; the backlog held the other proxies' grants too,
+    //    so the second and third of three proxies at half the limit got nothing, and were
+    //    refused.)
+    let granted = if settings.warming_up || young {
         0
     } else {
-        let young = now < state.first_seen.saturating_add(young_ns);
-        let capacity = if young {
-            // What is left of this proxy's own even share (its unleased spending is in
-            // the backlog already): the others' even shares stay for their debits.
-            limit.capacity_ns() / u64::from(settings.fleet_size.max(1))
-        } else {
-            limit.capacity_ns()
-        }
-        .min(limit.capacity_ns());
+        let capacity = limit.capacity_ns();
         let backlog = state.tat.max(now) - now;
         let available_ns = capacity - backlog.min(capacity);
         // Shares follow demand: a proxy may take its share of one interval's refill, and
@@ -241,7 +249,7 @@ pub fn settle(
         let entitled = if settings.fleet_size <= 1 {
             u64::MAX
         } else {
-            let reserve_ns = settings.sync_interval_ns.min(limit.capacity_ns());
+            let reserve_ns = settings.sync_interval_ns.min(capacity);
             let own_part_ns =
                 (u128::from(reserve_ns) * u128::from(share_ppm) / u128::from(PPM)) as u64;
             own_part_ns
@@ -260,12 +268,17 @@ pub fn settle(
         state.tat = state.tat.max(now) + granted * limit.interval_ns();
     }
 
+    // 5. Answer. Shares are withheld (0, unknown) while warming up, when the coordinator
+    //    has heard from only some proxies since it started, and while the bucket is young,
+    //    when the other proxies may not have reported yet: computed now they would favour
+    //    whoever synced first (the first of three even proxies was told it had all the
+    //    demand). A proxy keeps to an even split, or to the share it knew.
+    let withheld = settings.warming_up || young;
     Grant {
         granted,
-        // A coordinator warming up has heard from only some proxies since it started:
-        // shares computed now would favour whoever synced first.
-        share_ppm: if settings.warming_up { 0 } else { share_ppm },
+        share_ppm: if withheld { 0 } else { share_ppm },
         full_in_ns: state.tat.max(now) - now,
+        young: young && !settings.warming_up,
     }
 }
 
@@ -283,11 +296,6 @@ fn record_demand(
     // Not capped: attempts spread over a long window (after an outage) weigh `τ/c` each,
     // so they add the window's rate once, not a burst of it.
     let covers = covers_ns.max(1) as f64;
-    if state.demand_at == 0 {
-        state.born_at = now.saturating_sub(covers_ns);
-        state.demand_at = now;
-        state.first_seen = now;
-    }
     let elapsed = now.saturating_sub(state.demand_at) as f64;
     // The attempts arrived spread over the time they cover, not all at once: decayed as
     // such, they weigh `τ/c × (1 − e^(−c/τ))` each. Adding them whole would make the sum
@@ -327,10 +335,20 @@ mod tests {
         }
     }
 
+    /// A full bucket the coordinator has known for long: no longer young.
+    fn known() -> BucketState {
+        BucketState {
+            demand_at: 1,
+            born_at: 1,
+            first_seen: 1,
+            ..BucketState::default()
+        }
+    }
+
     #[test]
-    fn a_new_bucket_grants_up_to_its_burst_and_takes_the_grant_at_once() {
+    fn a_bucket_grants_up_to_its_burst_and_takes_the_grant_at_once() {
         let l = limit(10, 20);
-        let mut state = BucketState::default();
+        let mut state = known();
         let now = 100 * S;
         let settings = Settings::for_interval(Nanos::new(T));
         let first = settle(
@@ -392,14 +410,29 @@ mod tests {
             &settings,
         );
         assert_eq!(
-            g.granted, 12,
-            "20 minus the 8 spent unleased (a new bucket: no refill credited)"
+            (g.granted, g.young, g.full_in_ns),
+            (0, true, 800_000_000),
+            "a new bucket: its proxies keep to their even shares, and the 8 spent are \
+             booked from when it was first seen (no refill credited before)"
+        );
+        let g = settle(
+            &mut state,
+            &l,
+            &want(100),
+            Nanos::new(T),
+            Nanos::new(now + settings.young_ns()),
+            &settings,
+        );
+        assert_eq!(
+            (g.granted, g.young),
+            (20, false),
+            "no longer young: the bucket refilled meanwhile"
         );
 
         // A fallback period that spent far more than the bucket holds leaves one burst of
         // debt, not more: it is paid back in 2 s (20 tokens at 10/s), then the fleet gets
         // the refill again.
-        let mut state = BucketState::default();
+        let mut state = known();
         let g = settle(
             &mut state,
             &l,
@@ -436,9 +469,10 @@ mod tests {
     }
 
     #[test]
-    fn a_young_bucket_keeps_the_other_proxies_even_shares_for_their_debits() {
+    fn a_young_bucket_grants_nothing_until_every_even_share_is_reported() {
         // Three proxies each spent their even share (20 / 3 = 6) of a new bucket before
-        // syncing. The first to sync must not be granted what the others already spent.
+        // syncing. None is granted anything while the bucket is young: the others' even
+        // shares may be spent and not yet reported.
         let l = limit(10, 20);
         let now = 100 * S;
         let mut settings = Settings::for_interval(Nanos::new(T));
@@ -450,38 +484,17 @@ mod tests {
             want: 100,
             returned: 0,
         };
-        let first = settle(
-            &mut state,
-            &l,
-            &spent,
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
-        assert_eq!(
-            first.granted, 0,
-            "its third of the bucket (6.67) is what it spent already (6)"
-        );
-        assert_eq!(
-            settle(
+        for _ in 0..3 {
+            let g = settle(
                 &mut state,
                 &l,
                 &spent,
                 Nanos::new(T),
                 Nanos::new(now),
-                &settings
-            )
-            .granted,
-            0
-        );
-        settle(
-            &mut state,
-            &l,
-            &spent,
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
+                &settings,
+            );
+            assert_eq!((g.granted, g.share_ppm, g.young), (0, 0, true));
+        }
         // 18 of 20 spent unleased. A second later the 2 left and the refill (10) are
         // there: 30 in all, exactly `burst + rate × elapsed`.
         let later = now + S;
@@ -492,15 +505,16 @@ mod tests {
         };
         let granted: u64 = (0..3)
             .map(|_| {
-                settle(
+                let g = settle(
                     &mut state,
                     &l,
                     &asking,
                     Nanos::new(S),
                     Nanos::new(later),
                     &settings,
-                )
-                .granted
+                );
+                assert!(!g.young && g.share_ppm > 0, "{g:?}");
+                g.granted
             })
             .sum();
         assert_eq!(granted, 12);
@@ -511,7 +525,7 @@ mod tests {
         let l = limit(10, 20);
         let now = 100 * S;
         let settings = Settings::for_interval(Nanos::new(T));
-        let mut state = BucketState::default();
+        let mut state = known();
         assert_eq!(
             settle(
                 &mut state,
@@ -550,7 +564,7 @@ mod tests {
             15
         );
 
-        let mut full = BucketState::default();
+        let mut full = known();
         let back = Usage {
             returned: 50,
             ..Usage::default()
@@ -613,7 +627,7 @@ mod tests {
             &l,
             &more,
             Nanos::new(T),
-            Nanos::new(now),
+            Nanos::new(now + settings.young_ns()),
             &settings,
         );
         assert!(g.share_ppm > 0, "shares again once warmed up");

@@ -81,7 +81,9 @@ impl FleetView {
 pub enum Spend {
     /// From the lease.
     Lease,
-    /// From the even local share of a bucket the coordinator has not answered for yet.
+    /// From the even local share of a bucket the coordinator has not answered for yet (or
+    /// is still young), or of one whose lease is spent while the fleet's bucket was full
+    /// at the last answer.
     NewBucket,
     /// From the fallback share while the coordinator is out of reach.
     Fallback,
@@ -120,8 +122,15 @@ pub struct LeaseEntry {
     /// Tokens admitted without a lease since the control service last collected.
     pub unleased: u64,
     /// When the coordinator's bucket is full again if nobody takes more: after this the
-    /// entry may be forgotten without losing anything.
+    /// entry may be forgotten without losing anything. Moved out by a collection until
+    /// its answer comes (see [`Self::collect`]).
     pub full_at: Nanos,
+    /// When the fleet's bucket is full again as of the last answer, never moved by a
+    /// collection: how full the fleet's bucket is, for [`Self::remaining`].
+    pub answered_full_at: Nanos,
+    /// Since when no attempt was collected (`0`: the last collection had some): an entry
+    /// idle for [`IDLE_RETURN_INTERVALS`] gives its lease back.
+    pub idle_since: Nanos,
     /// When this proxy first saw the bucket: a new bucket's attempts cover only the time
     /// since, not a whole sync interval.
     pub born_at: Nanos,
@@ -131,6 +140,10 @@ pub struct LeaseEntry {
 /// whose traffic for a bucket was zero still admits a little during an outage. It bounds
 /// the fleet's fallback admission at `(1 + MIN_SHARE_OF_EVEN) × rate`.
 pub const MIN_SHARE_OF_EVEN: f64 = 0.1;
+
+/// How long an entry with no attempts keeps its lease, in sync intervals (a second at the
+/// default): a client pausing for less finds its lease where it left it.
+pub const IDLE_RETURN_INTERVALS: f64 = super::DEMAND_TAU_INTERVALS;
 
 /// A share is smoothed over about this many answers (an exponential average whose newest
 /// sample weighs `1 / SHARE_SMOOTHING`): the coordinator's demand memory is four intervals.
@@ -151,6 +164,8 @@ impl LeaseEntry {
             attempts: 0,
             unleased: 0,
             full_at: Nanos::ZERO,
+            answered_full_at: Nanos::ZERO,
+            idle_since: Nanos::ZERO,
             born_at: now,
         }
     }
@@ -162,12 +177,17 @@ impl LeaseEntry {
             self.balance -= cost;
             return Spend::Lease;
         }
-        if self.settled && !view.fallback {
+        if self.settled && !view.fallback && now < self.full_at {
             // The next answer brings a lease if the fleet's bucket has tokens.
             return Spend::Denied {
                 retry_after_ns: view.sync_interval_ns,
             };
         }
+        // Otherwise: a new bucket, the coordinator out of reach, or a lease spent while
+        // the fleet's bucket was full at the last answer (a client sparser than one
+        // request per interval, whose idle lease went back): the local share, as for a
+        // bucket new to this proxy. Its GCRA continues from the fleet's level at the last
+        // answer, so this never hands out a fresh burst.
         let Some(local) = self.local_limit(view) else {
             return Spend::Denied {
                 retry_after_ns: view.sync_interval_ns,
@@ -181,7 +201,7 @@ impl LeaseEntry {
         }
         self.local_tat = verdict.new_tat;
         self.unleased = self.unleased.saturating_add(cost);
-        if self.settled {
+        if self.settled && view.fallback {
             Spend::Fallback
         } else {
             Spend::NewBucket
@@ -203,14 +223,15 @@ impl LeaseEntry {
         }
     }
 
-    /// Whole tokens this proxy could admit now without asking anyone.
-    pub fn remaining(&self, now: Nanos, view: &FleetView) -> u64 {
+    /// Whole tokens this proxy could admit now without asking anyone: its live lease,
+    /// and its local share where that applies (a new bucket, or on fallback).
+    pub fn spendable(&self, now: Nanos, view: &FleetView) -> u64 {
         let leased = if now < self.expires_at {
             self.balance
         } else {
             0
         };
-        let local = if self.settled && !view.fallback {
+        let local = if self.settled && !view.fallback && now < self.full_at {
             0
         } else {
             self.local_limit(view)
@@ -219,17 +240,48 @@ impl LeaseEntry {
         leased.saturating_add(local)
     }
 
+    /// An estimate of the tokens the whole fleet could still admit now, at most the
+    /// burst: what the response's `remaining` and "near limit" read, since the client is
+    /// limited fleet-wide, not by this proxy's lease.
+    ///
+    /// Two parts: what this proxy holds ([`Self::spendable`]) scaled up by its share of
+    /// the demand, since every proxy holds about its share of what the fleet has leased
+    /// (leases are sized by shares, [`Self::collect`]); and, while coordinated, what the
+    /// fleet's bucket itself held at the last answer plus its refill since. It errs high
+    /// when another proxy spent its lease since this proxy's last answer, which a proxy
+    /// cannot see: the bound on admissions is the leases', never this figure.
+    pub fn remaining(&self, now: Nanos, view: &FleetView) -> u64 {
+        let held = self.spendable(now, view) as f64 / self.share(view);
+        let in_the_fleets_bucket = if self.settled && !view.fallback {
+            let refill_left_ns = self.answered_full_at.saturating_sub(now).get();
+            self.burst
+                .saturating_sub(refill_left_ns.div_ceil(self.interval_ns.max(1)))
+        } else {
+            0
+        };
+        // `as` saturates: a share near zero makes `held` huge, and the burst caps it.
+        (held as u64)
+            .saturating_add(in_the_fleets_bucket)
+            .min(self.burst)
+    }
+
+    /// This proxy's share of the fleet's demand for this bucket: the last known one, or an
+    /// even split before it has one, never below [`MIN_SHARE_OF_EVEN`] of an even split.
+    fn share(&self, view: &FleetView) -> f64 {
+        let even = 1.0 / f64::from(view.fleet_size.max(1));
+        let known = f64::from(self.share_ppm) / f64::from(PPM);
+        if self.share_ppm == 0 { even } else { known }
+            .max(even * MIN_SHARE_OF_EVEN)
+            .min(1.0)
+    }
+
     /// This proxy's local share of the limit: its known share of the fleet's demand, or an
     /// even split before it has one, never below [`MIN_SHARE_OF_EVEN`] of an even split.
     /// The share applies to the rate and to the burst (at least one token), so the local
     /// GCRA has the fleet bucket's capacity in time. `None` only for an entry whose bytes
     /// describe no valid limit.
     pub fn local_limit(&self, view: &FleetView) -> Option<Gcra> {
-        let even = 1.0 / f64::from(view.fleet_size.max(1));
-        let known = f64::from(self.share_ppm) / f64::from(PPM);
-        let share = if self.share_ppm == 0 { even } else { known }
-            .max(even * MIN_SHARE_OF_EVEN)
-            .min(1.0);
+        let share = self.share(view);
         // Clamped so that `burst × interval` stays representable: a share so small that
         // it cannot be represented still gets one token now and then.
         let interval = ((self.interval_ns as f64 / share).ceil() as u64).clamp(1, MAX_CAPACITY_NS);
@@ -244,11 +296,11 @@ impl LeaseEntry {
     }
 
     /// Takes the counts for the next sync, `covers` after the previous collection:
-    /// attempts and unleased spending are zeroed, the wish is this proxy's attempt rate over
-    /// [`WANT_HORIZON_INTERVALS`] sync intervals, and a balance nobody used since the
-    /// previous collection goes back to the fleet. A lease that expired is dropped without
-    /// being returned: after a coordinator restart its tokens may already be counted as
-    /// refilled.
+    /// attempts and unleased spending are zeroed, and the lease is sized for the time
+    /// until the next answer ([`Self::target`]): the wish asks for what is missing, and a
+    /// balance beyond the target goes back to the fleet. A lease that expired is dropped
+    /// without being returned: after a coordinator restart its tokens may already be
+    /// counted as refilled.
     pub fn collect(&mut self, now: Nanos, covers: Nanos, view: &FleetView) -> Usage {
         let attempts = std::mem::take(&mut self.attempts);
         let unleased = std::mem::take(&mut self.unleased);
@@ -265,8 +317,16 @@ impl LeaseEntry {
             let refill_ns = self.burst.saturating_mul(self.interval_ns);
             self.full_at = self.full_at.max(now.saturating_add(Nanos::new(refill_ns)));
         }
-        let returned = if attempts == 0 && leased {
-            std::mem::take(&mut self.balance)
+        if attempts > 0 {
+            self.idle_since = Nanos::ZERO;
+        } else if self.idle_since == Nanos::ZERO {
+            self.idle_since = now;
+        }
+        let target = self.target(attempts, now, covers, view);
+        let returned = if leased {
+            let excess = self.balance.saturating_sub(target);
+            self.balance -= excess;
+            excess
         } else {
             0
         };
@@ -277,29 +337,61 @@ impl LeaseEntry {
             // proxy" case of the bound, once per time the bucket is full.
             self.settled = false;
         }
+        Usage {
+            attempts,
+            unleased,
+            returned,
+            want: target.saturating_sub(self.balance),
+        }
+    }
+
+    /// The lease this proxy aims to hold after a sync, in tokens: enough that it is not
+    /// spent before the next answer, which is what keeps a fleet far below its limit from
+    /// ever being refused. The larger of
+    /// - its own demand over [`WANT_HORIZON_INTERVALS`] sync intervals (the attempts of
+    ///   the usage being collected, over the time they cover), and
+    /// - its part of the most the fleet's bucket can hold at once (its burst, or one
+    ///   horizon of the limit's refill if that is more): its share of the demand, and at
+    ///   least an even split.
+    ///
+    /// The second term is what makes the lease deep when the fleet has room: sized from
+    /// the limit rather than from the last interval's traffic, it covers a client whose
+    /// next interval is busier than its last, a ramp, the end of a pause, and a client
+    /// sparser than one request per interval (whose every interval's sample of demand is
+    /// zero or a spike). Asking too much costs nothing lasting: leases are taken from the
+    /// fleet's bucket (grants never exceed what it holds, and where the limit binds, a
+    /// proxy's grants stay near its share of the refill whatever it asks), and what a
+    /// proxy no longer needs goes back at its next collection. An entry idle for
+    /// [`IDLE_RETURN_INTERVALS`] keeps nothing, so it can be forgotten.
+    fn target(&self, attempts: u64, now: Nanos, covers: Nanos, view: &FleetView) -> u64 {
+        let idle_ns = now.saturating_sub(self.idle_since).get();
+        let idle_for_long = self.idle_since != Nanos::ZERO
+            && idle_ns as f64 >= view.sync_interval_ns as f64 * IDLE_RETURN_INTERVALS;
+        if idle_for_long {
+            return 0;
+        }
         let horizon_ns = view.sync_interval_ns as f64 * WANT_HORIZON_INTERVALS;
         // A new bucket's rate is judged over its life so far (at least a millisecond): a
         // hot new bucket must ask for enough at once, or the fleet's bucket sits full and
-        // its refill is lost until the proxy's wish catches up. Asking too much costs
-        // nothing lasting: the grant is capped by what the fleet's bucket holds, and an
-        // unused lease goes back after one idle interval.
+        // its refill is lost until the proxy's wish catches up.
         let covers = covers
             .min(now.saturating_sub(self.born_at))
             .max(Nanos::from_millis(1).min(covers))
             .max(Nanos::new(1))
             .get();
-        let horizon = (attempts as f64 * horizon_ns / covers as f64).ceil() as u64;
-        Usage {
-            attempts,
-            unleased,
-            returned,
-            want: horizon.saturating_sub(self.balance),
-        }
+        let own = (attempts as f64 * horizon_ns / covers as f64).ceil() as u64;
+        let even = 1.0 / f64::from(view.fleet_size.max(1));
+        let part = self.share(view).max(even);
+        let horizon_refill = (horizon_ns / self.interval_ns.max(1) as f64) as u64;
+        let fleets_part = self.burst.max(horizon_refill) as f64 * part;
+        own.max(fleets_part as u64)
     }
 
     /// Applies the coordinator's answer for this bucket, received at `now`.
     pub fn apply(&mut self, grant: &Grant, now: Nanos, view: &FleetView) {
-        self.settled = true;
+        // A young bucket's proxies keep to their even shares until every one of them has
+        // reported (the coordinator grants nothing meanwhile).
+        self.settled = !grant.young;
         // Tokens admitted without a lease since the usage was collected (a new bucket's
         // even share, or the fallback share) are paid for by this grant, which the
         // coordinator already took from the fleet's bucket. Otherwise they would be taken
@@ -320,11 +412,11 @@ impl LeaseEntry {
             self.share_ppm = if self.share_ppm == 0 {
                 grant.share_ppm
             } else {
-                ((u64::from(self.share_ppm) * (SHARE_SMOOTHING - 1) + u64::from(grant.share_ppm))
-                    / SHARE_SMOOTHING) as u32
+                smoothed(self.share_ppm, grant.share_ppm)
             };
         }
         self.full_at = now.saturating_add(Nanos::new(grant.full_in_ns));
+        self.answered_full_at = self.full_at;
         // The local GCRA has the fleet bucket's capacity in time, so making it at most as
         // full as the fleet's bucket is now continues the fleet's limit where it stands if
         // the coordinator is lost, instead of handing every proxy a fresh burst. Never
@@ -345,14 +437,20 @@ impl LeaseEntry {
     }
 }
 
+/// A share smoothed with one more sample, weighing `1 / SHARE_SMOOTHING`.
+fn smoothed(share_ppm: u32, sample_ppm: u32) -> u32 {
+    ((u64::from(share_ppm) * (SHARE_SMOOTHING - 1) + u64::from(sample_ppm)) / SHARE_SMOOTHING)
+        as u32
+}
+
 /// The first byte of an encoded [`LeaseEntry`]; bumped whenever the layout changes, so a
 /// reloaded VM never misreads an older layout (it starts the entry afresh instead).
-pub const ENTRY_FORMAT: u8 = 1;
+pub const ENTRY_FORMAT: u8 = 2;
 
-const WORDS: usize = 10;
+const WORDS: usize = 12;
 
-/// Bytes of an encoded [`LeaseEntry`]: the format byte, the `settled` byte, ten `u64` and
-/// one `u32`.
+/// Bytes of an encoded [`LeaseEntry`]: the format byte, the `settled` byte, twelve `u64`
+/// and one `u32`.
 pub const ENTRY_LEN: usize = 2 + WORDS * 8 + 4;
 
 impl LeaseEntry {
@@ -369,6 +467,8 @@ impl LeaseEntry {
             self.attempts,
             self.unleased,
             self.full_at.get(),
+            self.answered_full_at.get(),
+            self.idle_since.get(),
             self.born_at.get(),
         ];
         let (head, rest) = out.split_at_mut(2);
@@ -405,6 +505,8 @@ impl LeaseEntry {
             attempts: next()?,
             unleased: next()?,
             full_at: Nanos::new(next()?),
+            answered_full_at: Nanos::new(next()?),
+            idle_since: Nanos::new(next()?),
             born_at: Nanos::new(next()?),
             share_ppm: u32::from_le_bytes(share.try_into().ok()?),
         };
@@ -423,6 +525,7 @@ mod tests {
             granted,
             share_ppm,
             full_in_ns,
+            young: false,
         }
     }
 
@@ -450,11 +553,16 @@ mod tests {
         entry.apply(&grant(6, 500_000, S), Nanos::new(now), &view);
         assert!(entry.settled);
         assert_eq!(entry.spend(2, Nanos::new(now), &view), Spend::Lease);
-        assert_eq!(entry.remaining(Nanos::new(now), &view), 4);
+        assert_eq!(entry.spendable(Nanos::new(now), &view), 4);
         assert_eq!(
-            entry.remaining(Nanos::new(now + 3 * T), &view),
-            0,
-            "the lease expired"
+            entry.spendable(Nanos::new(now + S - 1), &view),
+            4,
+            "the lease alone while the fleet's bucket is not full"
+        );
+        assert_eq!(
+            entry.spendable(Nanos::new(now + 3 * T), &view),
+            5,
+            "the lease expired, and the fleet's bucket was full again: the local share"
         );
         for _ in 0..4 {
             assert_eq!(entry.spend(1, Nanos::new(now), &view), Spend::Lease);
@@ -486,13 +594,30 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_lease_goes_back_and_an_expired_one_is_dropped() {
+    fn an_idle_lease_is_kept_for_a_while_and_an_expired_one_is_dropped() {
         let view = leasing(2);
-        let mut entry = LeaseEntry::new(1, &limit(10, 10), Nanos::new(0));
-        entry.apply(&grant(5, PPM, S), Nanos::new(0), &view);
-        let usage = entry.collect(Nanos::new(T), Nanos::new(T), &view);
-        assert_eq!(usage.returned, 5, "no attempts for a whole interval");
-        assert_eq!(entry.balance, 0);
+        let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
+        entry.apply(&grant(50, PPM, S), Nanos::new(0), &view);
+        // Idle intervals: the lease stays for IDLE_RETURN_INTERVALS, so a client back from
+        // a pause still finds it, then goes back at once.
+        let mut held = vec![];
+        let mut now = 0;
+        while entry.balance > 0 {
+            now += T;
+            let usage = entry.collect(Nanos::new(now), Nanos::new(T), &view);
+            // Its part of the burst (all of it: the only demand) while it keeps one, then
+            // nothing.
+            assert_eq!(usage.want, if entry.balance > 0 { 50 } else { 0 });
+            entry.apply(&grant(0, 0, 0), Nanos::new(now), &view);
+            held.push(entry.balance);
+        }
+        assert_eq!(held, [50, 50, 50, 50, 0]);
+        assert!(entry.forgettable(Nanos::new(now)));
+        // One attempt, and it is kept again.
+        entry.apply(&grant(50, PPM, 0), Nanos::new(now), &view);
+        entry.spend(1, Nanos::new(now), &view);
+        entry.collect(Nanos::new(now + T), Nanos::new(T), &view);
+        assert_eq!(entry.balance, 49);
 
         entry.apply(&grant(5, PPM, S), Nanos::new(T), &view);
         let usage = entry.collect(Nanos::new(T + view.lease_ttl_ns()), Nanos::new(T), &view);
@@ -501,6 +626,75 @@ mod tests {
             "an expired lease is dropped, not returned"
         );
         assert_eq!(entry.balance, 0);
+    }
+
+    #[test]
+    fn a_lease_is_sized_from_the_limit_not_only_from_the_last_interval() {
+        // Far below the limit: 10 requests in the last interval of a 1,000/s limit.
+        let view = leasing(1);
+        let mut entry = LeaseEntry::new(1, &limit(1_000, 1_000), Nanos::new(0));
+        entry.apply(&grant(0, PPM, 0), Nanos::new(0), &view);
+        for _ in 0..10 {
+            entry.spend(1, Nanos::new(1), &view);
+        }
+        let usage = entry.collect(Nanos::new(T), Nanos::new(T), &view);
+        assert_eq!(
+            usage.want, 1_000,
+            "the whole bucket (this proxy's share of it), not 1.5 intervals of 10"
+        );
+        // Ten proxies, this one with a fifth of the demand: a fifth of the bucket (an even
+        // split is the least), or its own demand over the horizon if that is more.
+        let view = leasing(10);
+        let mut entry = LeaseEntry::new(1, &limit(1_000, 1_000), Nanos::new(0));
+        entry.apply(&grant(0, PPM / 5, 0), Nanos::new(0), &view);
+        entry.attempts = 10;
+        assert_eq!(entry.collect(Nanos::new(T), Nanos::new(T), &view).want, 200);
+        entry.attempts = 400;
+        assert_eq!(
+            entry.collect(Nanos::new(2 * T), Nanos::new(T), &view).want,
+            600,
+            "1.5 intervals of 400"
+        );
+        // What a shrinking share no longer covers goes back.
+        entry.apply(&grant(600, PPM / 10, 0), Nanos::new(2 * T), &view);
+        entry.attempts = 10;
+        let usage = entry.collect(Nanos::new(3 * T), Nanos::new(T), &view);
+        let target = 1_000 * u64::from(entry.share_ppm) / u64::from(PPM);
+        assert_eq!((usage.returned, entry.balance), (600 - target, target));
+    }
+
+    #[test]
+    fn remaining_reads_the_fleets_bucket_not_the_lease() {
+        let view = leasing(3);
+        let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
+        // A third of the demand, a third of the bucket leased, the rest still in the
+        // fleet's bucket (it is full again in 0.4 s: 40 tokens are out).
+        entry.apply(&grant(33, PPM / 3, 400_000_000), Nanos::new(0), &view);
+        assert_eq!(entry.spendable(Nanos::new(0), &view), 33);
+        assert_eq!(
+            entry.remaining(Nanos::new(0), &view),
+            100,
+            "33 held here, about as much at each of the others, 60 in the fleet's bucket"
+        );
+        for _ in 0..30 {
+            entry.spend(1, Nanos::new(0), &view);
+        }
+        assert_eq!(entry.remaining(Nanos::new(0), &view), 69, "3 × 3 + 60");
+        assert_eq!(
+            entry.remaining(Nanos::new(200_000_000), &view),
+            89,
+            "the fleet's bucket refilled 20 since the answer"
+        );
+        // On fallback the fleet's bucket is out of sight: what this proxy may admit, scaled.
+        let fallback = FleetView {
+            fallback: true,
+            ..view
+        };
+        let alone = entry.spendable(Nanos::new(0), &fallback);
+        assert_eq!(
+            entry.remaining(Nanos::new(0), &fallback),
+            (alone as f64 * 3.0) as u64
+        );
     }
 
     #[test]

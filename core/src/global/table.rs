@@ -277,7 +277,10 @@ mod tests {
         let (store, table, v, l) = (MemoryStore::new(), table(64), view(2), limit(10, 10));
         let first = table.spend(&store, 7, &l, 1, Nanos::new(0), &v).unwrap();
         assert_eq!(first.spend, Spend::NewBucket);
-        assert_eq!(first.remaining, 4, "half of the burst of 10, one spent");
+        assert_eq!(
+            first.remaining, 8,
+            "the fleet's: this proxy's half of the burst of 10, one spent, for each of two"
+        );
 
         let collected = table.collect(&store, Nanos::new(0), Nanos::new(T), &v);
         assert_eq!(collected.len(), 1);
@@ -288,6 +291,7 @@ mod tests {
             granted: 6,
             share_ppm: PPM,
             full_in_ns: S,
+            young: false,
         };
         assert!(table.apply(&store, &c, &grant, Nanos::new(0), &v));
         let spent = table.spend(&store, 7, &l, 2, Nanos::new(1), &v).unwrap();
@@ -345,6 +349,7 @@ mod tests {
                 granted: 0,
                 share_ppm: PPM,
                 full_in_ns: S,
+                young: false,
             };
             assert!(table.apply(&store, &c, &grant, Nanos::new(0), &v));
         }
@@ -375,6 +380,7 @@ mod tests {
             granted: 500,
             share_ppm: PPM,
             full_in_ns: S,
+            young: false,
         };
         assert!(table.apply(&*store, &c, &grant, Nanos::new(0), &v));
         let workers: Vec<_> = (0..4)

@@ -98,5 +98,6 @@ fn grant(u: &mut Unstructured<'_>) -> arbitrary::Result<Grant> {
         granted: u.arbitrary()?,
         share_ppm: u.arbitrary()?,
         full_in_ns: u.arbitrary()?,
+        young: u.arbitrary()?,
     })
 }

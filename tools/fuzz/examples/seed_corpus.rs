@@ -71,6 +71,7 @@ fn main() {
         granted: 5,
         share_ppm: 400_000,
         full_in_ns: SECOND,
+        young: false,
     };
     entry.apply(&grant, Nanos::new(T0 + SECOND / 4), &view);
     corpus.write("lease_entry", "leased", &with_noise(&entry.encode(), 3));

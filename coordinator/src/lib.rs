@@ -526,16 +526,21 @@ mod tests {
         let later = start + Duration::from_millis(1_500);
         let answer = coordinator.sync(&sync, later, 0).await.unwrap();
         assert!(!answer.warming_up, "one lease TTL (3 × 500 ms) later");
-        assert_eq!(answer.grants[0].granted, 30);
-        // Once the bucket is no longer young (no even shares left to reserve), the second
-        // proxy gets what the first left, plus the refill since: never a second burst;
-        // one interval's refill (5) stays for the proxies' demand shares, and b reported
-        // no demand.
-        let other = validate(request("b", vec![usage(7, 100)])).unwrap();
         let young_ns = Settings::for_interval(Nanos::new(500_000_000)).young_ns();
         assert_eq!(young_ns, 800_000_000, "300 ms and one interval");
-        let young_no_more = later + Duration::from_nanos(young_ns);
-        let answer = coordinator.sync(&other, young_no_more, 0).await.unwrap();
+        let young = Duration::from_nanos(young_ns);
+        assert!(
+            answer.grants[0].young && answer.grants[0].granted == 0,
+            "new to the fleet: the proxies keep to their even shares for a while"
+        );
+        let grown = later + young;
+        let answer = coordinator.sync(&sync, grown, 0).await.unwrap();
+        assert_eq!(answer.grants[0].granted, 30);
+        // The second proxy gets what the first left, plus the refill since: never a
+        // second burst; one interval's refill (5) stays for the proxies' demand shares,
+        // and b reported no demand.
+        let other = validate(request("b", vec![usage(7, 100)])).unwrap();
+        let answer = coordinator.sync(&other, grown + young, 0).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
         assert_eq!(
             answer.grants[0].granted,
@@ -543,11 +548,11 @@ mod tests {
             "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill"
         );
 
-        // a's last sync was at `later`: it counts for eight intervals (4 s at 500 ms).
-        let still_there = later + Duration::from_millis(3_900);
+        // a's last sync was at `grown`: it counts for eight intervals (4 s at 500 ms).
+        let still_there = grown + Duration::from_millis(3_900);
         let answer = coordinator.sync(&other, still_there, 0).await.unwrap();
         assert_eq!(answer.fleet_size, 2, "a stalled for a moment, not gone");
-        let gone = later + Duration::from_millis(4_100);
+        let gone = grown + Duration::from_millis(4_100);
         let answer = coordinator.sync(&other, gone, 0).await.unwrap();
         assert_eq!(answer.fleet_size, 1, "a left the fleet");
     }

@@ -1064,8 +1064,11 @@ async fn the_document_bounds_are_the_servers(db: TestDb) {
     // A problem's title names what was invalid.
     let report = api
         .post("/api/v1/reports")
-        .json(&json!({"proxy_id": "", "start_ms": 1, "end_ms": 2, "ruleset_version": 0, "rules": []}))
-        .expect(422).await;
+        .json(
+            &json!({"proxy_id": "", "start_ms": 1, "end_ms": 2, "ruleset_version": 0, "rules": []}),
+        )
+        .expect(422)
+        .await;
     assert_eq!(report.json()["title"], "Invalid report");
     let token = api
         .post("/api/v1/tokens")

@@ -400,7 +400,9 @@ async fn every_range_the_document_admits_is_answered(db: TestDb) {
             );
         }
         for step in ["10s", "1m", "1h"] {
-            let cut = api.read(&format!("{path}?from=0&to={max}&step={step}")).await;
+            let cut = api
+                .read(&format!("{path}?from=0&to={max}&step={step}"))
+                .await;
             assert_eq!(cut["to"], max, "{path}");
             assert!(cut["from"].as_i64().unwrap() > 0, "{path} {step}");
         }
@@ -408,7 +410,9 @@ async fn every_range_the_document_admits_is_answered(db: TestDb) {
         let early = api.read(&format!("{path}?to=60000")).await;
         assert_eq!(early["from"], 0, "{path}");
     }
-    let empty = api.read(&format!("/api/v1/metrics/series?from={end}&to={end}")).await;
+    let empty = api
+        .read(&format!("/api/v1/metrics/series?from={end}&to={end}"))
+        .await;
     assert_eq!(empty["points"], json!([]));
     // Cut to its newest 20,000 10 s buckets: the report's bucket is still in it.
     let long = format!("from=0&to={}&step=10s", end + MINUTE);
@@ -417,7 +421,9 @@ async fn every_range_the_document_admits_is_answered(db: TestDb) {
     assert_eq!(totals(&cut), (4, 1, 0));
     let rules = api.read(&format!("/api/v1/metrics/rules?{long}")).await;
     assert_eq!(rules["rules"][0]["allowed"], 4);
-    let rules = api.read(&format!("/api/v1/metrics/rules?from={end}&to=0")).await;
+    let rules = api
+        .read(&format!("/api/v1/metrics/rules?from={end}&to=0"))
+        .await;
     assert_eq!(rules["rules"], json!([]));
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sluice_harness::load::Load;
 use sluice_harness::{RedisServer, redis_available};
-use sluice_tests::{AdminServer, Envoy, EnvoyOptions, Method, Req, Tally, wait_for};
+use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, Tally, wait_for};
 
 const RATE: u64 = 20;
 const BURST: u64 = 20;
@@ -36,38 +36,50 @@ fn fleet() -> Fleet {
     fleet_of(AdminServer::start())
 }
 
-/// Three Envoys following `admin`, with the global rule in place.
+/// Three Envoys (two workers each) following `admin`, with the global rule in place.
 fn fleet_of(admin: AdminServer) -> Fleet {
-    let token = admin.create_token("proxy", "fleet");
-    let envoys: Vec<Envoy> = (0..3)
-        .map(|i| {
-            Envoy::start(EnvoyOptions {
-                admin: Some(admin.connection(&token, &format!("edge-{i}"))),
-                ..Default::default()
-            })
-        })
-        .collect();
-    let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule()));
-    assert_eq!(status, 201, "{body}");
-    let fleet = Fleet { admin, envoys };
-    fleet.wait_until_coordinated();
-    fleet
+    Fleet::start(admin, 3, 2, rule())
 }
 
 impl Fleet {
+    /// `envoys` Envoys with `workers` workers each following `admin`, with `rule` in place.
+    fn start(admin: AdminServer, envoys: usize, workers: usize, rule: Value) -> Fleet {
+        let token = admin.create_token("proxy", "fleet");
+        let envoys: Vec<Envoy> = (0..envoys)
+            .map(|i| {
+                Envoy::start(EnvoyOptions {
+                    admin: Some(admin.connection(&token, &format!("edge-{i}"))),
+                    concurrency: workers,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule));
+        assert_eq!(status, 201, "{body}");
+        let fleet = Fleet { admin, envoys };
+        fleet.wait_until_coordinated();
+        fleet
+    }
+
     /// Every Envoy runs the rule, knows the whole fleet, and spends leases (the
     /// coordinator has warmed up).
     fn wait_until_coordinated(&self) {
+        let size = self.envoys.len() as u64;
         for envoy in &self.envoys {
             wait_for("every worker to run the rule", PATIENCE, || {
                 envoy.counter("wasmcustom.sluice_rulesets_applied_total")
                     >= envoy.concurrency() as u64
             });
             wait_for("the fleet to be coordinated", PATIENCE, || {
-                envoy.stat("wasmcustom.sluice_control_fleet_size") == Some(3)
+                envoy.stat("wasmcustom.sluice_control_fleet_size") == Some(size)
                     && envoy.stat("wasmcustom.sluice_control_global_fallback") == Some(0)
             });
         }
+    }
+
+    /// The sum of one of the filter's counters over every Envoy.
+    fn total(&self, counter: &str) -> u64 {
+        self.envoys.iter().map(|e| e.counter(counter)).sum()
     }
 
     fn wait_until_on_fallback(&self) {
@@ -236,4 +248,127 @@ fn when_redis_fails_each_envoy_keeps_its_global_share_and_the_api_says_so() {
     f.wait_until_coordinated();
     assert!(all_listed_on_fallback(&f.admin, false));
     f.check_one_limit_after_recovery();
+}
+
+/// A limit far above any load this machine can offer (issue #26: a client refused while
+/// a hundredth of its quota is used), with the rules' default burst of one second.
+const FAR_ABOVE: u64 = 100_000_000;
+
+fn far_above_rule() -> Value {
+    json!({
+        "name": "roomy", "match": {"path_prefix": "/g/"}, "key": "global",
+        "limits": [{"requests": FAR_ABOVE, "period": "second", "scope": "global"}]
+    })
+}
+
+/// Closed-loop load on every Envoy of `fleet` (70/20/10 over three) for 8 s counted from
+/// the first request, pausing 200 ms every 2 s: the issue's reproduction. Nothing may be
+/// refused (at most 0.01%, as with `scope: proxy`), nothing counted near the limit, and
+/// the response's `remaining` reads the fleet's bucket, not the local lease.
+fn check_a_limit_far_above_the_traffic_refuses_nothing(fleet: &Fleet, what: &str) {
+    let connections: &[usize] = if fleet.envoys.len() == 1 {
+        &[4]
+    } else {
+        &SPLIT
+    };
+    let mut tallies = vec![Tally::default(); fleet.envoys.len()];
+    for _ in 0..4 {
+        let targets = fleet
+            .envoys
+            .iter()
+            .map(Envoy::listener_addr)
+            .zip(connections.iter().copied());
+        let outcome = Load::new(targets)
+            .for_duration(Duration::from_millis(1_800))
+            .run(|_| Req::get("/g/x"))
+            .unwrap_or_else(|err| panic!("{what}: {err:#}"));
+        for (all, part) in tallies.iter_mut().zip(&outcome.per_target) {
+            all.merge(part);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check_only_200_and_429(&tallies);
+    let answered: u64 = tallies.iter().map(Tally::responses).sum();
+    let refused: u64 = tallies.iter().map(|t| t.get(429)).sum();
+    assert!(answered > 0, "{what}: no answers");
+    assert!(
+        refused * 10_000 <= answered,
+        "{what}: {refused} of {answered} refused, at most 0.01% allowed: {tallies:?}"
+    );
+    assert_eq!(
+        fleet.total("wasmcustom.sluice_near_limit_total"),
+        0,
+        "{what}: nothing is near a limit a hundredth used"
+    );
+    let answer = Client::connect(fleet.envoys[0].listener_addr(), 1)
+        .run([Req::get("/g/x")])
+        .pop()
+        .expect("an answer");
+    let remaining: u64 = answer
+        .header("x-ratelimit-remaining")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no remaining in {answer:?}"));
+    assert!(
+        remaining >= FAR_ABOVE * 9 / 10,
+        "{what}: remaining {remaining} of {FAR_ABOVE} reads the lease, not the fleet's bucket"
+    );
+}
+
+/// One and three Envoys, one and two workers, coordinated in memory.
+#[test]
+fn a_global_limit_far_above_the_traffic_refuses_nothing() {
+    for (envoys, workers) in [(1, 2), (3, 1)] {
+        let fleet = Fleet::start(AdminServer::start(), envoys, workers, far_above_rule());
+        let what = format!("{envoys} Envoys × {workers} workers, in memory");
+        check_a_limit_far_above_the_traffic_refuses_nothing(&fleet, &what);
+    }
+}
+
+/// The same coordinated on Redis.
+#[test]
+fn on_redis_a_global_limit_far_above_the_traffic_refuses_nothing() {
+    if !redis_available() {
+        return;
+    }
+    for (envoys, workers) in [(1, 1), (3, 2)] {
+        let redis = RedisServer::start();
+        let admin = AdminServer::start_with_redis(&redis.url());
+        let fleet = Fleet::start(admin, envoys, workers, far_above_rule());
+        let what = format!("{envoys} Envoys × {workers} workers, on Redis");
+        check_a_limit_far_above_the_traffic_refuses_nothing(&fleet, &what);
+    }
+}
+
+/// A client new to the fleet, sending at half its global limit to three Envoys at once,
+/// evenly and 70/20/10: never refused, not by the even shares before the first answers,
+/// nor while its bucket is young, nor after.
+#[test]
+fn a_new_client_at_half_its_global_limit_is_never_refused() {
+    const LIMIT: u64 = 60;
+    let rule = json!({
+        "name": "newcomers", "match": {"path_prefix": "/g/"}, "key": {"header": "x-client"},
+        "limits": [{"requests": LIMIT, "period": "second", "scope": "global"}]
+    });
+    let fleet = Fleet::start(AdminServer::start(), 3, 2, rule);
+    // Connections paced so that they send half the limit in all: split evenly, or two
+    // thirds, a third and nothing.
+    for (name, connections) in [("even", [1usize, 1, 1]), ("skewed", [2, 1, 0])] {
+        let client = format!("newcomer-{name}");
+        let per_connection =
+            Duration::from_secs(1) * connections.iter().sum::<usize>() as u32 / (LIMIT as u32 / 2);
+        let targets = fleet
+            .envoys
+            .iter()
+            .map(Envoy::listener_addr)
+            .zip(connections)
+            .filter(|(_, n)| *n > 0);
+        let outcome = Load::new(targets)
+            .paced(per_connection, 1)
+            .for_duration(Duration::from_secs(4))
+            .run(move |_| Req::get("/g/x").header("x-client", client.clone()))
+            .unwrap_or_else(|err| panic!("{err:#}"));
+        check_only_200_and_429(&outcome.per_target);
+        let refused: u64 = outcome.per_target.iter().map(|t| t.get(429)).sum();
+        assert_eq!(refused, 0, "{name}: {:?}", outcome.per_target);
+    }
 }

@@ -43,17 +43,15 @@ pub struct StoreError {
     pub detail: String,
 }
 
+/// What a conditional write answers: written or not, or the host's failure.
+pub type WriteResult = Result<WriteOutcome, StoreError>;
+
 /// Compare-and-swap storage of slot values, shared by every worker.
 pub trait SharedStore {
     /// The slot's bytes and CAS, or `None` when it was never written.
     fn read(&self, slot: u32) -> Result<Option<(Vec<u8>, Cas)>, StoreError>;
     /// Writes `value` if `condition` holds.
-    fn write(
-        &self,
-        slot: u32,
-        value: &[u8],
-        condition: WriteCondition,
-    ) -> Result<WriteOutcome, StoreError>;
+    fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> WriteResult;
 }
 
 /// An in-memory [`SharedStore`] with the host's semantics. Thread-safe, so tests can run
@@ -126,12 +124,7 @@ impl SharedStore for MemoryStore {
         Ok(self.lock().get(&slot).cloned())
     }
 
-    fn write(
-        &self,
-        slot: u32,
-        value: &[u8],
-        condition: WriteCondition,
-    ) -> Result<WriteOutcome, StoreError> {
+    fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> WriteResult {
         let mut slots = self.lock();
         let cas = self.next_cas.fetch_add(1, Ordering::SeqCst);
         if Self::take_one(&self.injected_conflicts) {

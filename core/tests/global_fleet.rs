@@ -195,6 +195,17 @@ struct Traffic<'a> {
     shape: Shape,
 }
 
+impl<'a> Traffic<'a> {
+    fn steady(demand_per_second: f64, split: &'a [f64], clients: u64) -> Self {
+        Traffic {
+            demand_per_second,
+            split,
+            clients,
+            shape: Shape::Steady,
+        }
+    }
+}
+
 /// How the offered rate moves over a run (times from the run's start).
 #[derive(Debug, Clone, Copy)]
 enum Shape {
@@ -415,12 +426,7 @@ fn a_new_client_at_half_its_limit_at_three_proxies_is_never_refused() {
             for start_ms in [0, 30, 130] {
                 let mut fleet = Fleet::new(3, limit(rate, burst), T);
                 let start = S + start_ms * MS;
-                let traffic = Traffic {
-                    demand_per_second: rate as f64 / 2.0,
-                    split: &split,
-                    clients: 1,
-                    shape: Shape::Steady,
-                };
+                let traffic = Traffic::steady(rate as f64 / 2.0, &split, 1);
                 let ran = run(
                     &mut fleet,
                     start,
@@ -483,12 +489,7 @@ fn a_thousand_clients_each_get_their_own_global_limit() {
             &mut fleet,
             S,
             S + elapsed,
-            &Traffic {
-                demand_per_second: overload * (rate * clients) as f64,
-                split: &SKEW,
-                clients,
-                shape: Shape::Steady,
-            },
+            &Traffic::steady(overload * (rate * clients) as f64, &SKEW, clients),
             |_, _| {},
             &mut per_client,
         )
@@ -528,12 +529,7 @@ fn a_client_new_to_the_fleet_bursting_at_every_proxy_gets_at_most_its_burst() {
         &mut fleet,
         now,
         now + 400 * MS,
-        &Traffic {
-            demand_per_second: 3_000.0,
-            split: &[1.0 / 3.0; 3],
-            clients: 1,
-            shape: Shape::Steady,
-        },
+        &Traffic::steady(3_000.0, &[1.0 / 3.0; 3], 1),
         |_, _| {},
         &mut per_client,
     )
@@ -563,12 +559,7 @@ fn a_new_clients_burst_holds_while_answers_are_on_their_way() {
                 &mut fleet,
                 start,
                 start + 400 * MS,
-                &Traffic {
-                    demand_per_second: 3_000.0,
-                    split: &[1.0 / 3.0; 3],
-                    clients: 1,
-                    shape: Shape::Steady,
-                },
+                &Traffic::steady(3_000.0, &[1.0 / 3.0; 3], 1),
                 |_, _| {},
                 &mut HashMap::new(),
             )
@@ -632,12 +623,7 @@ fn an_outage_keeps_the_fleet_near_its_limit_and_recovery_is_quick() {
             fleet,
             from,
             until,
-            &Traffic {
-                demand_per_second: 2.0 * rate as f64,
-                split: &SKEW,
-                clients: 1,
-                shape: Shape::Steady,
-            },
+            &Traffic::steady(2.0 * rate as f64, &SKEW, 1),
             |_, _| {},
             &mut per_client,
         )
@@ -672,12 +658,7 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
         &mut fleet,
         S,
         6 * S,
-        &Traffic {
-            demand_per_second: 2.0 * rate as f64,
-            split: &SKEW,
-            clients: 1,
-            shape: Shape::Steady,
-        },
+        &Traffic::steady(2.0 * rate as f64, &SKEW, 1),
         |_, _| {},
         &mut per_client,
     );
@@ -686,12 +667,7 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
         &mut fleet,
         6 * S,
         10,
-        &Traffic {
-            demand_per_second: 2.0 * rate as f64,
-            split: &SKEW,
-            clients: 1,
-            shape: Shape::Steady,
-        },
+        &Traffic::steady(2.0 * rate as f64, &SKEW, 1),
     );
     // The new coordinator's bucket starts full: at most one burst (= one second of the
     // rate here) more over the first three seconds, none of them starved; every second
@@ -717,12 +693,7 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
     let rate = 500;
     let mut fleet = Fleet::new(3, limit(rate, rate), T);
     let mut per_client = HashMap::new();
-    let traffic = Traffic {
-        demand_per_second: 2.0 * rate as f64,
-        split: &SKEW,
-        clients: 1,
-        shape: Shape::Steady,
-    };
+    let traffic = Traffic::steady(2.0 * rate as f64, &SKEW, 1);
     run(&mut fleet, S, 6 * S, &traffic, |_, _| {}, &mut per_client);
     fleet.coordinator.up = false;
     run(

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
-use sluice_core::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutcome};
+use sluice_core::store::{Cas, SharedStore, StoreError, WriteCondition, WriteOutcome, WriteResult};
 
 /// The CAS passed to create a key only if nobody else has.
 pub const CREATE_CAS: u32 = u32::MAX;
@@ -69,12 +69,7 @@ impl SharedStore for HostStore {
         }
     }
 
-    fn write(
-        &self,
-        slot: u32,
-        value: &[u8],
-        condition: WriteCondition,
-    ) -> Result<WriteOutcome, StoreError> {
+    fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> WriteResult {
         let cas = match condition {
             WriteCondition::Unchanged(cas) => cas,
             WriteCondition::Absent => CREATE_CAS,

@@ -345,84 +345,53 @@ mod tests {
         }
     }
 
+    /// Settles `usage` of `l` at `now` (ns), covering one interval, with the default
+    /// settings for one proxy.
+    fn settle_at(state: &mut BucketState, l: &Gcra, usage: &Usage, now: u64) -> Grant {
+        let settings = Settings::for_interval(Nanos::new(T));
+        settle(state, l, usage, Nanos::new(T), Nanos::new(now), &settings)
+    }
+
     #[test]
     fn a_bucket_grants_up_to_its_burst_and_takes_the_grant_at_once() {
         let l = limit(10, 20);
         let mut state = known();
         let now = 100 * S;
-        let settings = Settings::for_interval(Nanos::new(T));
-        let first = settle(
-            &mut state,
-            &l,
-            &want(15),
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
+        assert_eq!(settle_at(&mut state, &l, &want(15), now).granted, 15);
+        assert_eq!(
+            settle_at(&mut state, &l, &want(15), now).granted,
+            5,
+            "only the burst's rest is left"
         );
-        assert_eq!(first.granted, 15);
-        let second = settle(
-            &mut state,
-            &l,
-            &want(15),
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
-        assert_eq!(second.granted, 5, "only the burst's rest is left");
-        let third = settle(
-            &mut state,
-            &l,
-            &want(15),
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
+        let third = settle_at(&mut state, &l, &want(15), now);
         assert_eq!(third.granted, 0);
         assert_eq!(third.full_in_ns, 2 * S, "20 tokens at 10/s refill in 2 s");
-        // Half a second later five tokens have refilled.
-        let later = settle(
-            &mut state,
-            &l,
-            &want(15),
-            Nanos::new(T),
-            Nanos::new(now + S / 2),
-            &settings,
+        let later = settle_at(&mut state, &l, &want(15), now + S / 2);
+        assert_eq!(
+            later.granted, 5,
+            "half a second later five tokens have refilled"
         );
-        assert_eq!(later.granted, 5);
     }
 
     #[test]
     fn spending_without_a_lease_is_debited_into_at_most_one_burst_of_debt() {
         let l = limit(10, 20);
         let now = 100 * S;
-        let settings = Settings::for_interval(Nanos::new(T));
+        let unleased = |unleased| Usage {
+            unleased,
+            want: 100,
+            ..Usage::default()
+        };
         let mut state = BucketState::default();
-        let g = settle(
-            &mut state,
-            &l,
-            &Usage {
-                unleased: 8,
-                want: 100,
-                ..Usage::default()
-            },
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
+        let g = settle_at(&mut state, &l, &unleased(8), now);
         assert_eq!(
             (g.granted, g.young, g.full_in_ns),
             (0, true, 800_000_000),
             "a new bucket: its proxies keep to their even shares, and the 8 spent are \
              booked from when it was first seen (no refill credited before)"
         );
-        let g = settle(
-            &mut state,
-            &l,
-            &want(100),
-            Nanos::new(T),
-            Nanos::new(now + settings.young_ns()),
-            &settings,
-        );
+        let young_ns = Settings::for_interval(Nanos::new(T)).young_ns();
+        let g = settle_at(&mut state, &l, &want(100), now + young_ns);
         assert_eq!(
             (g.granted, g.young),
             (20, false),
@@ -433,39 +402,12 @@ mod tests {
         // debt, not more: it is paid back in 2 s (20 tokens at 10/s), then the fleet gets
         // the refill again.
         let mut state = known();
-        let g = settle(
-            &mut state,
-            &l,
-            &Usage {
-                unleased: 1_000,
-                ..Usage::default()
-            },
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
+        let g = settle_at(&mut state, &l, &unleased(1_000), now);
         assert_eq!(g.full_in_ns, 4 * S);
-        let paying = settle(
-            &mut state,
-            &l,
-            &want(100),
-            Nanos::new(T),
-            Nanos::new(now + S),
-            &settings,
-        );
+        let paying = settle_at(&mut state, &l, &want(100), now + S);
         assert_eq!(paying.granted, 0, "still paying back");
-        assert_eq!(
-            settle(
-                &mut state,
-                &l,
-                &want(100),
-                Nanos::new(T),
-                Nanos::new(now + 2 * S + S / 2),
-                &settings
-            )
-            .granted,
-            5
-        );
+        let paid = settle_at(&mut state, &l, &want(100), now + 2 * S + S / 2);
+        assert_eq!(paid.granted, 5);
     }
 
     #[test]
@@ -525,70 +467,21 @@ mod tests {
         let l = limit(10, 20);
         let now = 100 * S;
         let settings = Settings::for_interval(Nanos::new(T));
-        let mut state = known();
-        assert_eq!(
-            settle(
-                &mut state,
-                &l,
-                &want(20),
-                Nanos::new(T),
-                Nanos::new(now),
-                &settings
-            )
-            .granted,
-            20
-        );
-        let back = Usage {
-            returned: 15,
-            want: 0,
+        let settle_now = |state: &mut BucketState, usage: &Usage| {
+            settle(state, &l, usage, Nanos::new(T), Nanos::new(now), &settings).granted
+        };
+        let returning = |returned| Usage {
+            returned,
             ..Usage::default()
         };
-        settle(
-            &mut state,
-            &l,
-            &back,
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
-        assert_eq!(
-            settle(
-                &mut state,
-                &l,
-                &want(100),
-                Nanos::new(T),
-                Nanos::new(now),
-                &settings
-            )
-            .granted,
-            15
-        );
+        let mut state = known();
+        assert_eq!(settle_now(&mut state, &want(20)), 20);
+        settle_now(&mut state, &returning(15));
+        assert_eq!(settle_now(&mut state, &want(100)), 15);
 
         let mut full = known();
-        let back = Usage {
-            returned: 50,
-            ..Usage::default()
-        };
-        settle(
-            &mut full,
-            &l,
-            &back,
-            Nanos::new(T),
-            Nanos::new(now),
-            &settings,
-        );
-        assert_eq!(
-            settle(
-                &mut full,
-                &l,
-                &want(100),
-                Nanos::new(T),
-                Nanos::new(now),
-                &settings
-            )
-            .granted,
-            20
-        );
+        settle_now(&mut full, &returning(50));
+        assert_eq!(settle_now(&mut full, &want(100)), 20, "never beyond full");
     }
 
     #[test]

@@ -405,7 +405,7 @@ mod tests {
 
     use super::test_support::{T0, admitted, bucket, limit, table};
     use super::*;
-    use crate::store::{Cas, MemoryStore, StoreError};
+    use crate::store::{Cas, MemoryStore, StoreError, WriteResult};
     use crate::time::NANOS_PER_SECOND;
 
     #[test]
@@ -504,12 +504,7 @@ mod tests {
             self.inner.read(slot)
         }
 
-        fn write(
-            &self,
-            slot: u32,
-            value: &[u8],
-            condition: WriteCondition,
-        ) -> Result<WriteOutcome, StoreError> {
+        fn write(&self, slot: u32, value: &[u8], condition: WriteCondition) -> WriteResult {
             if slot == self.victim_slot
                 && !self.drained.swap(true, std::sync::atomic::Ordering::SeqCst)
             {

@@ -21,7 +21,9 @@ use crate::toolchain::WasmRoute;
 const PACKAGE: &str = "sluice-dashboard";
 const ARTEFACT: &str = "sluice_dashboard.wasm";
 /// `[profile.dashboard]` in the workspace manifest: release, optimised for size.
-const PROFILE: &str = "dashboard";
+pub const PROFILE: &str = "dashboard";
+/// `[profile.dashboard-test]`: what the suite tests, built quickly.
+pub const TEST_PROFILE: &str = "dashboard-test";
 const OUT_NAME: &str = "sluice_dashboard";
 
 /// What was built, for the summary line.
@@ -37,13 +39,15 @@ pub fn dist_dir() -> PathBuf {
     cmd::project_root().join("dashboard").join("dist")
 }
 
-pub fn build(route: WasmRoute) -> Result<Bundle> {
+/// Builds the dashboard into `dashboard/dist/` in `cargo_profile`: [`PROFILE`] to ship,
+/// [`TEST_PROFILE`] for the suite.
+pub fn build(route: WasmRoute, cargo_profile: &str) -> Result<Bundle> {
     step(format!(
-        "building {PACKAGE} (wasm32, profile `{PROFILE}`, {route} route)"
+        "building {PACKAGE} (wasm32, profile `{cargo_profile}`, {route} route)"
     ));
     let mut command = route.cargo("build");
     command
-        .args(["--profile", PROFILE, "--package", PACKAGE])
+        .args(["--profile", cargo_profile, "--package", PACKAGE])
         // Leptos then type-erases views and reactive closures: much less monomorphised code,
         // so a smaller bundle and a faster build, for a vtable call per render.
         .env("RUSTFLAGS", rustflags());

@@ -35,6 +35,14 @@ impl Profile {
         }
     }
 
+    /// The dashboard's cargo profile: the shipped bundle, or one built quickly for tests.
+    pub fn dashboard_profile(self) -> &'static str {
+        match self {
+            Profile::Release => dashboard::PROFILE,
+            Profile::Test => dashboard::TEST_PROFILE,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Profile::Release => "release",
@@ -71,16 +79,14 @@ pub fn build(profile: Profile) -> Result<Dist> {
     cmd::copy_file(&wasm, &filter_wasm)?;
 
     // Before the binary: it embeds the dashboard's files.
-    dashboard::build(route).context("building the dashboard")?;
+    dashboard::build(route, profile.dashboard_profile()).context("building the dashboard")?;
 
     step(format!("building {SLUICE_PACKAGE} ({})", profile.name()));
     let mut build = cmd::cargo();
-    build.arg("build").args(profile.cargo_args()).args([
-        "--package",
-        SLUICE_PACKAGE,
-        "--bin",
-        SLUICE_BINARY,
-    ]);
+    crate::clippy::while_building(&mut build)
+        .arg("build")
+        .args(profile.cargo_args())
+        .args(["--package", SLUICE_PACKAGE, "--bin", SLUICE_BINARY]);
     let binary = cmd::cargo_build_artefact(&mut build, SLUICE_BINARY)
         .with_context(|| format!("building {SLUICE_PACKAGE}"))?;
     let sluice_bin = dist_dir().join(SLUICE_BINARY);

@@ -64,7 +64,7 @@ pub fn suite_run(counts: &mut TestCounts) -> Result<()> {
          (cargo test -p {TARGETS_PACKAGE})"
     ));
     libtest::run_tests(
-        cmd::cargo()
+        crate::clippy::while_building(&mut cmd::cargo())
             .args(["test", "--package", TARGETS_PACKAGE])
             .env("SLUICE_FUZZ_SECONDS", SUITE_SECONDS.to_string()),
         counts,

@@ -2,6 +2,7 @@
 //! does. Each step says what it does and skips what is already done.
 
 mod bench;
+mod clippy;
 mod dashboard;
 mod demo;
 mod demo_load;
@@ -93,7 +94,7 @@ fn run(task: &Task) -> Result<()> {
             Ok(())
         }
         Task::Dashboard => {
-            let bundle = dashboard::build(toolchain::WasmRoute::select()?)?;
+            let bundle = dashboard::build(toolchain::WasmRoute::select()?, dashboard::PROFILE)?;
             cmd::step("built");
             cmd::note(bundle.dir.display());
             Ok(())

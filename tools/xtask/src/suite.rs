@@ -4,7 +4,9 @@
 //!
 //! * `tidy`: the repository's structural rules (no import circle in a crate, no product
 //!   file over 900 lines). Seconds; builds nothing but xtask.
-//! * `lint`: formatting, and clippy on the host and for wasm32.
+//! * `lint`: formatting, and clippy on the host and for wasm32: its own pass when the run
+//!   builds only part of the workspace, otherwise inside the builds the suite makes anyway
+//!   (`lint.rs`).
 //! * `unit`: the unit and property tests of every host crate (`cargo test`, the
 //!   workspace's default members), against a real PostgreSQL and Redis.
 //! * `fuzz`: every fuzz target replays its committed corpus, then runs seeded mutations of
@@ -273,6 +275,9 @@ fn run_steps(args: &TestArgs, steps: &[Step], run: &mut Run) -> Result<()> {
     for &chosen in steps {
         match chosen {
             Step::Tidy => run.time("tidy", tidy::tidy)?,
+            Step::Lint if lints_while_building(steps) => {
+                run.time("lint", lint::lint_while_building)?;
+            }
             Step::Lint => run.time("lint", lint::lint)?,
             Step::Unit => {
                 let (postgres, redis_server) =
@@ -283,7 +288,8 @@ fn run_steps(args: &TestArgs, steps: &[Step], run: &mut Run) -> Result<()> {
                 // the wasm-only filter nor the Envoy-driven end-to-end tests.
                 let counts = &mut run.counts;
                 let mut unit = cmd::cargo();
-                unit.arg("test")
+                crate::clippy::while_building(&mut unit)
+                    .arg("test")
                     .envs(postgres.env())
                     .envs(redis::env(redis_server));
                 let started = Instant::now();
@@ -324,7 +330,8 @@ fn run_steps(args: &TestArgs, steps: &[Step], run: &mut Run) -> Result<()> {
                     args.e2e_threads
                 ));
                 let mut e2e = cmd::cargo();
-                e2e.args(["nextest", "run", "--package", E2E_PACKAGE])
+                crate::clippy::while_building(&mut e2e)
+                    .args(["nextest", "run", "--package", E2E_PACKAGE])
                     .args(["--profile", E2E_PROFILE])
                     .arg(format!("--test-threads={}", args.e2e_threads))
                     .args(&args.test_args)
@@ -347,6 +354,15 @@ fn run_steps(args: &TestArgs, steps: &[Step], run: &mut Run) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether this run's lint goes inside its builds: only when they compile every workspace
+/// crate clippy would check (the unit, fuzz and end-to-end tests, and the deliverables
+/// the end-to-end tests need).
+fn lints_while_building(steps: &[Step]) -> bool {
+    [Step::Lint, Step::Unit, Step::Fuzz, Step::E2e]
+        .iter()
+        .all(|s| steps.contains(s))
 }
 
 /// The programs only the end-to-end tests use.

@@ -85,7 +85,13 @@ impl WasmRoute {
     /// `cargo <subcommand> --target wasm32-unknown-unknown` with this route's compiler.
     pub fn cargo(self, subcommand: &str) -> Command {
         let mut command = match self {
-            WasmRoute::Rustup => cmd::cargo(),
+            // Linted while building when the suite says so (the Debian route's compiler has
+            // no clippy: the suite lints its crates for the host instead).
+            WasmRoute::Rustup => {
+                let mut cargo = cmd::cargo();
+                crate::clippy::while_building(&mut cargo);
+                cargo
+            }
             WasmRoute::Debian => debian_cargo(),
         };
         command.args([subcommand, "--target", WASM_TARGET]);

@@ -4,8 +4,8 @@
 //! codes, headers, bodies, content types), requests the document allows must be accepted
 //! and requests it forbids refused, and no answer may be a server error.
 //!
-//! The run is reproducible and bounded: a few fixed seeds, each against its own fresh
-//! server (so a seed's failure is reproduced by that seed alone), a fixed number of
+//! The run is reproducible and bounded: a few fixed seeds run at once, each against its own
+//! fresh server (so a seed's failure is reproduced by that seed alone), a fixed number of
 //! examples per operation, and a time limit. The few allowances (answers to requests that
 //! break a rule JSON Schema cannot state) are in `tests/schemathesis/schemathesis.toml`,
 //! each with its reason.
@@ -41,42 +41,88 @@ const TIME_LIMIT: Duration = Duration::from_secs(10 * 60);
 /// The variable the config file reads the admin token from.
 const TOKEN_ENV: &str = "SLUICE_SCHEMATHESIS_TOKEN";
 
-/// Runs the contract check against the `sluice` binary at `sluice`, once per seed; every
-/// seed runs, and the check fails if any of them found a disagreement.
+/// Runs the contract check against the `sluice` binary at `sluice`, once per seed, the
+/// seeds at once (each against its own server; the first seed's coverage phase is most of
+/// the work, so the others finish within it); every seed runs, and the check fails if any
+/// of them found a disagreement. Each seed's output goes to its own log, shown in full
+/// when the seed failed and as its closing lines when it passed.
 pub fn check_contract(sluice: &Path) -> Result<()> {
     let schemathesis = ensure_installed()?;
     let config = cmd::project_root()
         .join("tests")
         .join("schemathesis")
         .join("schemathesis.toml");
+    step(format!(
+        "API contract: schemathesis against `sluice serve` (SQLite), seeds {SEEDS:?} at once"
+    ));
+    let started = Instant::now();
+    let runs: Vec<(u64, Result<SeedRun>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = SEEDS
+            .into_iter()
+            .enumerate()
+            .map(|(i, seed)| {
+                let phases = if i == 0 { ALL_PHASES } else { SEEDED_PHASES };
+                let (schemathesis, config) = (&schemathesis, &config);
+                let run = scope.spawn(move || run_seed(sluice, schemathesis, config, seed, phases));
+                (seed, run)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(seed, run)| {
+                let result = run
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("seed {seed}'s thread panicked")));
+                (seed, result)
+            })
+            .collect()
+    });
     let mut failed = Vec::new();
-    for (i, seed) in SEEDS.into_iter().enumerate() {
-        let phases = if i == 0 { ALL_PHASES } else { SEEDED_PHASES };
-        step(format!(
-            "API contract: schemathesis against `sluice serve` (SQLite), seed {seed} ({}/{})",
-            i + 1,
-            SEEDS.len()
-        ));
-        let started = Instant::now();
-        let outcome = run_seed(sluice, &schemathesis, &config, seed, phases)?;
-        note(format!(
-            "seed {seed}: {outcome:?} in {:.0} s",
-            started.elapsed().as_secs_f64()
-        ));
-        match outcome {
-            Outcome::Succeeded => {}
-            Outcome::Failed => failed.push(seed),
+    for (seed, run) in runs {
+        let run = run.with_context(|| format!("schemathesis, seed {seed}"))?;
+        let log = std::fs::read_to_string(&run.log).unwrap_or_default();
+        match run.outcome {
+            Outcome::Succeeded => {
+                note(format!(
+                    "seed {seed}: passed in {:.0} s ({}); its last lines:",
+                    run.took.as_secs_f64(),
+                    run.log.display()
+                ));
+                let lines: Vec<&str> = log.lines().collect();
+                for line in &lines[lines.len().saturating_sub(SHOWN_LINES)..] {
+                    println!("      {line}");
+                }
+            }
+            Outcome::Failed => {
+                note(format!("seed {seed}: FAILED; its whole output:"));
+                println!("{log}");
+                failed.push(seed);
+            }
             Outcome::TimedOut => {
                 bail!("schemathesis (seed {seed}) did not finish within {TIME_LIMIT:?}")
             }
         }
     }
+    note(format!(
+        "every seed done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
     if !failed.is_empty() {
         bail!(
             "schemathesis found the server and its OpenAPI document disagreeing with seed(s) {failed:?} (above); reproduce with the printed curl or `st replay` commands, or the same command line against a fresh server"
         );
     }
     Ok(())
+}
+
+/// Lines of a passing seed's output shown in the suite's output (its summary).
+const SHOWN_LINES: usize = 12;
+
+/// How one seed's run ended, and where its output is.
+struct SeedRun {
+    outcome: Outcome,
+    took: Duration,
+    log: PathBuf,
 }
 
 /// One seed's run against its own `sluice serve` on a fresh SQLite file.
@@ -86,11 +132,11 @@ fn run_seed(
     config: &Path,
     seed: u64,
     phases: &str,
-) -> Result<Outcome> {
-    let dir = cmd::project_root()
-        .join("target")
-        .join("tmp")
-        .join(format!("schemathesis-{}-{seed}", std::process::id()));
+) -> Result<SeedRun> {
+    let started = Instant::now();
+    let tmp = cmd::project_root().join("target").join("tmp");
+    let dir = tmp.join(format!("schemathesis-{}-{seed}", std::process::id()));
+    let log = tmp.join(format!("schemathesis-seed-{seed}.log"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut serve = Serve::new(
@@ -117,10 +163,17 @@ fn run_seed(
         .args(["--no-color", "--output-truncate", "false"])
         .current_dir(&dir)
         .env(TOKEN_ENV, ADMIN_TOKEN);
+    let output =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    run.stdout(output.try_clone()?).stderr(output);
     let outcome = cmd::run_with_timeout(&mut run, TIME_LIMIT);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-    outcome
+    Ok(SeedRun {
+        outcome: outcome?,
+        took: started.elapsed(),
+        log,
+    })
 }
 
 /// The `schemathesis` command in `.venv/`, installed at [`VERSION`] if it is not.

@@ -514,12 +514,17 @@ fn cost(fleet: &mut Fleet, timing: &Timing, md: &mut String) -> Result<()> {
         timing.cost_rounds
     ));
     let mut per_request = [Vec::new(), Vec::new()];
+    // Requests refused and answered under each scope: the limit is never reached, so a
+    // refusal is the issue #26 failure (a global limit refusing traffic far below it).
+    let mut refused = [(0u64, 0u64); 2];
     for round in 0..timing.cost_rounds {
         for (i, rule) in ["cp", "cg"].iter().enumerate() {
             let before = fleet.cpu_ticks()?;
             let outcome =
                 fleet_load::run(&fleet.plan(&format!("/{rule}/x"), "cost-", 1, timing.cost_round))?;
             let ticks = fleet.cpu_ticks()?.saturating_sub(before);
+            refused[i].0 += outcome.total.get(429);
+            refused[i].1 += outcome.total.responses();
             let answered = outcome.total.responses().max(1);
             // Clock ticks are 10 ms: microseconds of CPU per request.
             per_request[i].push(ticks as f64 * 10_000.0 / answered as f64);
@@ -545,14 +550,20 @@ fn cost(fleet: &mut Fleet, timing: &Timing, md: &mut String) -> Result<()> {
          {} interleaved rounds of {} s on the same three Envoys; CPU is user + system time \
          of all three processes (every thread, the control service's syncs included) over \
          the requests answered. Bar: within 10%.\n\n\
-         | scope | µs CPU per request (median) | rounds |\n|---|---|---|\n\
-         | proxy | {p:.1} | {} |\n| global | {g:.1} | {} |\n\n\
-         Global costs {difference:+.1}% per request, {}.",
+         | scope | µs CPU per request (median) | rounds | refused of answered |\n|---|---|---|---|\n\
+         | proxy | {p:.1} | {} | {} of {} |\n| global | {g:.1} | {} | {} of {} |\n\n\
+         Global costs {difference:+.1}% per request, {}. Refused far below the limit \
+         (issue #26's bar: at most 0.01%, as with `scope: proxy`): {}.",
         timing.cost_rounds,
         timing.cost_round.as_secs(),
         fmt_list(&proxy),
+        refused[0].0,
+        refused[0].1,
         fmt_list(&global),
+        refused[1].0,
+        refused[1].1,
         verdict(difference.abs() <= 10.0 || g <= p),
+        verdict(refused[1].0 * 10_000 <= refused[1].1),
     )?;
     Ok(())
 }

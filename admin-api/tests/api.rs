@@ -1141,7 +1141,7 @@ async fn overrides_beyond_the_documents_bound_are_refused_with_their_path(db: Te
         .send()
         .await
         .expect(201);
-    let before = footprint(&db).await;
+    let before = db.footprint().await;
     let overrides = |n: usize| -> Vec<Value> {
         (0..n)
             .map(|i| json!({"client": format!("c{i}"), "limits": [{"requests": 1, "period": 1}]}))
@@ -1217,7 +1217,7 @@ async fn overrides_beyond_the_documents_bound_are_refused_with_their_path(db: Te
         assert_eq!(refused.json()["type"], "urn:sluice:invalid");
         assert_eq!(refused.fields(), [field], "{method} {path}");
     }
-    assert_eq!(footprint(&db).await, before);
+    assert_eq!(db.footprint().await, before);
     // The bound itself is accepted.
     api.post("/api/v1/rules")
         .json(&with("full", 10_000))

@@ -143,6 +143,35 @@ async fn absurd_limits_are_refused_and_counted() {
         .await;
 }
 
+/// A made-up count of tokens admitted without a lease would drain a fleet's bucket in one
+/// sync: it is bounded by twice what the bucket holds and refills over the time covered
+/// and a lease's life (10/s, burst 100, 500 ms covered, 1.5 s lease: 242).
+#[tokio::test]
+async fn a_made_up_unleased_count_cannot_drain_a_fleet_bucket() {
+    let (_db, api, proxy) = app().await;
+    let mut drain = bucket(1, 1);
+    drain["unleased"] = json!(1_000_000_000_000_u64);
+    let refused = sync(&api, &proxy)
+        .json(&sync_body("edge-1", vec![drain.clone()]))
+        .expect(422)
+        .await;
+    assert_eq!(refused.fields(), ["buckets[0].unleased"]);
+    drain["unleased"] = json!(243);
+    sync(&api, &proxy)
+        .json(&sync_body("edge-1", vec![drain.clone()]))
+        .expect(422)
+        .await;
+    assert_eq!(
+        metric(&api, "sluice_quota_refused_total{reason=\"invalid\"}").await,
+        2
+    );
+    drain["unleased"] = json!(242);
+    sync(&api, &proxy)
+        .json(&sync_body("edge-1", vec![drain]))
+        .expect(200)
+        .await;
+}
+
 /// A sync at the documented maximum (50,000 buckets) is taken and kept whole (the
 /// per-proxy default is one full sync); one more bucket is refused by name.
 #[tokio::test]

@@ -19,6 +19,7 @@ use std::collections::HashSet;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use sluice_core::gcra::Gcra;
 use sluice_core::rule::Rule;
 
 /// Most buckets in one sync: 50,000 active global buckets per proxy (about 7 MB of JSON).
@@ -43,6 +44,21 @@ impl Default for Bounds {
             max_buckets_per_proxy: DEFAULT_MAX_BUCKETS_PER_PROXY,
         }
     }
+}
+
+/// The most tokens a proxy can have admitted without a lease, or give back, for one bucket
+/// in a sync covering `covers_ms` at `interval_ms`: twice what the bucket holds (`burst`)
+/// and refills over the time covered and a lease's life (its fallback share is at most the
+/// whole rate, its lease at most what was granted). Twice, so that no honest proxy is
+/// near it; a made-up count (10^12) would otherwise drain a fleet's bucket in one sync.
+pub fn most_held(limit: &Gcra, covers_ms: u64, interval_ms: u64) -> u64 {
+    let lease_ms = interval_ms.saturating_mul(sluice_core::global::LEASE_TTL_INTERVALS);
+    let span_ns = covers_ms
+        .max(1)
+        .saturating_add(lease_ms)
+        .saturating_mul(1_000_000);
+    let refill = span_ns / limit.interval_ns() + 1;
+    limit.burst().saturating_add(refill).saturating_mul(2)
 }
 
 /// A limit as a sync carries it.

@@ -115,16 +115,24 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
             continue;
         };
         let usage = b.usage();
-        for (name, value) in [
-            ("attempts", usage.attempts),
-            ("unleased", usage.unleased),
-            ("returned", usage.returned),
-            ("want", usage.want),
+        let held = guard::most_held(&limit, request.covers_ms, request.interval_ms);
+        for (name, value, most) in [
+            ("attempts", usage.attempts, MAX_COUNT),
+            ("unleased", usage.unleased, held),
+            ("returned", usage.returned, held),
+            ("want", usage.want, MAX_COUNT),
         ] {
             if value > MAX_COUNT {
                 problem(
                     format!("buckets[{i}].{name}"),
                     format!("must be at most {MAX_COUNT}"),
+                );
+            } else if value > most {
+                problem(
+                    format!("buckets[{i}].{name}"),
+                    format!(
+                        "must be at most {most}: twice what the bucket holds and refills over the time the sync covers and a lease lasts"
+                    ),
                 );
             }
         }
@@ -695,6 +703,27 @@ mod tests {
     /// The probe's other attack: syncs of ever new bucket ids. The memory backend keeps at
     /// most its bounds (in all, per proxy id), answers the rest with nothing granted, and
     /// frees room when idle buckets are swept.
+    /// Tokens admitted without a lease, or given back, are bounded by what the bucket can
+    /// have held: a made-up `unleased` of 10^12 would drain a fleet's bucket at once.
+    #[test]
+    fn unleased_and_returned_tokens_are_bounded_by_what_the_bucket_held() {
+        // 10/s, burst 100; 500 ms covered, lease of 3 × 500 ms: 2 × (100 + 20 + 1).
+        let most = 242;
+        for name in ["unleased", "returned"] {
+            let with = |n: u64| {
+                let mut b = usage(1, 0);
+                match name {
+                    "unleased" => b.unleased = n,
+                    _ => b.returned = n,
+                }
+                request("a", vec![b])
+            };
+            assert!(validate(with(most)).is_ok(), "{name} at the bound");
+            let problems = validate(with(most + 1)).unwrap_err().0;
+            assert_eq!(problems[0].field, format!("buckets[0].{name}"));
+        }
+    }
+
     #[tokio::test]
     async fn bucket_state_is_bounded_in_all_and_per_proxy_and_idle_buckets_are_evicted() {
         let mut registry = Registry::default();

@@ -75,7 +75,8 @@ pub struct BucketUsage {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub attempts: u64,
-    /// Tokens admitted without a lease.
+    /// Tokens admitted without a lease. This and `returned` are at most twice what the
+    /// bucket holds and refills over `covers_ms` and a lease's life (three intervals).
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub unleased: u64,

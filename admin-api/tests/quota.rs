@@ -535,3 +535,30 @@ async fn the_openapi_document_describes_the_sync() {
         json!("string")
     );
 }
+
+/// A replica that has not heard of the newest ruleset version yet asks the store before
+/// refusing a limit: a legitimate proxy that already runs the new rule is not refused.
+#[tokio::test]
+async fn a_replica_behind_the_newest_rules_asks_the_store_before_refusing() {
+    let (db, api) = app().await;
+    let behind = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    // `behind` reads the rules of version 1.
+    sync(&behind, &proxy, "edge-1", "0a", 1).await;
+    api.create(&json!({"name": "later", "key": "global",
+        "limits": [{"requests": 20, "period": "second", "burst": 40, "scope": "global"}]}))
+        .await;
+    let new_limit =
+        json!({"bucket": "0b", "interval_ns": 50_000_000, "burst": 40, "attempts": 1, "want": 1});
+    sync_request(&behind, &proxy)
+        .json(&sync_body("edge-1", json!([new_limit])))
+        .expect(200)
+        .await;
+    assert!(
+        !behind
+            .metrics()
+            .await
+            .contains("sluice_quota_refused_total{reason=\"unknown_limit\"}"),
+        "nothing was refused"
+    );
+}

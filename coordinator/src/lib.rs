@@ -336,15 +336,40 @@ impl Coordinator {
     /// Checks a sync ([`validate`]), and that each bucket's limit is one the rules
     /// produce (once [`Coordinator::know_limits`] was told them); counts a refusal.
     pub fn admit(&self, request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
-        let sync = validate(request).inspect_err(|_| {
+        let sync = self.checked(request)?;
+        self.known_limits_only(sync)
+    }
+
+    /// [`validate`], counting a refusal.
+    pub fn checked(&self, request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
+        validate(request).inspect_err(|_| {
             guard::count(&self.metrics.refused, Refusal::Invalid, 1);
-        })?;
+        })
+    }
+
+    /// Whether every bucket's limit is one the coordinator was told (true before it was
+    /// told any). Counts nothing: a server whose rules may be behind asks its store first.
+    pub fn knows_limits(&self, sync: &ValidSync) -> bool {
+        self.unknown_limits(sync).is_empty()
+    }
+
+    /// `sync`, if each bucket's limit is one the coordinator was told; counts a refusal.
+    pub fn known_limits_only(&self, sync: ValidSync) -> Result<ValidSync, ValidationErrors> {
+        let problems = self.unknown_limits(&sync);
+        if problems.is_empty() {
+            Ok(sync)
+        } else {
+            guard::count(&self.metrics.refused, Refusal::UnknownLimit, 1);
+            Err(ValidationErrors(problems))
+        }
+    }
+
+    fn unknown_limits(&self, sync: &ValidSync) -> Vec<FieldError> {
         let known = lock(&self.known);
         let Some(known) = known.as_ref() else {
-            return Ok(sync);
+            return Vec::new();
         };
-        let problems: Vec<FieldError> = sync
-            .buckets
+        sync.buckets
             .iter()
             .enumerate()
             .filter(|(_, (_, limit, _))| !known.contains(&(limit.interval_ns(), limit.burst())))
@@ -357,13 +382,7 @@ impl Coordinator {
                     limit.burst()
                 ),
             })
-            .collect();
-        if problems.is_empty() {
-            Ok(sync)
-        } else {
-            guard::count(&self.metrics.refused, Refusal::UnknownLimit, 1);
-            Err(ValidationErrors(problems))
-        }
+            .collect()
     }
 
     /// Every proxy's syncs: this process's record, with Redis completed by the fleet's

@@ -53,11 +53,17 @@ pub(crate) async fn sync_quota(
             limit: MAX_SYNC_BYTES,
         })?;
     let body: SyncRequest = parse_json(&bytes)?;
+    let invalid = |errors| ApiError::Invalid(Input::QuotaSync, errors);
+    let coordinator = state.coordinator();
+    let sync = coordinator.checked(body).map_err(invalid)?;
     state.refresh_issued().await?;
-    let sync = state
-        .coordinator()
-        .admit(body)
-        .map_err(|errors| ApiError::Invalid(Input::QuotaSync, errors))?;
+    if !coordinator.knows_limits(&sync) {
+        // This replica may not have heard of a newer ruleset version yet: ask the store
+        // once before refusing.
+        state.committed(state.store().current_version().await?);
+        state.refresh_issued().await?;
+    }
+    let sync = coordinator.known_limits_only(sync).map_err(invalid)?;
     state
         .proxy_ids()
         .claim(IdPath::Sync, &sync.proxy, &auth.token)

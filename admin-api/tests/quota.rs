@@ -36,9 +36,17 @@ fn bucket(id: &str, want: u64) -> Value {
     json!({"bucket": id, "interval_ns": 100_000_000, "burst": 100, "attempts": want, "want": want})
 }
 
+/// The global rule whose limit [`bucket`] carries (10/s, burst 100): the coordinator
+/// takes only limits the rules produce.
+fn fleet_rule() -> Value {
+    json!({"name": "fleet", "key": "global",
+           "limits": [{"requests": 10, "period": "second", "burst": 100, "scope": "global"}]})
+}
+
 async fn app() -> (TestDb, TestApp) {
     let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
     let api = TestApp::new(&db).await;
+    api.create(&fleet_rule()).await;
     (db, api)
 }
 
@@ -49,7 +57,9 @@ async fn with_redis() -> Option<(RedisServer, TestDb)> {
         return None;
     }
     let redis = RedisServer::start();
-    Some((redis, TestDb::new(Backend::Sqlite).await.expect("sqlite")))
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    TestApp::new(&db).await.create(&fleet_rule()).await;
+    Some((redis, db))
 }
 
 /// An app whose global buckets live in the Redis at `url` (one `sluice serve` replica).
@@ -168,18 +178,28 @@ async fn bad_syncs_are_refused_with_every_problem_named() {
 }
 
 /// The document bounds `interval_ns` and `burst` each by 2^62 and cannot bound their
-/// product: every pair within the bounds is settled (a burst longer than 2^62 ns of
-/// refill is capped, as a rule's is), and a value beyond them is refused by name.
+/// product, nor say which limits the rules produce: a limit within the bounds that no
+/// global rule produces is refused by name (and counted), the slowest a rule can produce
+/// is settled (its burst capped as the rule's is), and a value beyond the bounds is
+/// refused by name.
 #[tokio::test]
-async fn every_bucket_within_the_documents_bounds_is_settled() {
+async fn only_limits_the_rules_produce_are_settled() {
     let (db, api) = app().await;
     let proxy = db.token(Role::Proxy).await;
     const MAX: u64 = 1 << 62;
+    const DAY_NS: u64 = 86_400_000_000_000;
+    api.create(&json!({"name": "slow", "key": "global",
+        "limits": [{"requests": 1, "period": "day", "burst": 1_000_000_000_u64, "scope": "global"}]}))
+        .await;
     let limit = |interval_ns: u64, burst: u64| json!({"bucket": "ab", "interval_ns": interval_ns, "burst": burst, "attempts": 1, "want": 1});
-    for (interval_ns, burst) in [(MAX, MAX), (MAX, 1), (1, MAX), (86_400_000_000_000, MAX)] {
-        let answer = api
-            .post("/api/v1/quota/sync")
-            .token(&proxy)
+    // One a day holds at most 2^62 / 86,400 s = 53,375 tokens: what the proxy sends, and
+    // what the coordinator caps a larger burst to.
+    for (interval_ns, burst) in [
+        (DAY_NS, 53_375),
+        (DAY_NS, 1_000_000_000),
+        (100_000_000, 100),
+    ] {
+        let answer = sync_request(&api, &proxy)
             .json(&sync_body("edge-1", json!([limit(interval_ns, burst)])))
             .send()
             .await;
@@ -191,14 +211,32 @@ async fn every_bucket_within_the_documents_bounds_is_settled() {
         );
         assert_eq!(answer.json()["grants"].as_array().unwrap().len(), 1);
     }
+    for (interval_ns, burst) in [
+        (MAX, MAX),
+        (MAX, 1),
+        (1, MAX),
+        (DAY_NS, 53_374),
+        (100_000_000, 101),
+    ] {
+        let refused = sync_request(&api, &proxy)
+            .json(&sync_body(
+                "edge-1",
+                json!([bucket("01", 0), limit(interval_ns, burst)]),
+            ))
+            .expect(422)
+            .await;
+        assert_eq!(refused.fields(), ["buckets[1]"], "{interval_ns} × {burst}");
+    }
+    assert_contains(
+        &api.metrics().await,
+        "sluice_quota_refused_total{reason=\"unknown_limit\"} 5",
+    );
     for (bucket, field) in [
         (limit(MAX + 1, 1), "buckets[0].interval_ns"),
         (limit(1, MAX + 1), "buckets[0].burst"),
         (limit(1, 0), "buckets[0].burst"),
     ] {
-        let refused = api
-            .post("/api/v1/quota/sync")
-            .token(&proxy)
+        let refused = sync_request(&api, &proxy)
             .json(&sync_body("edge-1", json!([bucket])))
             .send()
             .await
@@ -495,5 +533,32 @@ async fn the_openapi_document_describes_the_sync() {
     assert_eq!(
         schemas["BucketUsage"]["properties"]["bucket"]["type"],
         json!("string")
+    );
+}
+
+/// A replica that has not heard of the newest ruleset version yet asks the store before
+/// refusing a limit: a legitimate proxy that already runs the new rule is not refused.
+#[tokio::test]
+async fn a_replica_behind_the_newest_rules_asks_the_store_before_refusing() {
+    let (db, api) = app().await;
+    let behind = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
+    // `behind` reads the rules of version 1.
+    sync(&behind, &proxy, "edge-1", "0a", 1).await;
+    api.create(&json!({"name": "later", "key": "global",
+        "limits": [{"requests": 20, "period": "second", "burst": 40, "scope": "global"}]}))
+        .await;
+    let new_limit =
+        json!({"bucket": "0b", "interval_ns": 50_000_000, "burst": 40, "attempts": 1, "want": 1});
+    sync_request(&behind, &proxy)
+        .json(&sync_body("edge-1", json!([new_limit])))
+        .expect(200)
+        .await;
+    assert!(
+        !behind
+            .metrics()
+            .await
+            .contains("sluice_quota_refused_total{reason=\"unknown_limit\"}"),
+        "nothing was refused"
     );
 }

@@ -10,10 +10,11 @@
 //! (grants nothing; proxies keep to their fallback shares), because leases granted before
 //! the restart may still be spent.
 
+pub mod guard;
 pub mod memory;
 pub mod redis;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,21 +26,22 @@ use sluice_core::gcra::{Gcra, MAX_CAPACITY_NS};
 use sluice_core::global::coordinator::{Settings, Usage};
 use sluice_core::global::sync::{SyncRequest, SyncResponse};
 use sluice_core::global::{FLEET_MEMORY_INTERVALS, LEASE_TTL_INTERVALS};
+use sluice_core::report::PROXY_ID_RULE;
 use sluice_core::rule::capped_burst;
 use sluice_core::time::Nanos;
 use sluice_core::validation::{FieldError, ValidationErrors};
 
+use guard::{Bounds, KnownLimits, LimitKey, Refusal, Refusals};
 use memory::MemoryBuckets;
 
 /// Shortest and longest sync interval a proxy may use.
 pub const MIN_INTERVAL_MS: u64 = 50;
 pub const MAX_INTERVAL_MS: u64 = 10_000;
-/// Most buckets in one sync: 50,000 active global buckets per proxy (about 7 MB of JSON).
-pub const MAX_SYNC_BUCKETS: usize = 50_000;
+pub use guard::MAX_SYNC_BUCKETS;
 /// Largest sync body accepted.
 pub const MAX_SYNC_BYTES: usize = 16 * 1024 * 1024;
-/// Longest proxy id (visible ASCII), as for reports.
-pub const MAX_PROXY_ID_LEN: usize = 128;
+/// Longest proxy id (visible ASCII), as for reports: the core's one rule.
+pub use sluice_core::report::MAX_PROXY_ID_LEN;
 /// Largest count in one bucket's usage: far beyond what a proxy admits between syncs, and
 /// small enough that the coordinator's sums cannot overflow.
 pub const MAX_COUNT: u64 = 1_000_000_000_000;
@@ -64,11 +66,8 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
         }
     };
     let id = &request.proxy;
-    if id.is_empty() || id.len() > MAX_PROXY_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()) {
-        problem(
-            "proxy".into(),
-            format!("must be 1 to {MAX_PROXY_ID_LEN} visible ASCII characters"),
-        );
+    if !sluice_core::report::is_proxy_id(id) {
+        problem("proxy".into(), PROXY_ID_RULE.into());
     }
     if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&request.interval_ms) {
         problem(
@@ -116,16 +115,24 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
             continue;
         };
         let usage = b.usage();
-        for (name, value) in [
-            ("attempts", usage.attempts),
-            ("unleased", usage.unleased),
-            ("returned", usage.returned),
-            ("want", usage.want),
+        let held = guard::most_held(&limit, request.covers_ms, request.interval_ms);
+        for (name, value, most) in [
+            ("attempts", usage.attempts, MAX_COUNT),
+            ("unleased", usage.unleased, held),
+            ("returned", usage.returned, held),
+            ("want", usage.want, MAX_COUNT),
         ] {
             if value > MAX_COUNT {
                 problem(
                     format!("buckets[{i}].{name}"),
                     format!("must be at most {MAX_COUNT}"),
+                );
+            } else if value > most {
+                problem(
+                    format!("buckets[{i}].{name}"),
+                    format!(
+                        "must be at most {most}: twice what the bucket holds and refills over the time the sync covers and a lease lasts"
+                    ),
                 );
             }
         }
@@ -156,6 +163,9 @@ pub struct Coordinator {
     metrics: QuotaMetrics,
     /// What this process saw of each proxy's syncs, for `GET /api/v1/proxies`.
     seen: Mutex<HashMap<String, SyncSeen>>,
+    /// The limits syncs may carry; `None` until the server tells (see [`guard`]).
+    known: Mutex<Option<KnownLimits>>,
+    bounds: Mutex<Bounds>,
 }
 
 /// One proxy's syncs as a coordinator saw them (times in Unix milliseconds).
@@ -229,6 +239,7 @@ struct QuotaMetrics {
     fleet: Gauge,
     redis_commands: Counter,
     contended: Counter,
+    refused: Refusals,
 }
 
 impl Coordinator {
@@ -271,6 +282,11 @@ impl Coordinator {
             registry.register(name, help, counter.clone());
         }
         registry.register(
+            "sluice_quota_refused",
+            "Syncs refused (invalid, unknown_limit) and new buckets not kept (max_buckets, max_buckets_per_proxy)",
+            metrics.refused.clone(),
+        );
+        registry.register(
             "sluice_quota_active_buckets",
             "Global buckets held in memory (with Redis: settled by the last sync)",
             metrics.active_buckets.clone(),
@@ -292,7 +308,81 @@ impl Coordinator {
             state,
             metrics,
             seen: Mutex::new(HashMap::new()),
+            known: Mutex::new(None),
+            bounds: Mutex::new(Bounds::default()),
         }
+    }
+
+    /// Sets how much bucket state the memory backend keeps.
+    pub fn set_bounds(&self, bounds: Bounds) {
+        *lock(&self.bounds) = bounds;
+    }
+
+    /// The ruleset version whose limits syncs are checked against, if any yet.
+    pub fn limits_version(&self) -> Option<u64> {
+        lock(&self.known).as_ref().map(|k| k.version)
+    }
+
+    /// From now on, syncs may carry only `limits`: those of ruleset `version` and of the
+    /// version before it ([`guard::global_limits`] of both). An older version than the one
+    /// known is ignored.
+    pub fn know_limits(&self, version: u64, limits: HashSet<LimitKey>) {
+        let mut known = lock(&self.known);
+        if known.as_ref().is_none_or(|k| k.version < version) {
+            *known = Some(KnownLimits::new(version, limits));
+        }
+    }
+
+    /// Checks a sync ([`validate`]), and that each bucket's limit is one the rules
+    /// produce (once [`Coordinator::know_limits`] was told them); counts a refusal.
+    pub fn admit(&self, request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
+        let sync = self.checked(request)?;
+        self.known_limits_only(sync)
+    }
+
+    /// [`validate`], counting a refusal.
+    pub fn checked(&self, request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
+        validate(request).inspect_err(|_| {
+            guard::count(&self.metrics.refused, Refusal::Invalid, 1);
+        })
+    }
+
+    /// Whether every bucket's limit is one the coordinator was told (true before it was
+    /// told any). Counts nothing: a server whose rules may be behind asks its store first.
+    pub fn knows_limits(&self, sync: &ValidSync) -> bool {
+        self.unknown_limits(sync).is_empty()
+    }
+
+    /// `sync`, if each bucket's limit is one the coordinator was told; counts a refusal.
+    pub fn known_limits_only(&self, sync: ValidSync) -> Result<ValidSync, ValidationErrors> {
+        let problems = self.unknown_limits(&sync);
+        if problems.is_empty() {
+            Ok(sync)
+        } else {
+            guard::count(&self.metrics.refused, Refusal::UnknownLimit, 1);
+            Err(ValidationErrors(problems))
+        }
+    }
+
+    fn unknown_limits(&self, sync: &ValidSync) -> Vec<FieldError> {
+        let known = lock(&self.known);
+        let Some(known) = known.as_ref() else {
+            return Vec::new();
+        };
+        sync.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, limit, _))| !known.contains(&(limit.interval_ns(), limit.burst())))
+            .take(MAX_PROBLEMS)
+            .map(|(i, (_, limit, _))| FieldError {
+                field: format!("buckets[{i}]"),
+                message: format!(
+                    "no global limit of the current rules is one token per {} ns with a burst of {}",
+                    limit.interval_ns(),
+                    limit.burst()
+                ),
+            })
+            .collect()
     }
 
     /// Every proxy's syncs: this process's record, with Redis completed by the fleet's
@@ -373,7 +463,22 @@ impl Coordinator {
                 // Monotonic, and far enough from zero that a bucket's zero state reads as
                 // full.
                 let clock = (1 << 40) + now.saturating_duration_since(*since).as_nanos() as u64;
-                let grants = buckets.settle_all(&sync.buckets, sync.covers_ns, clock, &settings);
+                let bounds = *lock(&self.bounds);
+                let (grants, not_kept) = buckets.settle_all(
+                    &sync.proxy,
+                    &sync.buckets,
+                    sync.covers_ns,
+                    clock,
+                    &settings,
+                    &bounds,
+                );
+                let refused = &self.metrics.refused;
+                guard::count(refused, Refusal::MaxBuckets, not_kept.max_buckets);
+                guard::count(
+                    refused,
+                    Refusal::MaxBucketsPerProxy,
+                    not_kept.max_buckets_per_proxy,
+                );
                 self.metrics.active_buckets.set(buckets.count() as i64);
                 SyncResponse {
                     fleet_size,
@@ -415,6 +520,14 @@ impl Coordinator {
             .inc_by(sync.buckets.iter().map(|(_, _, u)| u.unleased).sum());
         Ok(answer)
     }
+}
+
+/// Locks `mutex`, also one a panicking thread held (the data stays consistent: every
+/// update under these locks is one assignment).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Records `proxy`'s sync and counts the proxies seen within `memory`.
@@ -555,5 +668,143 @@ mod tests {
         let gone = grown + Duration::from_millis(4_100);
         let answer = coordinator.sync(&other, gone, 0).await.unwrap();
         assert_eq!(answer.fleet_size, 1, "a left the fleet");
+    }
+
+    fn refused(registry: &Registry, reason: &str) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        let key = format!("sluice_quota_refused_total{{reason=\"{reason}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&key))
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
+    /// The probe's attack: a made-up limit (one token per 4 × 10^18 ns) in a sync. Only
+    /// the limits the coordinator was told are taken, from the newest version it was told.
+    #[test]
+    fn syncs_carry_only_limits_the_rules_produce() {
+        let mut registry = Registry::default();
+        let coordinator = Coordinator::new(Backend::Memory, &mut registry);
+        let absurd = BucketUsage {
+            interval_ns: 4_000_000_000_000_000_000,
+            ..usage(2, 1)
+        };
+        assert!(
+            coordinator.admit(request("a", vec![absurd])).is_ok(),
+            "before the server tells its rules, the document's bounds are all there is"
+        );
+        coordinator.know_limits(1, HashSet::from([(100_000_000, 100)]));
+        assert!(coordinator.admit(request("a", vec![usage(1, 1)])).is_ok());
+        let problems = coordinator
+            .admit(request("a", vec![usage(1, 1), absurd]))
+            .unwrap_err()
+            .0;
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].field, "buckets[1]");
+        let off_by_one = BucketUsage {
+            burst: 101,
+            ..usage(3, 1)
+        };
+        assert!(coordinator.admit(request("a", vec![off_by_one])).is_err());
+        assert_eq!(refused(&registry, "unknown_limit"), 2);
+
+        coordinator.know_limits(2, HashSet::from([(50_000_000, 10), (100_000_000, 100)]));
+        assert!(coordinator.admit(request("a", vec![usage(1, 1)])).is_ok());
+        coordinator.know_limits(1, HashSet::new());
+        assert_eq!(coordinator.limits_version(), Some(2), "never goes back");
+        coordinator.know_limits(3, HashSet::from([(50_000_000, 10)]));
+        assert!(coordinator.admit(request("a", vec![usage(1, 1)])).is_err());
+        assert_eq!(refused(&registry, "unknown_limit"), 3);
+        assert!(coordinator.admit(request("", vec![])).is_err());
+        assert_eq!(refused(&registry, "invalid"), 1);
+    }
+
+    /// The probe's other attack: syncs of ever new bucket ids. The memory backend keeps at
+    /// most its bounds (in all, per proxy id), answers the rest with nothing granted, and
+    /// frees room when idle buckets are swept.
+    /// Tokens admitted without a lease, or given back, are bounded by what the bucket can
+    /// have held: a made-up `unleased` of 10^12 would drain a fleet's bucket at once.
+    #[test]
+    fn unleased_and_returned_tokens_are_bounded_by_what_the_bucket_held() {
+        // 10/s, burst 100; 500 ms covered, lease of 3 × 500 ms: 2 × (100 + 20 + 1).
+        let most = 242;
+        for name in ["unleased", "returned"] {
+            let with = |n: u64| {
+                let mut b = usage(1, 0);
+                match name {
+                    "unleased" => b.unleased = n,
+                    _ => b.returned = n,
+                }
+                request("a", vec![b])
+            };
+            assert!(validate(with(most)).is_ok(), "{name} at the bound");
+            let problems = validate(with(most + 1)).unwrap_err().0;
+            assert_eq!(problems[0].field, format!("buckets[0].{name}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn bucket_state_is_bounded_in_all_and_per_proxy_and_idle_buckets_are_evicted() {
+        let mut registry = Registry::default();
+        let coordinator = Coordinator::new(Backend::Memory, &mut registry);
+        coordinator.set_bounds(Bounds {
+            max_buckets: 5,
+            max_buckets_per_proxy: 3,
+        });
+        let State::Memory {
+            since,
+            buckets: held,
+            ..
+        } = &coordinator.state
+        else {
+            unreachable!()
+        };
+        let start = *since;
+        // Attempted, so that they are not idle when the first sync sweeps.
+        let ids = |from: u64, n: u64| -> Vec<BucketUsage> {
+            (from..from + n)
+                .map(|id| BucketUsage {
+                    attempts: 1,
+                    ..usage(id, 1)
+                })
+                .collect()
+        };
+        let a = validate(request("a", ids(1, 4))).unwrap();
+        let answer = coordinator.sync(&a, start, 0).await.unwrap();
+        assert_eq!(held.count(), 3, "at the per-proxy bound, not over");
+        assert_eq!(held.created_by("a"), 3);
+        assert_eq!(answer.grants.len(), 4, "every bucket is answered");
+        assert!(answer.grants[3].young && answer.grants[3].granted == 0);
+        assert_eq!(refused(&registry, "max_buckets_per_proxy"), 1);
+
+        let b = validate(request(
+            "b",
+            ids(1, 1).into_iter().chain(ids(10, 3)).collect(),
+        ))
+        .unwrap();
+        coordinator.sync(&b, start, 0).await.unwrap();
+        assert_eq!(
+            held.count(),
+            5,
+            "a's bucket 1 is shared, two new ones fit in all"
+        );
+        assert_eq!(held.created_by("b"), 2);
+        assert_eq!(refused(&registry, "max_buckets"), 1);
+
+        // A minute later nobody wants them: the sweep drops them and frees each proxy's
+        // room.
+        let idle = validate(request("c", vec![])).unwrap();
+        coordinator
+            .sync(&idle, start + Duration::from_secs(60), 0)
+            .await
+            .unwrap();
+        assert_eq!(held.count(), 0);
+        assert_eq!((held.created_by("a"), held.created_by("b")), (0, 0));
+        let again = validate(request("a", ids(100, 3))).unwrap();
+        coordinator
+            .sync(&again, start + Duration::from_secs(61), 0)
+            .await
+            .unwrap();
+        assert_eq!(held.count(), 3);
     }
 }

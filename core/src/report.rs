@@ -261,6 +261,20 @@ pub struct RuleReport {
     pub top_clients: Vec<ClientCount>,
 }
 
+/// Longest proxy id.
+pub const MAX_PROXY_ID_LEN: usize = 128;
+
+/// Whether `id` is a proxy id: 1 to [`MAX_PROXY_ID_LEN`] visible ASCII characters (no
+/// spaces, no markup-only bytes beyond ASCII). The one rule for every place a proxy names
+/// itself (a sync's `proxy`, a report's `proxy_id`, the ruleset poll's
+/// `x-sluice-proxy-id`), so an id the server lists is one it would accept everywhere.
+pub fn is_proxy_id(id: &str) -> bool {
+    (1..=MAX_PROXY_ID_LEN).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The message for an id that is not one, naming the rule.
+pub const PROXY_ID_RULE: &str = "must be 1 to 128 visible ASCII characters (no spaces)";
+
 /// What a proxy sends to `POST /api/v1/reports`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

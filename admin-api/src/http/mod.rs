@@ -17,6 +17,7 @@ pub(crate) mod auth;
 mod body;
 pub(crate) mod error;
 pub mod failed_auth;
+mod issued;
 mod metrics;
 #[allow(unused_qualifications)]
 mod metrics_api;
@@ -24,8 +25,10 @@ pub(crate) mod openapi;
 mod operations;
 #[allow(unused_qualifications)]
 mod proxies;
+mod proxy_ids;
 #[allow(unused_qualifications)]
 mod quota;
+mod report_guard;
 #[allow(unused_qualifications)]
 mod reports;
 #[allow(unused_qualifications)]

@@ -12,8 +12,10 @@ use super::auth::{Auth, SyncQuota};
 use super::body::{BodyInput, parse_json, require_json};
 use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
+use super::proxy_ids::IdPath;
 use crate::store;
-use sluice_coordinator::{MAX_SYNC_BYTES, validate};
+use sluice_coordinator::MAX_SYNC_BYTES;
+use sluice_core::validation::{FieldError, ValidationErrors};
 
 impl BodyInput for SyncRequest {
     const INPUT: Input = Input::QuotaSync;
@@ -33,10 +35,13 @@ impl BodyInput for SyncRequest {
     ),
 )]
 /// A proxy's sync of its global buckets (proxy-role or admin token). Grants are taken from
-/// the fleet's buckets at once; a refused request changes nothing.
+/// the fleet's buckets at once; a refused request changes nothing. Each bucket's limit
+/// (`interval_ns`, `burst`) must be one a global limit of the current or the previous
+/// ruleset version produces; a new bucket past the coordinator's bounds is granted
+/// nothing (`young`, so the proxy keeps to its even share).
 pub(crate) async fn sync_quota(
     State(state): State<AppState>,
-    _auth: Auth<SyncQuota>,
+    auth: Auth<SyncQuota>,
     request: Request,
 ) -> Result<Json<SyncResponse>, ApiError> {
     require_json(request.headers())?;
@@ -48,7 +53,27 @@ pub(crate) async fn sync_quota(
             limit: MAX_SYNC_BYTES,
         })?;
     let body: SyncRequest = parse_json(&bytes)?;
-    let sync = validate(body).map_err(|errors| ApiError::Invalid(Input::QuotaSync, errors))?;
+    let invalid = |errors| ApiError::Invalid(Input::QuotaSync, errors);
+    let coordinator = state.coordinator();
+    let sync = coordinator.checked(body).map_err(invalid)?;
+    state.refresh_issued().await?;
+    if !coordinator.knows_limits(&sync) {
+        // This replica may not have heard of a newer ruleset version yet: ask the store
+        // once before refusing.
+        state.committed(state.store().current_version().await?);
+        state.refresh_issued().await?;
+    }
+    let sync = coordinator.known_limits_only(sync).map_err(invalid)?;
+    state
+        .proxy_ids()
+        .claim(IdPath::Sync, &sync.proxy, &auth.token)
+        .map_err(|refusal| {
+            let problem = FieldError {
+                field: "proxy".into(),
+                message: refusal.message(&sync.proxy),
+            };
+            ApiError::Invalid(Input::QuotaSync, ValidationErrors(vec![problem]))
+        })?;
     let answer = state
         .coordinator()
         .sync(&sync, Instant::now(), store::now_ms())

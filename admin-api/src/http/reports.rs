@@ -15,6 +15,7 @@ use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use sluice_api::MAX_SAFE_INTEGER;
+use sluice_core::report::{PROXY_ID_RULE, is_proxy_id};
 use sluice_core::validation::{FieldError, ValidationErrors};
 use utoipa::ToSchema;
 
@@ -23,11 +24,11 @@ use super::auth::{Auth, SendReports};
 use super::body::{BodyInput, JsonBody};
 use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
+use super::proxy_ids::{IdPath, IdRefusal};
+use super::report_guard::{SeqRefusal, ceiling};
 use crate::pipeline::{RejectReason, Tally, ValidReport, ValidRule};
 use crate::store::{Counts, now_ms};
 
-/// Longest proxy id (visible ASCII).
-pub const MAX_PROXY_ID_LEN: usize = 128;
 /// How far in the future a report may end (clock skew).
 pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
 /// Most rules in one report.
@@ -162,17 +163,8 @@ impl ReportBody {
     /// Checks every limit and merges repeated rules and clients; every problem is named.
     pub fn validate(self, now_ms: i64) -> Result<ValidReport, ValidationErrors> {
         let mut problems = Problems(Vec::new());
-        let id = &self.proxy_id;
-        if id.is_empty() || id.len() > MAX_PROXY_ID_LEN {
-            problems.add(
-                || "proxy_id".into(),
-                format!("must be 1 to {MAX_PROXY_ID_LEN} characters"),
-            );
-        } else if !id.bytes().all(|b| b.is_ascii_graphic()) {
-            problems.add(
-                || "proxy_id".into(),
-                "must be visible ASCII characters (no spaces or control characters)",
-            );
+        if !is_proxy_id(&self.proxy_id) {
+            problems.add(|| "proxy_id".into(), PROXY_ID_RULE);
         }
         // `start_ms` is not checked against `end_ms`: JSON Schema cannot compare two
         // fields, so the document admits any pair, and nothing here reads `start_ms`. A
@@ -287,6 +279,7 @@ impl ReportBody {
                 None => {
                     index.insert(rule.rule.clone(), rules.len());
                     rules.push(ValidRule {
+                        index: i,
                         rule: rule.rule,
                         counts,
                         clients,
@@ -299,6 +292,8 @@ impl ReportBody {
         }
         Ok(ValidReport {
             proxy_id: self.proxy_id,
+            // In range: at most 2^53.
+            start_ms: i64::try_from(self.start_ms).unwrap_or(i64::MAX),
             // In range: at most five minutes from now.
             end_ms: i64::try_from(self.end_ms).unwrap_or(i64::MAX),
             ruleset_version: self.ruleset_version,
@@ -307,17 +302,41 @@ impl ReportBody {
     }
 }
 
-/// Why a report was refused, for `sluice_admin_reports_rejected_total`.
-fn reason(err: &ApiError) -> RejectReason {
-    match err {
-        ApiError::Unauthenticated(_) => RejectReason::Unauthenticated,
-        ApiError::Forbidden { .. } => RejectReason::Forbidden,
-        ApiError::PayloadTooLarge { .. } => RejectReason::TooLarge,
-        ApiError::UnsupportedMediaType(_) => RejectReason::MediaType,
-        ApiError::BadRequest(_) | ApiError::Invalid(..) => RejectReason::Invalid,
-        ApiError::Unavailable(_) => RejectReason::Overloaded,
-        ApiError::TooManyFailures { .. } => RejectReason::Throttled,
-        _ => RejectReason::Error,
+/// A refused report: the answer, and the reason it is counted under.
+struct Refused {
+    error: ApiError,
+    reason: RejectReason,
+}
+
+impl Refused {
+    /// A refusal naming one field.
+    fn field(reason: RejectReason, field: String, message: String) -> Refused {
+        Refused::fields(reason, vec![FieldError { field, message }])
+    }
+
+    fn fields(reason: RejectReason, problems: Vec<FieldError>) -> Refused {
+        Refused {
+            error: ApiError::Invalid(Input::Report, ValidationErrors(problems)),
+            reason,
+        }
+    }
+}
+
+/// Why a report was refused before its content was looked at, for
+/// `sluice_admin_reports_rejected_total`.
+impl From<ApiError> for Refused {
+    fn from(error: ApiError) -> Refused {
+        let reason = match &error {
+            ApiError::Unauthenticated(_) => RejectReason::Unauthenticated,
+            ApiError::Forbidden { .. } => RejectReason::Forbidden,
+            ApiError::PayloadTooLarge { .. } => RejectReason::TooLarge,
+            ApiError::UnsupportedMediaType(_) => RejectReason::MediaType,
+            ApiError::BadRequest(_) | ApiError::Invalid(..) => RejectReason::Invalid,
+            ApiError::Unavailable(_) => RejectReason::Overloaded,
+            ApiError::TooManyFailures { .. } => RejectReason::Throttled,
+            _ => RejectReason::Error,
+        };
+        Refused { error, reason }
     }
 }
 
@@ -334,6 +353,10 @@ fn reason(err: &ApiError) -> RejectReason {
     ),
 )]
 /// A proxy's report (proxy-role or admin token). Nothing is kept from a refused report.
+/// Beyond its shape, a report must name a ruleset version the server issued and rules of
+/// the current or the previous version, use a proxy id its token owns, end at least
+/// 500 ms (of reported time) after its proxy id's last accepted report, and keep each
+/// count within 1,000,000 per second of the time it covers.
 pub async fn post_report(
     State(state): State<AppState>,
     // Taken as a `Result` so refusals are counted too; still checked before the body is
@@ -344,17 +367,22 @@ pub async fn post_report(
     let started = Instant::now();
     let result = ingest(&state, auth, request).await;
     state.pipeline().instruments().observe_report(
-        result.as_ref().map(|_| ()).map_err(reason),
+        result
+            .as_ref()
+            .map(|_| ())
+            .map_err(|refused| refused.reason),
         started.elapsed(),
     );
-    result.map(|()| StatusCode::NO_CONTENT)
+    result
+        .map(|()| StatusCode::NO_CONTENT)
+        .map_err(|refused| refused.error)
 }
 
 async fn ingest(
     state: &AppState,
     auth: Result<Auth<SendReports>, ApiError>,
     request: Request,
-) -> Result<(), ApiError> {
+) -> Result<(), Refused> {
     let auth = auth?;
     // The TCP peer, when the server provides it (tests driving the router do not).
     let peer = request
@@ -366,6 +394,26 @@ async fn ingest(
     let report = body
         .validate(now)
         .map_err(|errors| ApiError::Invalid(Input::Report, errors))?;
+    issued_only(state, &report).await?;
+    state
+        .proxy_ids()
+        .claim(IdPath::Report, &report.proxy_id, &auth.token)
+        .map_err(|refusal: IdRefusal| {
+            let message = refusal.message(&report.proxy_id);
+            Refused::field(RejectReason::ProxyId, "proxy_id".into(), message)
+        })?;
+    // Checked and recorded under one lock, so that two copies of one report sent at once
+    // cannot both pass.
+    let mut seq = state.report_seq();
+    let window_ms = seq
+        .window_ms(&report.proxy_id, report.start_ms, report.end_ms)
+        .map_err(|SeqRefusal::Replay { last_end_ms }| {
+            let message = format!(
+                "must be at least 500 ms after this proxy's last accepted report ({last_end_ms}): a report is counted once"
+            );
+            Refused::field(RejectReason::Replay, "end_ms".into(), message)
+        })?;
+    within_ceiling(&report, window_ms)?;
     state
         .pipeline()
         .ingest(
@@ -374,7 +422,88 @@ async fn ingest(
             peer.map_or_else(|| "unknown".to_string(), |p| p.to_string()),
             now,
         )
-        .map_err(|e| ApiError::Unavailable(e.to_string()))
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    seq.accept(&report.proxy_id, report.end_ms);
+    Ok(())
+}
+
+/// Refuses a report naming a ruleset version or a rule the server never issued.
+async fn issued_only(state: &AppState, report: &ValidReport) -> Result<(), Refused> {
+    state.refresh_issued().await.map_err(ApiError::from)?;
+    if issued_check(state, report).is_err() {
+        // This replica may not have heard of a newer version yet: ask the store once.
+        let newest = state
+            .store()
+            .current_version()
+            .await
+            .map_err(ApiError::from)?;
+        state.committed(newest);
+        state.refresh_issued().await.map_err(ApiError::from)?;
+    }
+    issued_check(state, report)
+}
+
+fn issued_check(state: &AppState, report: &ValidReport) -> Result<(), Refused> {
+    let current = *state.inner.version.borrow();
+    if report.ruleset_version > current {
+        return Err(Refused::field(
+            RejectReason::UnknownVersion,
+            "ruleset_version".into(),
+            format!("no ruleset version after {current} was issued"),
+        ));
+    }
+    let issued = state.issued();
+    let unknown: Vec<FieldError> = report
+        .rules
+        .iter()
+        .filter(|r| !issued.has_rule(&r.rule))
+        .take(MAX_PROBLEMS)
+        .map(|r| FieldError {
+            field: format!("rules[{}].rule", r.index),
+            message: "is not a rule of the current or the previous ruleset version".into(),
+        })
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(Refused::fields(RejectReason::UnknownRule, unknown))
+    }
+}
+
+/// Refuses a report with a count above what `window_ms` makes possible.
+fn within_ceiling(report: &ValidReport, window_ms: i64) -> Result<(), Refused> {
+    let most = ceiling(window_ms);
+    let mut over = Vec::new();
+    for rule in &report.rules {
+        let c = &rule.counts;
+        let counts = [
+            ("allowed", c.allowed),
+            ("denied", c.denied),
+            ("shadow_denied", c.shadow_denied),
+            ("near_limit", c.near_limit),
+            ("fail_open", c.fail_open),
+            ("key_missing", c.key_missing),
+        ];
+        let clients = rule
+            .clients
+            .iter()
+            .map(|(_, t)| ("top_clients", t.throttled));
+        for (name, value) in counts.into_iter().chain(clients) {
+            if value > most && over.len() < MAX_PROBLEMS {
+                over.push(FieldError {
+                    field: format!("rules[{}].{name}", rule.index),
+                    message: format!(
+                        "must be at most {most}: 1,000,000 a second over the {window_ms} ms this report covers"
+                    ),
+                });
+            }
+        }
+    }
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(Refused::fields(RejectReason::OverCeiling, over))
+    }
 }
 
 #[cfg(test)]

@@ -26,14 +26,15 @@ use super::auth::{Auth, PollRuleset};
 use super::body::{Params, Peer};
 use super::error::ApiError;
 use super::openapi::AuthErrors;
+use super::proxy_ids::IdPath;
 use super::rules::version_header;
 use crate::store::{ProxySeen, now_ms};
+use sluice_core::report::MAX_PROXY_ID_LEN;
 
 /// How long a poll is held when `wait` is not given, and the most it may ask for.
 pub(crate) const DEFAULT_WAIT_SECONDS: u64 = 30;
 pub(crate) const MAX_WAIT_SECONDS: u64 = 60;
-/// Longest proxy id and error message stored: headers are the proxy's to fill.
-const MAX_PROXY_ID_LEN: usize = 256;
+/// Longest error message stored: headers are the proxy's to fill.
 const MAX_PROXY_ERROR_LEN: usize = 2048;
 
 /// What a proxy says about itself when it polls. The server reads these leniently:
@@ -42,8 +43,10 @@ const MAX_PROXY_ERROR_LEN: usize = 2048;
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // Read from the header map, leniently; the struct documents them.
 pub(crate) struct ProxyHeaders {
-    /// The proxy's id; polls with it are listed at /api/v1/proxies (cut to 256 bytes).
-    #[param(rename = "x-sluice-proxy-id", value_type = String, required = false)]
+    /// The proxy's id; polls with it are listed at /api/v1/proxies: 1 to 128 visible
+    /// ASCII characters, owned by the first token that used it (an id that breaks either
+    /// rule is not recorded; the rules are served all the same).
+    #[param(rename = "x-sluice-proxy-id", value_type = String, required = false, pattern = "^[!-~]{1,128}$")]
     proxy_id: Option<String>,
     /// The ruleset version the proxy runs, in decimal (anything else counts as 0).
     #[param(rename = "x-sluice-ruleset-version", value_type = String, required = false)]
@@ -112,7 +115,16 @@ pub(crate) async fn get_ruleset(
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let proxy_id = header_text(&headers, PROXY_ID_HEADER, MAX_PROXY_ID_LEN);
+    // The id follows the rule every path does (`proxy_ids`); one that breaks it, or that
+    // another token owns, is not recorded, but the proxy still gets its rules: bookkeeping
+    // never costs a proxy its rules. The refusal is counted.
+    let proxy_id = header_text(&headers, PROXY_ID_HEADER, MAX_PROXY_ID_LEN + 1).filter(|id| {
+        state
+            .proxy_ids()
+            .claim(IdPath::Ruleset, id, &auth.token)
+            .inspect_err(|refusal| tracing::debug!(proxy = %id, ?refusal, "proxy id not recorded"))
+            .is_ok()
+    });
     if let Some(id) = &proxy_id {
         let seen = ProxySeen {
             id: id.clone(),

@@ -11,10 +11,15 @@ use axum::body::Bytes;
 use tokio::sync::watch;
 
 use super::failed_auth::{FailedAuths, FailureLimit};
+use super::issued::Issued;
 use super::metrics::Metrics;
+use super::proxy_ids::ProxyIds;
+use super::report_guard::ReportSeq;
 use crate::pipeline::{MetricsConfig, Pipeline};
-use crate::store::{Store, StoreError, VersionNotices};
+use crate::store::{Store, StoreError, VersionNotices, rule_id};
+use sluice_coordinator::guard::{Bounds, global_limits};
 use sluice_coordinator::{Backend, Coordinator};
+use sluice_core::rule::Rule;
 
 /// A proxy counts as connected when it polled this recently (or is polling now).
 pub(crate) const CONNECTED_WITHIN_MS: i64 = 60_000;
@@ -45,6 +50,12 @@ pub(super) struct Inner {
     coordinator: Coordinator,
     /// Failed authentications by client address (see [`super::failed_auth`]).
     failed_auths: FailedAuths,
+    /// Proxy ids and the tokens that own them (see [`super::proxy_ids`]).
+    proxy_ids: ProxyIds,
+    /// What proxies may name (see [`super::issued`]).
+    issued: Mutex<Issued>,
+    /// Each proxy id's last accepted report (see [`super::report_guard`]).
+    report_seq: Mutex<ReportSeq>,
 }
 
 impl AppState {
@@ -74,6 +85,7 @@ impl AppState {
         let pipeline = Arc::new(Pipeline::new(config, metrics.registry_mut()));
         let coordinator = Coordinator::new(quota, metrics.registry_mut());
         let failed_auths = FailedAuths::new(auth_failures, metrics.registry_mut());
+        let proxy_ids = ProxyIds::new(metrics.registry_mut());
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
@@ -85,6 +97,9 @@ impl AppState {
                 pipeline,
                 coordinator,
                 failed_auths,
+                proxy_ids,
+                issued: Mutex::new(Issued::default()),
+                report_seq: Mutex::new(ReportSeq::default()),
             }),
         })
     }
@@ -97,6 +112,68 @@ impl AppState {
     /// The coordinator of global buckets.
     pub(crate) fn coordinator(&self) -> &Coordinator {
         &self.inner.coordinator
+    }
+
+    /// Sets how many global buckets the coordinator keeps in memory
+    /// (`--quota-max-buckets`, `--quota-max-buckets-per-proxy`).
+    pub fn set_quota_bounds(&self, bounds: Bounds) {
+        self.inner.coordinator.set_bounds(bounds);
+    }
+
+    /// Brings what was issued ([`Issued`]) and the coordinator's known limits up to the
+    /// current ruleset version: the rules of it and of the version before it (proxies
+    /// switch within a second of a change, so a sync or a report in flight may still name
+    /// the old rules). Read from the store once per version, so every replica agrees.
+    pub(super) async fn refresh_issued(&self) -> Result<(), StoreError> {
+        let current = *self.inner.version.borrow();
+        if self.issued().version().is_some_and(|v| v >= current) {
+            return Ok(());
+        }
+        let document = self.store().document().await?;
+        let mut specs = document.rules;
+        // A version before the current one that cannot be read (pruned, or a store
+        // error) leaves only the current rules: stricter for a second, never looser.
+        if let Some(before) = document.version.checked_sub(1) {
+            match self.store().version(before).await {
+                Ok(detail) => specs.extend(detail.rules),
+                Err(err) => {
+                    tracing::warn!(%err, before, "could not read the previous ruleset version")
+                }
+            }
+        }
+        let ids = specs.iter().map(|spec| rule_id(spec).to_string()).collect();
+        // Each stored rule was validated when it was written; one that no longer compiles
+        // (an older server's) issues no limit rather than costing every sync.
+        let rules: Vec<Rule> = specs
+            .into_iter()
+            .filter_map(|spec| Rule::try_from(spec).ok())
+            .collect();
+        self.inner
+            .coordinator
+            .know_limits(document.version, global_limits(&rules));
+        self.issued().advance(document.version, ids);
+        Ok(())
+    }
+
+    /// What proxies may name: call [`AppState::refresh_issued`] first.
+    pub(super) fn issued(&self) -> std::sync::MutexGuard<'_, Issued> {
+        self.inner
+            .issued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Each proxy id's last accepted report.
+    pub(super) fn report_seq(&self) -> std::sync::MutexGuard<'_, ReportSeq> {
+        self.inner
+            .report_seq
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Proxy ids and their tokens.
+    pub(crate) fn proxy_ids(&self) -> &ProxyIds {
+        &self.inner.proxy_ids
     }
 
     /// Failed authentications by client address.

@@ -86,6 +86,8 @@ impl MetricsConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ValidReport {
     pub(crate) proxy_id: String,
+    /// When the interval began, as the proxy's clock read it (see `report_guard`).
+    pub(crate) start_ms: i64,
     /// The report belongs to the buckets holding this instant.
     pub(crate) end_ms: i64,
     pub(crate) ruleset_version: u64,
@@ -95,6 +97,8 @@ pub(crate) struct ValidReport {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ValidRule {
+    /// The rule's first position in the report, for error paths.
+    pub(crate) index: usize,
     pub(crate) rule: String,
     pub(crate) counts: Counts,
     /// Clients are unique within a rule.
@@ -432,6 +436,16 @@ pub(crate) enum RejectReason {
     Overloaded,
     /// Too many failed authentications from the sender's address.
     Throttled,
+    /// A ruleset version newer than any the server issued.
+    UnknownVersion,
+    /// A rule of neither the current nor the previous ruleset version.
+    UnknownRule,
+    /// A proxy id in use with another token, or one too many for the token.
+    ProxyId,
+    /// A report ending too soon after its proxy id's last one (the same report resent).
+    Replay,
+    /// A count above what the report's window makes possible.
+    OverCeiling,
     /// Anything else (the server's fault).
     Error,
 }
@@ -447,6 +461,11 @@ impl RejectReason {
             RejectReason::Invalid => "invalid",
             RejectReason::Overloaded => "overloaded",
             RejectReason::Throttled => "throttled",
+            RejectReason::UnknownVersion => "unknown_version",
+            RejectReason::UnknownRule => "unknown_rule",
+            RejectReason::ProxyId => "proxy_id",
+            RejectReason::Replay => "replay",
+            RejectReason::OverCeiling => "over_ceiling",
             RejectReason::Error => "error",
         }
     }

@@ -12,6 +12,7 @@ use sluice_admin::http::failed_auth::FailureLimit;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
 use sluice_coordinator::Backend;
+use sluice_coordinator::guard;
 use sluice_coordinator::redis::RedisBuckets;
 
 use super::Failure;
@@ -60,6 +61,17 @@ pub struct ServeArgs {
     /// How often a client address regains one failed authentication (e.g. 10s, 1m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     auth_failure_refill: Duration,
+
+    /// Most global buckets the coordinator keeps in memory (without --redis). A new bucket
+    /// past it is granted nothing (its proxy keeps to its even share) until idle buckets
+    /// are swept; counted in sluice_quota_refused_total{reason="max_buckets"}.
+    #[arg(long, value_name = "N", default_value_t = guard::DEFAULT_MAX_BUCKETS)]
+    quota_max_buckets: usize,
+
+    /// Most of those buckets one proxy id may create (without --redis); counted in
+    /// sluice_quota_refused_total{reason="max_buckets_per_proxy"}.
+    #[arg(long, value_name = "N", default_value_t = guard::DEFAULT_MAX_BUCKETS_PER_PROXY)]
+    quota_max_buckets_per_proxy: usize,
 }
 
 fn init_logging() {
@@ -141,6 +153,10 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let state = AppState::with_options(store.clone(), metrics, quota, auth_failures)
         .await
         .context("reading the current ruleset version")?;
+    state.set_quota_bounds(guard::Bounds {
+        max_buckets: args.quota_max_buckets,
+        max_buckets_per_proxy: args.quota_max_buckets_per_proxy,
+    });
     let server = match tls {
         Some(tls) => server::start_tls(state, args.listen, tls).await,
         None => server::start(state, args.listen).await,

@@ -59,7 +59,8 @@ pub struct BucketUsage {
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9a-fA-F]{1,16}$"))]
     pub bucket: u64,
     /// The limit: one token per `interval_ns`, at most `burst` tokens (and `burst ×
-    /// interval_ns` at most 2^62).
+    /// interval_ns` at most 2^62). The pair must be one a global limit of the current (or
+    /// the previous) ruleset version produces: any other is refused by field.
     #[cfg_attr(
         feature = "openapi",
         schema(minimum = 1, maximum = 4_611_686_018_427_387_904_u64)
@@ -74,7 +75,8 @@ pub struct BucketUsage {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub attempts: u64,
-    /// Tokens admitted without a lease.
+    /// Tokens admitted without a lease. This and `returned` are at most twice what the
+    /// bucket holds and refills over `covers_ms` and a lease's life (three intervals).
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub unleased: u64,

@@ -802,6 +802,9 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         serve.redis = redis.as_ref().map(RedisServer::url);
         let memory_before = redis.as_ref().map(used_memory).transpose()?;
         let admin = AdminApi::start(&serve)?;
+        // The coordinator takes only limits a global rule produces: the simulated
+        // buckets' 100/s with a burst of 100.
+        admin.create_rule(&global_rule("sim", 100, 100, "global"))?;
         let commands_before = admin.metric(REDIS_COMMANDS)?;
         let run = simulate_proxies(&admin, timing.coordinator, interval)?;
         let commands = admin.metric(REDIS_COMMANDS)? - commands_before;

@@ -287,6 +287,10 @@ async fn run_on(options: &BenchOptions, backend: &'static str, url: &str) -> Res
         .create_token(&Actor::system(), "bench-viewer", Role::Viewer, now_ms())
         .await?
         .secret;
+    let admin_token = store
+        .create_token(&Actor::system(), "bench-admin", Role::Admin, now_ms())
+        .await?
+        .secret;
     let state = AppState::new(store.clone()).await?;
     let server = server::start(state, "127.0.0.1:0".parse()?).await?;
     let base = format!("http://{}", server.addr());
@@ -294,6 +298,21 @@ async fn run_on(options: &BenchOptions, backend: &'static str, url: &str) -> Res
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(options.proxies + 8)
         .build()?;
+    // The server takes reports only of rules it issued.
+    for r in 0..options.rules {
+        let rule = json!({"name": rule_id(r), "key": "global",
+                          "limits": [{"requests": 10, "period": "second"}]});
+        let status = http
+            .post(format!("{base}/api/v1/rules"))
+            .bearer_auth(&admin_token)
+            .json(&rule)
+            .send()
+            .await?
+            .status();
+        if status.as_u16() != 201 {
+            return Err(anyhow!("creating {} was answered {status}", rule_id(r)));
+        }
+    }
 
     let deadline = tokio::time::Instant::now() + options.duration;
     let mut senders = Vec::new();
@@ -417,7 +436,9 @@ async fn run_on(options: &BenchOptions, backend: &'static str, url: &str) -> Res
             let request = http
                 .post(format!("{base}/api/v1/reports"))
                 .bearer_auth(&proxy_token)
-                .json(&make_report(&mut rng, options, p, now_ms()));
+                // A second ahead: each proxy's reports must move forward by 500 ms, and
+                // its last tick may have been just now.
+                .json(&make_report(&mut rng, options, p, now_ms() + 1_000));
             tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
         })
         .collect();

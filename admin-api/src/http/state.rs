@@ -8,16 +8,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::failed_auth::{FailedAuths, FailureLimit};
-use super::metrics::Metrics;
+use super::metrics::{ConnectionMetrics, Metrics};
+use super::streams::Streams;
 use crate::pipeline::{MetricsConfig, Pipeline};
 use crate::store::{Store, StoreError, VersionNotices};
 use sluice_coordinator::{Backend, Coordinator};
 
 /// A proxy counts as connected when it polled this recently (or is polling now).
 pub(crate) const CONNECTED_WITHIN_MS: i64 = 60_000;
+
+/// Rules bodies parsed at once at most (see `rules::parse_rules_body`): one per core of
+/// a small machine, so hostile bodies cannot take every blocking thread.
+pub(crate) const PARSE_SLOTS: usize = 2;
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -45,6 +50,10 @@ pub(super) struct Inner {
     coordinator: Coordinator,
     /// Failed authentications by client address (see [`super::failed_auth`]).
     failed_auths: FailedAuths,
+    /// Turns to parse a rules body off the executor ([`PARSE_SLOTS`]).
+    parse_slots: Arc<Semaphore>,
+    /// The live metrics streams open now (see [`super::streams`]).
+    streams: Arc<Streams>,
 }
 
 impl AppState {
@@ -85,6 +94,8 @@ impl AppState {
                 pipeline,
                 coordinator,
                 failed_auths,
+                parse_slots: Arc::new(Semaphore::new(PARSE_SLOTS)),
+                streams: Arc::default(),
             }),
         })
     }
@@ -102,6 +113,21 @@ impl AppState {
     /// Failed authentications by client address.
     pub(crate) fn failed_auths(&self) -> &FailedAuths {
         &self.inner.failed_auths
+    }
+
+    /// Turns to parse a rules body off the executor.
+    pub(crate) fn parse_slots(&self) -> Arc<Semaphore> {
+        self.inner.parse_slots.clone()
+    }
+
+    /// The accept loop's gauge of open connections and counter of refused ones.
+    pub(crate) fn connection_metrics(&self) -> ConnectionMetrics {
+        self.inner.metrics.connections.clone()
+    }
+
+    /// The live metrics streams open now.
+    pub(crate) fn streams(&self) -> &Arc<Streams> {
+        &self.inner.streams
     }
 
     pub fn store(&self) -> &Store {

@@ -134,6 +134,9 @@ async fn signing_out_or_revoking_the_token_ends_the_session(db: TestDb) {
     api.get("/api/v1/rules").cookie(&cookie).expect(401).await;
 }
 
+/// A request's name, its extra headers, and the status expected.
+type Case = (&'static str, &'static [(&'static str, &'static str)], u16);
+
 /// A change made with the cookie must say it comes from the dashboard's own origin: the
 /// exact scheme and host in `Origin`, or `Sec-Fetch-Site: same-origin`. Anything else,
 /// no `Origin` at all included, is refused; reads need neither.
@@ -142,7 +145,7 @@ async fn cookie_changes_must_come_from_the_same_origin(db: TestDb) {
     let admin = api.admin.clone();
     let cookie = sign_in(&api, &admin).await;
     let host = "127.0.0.1:8080";
-    let cases: [(&str, &[(&str, &str)], u16); 11] = [
+    let cases: [Case; 11] = [
         ("same-origin", &[("origin", "http://127.0.0.1:8080")], 201),
         ("no-origin", &[], 401),
         ("cross-site", &[("origin", "http://evil.example")], 401),

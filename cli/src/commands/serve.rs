@@ -54,7 +54,8 @@ pub struct ServeArgs {
     tls_key: Option<PathBuf>,
 
     /// Failed authentications (wrong tokens, sessions or sign-ins) one client address may
-    /// make at once before it is answered 429; then one more every --auth-failure-refill.
+    /// make at once before its wrong secrets are answered 429 (valid ones are always
+    /// accepted); then one more every --auth-failure-refill.
     #[arg(long, value_name = "N", default_value_t = sluice_admin::http::failed_auth::ALLOWED_FAILURES)]
     auth_failures: u64,
 

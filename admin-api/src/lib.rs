@@ -13,9 +13,12 @@
 //! * [`http`]: the HTTP API, `http::app(state) -> Router` (the sync endpoint hands
 //!   fleet-wide buckets to [`sluice_coordinator`]).
 //! * [`ui`]: the dashboard's embedded files, beside the API.
+//! * [`conn`]: the accept loop of every listener, within a connection budget (cap,
+//!   handshake, head and idle timeouts).
 //! * [`server`]: the site (the API, and the dashboard at every path the API does not
 //!   route), binding, bootstrap token, graceful shutdown.
 
+pub mod conn;
 pub mod http;
 pub mod pipeline;
 /// Rules files and strict JSON: the `sluice-rules-file` crate, through which the API and

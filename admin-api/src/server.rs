@@ -6,15 +6,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::extract::connect_info::Connected;
-use axum::serve::{IncomingStream, Listener, ListenerExt as _};
+use axum::http::{HeaderValue, header};
 use sluice_core::listening::{Listening, Scheme};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
+use crate::conn::{self, ConnLimits};
 use crate::http::{self, AppState};
 use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo, now_ms};
-use crate::tls::{OverTls, TlsListener};
+use crate::tls::OverTls;
 use crate::ui;
 
 /// The environment variable holding the bootstrap admin token.
@@ -29,57 +30,112 @@ pub struct Server {
     scheme: Scheme,
     state: AppState,
     task: JoinHandle<io::Result<()>>,
+    /// The separate `/metrics` listener (`--metrics-listen`): its address and task.
+    metrics: Option<(SocketAddr, JoinHandle<io::Result<()>>)>,
     /// The metrics pipeline's flusher and retention.
     pipeline: JoinHandle<()>,
 }
 
+/// How `sluice serve` serves: the connection budget, TLS, and where `/metrics` is.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub limits: ConnLimits,
+    /// Serve over TLS (see [`crate::tls::server_config`]): every request carries the
+    /// [`OverTls`] extension, so the session cookie is marked `Secure`, and every answer
+    /// `Strict-Transport-Security`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Serve `/metrics` on this address alone (plain HTTP, within the same limits) and not
+    /// on the main listener, so it can be kept off the network the API is reached from.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// `Strict-Transport-Security` on every answer over TLS: a browser that has reached the
+/// dashboard over HTTPS never falls back to plain HTTP for a year. No `includeSubDomains`:
+/// the admin API's host may share its domain with sites it knows nothing about.
+const HSTS: HeaderValue = HeaderValue::from_static("max-age=31536000");
+
 /// Everything `sluice serve` answers: the API, and the dashboard at every path the API
-/// does not route.
-pub(crate) fn app(state: AppState) -> axum::Router {
-    http::app_beside(state, ui::router())
+/// does not route; `/metrics` too unless it has a listener of its own.
+pub(crate) fn app(state: AppState, with_metrics: bool) -> axum::Router {
+    http::app_beside(state, ui::router(), with_metrics)
 }
 
 /// Binds `listen` (port 0: any free port) and serves [`app`] in a background task until
-/// [`Server::stop`] (or [`AppState::shutdown`]).
+/// [`Server::stop`] (or [`AppState::shutdown`]), within the default [`ConnLimits`].
 pub async fn start(state: AppState, listen: SocketAddr) -> io::Result<Server> {
-    let listener = TcpListener::bind(listen).await?;
-    let addr = listener.local_addr()?;
-    let task = serve(listener, app(state.clone()), state.clone());
-    Ok(Server::running(state, addr, Scheme::Http, task))
+    start_with(state, listen, ServeOptions::default()).await
 }
 
-/// [`start`] over TLS (see [`crate::tls::server_config`]): every request carries the
-/// [`OverTls`] extension, so the session cookie is marked `Secure`.
+/// [`start`] over TLS.
 pub async fn start_tls(
     state: AppState,
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
 ) -> io::Result<Server> {
-    let listener = TcpListener::bind(listen).await?;
-    let addr = listener.local_addr()?;
-    // axum 0.8 gives `ConnectInfo<SocketAddr>` (which the ruleset and report endpoints
-    // read) only to its own TCP listener and to listeners wrapped by `tap_io`: hence the
-    // wrapper, which does nothing to the connection.
-    let listener = TlsListener::new(listener, tls)?.tap_io(|_| {});
-    let site = app(state.clone()).layer(Extension(OverTls));
-    let task = serve(listener, site, state.clone());
-    Ok(Server::running(state, addr, Scheme::Https, task))
+    let options = ServeOptions {
+        tls: Some(tls),
+        ..ServeOptions::default()
+    };
+    start_with(state, listen, options).await
 }
 
-/// The one serving path of both: plain and TLS differ only in their listener.
-fn serve<L>(listener: L, app: axum::Router, state: AppState) -> JoinHandle<io::Result<()>>
-where
-    L: Listener<Addr = SocketAddr>,
-    for<'a> SocketAddr: Connected<IncomingStream<'a, L>>,
-{
+/// [`start`] with `options`.
+pub async fn start_with(
+    state: AppState,
+    listen: SocketAddr,
+    options: ServeOptions,
+) -> io::Result<Server> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let metrics = match options.metrics_listen {
+        Some(metrics_listen) => {
+            let metrics_listener = TcpListener::bind(metrics_listen).await?;
+            let metrics_addr = metrics_listener.local_addr()?;
+            let site = http::metrics_only(state.clone());
+            let task = serve(metrics_listener, None, site, options.limits, &state);
+            Some((metrics_addr, task))
+        }
+        None => None,
+    };
+    let site = app(state.clone(), metrics.is_none());
+    let (scheme, acceptor, site) = match options.tls {
+        Some(tls) => (
+            Scheme::Https,
+            Some(TlsAcceptor::from(tls)),
+            site.layer(Extension(OverTls))
+                .layer(axum::middleware::map_response(strict_transport)),
+        ),
+        None => (Scheme::Http, None, site),
+    };
+    let task = serve(listener, acceptor, site, options.limits, &state);
+    let mut server = Server::running(state, addr, scheme, task);
+    server.metrics = metrics;
+    Ok(server)
+}
+
+async fn strict_transport(mut response: axum::response::Response) -> axum::response::Response {
+    response
+        .headers_mut()
+        .insert(header::STRICT_TRANSPORT_SECURITY, HSTS);
+    response
+}
+
+/// The one serving path of every listener: see [`crate::conn`].
+fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: axum::Router,
+    limits: ConnLimits,
+    state: &AppState,
+) -> JoinHandle<io::Result<()>> {
+    let state = state.clone();
+    // Held long-polls see the same signal and answer at once, so in-flight requests
+    // finish within milliseconds and the graceful shutdown is prompt.
     tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        // Held long-polls see the same signal and answer at once, so in-flight requests
-        // finish within milliseconds and the graceful shutdown is prompt.
-        .with_graceful_shutdown(async move { state.shutting_down().await })
+        let counts = state.connection_metrics();
+        conn::serve(listener, tls, app, limits, counts, async move {
+            state.shutting_down().await;
+        })
         .await
     })
 }
@@ -107,6 +163,7 @@ impl Server {
             scheme,
             state,
             task,
+            metrics: None,
             pipeline,
         }
     }
@@ -114,6 +171,11 @@ impl Server {
     /// The address actually bound.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the separate `/metrics` listener, if there is one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(addr, _)| *addr)
     }
 
     /// The line `sluice serve` prints: scheme and bound address.
@@ -133,6 +195,9 @@ impl Server {
     pub async fn stop(self) -> io::Result<()> {
         self.state.shutdown();
         let served = self.task.await.map_err(io::Error::other)?;
+        if let Some((_, metrics)) = self.metrics {
+            metrics.await.map_err(io::Error::other)??;
+        }
         // The flusher stops at the signal; the final flush comes after the last request,
         // so every report answered 204 is written.
         self.pipeline.await.map_err(io::Error::other)?;
@@ -146,11 +211,20 @@ impl Server {
     }
 }
 
+/// The shortest `SLUICE_ADMIN_TOKEN` accepted: 32 characters, the length of the random
+/// part of a generated token. A short bootstrap token is an admin token anyone can guess.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 32;
+
 /// What start-up did about the first admin token.
 #[derive(Debug)]
 pub enum Bootstrap {
-    /// `SLUICE_ADMIN_TOKEN` is stored (`created`: just now).
-    FromEnv { created: bool, token: TokenInfo },
+    /// `SLUICE_ADMIN_TOKEN` is stored (`created`: just now); `replaced` earlier bootstrap
+    /// tokens (a previous `SLUICE_ADMIN_TOKEN`, or the generated one) were revoked.
+    FromEnv {
+        created: bool,
+        token: TokenInfo,
+        replaced: usize,
+    },
     /// `SLUICE_ADMIN_TOKEN` names a revoked token: it stays revoked.
     EnvTokenRevoked(TokenInfo),
     /// There were no tokens at all: this one was made, to be shown once.
@@ -159,23 +233,38 @@ pub enum Bootstrap {
     NotNeeded,
 }
 
+/// Why the bootstrap token could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error(
+        "{ADMIN_TOKEN_ENV} is {length} characters long; it must be at least \
+         {MIN_ADMIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)"
+    )]
+    TooShort { length: usize },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Makes sure someone can log in: stores `env_token` as an admin token if given (hashed,
-/// once), or mints an admin token when the database has no tokens at all.
+/// once) and revokes any earlier bootstrap token, so changing `SLUICE_ADMIN_TOKEN` retires
+/// the old one; or mints an admin token when the database has no tokens at all.
 pub async fn bootstrap_admin(
     store: &Store,
     env_token: Option<&str>,
-) -> Result<Bootstrap, StoreError> {
+) -> Result<Bootstrap, BootstrapError> {
     let now = now_ms();
     if let Some(secret) = env_token.filter(|s| !s.is_empty()) {
-        return Ok(match store.find_token(secret).await? {
-            Some(token) if token.revoked_at.is_some() => Bootstrap::EnvTokenRevoked(token),
-            Some(token) => Bootstrap::FromEnv {
-                created: false,
-                token,
-            },
-            None => Bootstrap::FromEnv {
-                created: true,
-                token: store
+        let length = secret.chars().count();
+        if length < MIN_ADMIN_TOKEN_LEN {
+            return Err(BootstrapError::TooShort { length });
+        }
+        let (created, token) = match store.find_token(secret).await? {
+            Some(token) if token.revoked_at.is_some() => {
+                return Ok(Bootstrap::EnvTokenRevoked(token));
+            }
+            Some(token) => (false, token),
+            None => {
+                let token = store
                     .add_token(
                         &Actor::system(),
                         BOOTSTRAP_TOKEN_NAME,
@@ -183,8 +272,15 @@ pub async fn bootstrap_admin(
                         secret,
                         now,
                     )
-                    .await?,
-            },
+                    .await?;
+                (true, token)
+            }
+        };
+        let replaced = revoke_other_bootstraps(store, &token.id, now).await?;
+        return Ok(Bootstrap::FromEnv {
+            created,
+            token,
+            replaced,
         });
     }
     if store.token_count().await? == 0 {
@@ -194,4 +290,22 @@ pub async fn bootstrap_admin(
         return Ok(Bootstrap::Generated(token));
     }
     Ok(Bootstrap::NotNeeded)
+}
+
+/// Revokes every active bootstrap token (made by the system under
+/// [`BOOTSTRAP_TOKEN_NAME`]) but `keep`; returns how many.
+async fn revoke_other_bootstraps(store: &Store, keep: &str, now: i64) -> Result<usize, StoreError> {
+    let mut revoked = 0;
+    for token in store.list_tokens().await? {
+        let system_made = token.created_by == Actor::system().name;
+        if token.id != keep
+            && token.name == BOOTSTRAP_TOKEN_NAME
+            && system_made
+            && token.revoked_at.is_none()
+        {
+            store.revoke_token(&Actor::system(), &token.id, now).await?;
+            revoked += 1;
+        }
+    }
+    Ok(revoked)
 }

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::http::AppState;
-use crate::server::{self, Server};
+use crate::server::{self, ServeOptions, Server};
 use crate::store::{Actor, Role, Store, now_ms};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -238,7 +238,7 @@ impl TestApp {
     /// An app over `state` (built by the test), with an admin token of `db`.
     pub async fn over(db: &TestDb, state: AppState) -> TestApp {
         TestApp {
-            app: server::app(state.clone()),
+            app: server::app(state.clone(), true),
             admin: db.token(Role::Admin).await,
             state,
         }
@@ -340,6 +340,13 @@ impl Req {
     /// Sends the dashboard's session cookie instead of a token.
     pub fn cookie(self, cookie: &str) -> Req {
         self.no_token().header("cookie", cookie)
+    }
+
+    /// Sends the `Host` and `Origin` a browser sends with a change made from the
+    /// dashboard's own page (over plain HTTP).
+    pub fn same_origin(self) -> Req {
+        self.header("host", DASHBOARD_HOST)
+            .header("origin", &format!("http://{DASHBOARD_HOST}"))
     }
 
     pub fn no_token(mut self) -> Req {
@@ -471,6 +478,9 @@ pub fn rule(name: &str) -> Value {
 /// of hanging it.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// The host the dashboard is reached at in [`Req::same_origin`].
+pub const DASHBOARD_HOST: &str = "sluice.test:8080";
+
 /// A real `sluice serve` (in this process) on 127.0.0.1 over a test database, with an admin
 /// token and an HTTP client.
 #[derive(Debug)]
@@ -483,11 +493,18 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(db: &TestDb) -> TestServer {
+        TestServer::start_with(db, ServeOptions::default()).await
+    }
+
+    /// A server with `options` (its connection limits, TLS, a separate metrics listener,
+    /// which binds 127.0.0.1 too). `base` is `https://` with TLS, which `http` does not
+    /// trust: TLS tests bring their own client.
+    pub async fn start_with(db: &TestDb, options: ServeOptions) -> TestServer {
         let state = AppState::new(db.store.clone()).await.unwrap();
-        let server = server::start(state, "127.0.0.1:0".parse().unwrap())
+        let server = server::start_with(state, "127.0.0.1:0".parse().unwrap(), options)
             .await
             .unwrap();
-        let base = format!("http://{}", server.addr());
+        let base = server.listening().url();
         TestServer {
             server,
             base,
@@ -522,6 +539,22 @@ impl TestServer {
         response.json::<Value>().await.unwrap()["revision"]
             .as_u64()
             .unwrap()
+    }
+
+    /// The server's own metrics: from its separate `/metrics` listener if it has one.
+    pub async fn metrics(&self) -> String {
+        let base = match self.server.metrics_addr() {
+            Some(addr) => format!("http://{addr}"),
+            None => self.base.clone(),
+        };
+        let response = self
+            .http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.unwrap()
     }
 
     /// How many long-polls the server is holding, from its own metrics.

@@ -1226,18 +1226,21 @@ async fn overrides_beyond_the_documents_bound_are_refused_with_their_path(db: Te
         .expect(201);
 }
 
-/// Wrong secrets from one address are answered 429 once it has spent its failures, before
-/// any secret is looked at (a right one included); other addresses and successes are not
-/// affected, and the refusals are counted.
+/// Wrong secrets from one address are answered 429 once it has spent its failures; valid
+/// secrets from that same address are still accepted (an attacker behind the proxies' NAT
+/// or load balancer must not lock them out); other addresses are not affected; forged
+/// forwarding headers change nothing; and the refusals are counted.
 async fn failed_authentications_are_limited_per_address(db: TestDb) {
     use sluice_admin::http::failed_auth::ALLOWED_FAILURES;
     let api = TestApp::new(&db).await;
+    let proxy = db.token(Role::Proxy).await;
     let attacker = SocketAddr::from(([198, 51, 100, 7], 40000));
     let neighbour = SocketAddr::from(([198, 51, 100, 8], 40000));
     // Successes spend nothing.
     for _ in 0..2 * ALLOWED_FAILURES {
         api.get("/api/v1/rules").from(attacker).expect(200).await;
     }
+    // Just under the limit, a wrong secret is an ordinary 401 ...
     for _ in 0..ALLOWED_FAILURES {
         api.get("/api/v1/rules")
             .token("slc_guess")
@@ -1245,25 +1248,77 @@ async fn failed_authentications_are_limited_per_address(db: TestDb) {
             .expect(401)
             .await;
     }
-    let throttled = api.get("/api/v1/rules").from(attacker).expect(429).await;
+    // ... over it, 429.
+    let throttled = api
+        .get("/api/v1/rules")
+        .token("slc_guess")
+        .from(attacker)
+        .expect(429)
+        .await;
     let retry_after: u64 = throttled.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=10).contains(&retry_after), "{retry_after}");
     assert_eq!(
         throttled.json()["type"],
         "urn:sluice:too-many-failed-authentications"
     );
-    // The dashboard's sign-in shares the limit.
+    // While the attacker keeps failing, the admin's and a proxy's valid tokens from the
+    // same address are served, and so is a sign-in with a valid token.
+    for _ in 0..3 {
+        api.get("/api/v1/rules")
+            .token("slc_guess")
+            .from(attacker)
+            .expect(429)
+            .await;
+        api.get("/api/v1/rules").from(attacker).expect(200).await;
+        // Current already: 304 at once.
+        api.get("/api/v1/ruleset?after=0&wait=0")
+            .token(&proxy)
+            .header("x-sluice-proxy-id", "envoy-behind-the-nat")
+            .from(attacker)
+            .expect(304)
+            .await;
+    }
     api.post("/api/v1/session")
         .no_token()
         .json(&json!({"token": api.admin}))
         .from(attacker)
+        .expect(201)
+        .await;
+    // The dashboard's sign-in shares the limit for wrong tokens.
+    api.post("/api/v1/session")
+        .no_token()
+        .json(&json!({"token": "slc_guess"}))
+        .from(attacker)
         .expect(429)
+        .await;
+    // The address is the TCP peer's: a forged forwarding header neither frees the
+    // attacker nor throttles the neighbour it names.
+    for (name, value) in [
+        ("x-forwarded-for", "203.0.113.9"),
+        ("forwarded", "for=203.0.113.9"),
+        ("x-real-ip", "203.0.113.9"),
+    ] {
+        api.get("/api/v1/rules")
+            .token("slc_guess")
+            .header(name, value)
+            .from(attacker)
+            .expect(429)
+            .await;
+    }
+    api.get("/api/v1/rules")
+        .token("slc_guess")
+        .header("x-forwarded-for", "198.51.100.7")
+        .from(neighbour)
+        .expect(401)
         .await;
     api.get("/api/v1/rules").from(neighbour).expect(200).await;
     let metrics = api.get("/metrics").no_token().expect(200).await.text();
     assert_contains(
         &metrics,
-        &format!("sluice_admin_auth_failures_total{{credential=\"bearer\"}} {ALLOWED_FAILURES}"),
+        &format!(
+            "sluice_admin_auth_failures_total{{credential=\"bearer\"}} {}",
+            ALLOWED_FAILURES + 1
+        ),
     );
-    assert_contains(&metrics, "sluice_admin_auth_throttled_total 2");
+    assert_contains(&metrics, "sluice_admin_auth_throttled_total 8");
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use sluice_admin::server::{Bootstrap, bootstrap_admin};
+use sluice_admin::server::{Bootstrap, BootstrapError, MIN_ADMIN_TOKEN_LEN, bootstrap_admin};
 use sluice_admin::store::{
     Action, Actor, ChangeKind, Edited, IfMatch, NewToken, ProxySeen, Role, RuleFilter, StoreError,
     Working, hash_token,
@@ -28,6 +28,8 @@ sluice_admin::on_every_backend!(
     tokens_are_stored_hashed_and_can_be_revoked,
     token_times_are_the_callers,
     the_bootstrap_token_is_stored_once,
+    a_short_bootstrap_token_is_refused,
+    a_changed_bootstrap_token_retires_the_old_one,
     proxies_are_upserted,
     rules_are_listed_filtered_and_paged,
     migrating_twice_is_harmless,
@@ -555,6 +557,7 @@ async fn the_bootstrap_token_is_stored_once(db: TestDb) {
     let Bootstrap::FromEnv {
         created: true,
         token,
+        replaced: 0,
     } = bootstrap_admin(&db.store, Some(secret)).await.unwrap()
     else {
         panic!("not stored")
@@ -577,6 +580,68 @@ async fn the_bootstrap_token_is_stored_once(db: TestDb) {
         Bootstrap::EnvTokenRevoked(_)
     ));
     assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
+}
+
+/// `SLUICE_ADMIN_TOKEN=abc` would be an admin token anyone could guess: one character
+/// short of the minimum is refused, with nothing stored; the minimum itself is accepted.
+async fn a_short_bootstrap_token_is_refused(db: TestDb) {
+    let short = "x".repeat(MIN_ADMIN_TOKEN_LEN - 1);
+    for secret in ["abc", short.as_str()] {
+        let err = bootstrap_admin(&db.store, Some(secret)).await.unwrap_err();
+        assert!(matches!(err, BootstrapError::TooShort { .. }), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("SLUICE_ADMIN_TOKEN"), "{message}");
+        assert!(
+            message.contains(&MIN_ADMIN_TOKEN_LEN.to_string()),
+            "{message}"
+        );
+    }
+    assert!(db.store.list_tokens().await.unwrap().is_empty());
+    let enough = "x".repeat(MIN_ADMIN_TOKEN_LEN);
+    assert!(matches!(
+        bootstrap_admin(&db.store, Some(&enough)).await.unwrap(),
+        Bootstrap::FromEnv { created: true, .. }
+    ));
+}
+
+/// Changing `SLUICE_ADMIN_TOKEN` revokes the previous bootstrap token (and a generated
+/// one); tokens made through the API stay valid.
+async fn a_changed_bootstrap_token_retires_the_old_one(db: TestDb) {
+    let Bootstrap::Generated(generated) = bootstrap_admin(&db.store, None).await.unwrap() else {
+        panic!("no token was generated")
+    };
+    let editor = db.token(Role::Editor).await;
+    let first = "first-bootstrap-secret-0123456789abcdef";
+    let second = "second-bootstrap-secret-0123456789abcdef";
+    let Bootstrap::FromEnv { replaced: 1, .. } =
+        bootstrap_admin(&db.store, Some(first)).await.unwrap()
+    else {
+        panic!("the generated token was not replaced")
+    };
+    let Bootstrap::FromEnv {
+        created: true,
+        replaced: 1,
+        ..
+    } = bootstrap_admin(&db.store, Some(second)).await.unwrap()
+    else {
+        panic!("the first token was not replaced")
+    };
+    let now = sluice_admin::store::now_ms();
+    for gone in [generated.secret.as_str(), first] {
+        assert!(db.store.authenticate(gone, now).await.unwrap().is_none());
+    }
+    for valid in [second, editor.as_str()] {
+        assert!(db.store.authenticate(valid, now).await.unwrap().is_some());
+    }
+    // Restarting with the same token changes nothing.
+    assert!(matches!(
+        bootstrap_admin(&db.store, Some(second)).await.unwrap(),
+        Bootstrap::FromEnv {
+            created: false,
+            replaced: 0,
+            ..
+        }
+    ));
 }
 
 async fn proxies_are_upserted(db: TestDb) {

@@ -15,6 +15,7 @@ use tokio::process::{Child, Command};
 sluice_admin::on_every_backend!(
     the_binary_serves_prints_its_address_and_stops_on_sigterm,
     the_first_start_prints_a_generated_admin_token_once,
+    bad_serve_settings_stop_start_up_with_a_clear_message,
     the_cli_manages_tokens_and_applies_and_exports_rules,
     the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts,
 );
@@ -171,6 +172,38 @@ async fn the_first_start_prints_a_generated_admin_token_once(db: TestDb) {
         assert!(!line.contains("slc_"), "a second token was printed: {line}");
     }
     assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
+}
+
+/// A bootstrap token anyone could guess, or connection limits that cannot be served
+/// with, stop `sluice serve` at start-up with exit status 2 and a message naming the
+/// setting; nothing is stored.
+async fn bad_serve_settings_stop_start_up_with_a_clear_message(db: TestDb) {
+    let cases: [(&str, &[&str], &str); 3] = [
+        ("abc", &[], "SLUICE_ADMIN_TOKEN is 3 characters long"),
+        (
+            "a-long-enough-bootstrap-secret-0123456789",
+            &["--max-connections", "0"],
+            "--max-connections 0",
+        ),
+        (
+            "a-long-enough-bootstrap-secret-0123456789",
+            &["--header-read-timeout", "0s"],
+            "--header-read-timeout must be at least 1ms",
+        ),
+    ];
+    for (token, flags, message) in cases {
+        let output = sluice()
+            .args(["serve", "--listen", "127.0.0.1:0", "--database", &db.url])
+            .args(flags)
+            .env("SLUICE_ADMIN_TOKEN", token)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    }
+    assert!(db.store.list_tokens().await.unwrap().is_empty());
 }
 
 async fn the_cli_manages_tokens_and_applies_and_exports_rules(db: TestDb) {

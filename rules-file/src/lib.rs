@@ -10,7 +10,10 @@
 //! here use the same `rules[i].field` paths so both kinds of message read alike.
 
 pub mod envoy_ratelimit;
+pub mod nesting;
 pub mod strict_json;
+
+pub use nesting::MAX_NESTING;
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +63,16 @@ pub enum RulesFileError {
         path: PathBuf,
         format: &'static str,
         message: String,
+    },
+    #[error(
+        "{}: the document nests {depth} levels deep; a rules file may nest at most {limit}",
+        path.display()
+    )]
+    TooDeep {
+        path: PathBuf,
+        /// The depth found (an upper estimate: see [`nesting::nesting_depth`]).
+        depth: usize,
+        limit: usize,
     },
     #[error("{}: {field}: {message}", path.display())]
     Shape {
@@ -124,6 +137,16 @@ pub fn parse_rules(
         format: format.name(),
         message,
     };
+    // Refused before parsing: a parser spends seconds on a document of thousands of nested
+    // sequences before it refuses it.
+    let depth = nesting::nesting_depth(text);
+    if depth > MAX_NESTING {
+        return Err(RulesFileError::TooDeep {
+            path: origin.to_path_buf(),
+            depth,
+            limit: MAX_NESTING,
+        });
+    }
     // Going through one JSON value lets both syntaxes share the shape check below, and so
     // report identical field paths.
     let value: serde_json::Value = match format {

@@ -20,6 +20,7 @@ use super::body::{Peer, header_items};
 use super::failed_auth::Credential;
 use super::{ApiError, AppState};
 use crate::store::{Actor, Role, StoreError, TokenInfo, now_ms};
+use crate::tls::OverTls;
 
 /// The dashboard's session cookie.
 pub(crate) const SESSION_COOKIE: &str = "sluice_session";
@@ -154,34 +155,57 @@ pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// A cookie is sent by the browser whoever made the page, so a change made with one must
-/// come from the dashboard's own origin. SameSite=Strict already keeps other sites' requests
-/// cookie-less in current browsers; this is the second line of defence. Requests without
-/// an `Origin` header (not sent by a browser's cross-site request) pass.
+/// come from the dashboard's own origin. SameSite=Strict already keeps other sites'
+/// requests cookie-less in current browsers; this is the second line of defence, and it
+/// fails closed: a change is accepted only when the browser says it is same-origin, with
+/// `Sec-Fetch-Site: same-origin`, or with an `Origin` that is exactly this server's
+/// scheme and host (browsers send `Origin` on every same-origin request that is not a GET
+/// or HEAD). No `Origin` at all, another scheme on the right host, or any other
+/// `Sec-Fetch-Site` (`same-site`, `cross-site`, `none`) is refused.
 fn check_same_origin(parts: &Parts) -> Result<(), ApiError> {
     if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return Ok(());
     }
-    let Some(origin) = parts.headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok());
-    let same = match (origin.to_str().ok(), host) {
-        (Some(origin), Some(host)) => origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .is_some_and(|o| o.eq_ignore_ascii_case(host)),
-        _ => false,
+    let value = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let same = match value(SEC_FETCH_SITE) {
+        Some(site) => site.eq_ignore_ascii_case("same-origin"),
+        None => match (value(header::ORIGIN.as_str()), value(header::HOST.as_str())) {
+            (Some(origin), Some(host)) => {
+                let tls = parts.extensions.get::<OverTls>().is_some();
+                let scheme = if over_https(&parts.headers, tls) {
+                    "https"
+                } else {
+                    "http"
+                };
+                origin
+                    .strip_prefix(scheme)
+                    .and_then(|rest| rest.strip_prefix("://"))
+                    .is_some_and(|o| o.eq_ignore_ascii_case(host))
+            }
+            _ => false,
+        },
     };
     if same {
         Ok(())
     } else {
         Err(ApiError::Unauthenticated(
-            "the session cookie is accepted only from the dashboard's own origin",
+            "the session cookie changes things only from the dashboard's own origin (send \
+             `Origin` with this server's scheme and host, or `Sec-Fetch-Site: same-origin`)",
         ))
     }
+}
+
+/// The fetch metadata header that says where a browser's request comes from.
+const SEC_FETCH_SITE: &str = "sec-fetch-site";
+
+/// Whether the browser reached us over HTTPS: our own TLS (`over_tls`: `sluice serve
+/// --tls-cert`), or a TLS-terminating proxy that says so.
+pub(crate) fn over_https(headers: &HeaderMap, over_tls: bool) -> bool {
+    over_tls
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
 /// The active token behind a request: its bearer token, or else its session cookie.
@@ -212,24 +236,35 @@ pub(crate) async fn authenticate(parts: &Parts, state: &AppState) -> Result<Toke
 }
 
 /// Looks a presented secret up behind the failed-authentication limit (see
-/// [`super::failed_auth`]): 429 at once while `peer`'s failures are spent, and a secret
-/// that finds nothing (`None`) spends one and is logged, without the secret.
+/// [`super::failed_auth`]). A secret that finds something is accepted whatever its
+/// address's failures: only failures are throttled, so an attacker sharing an address (a
+/// NAT, a load balancer) with the proxies cannot lock them out. A secret that finds nothing
+/// (`None`) is answered 429 while `peer`'s failures are spent, and otherwise spends one;
+/// the failures are logged, a few lines a minute at most, with a count of the rest.
 pub(crate) async fn guarded<T>(
     state: &AppState,
     peer: Peer,
     credential: Credential,
     lookup: impl Future<Output = Result<Option<T>, StoreError>>,
 ) -> Result<Option<T>, ApiError> {
+    let found = lookup.await?;
+    if found.is_some() {
+        return Ok(found);
+    }
     let limiter = state.failed_auths();
     let now = limiter.now_ns(Instant::now());
     if let Err(retry_after) = limiter.check(peer.ip(), now) {
         tracing::debug!(peer = ?peer.0, ?credential, "authentication throttled");
         return Err(ApiError::TooManyFailures { retry_after });
     }
-    let found = lookup.await?;
-    if found.is_none() {
-        limiter.failed(peer.ip(), credential, now);
-        tracing::warn!(peer = ?peer.0, ?credential, "authentication failed: unknown, revoked or expired secret");
+    limiter.failed(peer.ip(), credential, now);
+    if let Some(unlogged) = limiter.log_slot(now) {
+        tracing::warn!(
+            peer = ?peer.0,
+            ?credential,
+            unlogged_since_last_line = unlogged,
+            "authentication failed: unknown, revoked or expired secret"
+        );
     }
     Ok(found)
 }

@@ -4,11 +4,17 @@
 //! Every request that presents a secret and is refused for it (an unknown or revoked
 //! bearer token, an expired or unknown session cookie, a failed dashboard sign-in) spends
 //! one token of its address's bucket: [`ALLOWED_FAILURES`] at once, then one more every
-//! [`REFILL`]. An address with an empty bucket is answered 429 with `Retry-After` before
-//! its secret is even looked at, so a correct guess made while throttled is not confirmed
-//! either. Successes spend nothing: a busy proxy or dashboard is never throttled by its
-//! own traffic. Requests without a secret (no `Authorization`, no cookie) are ordinary
-//! 401s and spend nothing.
+//! [`REFILL`]. An address with an empty bucket is answered 429 with `Retry-After` for every
+//! wrong secret it sends. A valid secret is always accepted, whatever its address's
+//! failures: only failures are throttled, so an attacker behind the same NAT or load
+//! balancer as the proxies cannot lock them out (a token is 256 random bits: throttling
+//! guesses, not confirming a correct one, is what keeps guessing hopeless). Requests
+//! without a secret (no `Authorization`, no cookie) are ordinary 401s and spend nothing.
+//! The address is the TCP peer's: forwarding headers (`X-Forwarded-For`, `Forwarded`) are
+//! never read here, so a client cannot pick another address to fail from.
+//!
+//! Failures are logged at most [`LOG_LINES`] times per [`LOG_WINDOW`]; the next line says
+//! how many went unlogged, and `sluice_admin_auth_failures_total` counts every one.
 //!
 //! IPv6 clients are keyed by their /64, which one host usually holds whole. Behind a
 //! reverse proxy every client shares the proxy's address: the limit then protects the
@@ -60,6 +66,22 @@ impl FailureLimit {
         Gcra::new(NonZeroU64::MIN, refill, NonZeroU64::new(self.allowed)?).ok()
     }
 }
+/// Failed authentications logged per [`LOG_WINDOW`] at most: a flood of wrong tokens
+/// (150,000 of them once wrote 25 MB of log) becomes a few lines a minute.
+pub(crate) const LOG_LINES: u32 = 10;
+/// The window [`LOG_LINES`] counts in.
+pub(crate) const LOG_WINDOW: Duration = Duration::from_secs(60);
+
+/// The failure log's budget in the current window.
+#[derive(Debug, Default)]
+struct LogWindow {
+    /// When the window began, in ns since the limiter's epoch.
+    started: u64,
+    logged: u32,
+    /// Failures not logged since the last line.
+    unlogged: u64,
+}
+
 /// Addresses tracked at most (about 3 MB).
 pub(crate) const MAX_ADDRESSES: usize = 65_536;
 
@@ -95,6 +117,7 @@ pub(crate) struct FailedAuths {
     epoch: Instant,
     failures: Family<CredentialLabels, Counter>,
     throttled: Counter,
+    log: Mutex<LogWindow>,
 }
 
 /// A client address as the limit counts it.
@@ -148,6 +171,7 @@ impl FailedAuths {
             epoch: Instant::now(),
             failures,
             throttled,
+            log: Mutex::new(LogWindow::default()),
         }
     }
 
@@ -171,6 +195,24 @@ impl FailedAuths {
         } else {
             self.throttled.inc();
             Err(Duration::from_nanos(verdict.retry_after_ns))
+        }
+    }
+
+    /// Whether a failure at `now_ns` may be logged: `Some(n)` with the `n` failures left
+    /// unlogged since the last line, or `None` when this window's lines are spent.
+    pub(crate) fn log_slot(&self, now_ns: u64) -> Option<u64> {
+        let mut window = self.log.lock().ok()?;
+        let length = u64::try_from(LOG_WINDOW.as_nanos()).unwrap_or(u64::MAX);
+        if now_ns.saturating_sub(window.started) >= length {
+            window.started = now_ns;
+            window.logged = 0;
+        }
+        if window.logged < LOG_LINES {
+            window.logged += 1;
+            Some(std::mem::take(&mut window.unlogged))
+        } else {
+            window.unlogged += 1;
+            None
         }
     }
 
@@ -264,6 +306,23 @@ mod tests {
             );
         }
         assert!(auths.check("198.51.100.1".parse().ok(), SECOND).is_err());
+    }
+
+    #[test]
+    fn failures_are_logged_a_few_lines_a_window_with_the_rest_counted() {
+        let auths = limiter();
+        let window = u64::try_from(LOG_WINDOW.as_nanos()).unwrap();
+        let start = 5 * window;
+        let logged = (0..1000)
+            .filter(|_| auths.log_slot(start).is_some())
+            .count();
+        assert_eq!(logged, LOG_LINES as usize);
+        // Just before the window ends: still quiet.
+        assert_eq!(auths.log_slot(start + window - 1), None);
+        // The next window's first line counts the unlogged ones (and only them).
+        let unlogged = 1000 - u64::from(LOG_LINES) + 1;
+        assert_eq!(auths.log_slot(start + window), Some(unlogged));
+        assert_eq!(auths.log_slot(start + window), Some(0));
     }
 
     #[test]

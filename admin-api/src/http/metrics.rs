@@ -15,14 +15,15 @@ use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
+    /// From a fixed set: see `operations::method_label`.
+    method: &'static str,
     route: String,
     status: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
+    method: &'static str,
     route: String,
 }
 
@@ -37,6 +38,15 @@ pub(super) struct Metrics {
     connected_proxies: Gauge,
     ruleset_version: Gauge,
     pub(super) long_polls: Gauge,
+    /// Open connections and connections refused over the cap, by [`crate::conn`].
+    pub(super) connections: ConnectionMetrics,
+}
+
+/// What the accept loop counts (see [`crate::conn`]).
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionMetrics {
+    pub(crate) open: Gauge,
+    pub(crate) refused: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -53,6 +63,17 @@ impl Metrics {
         let connected_proxies = Gauge::default();
         let ruleset_version = Gauge::default();
         let long_polls = Gauge::default();
+        let connections = ConnectionMetrics::default();
+        registry.register(
+            "sluice_admin_open_connections",
+            "HTTP connections open now, on every listener (handshaking, idle or busy)",
+            connections.open.clone(),
+        );
+        registry.register(
+            "sluice_admin_refused_connections",
+            "Connections closed at once because --max-connections were open",
+            connections.refused.clone(),
+        );
         registry.register(
             "sluice_admin_http_requests",
             "HTTP requests answered, by method, route pattern and status",
@@ -87,6 +108,7 @@ impl Metrics {
             connected_proxies,
             ruleset_version,
             long_polls,
+            connections,
         }
     }
 
@@ -95,17 +117,25 @@ impl Metrics {
         &mut self.registry
     }
 
-    pub(super) fn observe_request(&self, method: &str, route: &str, status: u16, took: Duration) {
+    /// Counts one answered request. `method` and `route` must come from fixed sets (a
+    /// label value taken from a request is a memory leak).
+    pub(super) fn observe_request(
+        &self,
+        method: &'static str,
+        route: &str,
+        status: u16,
+        took: Duration,
+    ) {
         self.requests
             .get_or_create(&RequestLabels {
-                method: method.to_string(),
+                method,
                 route: route.to_string(),
                 status,
             })
             .inc();
         self.durations
             .get_or_create(&RouteLabels {
-                method: method.to_string(),
+                method,
                 route: route.to_string(),
             })
             .observe(took.as_secs_f64());

@@ -329,22 +329,25 @@ fn stream_event(t: i64, delta: LiveDelta) -> StreamEvent {
     responses(
         (status = 200, description = "Server-sent events: `event: metrics` every 2 s with what reports brought since the last one (data: this schema), and keep-alive comments. Ends when the server shuts down.",
          body = StreamFrame, content_type = "text/event-stream"),
+        (status = 503, description = "Too many streams open (in all, or for this token)", body = Problem, content_type = "application/problem+json"),
         AuthErrors,
     ),
 )]
 /// Live counts, every 2 seconds.
 pub async fn metrics_stream(
     State(state): State<AppState>,
-    _auth: Auth<Read>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    auth: Auth<Read>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    // Held by the stream: its place is freed when the client goes away.
+    let slot = state.streams().open(&auth.token.id)?;
     let start = state.pipeline().live();
     let ticks = tokio::time::interval_at(
         tokio::time::Instant::now() + STREAM_INTERVAL,
         STREAM_INTERVAL,
     );
     let events = stream::unfold(
-        (state, start, ticks),
-        |(state, before, mut ticks)| async move {
+        (state, start, ticks, slot),
+        |(state, before, mut ticks, slot)| async move {
             tokio::select! {
                 _ = ticks.tick() => {}
                 () = state.shutting_down() => return None,
@@ -355,8 +358,8 @@ pub async fn metrics_stream(
                 .event("metrics")
                 .json_data(&data)
                 .unwrap_or_else(|_| Event::default().comment("unserialisable event"));
-            Some((Ok(event), (state, now, ticks)))
+            Some((Ok(event), (state, now, ticks, slot)))
         },
     );
-    Sse::new(events).keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE))
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE)))
 }

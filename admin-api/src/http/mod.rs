@@ -38,6 +38,7 @@ mod ruleset;
 #[allow(unused_qualifications)]
 mod session;
 mod state;
+pub mod streams;
 #[allow(unused_qualifications)]
 mod tokens;
 #[allow(unused_qualifications)]
@@ -54,6 +55,7 @@ use utoipa_axum::routes;
 
 pub(crate) use body::{MAX_BODY_BYTES, header_items};
 pub(crate) use error::ApiError;
+pub(crate) use metrics::ConnectionMetrics;
 use operations::{healthz, observe, readyz};
 pub use state::{AppState, VERSION_FOLLOW_INTERVAL};
 
@@ -100,16 +102,32 @@ pub fn app(state: AppState) -> Router {
     app_beside(
         state,
         Router::new().fallback(|| async { no_such_endpoint() }),
+        true,
     )
+}
+
+/// `/metrics` alone, for its own listener (`sluice serve --metrics-listen`).
+pub(crate) fn metrics_only(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(operations::render))
+        .fallback(|| async { no_such_endpoint() })
+        .with_state(state)
 }
 
 /// The API, with `site` answering every path the API does not route (`sluice serve`
 /// mounts the dashboard there: `crate::server::app`). Whichever answers, the request is
-/// counted, timed and logged, and its body bounded.
-pub(crate) fn app_beside(state: AppState, site: Router) -> Router {
+/// counted, timed and logged, and its body bounded. `/metrics` is served only
+/// `with_metrics` (not when it has a listener of its own).
+pub(crate) fn app_beside(state: AppState, site: Router, with_metrics: bool) -> Router {
     let (api, mut doc) = api_routes().split_for_parts();
     openapi::complete(&mut doc);
     let doc = Bytes::from(doc.to_pretty_json().unwrap_or_else(|_| "{}".to_string()));
+    // With a listener of its own, `/metrics` here is a plain 404, not the dashboard's page.
+    let api = if with_metrics {
+        api.route("/metrics", get(operations::render))
+    } else {
+        api.route("/metrics", get(|| async { no_such_endpoint() }))
+    };
     Router::new()
         .merge(api)
         .route(
@@ -126,7 +144,6 @@ pub(crate) fn app_beside(state: AppState, site: Router) -> Router {
         )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(operations::render))
         .fallback_service(site)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), observe))

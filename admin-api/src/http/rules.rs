@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Request, State};
@@ -412,6 +413,60 @@ fn body_format(headers: &HeaderMap) -> Result<RulesFormat, ApiError> {
     }
 }
 
+/// How long parsing a rules body may take, waiting for a turn included. A body within the
+/// size limit and the nesting limit parses in milliseconds; the bound is for what the
+/// nesting pre-scan cannot see.
+pub(crate) const PARSE_TIME_LIMIT: Duration = Duration::from_secs(2);
+
+/// Parses a rules body off the async executor (a parse of a large or hostile body would
+/// stall every request on its worker thread), refusing a body that nests deeper than
+/// [`rules_file::MAX_NESTING`] before parsing it, within [`PARSE_TIME_LIMIT`] and one of
+/// [`super::state::PARSE_SLOTS`] turns: a parse that overruns is answered at once, and the
+/// slot it holds until it ends keeps such parses from piling up.
+async fn parse_rules_body(
+    state: &AppState,
+    text: String,
+    format: RulesFormat,
+) -> Result<Vec<RuleSpec>, ApiError> {
+    let deadline = tokio::time::Instant::now() + PARSE_TIME_LIMIT;
+    let busy = || {
+        ApiError::Unavailable(
+            "the server is busy parsing other rules files: retry in a few seconds".to_string(),
+        )
+    };
+    let slot = tokio::time::timeout_at(deadline, state.parse_slots().acquire_owned())
+        .await
+        .map_err(|_| busy())?
+        .map_err(|_| busy())?;
+    let parse = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        rules_file::parse_rules(&text, format, Path::new("body"))
+    });
+    let parsed = tokio::time::timeout_at(deadline, parse)
+        .await
+        .map_err(|_| {
+            ApiError::BadRequest(format!(
+                "the rules file took longer than {} to parse (the limit): send a smaller or \
+                 simpler file",
+                humantime::format_duration(PARSE_TIME_LIMIT)
+            ))
+        })?
+        .map_err(|e| ApiError::Internal(format!("parsing a rules body: {e}")))?;
+    parsed.map_err(|e| match e {
+        RulesFileError::Shape { field, message, .. } => {
+            ApiError::invalid(Input::Ruleset, field, message)
+        }
+        RulesFileError::Syntax {
+            format, message, ..
+        } => ApiError::BadRequest(format!("the body is not valid {format}: {message}")),
+        RulesFileError::TooDeep { depth, limit, .. } => ApiError::BadRequest(format!(
+            "the body nests {depth} levels deep; a rules file may nest at most {limit} \
+             (the nesting limit)"
+        )),
+        other => ApiError::BadRequest(other.to_string()),
+    })
+}
+
 /// Refuses a file that has two rules with one id: the second would silently win.
 fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -457,17 +512,9 @@ pub async fn apply_rules(
 ) -> Result<Json<ChangeSummary>, ApiError> {
     let format = body_format(request.headers())?;
     let bytes = body::read_body(request, &state).await?;
-    let text = std::str::from_utf8(&bytes)
+    let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| ApiError::BadRequest("the body is not UTF-8 text".to_string()))?;
-    let specs = rules_file::parse_rules(text, format, Path::new("body")).map_err(|e| match e {
-        RulesFileError::Shape { field, message, .. } => {
-            ApiError::invalid(Input::Ruleset, field, message)
-        }
-        RulesFileError::Syntax {
-            format, message, ..
-        } => ApiError::BadRequest(format!("the body is not valid {format}: {message}")),
-        other => ApiError::BadRequest(other.to_string()),
-    })?;
+    let specs = parse_rules_body(&state, text, format).await?;
     check_unique_ids(&specs)?;
     let file_ids: Vec<String> = specs
         .iter()

@@ -30,16 +30,6 @@ fn session_view(token: &TokenInfo, expires_at: Option<i64>) -> SessionView {
     }
 }
 
-/// Whether the browser reached us over HTTPS: our own TLS (`sluice serve --tls-cert`), or
-/// a TLS-terminating proxy that says so.
-fn over_https(headers: &HeaderMap, tls: Option<Extension<OverTls>>) -> bool {
-    tls.is_some()
-        || headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
-}
-
 /// `Secure` only when the browser reached us over HTTPS: a Secure cookie set over plain
 /// HTTP would not come back.
 fn cookie(value: &str, https: bool, clear: bool) -> Option<HeaderValue> {
@@ -89,8 +79,12 @@ pub(crate) async fn create_session(
         });
     }
     let session = state.store().create_session(&token, now_ms()).await?;
-    let cookie = cookie(&session.secret, over_https(&headers, tls), false)
-        .ok_or_else(|| ApiError::Internal("session id is not a header value".to_string()))?;
+    let cookie = cookie(
+        &session.secret,
+        auth::over_https(&headers, tls.is_some()),
+        false,
+    )
+    .ok_or_else(|| ApiError::Internal("session id is not a header value".to_string()))?;
     let mut response = (
         StatusCode::CREATED,
         Json(session_view(&token, Some(session.expires_at))),
@@ -125,7 +119,7 @@ pub(crate) async fn delete_session(
         state.store().delete_session(secret).await?;
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Some(cookie) = cookie("", over_https(&headers, tls), true) {
+    if let Some(cookie) = cookie("", auth::over_https(&headers, tls.is_some()), true) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     Ok(response)

@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::failed_auth::{FailedAuths, FailureLimit};
 use super::issued::Issued;
-use super::metrics::Metrics;
+use super::metrics::{ConnectionMetrics, Metrics};
 use super::proxy_ids::ProxyIds;
 use super::report_guard::ReportSeq;
+use super::streams::Streams;
 use crate::pipeline::{MetricsConfig, Pipeline};
 use crate::store::{Store, StoreError, VersionNotices, rule_id};
 use sluice_coordinator::guard::{Bounds, global_limits};
@@ -23,6 +24,10 @@ use sluice_core::rule::Rule;
 
 /// A proxy counts as connected when it polled this recently (or is polling now).
 pub(crate) const CONNECTED_WITHIN_MS: i64 = 60_000;
+
+/// Rules bodies parsed at once at most (see `rules::parse_rules_body`): one per core of
+/// a small machine, so hostile bodies cannot take every blocking thread.
+pub(crate) const PARSE_SLOTS: usize = 2;
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -56,6 +61,10 @@ pub(super) struct Inner {
     issued: Mutex<Issued>,
     /// Each proxy id's last accepted report (see [`super::report_guard`]).
     report_seq: Mutex<ReportSeq>,
+    /// Turns to parse a rules body off the executor ([`PARSE_SLOTS`]).
+    parse_slots: Arc<Semaphore>,
+    /// The live metrics streams open now (see [`super::streams`]).
+    streams: Arc<Streams>,
 }
 
 impl AppState {
@@ -100,6 +109,8 @@ impl AppState {
                 proxy_ids,
                 issued: Mutex::new(Issued::default()),
                 report_seq: Mutex::new(ReportSeq::default()),
+                parse_slots: Arc::new(Semaphore::new(PARSE_SLOTS)),
+                streams: Arc::default(),
             }),
         })
     }
@@ -179,6 +190,21 @@ impl AppState {
     /// Failed authentications by client address.
     pub(crate) fn failed_auths(&self) -> &FailedAuths {
         &self.inner.failed_auths
+    }
+
+    /// Turns to parse a rules body off the executor.
+    pub(crate) fn parse_slots(&self) -> Arc<Semaphore> {
+        self.inner.parse_slots.clone()
+    }
+
+    /// The accept loop's gauge of open connections and counter of refused ones.
+    pub(crate) fn connection_metrics(&self) -> ConnectionMetrics {
+        self.inner.metrics.connections.clone()
+    }
+
+    /// The live metrics streams open now.
+    pub(crate) fn streams(&self) -> &Arc<Streams> {
+        &self.inner.streams
     }
 
     pub fn store(&self) -> &Store {

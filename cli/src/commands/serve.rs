@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use sluice_admin::conn::ConnLimits;
 use sluice_admin::http::AppState;
 use sluice_admin::http::failed_auth::FailureLimit;
 use sluice_admin::pipeline::MetricsConfig;
-use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap};
+use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap, BootstrapError, ServeOptions};
 use sluice_coordinator::Backend;
 use sluice_coordinator::guard;
 use sluice_coordinator::redis::RedisBuckets;
@@ -54,7 +55,8 @@ pub struct ServeArgs {
     tls_key: Option<PathBuf>,
 
     /// Failed authentications (wrong tokens, sessions or sign-ins) one client address may
-    /// make at once before it is answered 429; then one more every --auth-failure-refill.
+    /// make at once before its wrong secrets are answered 429 (valid ones are always
+    /// accepted); then one more every --auth-failure-refill.
     #[arg(long, value_name = "N", default_value_t = sluice_admin::http::failed_auth::ALLOWED_FAILURES)]
     auth_failures: u64,
 
@@ -72,6 +74,32 @@ pub struct ServeArgs {
     /// sluice_quota_refused_total{reason="max_buckets_per_proxy"}.
     #[arg(long, value_name = "N", default_value_t = guard::DEFAULT_MAX_BUCKETS_PER_PROXY)]
     quota_max_buckets_per_proxy: usize,
+
+    /// How long a client may take to send a request's line and headers, counted from when
+    /// the connection starts waiting for them (its opening, or the end of the previous
+    /// response); then the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    header_read_timeout: Duration,
+
+    /// How long a connection with no request in flight is kept open (long-polls and metric
+    /// streams in flight keep it busy). An idle connection is closed after this or
+    /// --header-read-timeout, whichever is shorter.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+
+    /// How long a client may take to finish its TLS handshake (with --tls-cert).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    tls_handshake_timeout: Duration,
+
+    /// Connections open at once, per listener (handshaking, idle or busy); a connection
+    /// over the cap is closed at once. Keep it under the process's file-descriptor limit.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::conn::MAX_CONNECTIONS)]
+    max_connections: usize,
+
+    /// Serve /metrics on this address only (plain HTTP), and not on --listen, so the
+    /// metrics can be kept off the network the API is reached from.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn init_logging() {
@@ -108,19 +136,39 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             humantime::format_duration(args.auth_failure_refill)
         )));
     }
+    let limits = ConnLimits {
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        tls_handshake_timeout: args.tls_handshake_timeout,
+        max_connections: args.max_connections,
+    };
+    limits.check().map_err(Failure::BadInput)?;
     let store = open_store(&args.db).await?;
     let env_token = std::env::var(ADMIN_TOKEN_ENV).ok();
-    match server::bootstrap_admin(&store, env_token.as_deref())
-        .await
-        .context("creating the bootstrap admin token")?
-    {
-        Bootstrap::FromEnv {
-            created: true,
-            token,
-        } => {
-            tracing::info!(id = %token.id, "stored {ADMIN_TOKEN_ENV} as an admin token");
+    let bootstrap = match server::bootstrap_admin(&store, env_token.as_deref()).await {
+        Ok(bootstrap) => bootstrap,
+        Err(err @ BootstrapError::TooShort { .. }) => {
+            return Err(Failure::BadInput(err.to_string()));
         }
-        Bootstrap::FromEnv { created: false, .. } | Bootstrap::NotNeeded => {}
+        Err(err) => {
+            let err = anyhow::Error::new(err).context("creating the bootstrap admin token");
+            return Err(Failure::Other(err));
+        }
+    };
+    match bootstrap {
+        Bootstrap::FromEnv {
+            created,
+            token,
+            replaced,
+        } => {
+            if created {
+                tracing::info!(id = %token.id, "stored {ADMIN_TOKEN_ENV} as an admin token");
+            }
+            if replaced > 0 {
+                tracing::info!(replaced, "revoked the previous bootstrap admin token");
+            }
+        }
+        Bootstrap::NotNeeded => {}
         Bootstrap::EnvTokenRevoked(token) => {
             tracing::warn!(id = %token.id, "{ADMIN_TOKEN_ENV} names a revoked token; it stays revoked");
         }
@@ -157,17 +205,24 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         max_buckets: args.quota_max_buckets,
         max_buckets_per_proxy: args.quota_max_buckets_per_proxy,
     });
-    let server = match tls {
-        Some(tls) => server::start_tls(state, args.listen, tls).await,
-        None => server::start(state, args.listen).await,
-    }
-    .with_context(|| format!("listening on {}", args.listen))?;
+    let options = ServeOptions {
+        limits,
+        tls,
+        metrics_listen: args.metrics_listen,
+    };
+    let server = server::start_with(state, args.listen, options)
+        .await
+        .with_context(|| match args.metrics_listen {
+            Some(metrics) => format!("listening on {} and {metrics}", args.listen),
+            None => format!("listening on {}", args.listen),
+        })?;
     // One stable line on stdout for scripts and tests that start `sluice serve` on port 0
     // (`sluice_core::listening` reads it back).
     println!("{}", server.listening());
     let _ = std::io::stdout().flush();
     tracing::info!(
         addr = %server.addr(),
+        metrics = ?server.metrics_addr(),
         database = %redact(&args.db.database),
         backend = store.backend().name(),
         "admin API ready"

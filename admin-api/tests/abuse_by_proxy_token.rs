@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_admin::store::{Resolution, Role, now_ms};
-use sluice_admin::testing::{Backend, PATIENCE, Req, TestApp, TestDb, assert_contains, rule};
+use sluice_admin::testing::{Backend, PATIENCE, Req, Resp, TestApp, TestDb, assert_contains, rule};
 use sluice_coordinator::guard::Bounds;
 use sluice_coordinator::{MAX_SYNC_BUCKETS, MAX_SYNC_BYTES};
 
@@ -33,6 +33,14 @@ fn sync_body(proxy: &str, buckets: Vec<Value>) -> Value {
 
 fn sync(api: &TestApp, token: &str) -> Req {
     api.post("/api/v1/quota/sync").token(token)
+}
+
+/// A sync of no buckets as `proxy`, expecting `status`.
+async fn empty_sync(api: &TestApp, token: &str, proxy: &str, status: u16) -> Resp {
+    sync(api, token)
+        .json(&sync_body(proxy, vec![]))
+        .expect(status)
+        .await
 }
 
 /// An app with the fleet rule and the "api" rule (ruleset version 2), and a proxy token.
@@ -234,6 +242,15 @@ fn report_request(api: &TestApp, token: &str) -> Req {
     api.post("/api/v1/reports").token(token)
 }
 
+/// Sends `body` as a report, expecting 422; the fields the refusal names.
+async fn refused_report(api: &TestApp, token: &str, body: &Value) -> Vec<String> {
+    report_request(api, token)
+        .json(body)
+        .expect(422)
+        .await
+        .fields()
+}
+
 fn rejected(reason: &str) -> String {
     format!("sluice_admin_reports_rejected_total{{reason=\"{reason}\"}}")
 }
@@ -267,20 +284,18 @@ async fn made_up_rules_versions_and_counts_are_refused_and_counted() {
         now,
         json!([{"rule": "api"}, {"rule": "made-up", "allowed": 1}]),
     );
-    let refused = report_request(&api, &proxy)
-        .json(&made_up)
-        .expect(422)
-        .await;
-    assert_eq!(refused.fields(), ["rules[1].rule"]);
+    assert_eq!(
+        refused_report(&api, &proxy, &made_up).await,
+        ["rules[1].rule"]
+    );
     assert_eq!(metric(&api, &rejected("unknown_rule")).await, 1);
 
     let mut future_version = report("edge-1", now, json!([{"rule": "api"}]));
     future_version["ruleset_version"] = json!(3);
-    let refused = report_request(&api, &proxy)
-        .json(&future_version)
-        .expect(422)
-        .await;
-    assert_eq!(refused.fields(), ["ruleset_version"]);
+    assert_eq!(
+        refused_report(&api, &proxy, &future_version).await,
+        ["ruleset_version"]
+    );
     assert_eq!(metric(&api, &rejected("unknown_version")).await, 1);
 
     let huge = report(
@@ -288,8 +303,10 @@ async fn made_up_rules_versions_and_counts_are_refused_and_counted() {
         now,
         json!([{"rule": "api", "allowed": 1_000_000_000_000_u64}]),
     );
-    let refused = report_request(&api, &proxy).json(&huge).expect(422).await;
-    assert_eq!(refused.fields(), ["rules[0].allowed"]);
+    assert_eq!(
+        refused_report(&api, &proxy, &huge).await,
+        ["rules[0].allowed"]
+    );
     let over = report(
         "edge-1",
         now,
@@ -325,8 +342,7 @@ async fn a_replayed_report_is_counted_once() {
     let body = report("edge-1", end, json!([{"rule": "api", "allowed": 5}]));
     report_request(&api, &proxy).json(&body).expect(204).await;
     for _ in 0..5 {
-        let refused = report_request(&api, &proxy).json(&body).expect(422).await;
-        assert_eq!(refused.fields(), ["end_ms"]);
+        assert_eq!(refused_report(&api, &proxy, &body).await, ["end_ms"]);
     }
     assert_eq!(metric(&api, &rejected("replay")).await, 5);
     let soon = report("edge-1", end + 499, json!([{"rule": "api", "allowed": 1}]));
@@ -356,8 +372,7 @@ async fn reports_far_in_the_past_or_future_are_bounded() {
         now + 5 * 60_000 + 10_000,
         json!([{"rule": "api", "allowed": 1}]),
     );
-    let refused = report_request(&api, &proxy).json(&ahead).expect(422).await;
-    assert_eq!(refused.fields(), ["end_ms"]);
+    assert_eq!(refused_report(&api, &proxy, &ahead).await, ["end_ms"]);
     let long_ago = now - 401 * 86_400_000;
     let old = report("edge-2", long_ago, json!([{"rule": "api", "allowed": 1}]));
     report_request(&api, &proxy).json(&old).expect(204).await;
@@ -430,14 +445,8 @@ async fn a_proxy_id_is_tied_to_its_first_token_and_ids_per_token_are_bounded() {
     let (db, api, proxy) = app().await;
     let other = db.token(Role::Proxy).await;
     let end = now_ms() - 60_000;
-    sync(&api, &proxy)
-        .json(&sync_body("edge-1", vec![]))
-        .expect(200)
-        .await;
-    let refused = sync(&api, &other)
-        .json(&sync_body("edge-1", vec![]))
-        .expect(422)
-        .await;
+    empty_sync(&api, &proxy, "edge-1", 200).await;
+    let refused = empty_sync(&api, &other, "edge-1", 422).await;
     assert_eq!(refused.fields(), ["proxy"]);
     let refused = report_request(&api, &other)
         .json(&report("edge-1", end, json!([])))
@@ -450,27 +459,15 @@ async fn a_proxy_id_is_tied_to_its_first_token_and_ids_per_token_are_bounded() {
         .expect(204)
         .await;
     // An admin token may act as any proxy (it can mint proxy tokens anyway).
-    sync(&api, &api.admin)
-        .json(&sync_body("edge-1", vec![]))
-        .expect(200)
-        .await;
+    empty_sync(&api, &api.admin, "edge-1", 200).await;
 
     // `other` now takes ids up to its bound: the 1,000th is taken, the 1,001st refused.
     for i in 0..1_000 {
-        sync(&api, &other)
-            .json(&sync_body(&format!("other-{i}"), vec![]))
-            .expect(200)
-            .await;
+        empty_sync(&api, &other, &format!("other-{i}"), 200).await;
     }
-    let refused = sync(&api, &other)
-        .json(&sync_body("other-1000", vec![]))
-        .expect(422)
-        .await;
+    let refused = empty_sync(&api, &other, "other-1000", 422).await;
     assert_eq!(refused.fields(), ["proxy"]);
-    sync(&api, &other)
-        .json(&sync_body("other-0", vec![]))
-        .expect(200)
-        .await;
+    empty_sync(&api, &other, "other-0", 200).await;
     let text = api.metrics().await;
     assert_contains(
         &text,

@@ -210,14 +210,15 @@ impl ReportBody {
             } else if rule.rule.chars().any(char::is_control) {
                 problems.add(|| at("rule"), "must not contain control characters");
             }
-            for (name, value) in [
-                ("allowed", rule.allowed),
-                ("denied", rule.denied),
-                ("shadow_denied", rule.shadow_denied),
-                ("near_limit", rule.near_limit),
-                ("fail_open", rule.fail_open),
-                ("key_missing", rule.key_missing),
-            ] {
+            let counts = Counts {
+                allowed: rule.allowed,
+                denied: rule.denied,
+                shadow_denied: rule.shadow_denied,
+                near_limit: rule.near_limit,
+                fail_open: rule.fail_open,
+                key_missing: rule.key_missing,
+            };
+            for (name, value) in counts.named() {
                 problems.count(|| at(name), value);
             }
             if rule.top_clients.len() > MAX_CLIENTS_PER_RULE {
@@ -256,14 +257,6 @@ impl ReportBody {
                     None => clients.push((client, tally)),
                 }
             }
-            let counts = Counts {
-                allowed: rule.allowed,
-                denied: rule.denied,
-                shadow_denied: rule.shadow_denied,
-                near_limit: rule.near_limit,
-                fail_open: rule.fail_open,
-                key_missing: rule.key_missing,
-            };
             // A rule listed twice is counted once, with both entries' numbers.
             match index.get(&rule.rule) {
                 Some(&k) => {
@@ -475,15 +468,7 @@ fn within_ceiling(report: &ValidReport, window_ms: i64) -> Result<(), Refused> {
     let most = ceiling(window_ms);
     let mut over = Vec::new();
     for rule in &report.rules {
-        let c = &rule.counts;
-        let counts = [
-            ("allowed", c.allowed),
-            ("denied", c.denied),
-            ("shadow_denied", c.shadow_denied),
-            ("near_limit", c.near_limit),
-            ("fail_open", c.fail_open),
-            ("key_missing", c.key_missing),
-        ];
+        let counts = rule.counts.named();
         let clients = rule
             .clients
             .iter()

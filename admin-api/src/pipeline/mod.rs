@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -471,11 +471,23 @@ impl RejectReason {
     }
 }
 
-impl EncodeLabelValue for RejectReason {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        EncodeLabelValue::encode(&self.as_str(), encoder)
-    }
+/// Implements `EncodeLabelValue` for types whose label value is their `as_str()`: every
+/// label value is one of a fixed set, never a string a request carried.
+macro_rules! fixed_label_value {
+    ($($label:ty),+) => {$(
+        impl prometheus_client::encoding::EncodeLabelValue for $label {
+            fn encode(
+                &self,
+                encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
+            ) -> Result<(), std::fmt::Error> {
+                prometheus_client::encoding::EncodeLabelValue::encode(&self.as_str(), encoder)
+            }
+        }
+    )+};
 }
+pub(crate) use fixed_label_value;
+
+fixed_label_value!(RejectReason);
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {

@@ -44,6 +44,19 @@ impl Counts {
         self.each(earlier, u64::saturating_sub)
     }
 
+    /// Each count with its name: the report's field and the table's column.
+    pub(crate) fn named(&self) -> [(&'static str, u64); 6] {
+        let values = [
+            self.allowed,
+            self.denied,
+            self.shadow_denied,
+            self.near_limit,
+            self.fail_open,
+            self.key_missing,
+        ];
+        std::array::from_fn(|i| (COUNT_COLUMNS[i], values[i]))
+    }
+
     /// Requests a rule denied or, in shadow mode, would have denied.
     pub(crate) fn throttled(&self) -> u64 {
         self.denied.saturating_add(self.shadow_denied)

@@ -43,10 +43,11 @@ const MAX_PROXY_ERROR_LEN: usize = 2048;
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // Read from the header map, leniently; the struct documents them.
 pub(crate) struct ProxyHeaders {
-    /// The proxy's id; polls with it are listed at /api/v1/proxies: 1 to 128 visible
-    /// ASCII characters, owned by the first token that used it (an id that breaks either
-    /// rule is not recorded; the rules are served all the same).
-    #[param(rename = "x-sluice-proxy-id", value_type = String, required = false, pattern = "^[!-~]{1,128}$")]
+    /// The proxy's id; polls with it are listed at /api/v1/proxies when it is 1 to 128
+    /// visible ASCII characters owned by the first token that used it. Any other value is
+    /// accepted and not recorded (the rules are served all the same), so the document
+    /// states no pattern for it.
+    #[param(rename = "x-sluice-proxy-id", value_type = String, required = false)]
     proxy_id: Option<String>,
     /// The ruleset version the proxy runs, in decimal (anything else counts as 0).
     #[param(rename = "x-sluice-ruleset-version", value_type = String, required = false)]

@@ -120,11 +120,15 @@ impl Fleet {
         );
     }
 
-    /// Coordinated again: the fleet admits one limit under load.
+    /// Coordinated again: the fleet admits one limit under load, plus at most the one
+    /// burst a coordinator that lost its state hands out (the in-memory one restarted, or
+    /// Redis back empty: it starts the bucket full after its warm-up, the bound
+    /// `docs/global-limits.md` states). Leases sized from the limit take that fresh bucket
+    /// at the first answers, so it shows within these 3 s (82 of a strict 81 once).
     fn check_one_limit_after_recovery(&self) {
         let (counts, outer) = self.load(Duration::from_secs(3));
         let admitted = admitted_by_all(&counts);
-        let ceiling = one_limit(outer);
+        let ceiling = one_limit(outer) + BURST;
         assert!(
             admitted <= ceiling,
             "after recovery: {admitted} of {ceiling}"

@@ -46,6 +46,11 @@ impl FleetView {
         sync_interval_ns: super::DEFAULT_SYNC_INTERVAL_NS,
     };
 
+    /// One proxy's part of an even split of the fleet (all of it before the first answer).
+    pub fn even_share(&self) -> f64 {
+        1.0 / f64::from(self.fleet_size.max(1))
+    }
+
     /// How long a lease lasts after the answer that refreshed it.
     pub fn lease_ttl_ns(&self) -> u64 {
         self.sync_interval_ns.saturating_mul(LEASE_TTL_INTERVALS)
@@ -177,7 +182,7 @@ impl LeaseEntry {
             self.balance -= cost;
             return Spend::Lease;
         }
-        if self.settled && !view.fallback && now < self.full_at {
+        if self.lease_only(now, view) {
             // The next answer brings a lease if the fleet's bucket has tokens.
             return Spend::Denied {
                 retry_after_ns: view.sync_interval_ns,
@@ -223,6 +228,13 @@ impl LeaseEntry {
         }
     }
 
+    /// Whether only the lease may be spent at `now`: the coordinator answers, the bucket is
+    /// settled, and the fleet's bucket was not full at the last answer. Otherwise the local
+    /// share may be spent too.
+    fn lease_only(&self, now: Nanos, view: &FleetView) -> bool {
+        self.settled && !view.fallback && now < self.full_at
+    }
+
     /// Whole tokens this proxy could admit now without asking anyone: its live lease,
     /// and its local share where that applies (a new bucket, or on fallback).
     pub fn spendable(&self, now: Nanos, view: &FleetView) -> u64 {
@@ -231,7 +243,7 @@ impl LeaseEntry {
         } else {
             0
         };
-        let local = if self.settled && !view.fallback && now < self.full_at {
+        let local = if self.lease_only(now, view) {
             0
         } else {
             self.local_limit(view)
@@ -268,7 +280,7 @@ impl LeaseEntry {
     /// This proxy's share of the fleet's demand for this bucket: the last known one, or an
     /// even split before it has one, never below [`MIN_SHARE_OF_EVEN`] of an even split.
     fn share(&self, view: &FleetView) -> f64 {
-        let even = 1.0 / f64::from(view.fleet_size.max(1));
+        let even = view.even_share();
         let known = f64::from(self.share_ppm) / f64::from(PPM);
         if self.share_ppm == 0 { even } else { known }
             .max(even * MIN_SHARE_OF_EVEN)
@@ -380,8 +392,7 @@ impl LeaseEntry {
             .max(Nanos::new(1))
             .get();
         let own = (attempts as f64 * horizon_ns / covers as f64).ceil() as u64;
-        let even = 1.0 / f64::from(view.fleet_size.max(1));
-        let part = self.share(view).max(even);
+        let part = self.share(view).max(view.even_share());
         let horizon_refill = (horizon_ns / self.interval_ns.max(1) as f64) as u64;
         let fleets_part = self.burst.max(horizon_refill) as f64 * part;
         own.max(fleets_part as u64)

@@ -136,6 +136,12 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
                 );
             }
         }
+        if b.first_use_ms > 60 * MAX_INTERVAL_MS {
+            problem(
+                format!("buckets[{i}].first_use_ms"),
+                format!("must be at most {}", 60 * MAX_INTERVAL_MS),
+            );
+        }
         buckets.push((b.bucket, limit, usage));
     }
     if !problems.is_empty() {
@@ -609,6 +615,7 @@ mod tests {
         let mut bad = request("", vec![usage(1, 1), BucketUsage::default()]);
         bad.interval_ms = 5;
         bad.buckets[0].want = MAX_COUNT + 1;
+        bad.buckets[0].first_use_ms = 600_001;
         let problems = validate(bad).unwrap_err().0;
         let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(
@@ -617,6 +624,7 @@ mod tests {
                 "proxy",
                 "interval_ms",
                 "buckets[0].want",
+                "buckets[0].first_use_ms",
                 "buckets[1].interval_ns",
                 "buckets[1].burst"
             ]

@@ -12,7 +12,7 @@
 pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// Nanoseconds in one millisecond.
-const NANOS_PER_MILLI: u64 = 1_000_000;
+pub const NANOS_PER_MILLI: u64 = 1_000_000;
 
 /// A number of nanoseconds: an instant since the Unix epoch or a length of time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

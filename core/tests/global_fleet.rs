@@ -328,11 +328,15 @@ fn admitted_per_proxy(rate: u64, burst: u64, demand: f64, elapsed: u64) -> [u64;
     admitted
 }
 
-/// Issue #26 asks for 0.99 to 1.0 of `burst + rate × elapsed` over 20 s (#9 asked for
-/// 0.97 to 1.01 on real Envoys). The arithmetic alone, with answers after 5 ms, keeps
-/// within 0.9886 (50/s at twice the limit: a dozen tokens short) to 0.9945, never above
-/// 1: the refill each proxy is owed waits at the coordinator until its next sync, about
-/// half an interval of the rate.
+/// Issue #26 asks for 0.99 to 1.0 of `burst + rate × elapsed` over 20 s, never above 1.
+/// What the fleet lacks at any moment is what is on its way to being spent: the refill
+/// that waits at the coordinator for each proxy's next sync, and the leases granted but
+/// not yet spent. Together they stay under one sync interval's refill, so that is the
+/// bound asserted in tokens; in the ratio it is under 0.01 wherever one interval's refill
+/// is under a hundredth of the 20 s bound, which is every limit but 50/s at twice its
+/// rate (12.5 tokens an interval; 11 short, 0.9895). Dated from the first sync rather
+/// than the client's first request, a new bucket also lost the refill in between:
+/// 0.9886 to 0.9945 before, 0.9895 to 0.9955 since.
 #[test]
 fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
     for (rate, burst, demand) in BENCH_LIMITS {
@@ -342,10 +346,15 @@ fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
             .sum();
         let bound = burst + rate * elapsed / S;
         let ratio = admitted as f64 / bound as f64;
-        assert!(
-            (0.985..=1.0).contains(&ratio),
+        let one_interval = rate * T / S;
+        let what = format!(
             "{rate}/s, burst {burst}, offered {demand}/s: admitted {admitted} of {bound} ({ratio:.4})"
         );
+        assert!(admitted <= bound, "{what}");
+        assert!(bound - admitted <= one_interval, "{what}");
+        if one_interval * 100 <= bound {
+            assert!(ratio >= 0.99, "{what}");
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::gcra::Gcra;
-use crate::time::Nanos;
+use crate::time::{NANOS_PER_MILLI, Nanos};
 
 /// The state the coordinator keeps per global bucket (in memory, or in Redis as the bytes
 /// of [`BucketState::encode`]).
@@ -89,16 +89,42 @@ pub struct Usage {
     pub returned: u64,
     /// Tokens the proxy would like to hold after this sync.
     pub want: u64,
+    /// How far into the time the usage covers this proxy first used the bucket (a bucket
+    /// new to it), in ns; `0` when it used it from the start. The coordinator dates a new
+    /// bucket from its first use: dated from the first sync that reported it instead, the
+    /// refill between the client's first request and that sync (up to 150 ms, 750 tokens
+    /// at 5,000/s) was lost to the fleet.
+    pub first_use_ns: u64,
 }
 
 impl Usage {
-    /// Folds a later usage into one that could not be sent: counts add up, and the wish is
-    /// the latest one.
+    /// Folds a later usage into one that could not be sent (or into an empty one): counts
+    /// add up, the wish is the latest one, and the first use is the earliest. Both cover
+    /// time from the same last answered sync, so their first uses compare directly; a
+    /// usage without attempts says nothing of its first use.
     pub fn merge(&mut self, later: &Usage) {
+        self.first_use_ns = if self.attempts == 0 {
+            later.first_use_ns
+        } else if later.attempts == 0 {
+            self.first_use_ns
+        } else {
+            self.first_use_ns.min(later.first_use_ns)
+        };
         self.attempts = self.attempts.saturating_add(later.attempts);
         self.unleased = self.unleased.saturating_add(later.unleased);
         self.returned = self.returned.saturating_add(later.returned);
         self.want = later.want;
+    }
+
+    /// When, at `now`, the spending this usage reports began: its window's start, or the
+    /// proxy's first use of the bucket within it, leaving the window at least a
+    /// millisecond (a first use reported later than the window's end is read as its
+    /// end).
+    fn used_since(&self, covers_ns: u64, now: u64) -> u64 {
+        let active_ns = covers_ns
+            .saturating_sub(self.first_use_ns)
+            .max(covers_ns.min(NANOS_PER_MILLI));
+        now.saturating_sub(active_ns)
     }
 }
 
@@ -186,31 +212,38 @@ pub fn settle(
         .refund(Nanos::new(state.tat), now, usage.returned)
         .get();
     // The rest is arithmetic on the state's stored words (the Redis layout), in ns.
-    let (covers_ns, now) = (covers.get(), now.get());
+    let now = now.get();
+    let used_since = usage.used_since(covers.get(), now);
     if state.demand_at == 0 {
-        // First seen: its recorded demand begins with this usage's window.
-        state.born_at = now.saturating_sub(covers_ns);
+        // First seen: the bucket's life, and its recorded demand, begin with the first use
+        // this usage reports.
+        state.born_at = used_since;
         state.demand_at = now;
         state.first_seen = now;
     }
     // A bucket new to the fleet is *young* for a while: the other proxies that saw it may
     // still be spending their even shares without having reported them.
     let young = now < state.first_seen.saturating_add(settings.young_ns());
+    if young && usage.attempts > 0 {
+        // Another proxy may have used it before the first one that reported it.
+        state.born_at = state.born_at.min(used_since);
+    }
     // 2. Spent without a lease: debited, into a debt of at most one burst. A debt is paid
     //    back by the refill before anything more is granted, so spending the coordinator
     //    had not seen (a new bucket's even shares, fallback during an outage) is made up
     //    for; capping it keeps a long outage from starving the fleet afterwards.
-    //    The spending happened over the `covers_ns` the sync reports on, while the bucket
-    //    refilled: it is booked from the start of that window, not all at once now, or
-    //    a proxy back from a long outage would put the fleet into debt for spending that
-    //    its fallback share already kept to the rate. A young bucket did not exist for the
-    //    whole window (unless the coordinator lost its state): its spending is its
-    //    proxies' even shares, booked from when the coordinator first saw it (the refill
-    //    since then is the bucket's; before then it may not have existed).
+    //    The spending happened over the time the sync reports on, while the bucket
+    //    refilled: it is booked from when that spending began (the window's start, or the
+    //    proxy's first use of the bucket within it), not all at once now, or a proxy back
+    //    from a long outage would put the fleet into debt for spending that its fallback
+    //    share already kept to the rate. A young bucket did not exist before its first use
+    //    anywhere (unless the coordinator lost its state): its spending is its proxies'
+    //    even shares, booked from the earliest first use reported (a new bucket is full
+    //    then, and the refill since is the fleet's).
     let window_start = if young && !settings.warming_up {
-        state.first_seen
+        state.born_at
     } else {
-        now.saturating_sub(covers_ns)
+        used_since
     };
     let start = state.tat.max(window_start);
     let debit = usage.unleased.saturating_mul(limit.interval_ns());
@@ -219,7 +252,8 @@ pub fn settle(
         .min(now.saturating_add(limit.capacity_ns().saturating_mul(2)));
 
     // 3. Demand: decay to now, add this proxy's attempts.
-    let share_ppm = record_demand(state, usage.attempts, covers_ns, now, settings);
+    let active_ns = now - used_since;
+    let share_ppm = record_demand(state, usage.attempts, active_ns, now, settings);
 
     // 4. Grant what the bucket holds now, up to the wish, and take it at once. Nothing
     //    while warming up, nor while the bucket is young: the proxies keep to their even
@@ -383,12 +417,17 @@ mod tests {
             ..Usage::default()
         };
         let mut state = BucketState::default();
-        let g = settle_at(&mut state, &l, &unleased(8), now);
+        let first_use = Usage {
+            attempts: 8,
+            first_use_ns: T - 100_000_000,
+            ..unleased(8)
+        };
+        let g = settle_at(&mut state, &l, &first_use, now);
         assert_eq!(
             (g.granted, g.young, g.full_in_ns),
-            (0, true, 800_000_000),
+            (0, true, 700_000_000),
             "a new bucket: its proxies keep to their even shares, and the 8 spent are \
-             booked from when it was first seen (no refill credited before)"
+             booked from its first use, 100 ms before the sync (one token refilled since)"
         );
         let young_ns = Settings::for_interval(Nanos::new(T)).young_ns();
         let g = settle_at(&mut state, &l, &want(100), now + young_ns);
@@ -425,6 +464,8 @@ mod tests {
             unleased: 6,
             want: 100,
             returned: 0,
+            // First used 100 ms before they synced.
+            first_use_ns: T - 100_000_000,
         };
         for _ in 0..3 {
             let g = settle(
@@ -437,15 +478,15 @@ mod tests {
             );
             assert_eq!((g.granted, g.share_ppm, g.young), (0, 0, true));
         }
-        // 18 of 20 spent unleased. A second later the 2 left and the refill (10) are
-        // there: 30 in all, exactly `burst + rate × elapsed`.
-        let later = now + S;
+        // 18 of 20 spent unleased. A second after the first use the 2 left and the refill
+        // (10) are there: 30 in all, exactly `burst + rate × elapsed`.
+        let later = now - 100_000_000 + S;
         let asking = Usage {
             attempts: 20,
             want: 100,
             ..Usage::default()
         };
-        let granted: u64 = (0..3)
+        let grants: Vec<Grant> = (0..3)
             .map(|_| {
                 let g = settle(
                     &mut state,
@@ -456,10 +497,18 @@ mod tests {
                     &settings,
                 );
                 assert!(!g.young && g.share_ppm > 0, "{g:?}");
-                g.granted
+                g
             })
-            .sum();
-        assert_eq!(granted, 12);
+            .collect();
+        let granted: u64 = grants.iter().map(|g| g.granted).sum();
+        let left_in_bucket = grants
+            .last()
+            .map_or(0, |g| 20 - g.full_in_ns / l.interval_ns());
+        assert_eq!(
+            (granted + left_in_bucket, left_in_bucket <= 1),
+            (12, true),
+            "{grants:?}"
+        );
     }
 
     #[test]
@@ -499,6 +548,7 @@ mod tests {
                 unleased: 5,
                 want: 10,
                 returned: 0,
+                first_use_ns: 0,
             },
             Nanos::new(T),
             Nanos::new(now),
@@ -605,17 +655,22 @@ mod tests {
 
     #[test]
     fn a_later_usage_folds_into_one_that_could_not_be_sent() {
-        let mut pending = Usage {
+        let mut pending = Usage::default();
+        let first = Usage {
             attempts: 3,
             unleased: 2,
             returned: 1,
             want: 9,
+            first_use_ns: 40,
         };
+        pending.merge(&first);
+        assert_eq!(pending, first, "into an empty usage: the usage itself");
         pending.merge(&Usage {
             attempts: 4,
             unleased: 1,
             returned: 0,
             want: 5,
+            first_use_ns: 90,
         });
         assert_eq!(
             pending,
@@ -623,8 +678,49 @@ mod tests {
                 attempts: 7,
                 unleased: 3,
                 returned: 1,
-                want: 5
-            }
+                want: 5,
+                first_use_ns: 40,
+            },
+            "counts add up, the latest wish, the earliest first use"
         );
+        pending.merge(&want(2));
+        assert_eq!(
+            pending.first_use_ns, 40,
+            "a usage without attempts says nothing of the first use"
+        );
+    }
+
+    #[test]
+    fn a_new_buckets_refill_counts_from_its_first_use_not_from_its_first_sync() {
+        // One proxy's client sent its first request 150 ms into the 250 ms its first sync
+        // covers, and spent 20 of a burst of 20 at once. Dated from the first use, the
+        // bucket refilled 1 token (100 ms at 10/s) by the sync; dated from the sync, none.
+        let l = limit(10, 20);
+        let now = 100 * S;
+        let covers = Nanos::from_millis(250);
+        let settings = Settings::for_interval(covers);
+        let spent = Usage {
+            attempts: 20,
+            unleased: 20,
+            want: 0,
+            returned: 0,
+            first_use_ns: 150_000_000,
+        };
+        let mut state = BucketState::default();
+        let g = settle(&mut state, &l, &spent, covers, Nanos::new(now), &settings);
+        assert_eq!(state.born_at, now - 100_000_000, "born at the first use");
+        assert_eq!(
+            g.full_in_ns, 1_900_000_000,
+            "19 tokens short of full: 20 spent, 1 refilled since the first use"
+        );
+        // A first use later than the window's end reads as its end (the sync's time, less
+        // a millisecond): the bucket is never dated after the sync.
+        let late = Usage {
+            first_use_ns: 10 * S,
+            ..spent
+        };
+        let mut state = BucketState::default();
+        settle(&mut state, &l, &late, covers, Nanos::new(now), &settings);
+        assert_eq!(state.born_at, now - 1_000_000);
     }
 }

@@ -136,8 +136,9 @@ pub struct LeaseEntry {
     /// Since when no attempt was collected (`0`: the last collection had some): an entry
     /// idle for [`IDLE_RETURN_INTERVALS`] gives its lease back.
     pub idle_since: Nanos,
-    /// When this proxy first saw the bucket: a new bucket's attempts cover only the time
-    /// since, not a whole sync interval.
+    /// When this proxy first used the bucket (since it was last new to it; `Nanos::MAX`
+    /// until the next use): a new bucket's attempts cover only the time since, not a whole
+    /// sync interval, and the coordinator dates a new bucket from it.
     pub born_at: Nanos,
 }
 
@@ -178,6 +179,7 @@ impl LeaseEntry {
     /// Spends `cost` tokens at `now`, or says why not.
     pub fn spend(&mut self, cost: u64, now: Nanos, view: &FleetView) -> Spend {
         self.attempts = self.attempts.saturating_add(cost);
+        self.born_at = self.born_at.min(now);
         if now < self.expires_at && self.balance >= cost {
             self.balance -= cost;
             return Spend::Lease;
@@ -346,14 +348,24 @@ impl LeaseEntry {
             // Idle, nothing held, and the fleet's bucket is full again: the next request
             // is treated as the first (an even local share until the next answer) instead
             // of being denied while the fleet has tokens to spare. This is the "new to this
-            // proxy" case of the bound, once per time the bucket is full.
+            // proxy" case of the bound, once per time the bucket is full. Its first use is
+            // the next request's time ([`Self::spend`]), for the coordinator's dating.
             self.settled = false;
+            self.born_at = Nanos::MAX;
         }
+        // A bucket first used within this window: its spending began then.
+        let first_use_ns = if attempts > 0 {
+            let window_start = now.saturating_sub(covers);
+            self.born_at.saturating_sub(window_start).min(covers).get()
+        } else {
+            0
+        };
         Usage {
             attempts,
             unleased,
             returned,
             want: target.saturating_sub(self.balance),
+            first_use_ns,
         }
     }
 

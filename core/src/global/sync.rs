@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::coordinator::{Grant, Usage};
+use crate::time::NANOS_PER_MILLI;
 
 /// Where proxies send their syncs.
 pub const SYNC_PATH: &str = "/api/v1/quota/sync";
@@ -88,6 +89,16 @@ pub struct BucketUsage {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub want: u64,
+    /// How far into `covers_ms` the proxy first used the bucket, when it is new to it (sent
+    /// only then): the bucket's refill is counted from that first use. A value beyond
+    /// `covers_ms` is read as its end.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 600_000))]
+    pub first_use_ms: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl BucketUsage {
@@ -100,6 +111,9 @@ impl BucketUsage {
             unleased: usage.unleased,
             returned: usage.returned,
             want: usage.want,
+            // Rounded up: the coordinator reads `covers_ms` rounded down, so the first use
+            // it sees is never earlier than the real one, and no refill is counted twice.
+            first_use_ms: usage.first_use_ns.div_ceil(NANOS_PER_MILLI),
         }
     }
 
@@ -109,6 +123,7 @@ impl BucketUsage {
             unleased: self.unleased,
             returned: self.returned,
             want: self.want,
+            first_use_ns: self.first_use_ms.saturating_mul(NANOS_PER_MILLI),
         }
     }
 }
@@ -162,6 +177,7 @@ mod tests {
                     unleased: 3,
                     returned: 0,
                     want: 18,
+                    first_use_ns: 30_500_000,
                 },
             )],
         };
@@ -179,7 +195,8 @@ mod tests {
                     "attempts": 12,
                     "unleased": 3,
                     "returned": 0,
-                    "want": 18
+                    "want": 18,
+                    "first_use_ms": 31
                 }]
             })
         );
@@ -187,6 +204,14 @@ mod tests {
             serde_json::from_value::<SyncRequest>(json).unwrap(),
             request
         );
+    }
+
+    #[test]
+    fn a_bucket_used_from_the_windows_start_sends_no_first_use() {
+        let known = BucketUsage::new(1, 10_000_000, 100, &Usage::default());
+        let json = serde_json::to_value(known).unwrap();
+        assert!(json.get("first_use_ms").is_none(), "{json}");
+        assert_eq!(known.usage().first_use_ns, 0);
     }
 
     #[test]

@@ -113,6 +113,7 @@ fn main() {
         unleased: 3,
         returned: 0,
         want: 18,
+        first_use_ns: 0,
     };
     let sync = SyncRequest {
         proxy: "envoy-1".into(),

@@ -32,6 +32,9 @@ struct Answer {
     at: u64,
     view: FleetView,
     grants: Vec<(u64, Grant)>,
+    /// The coordinator settled the sync, but its answer never reaches the proxy (it timed
+    /// out on the way): the usages it reported, which the proxy still holds as unsent.
+    lost: Option<Vec<(u64, Usage)>>,
 }
 
 struct Coordinator {
@@ -47,7 +50,23 @@ struct Fleet {
     /// How long an answer takes to come back (5 ms unless a test says otherwise, as on
     /// loopback under load). Workers keep spending meanwhile, as in Envoy.
     answer_delay: u64,
+    /// Which syncs the coordinator settles but whose answers are lost, by their number
+    /// (counted from 0 over the whole fleet): none unless a test says so.
+    lose_answer: SyncPattern,
+    /// Which proxies cannot reach the coordinator when (a partial partition): their syncs
+    /// fail before the coordinator sees them. None unless a test says so.
+    cut_off: CutOff,
+    syncs: u64,
 }
+
+/// Which syncs, by their number over the whole fleet (from 0).
+type SyncPattern = fn(u64) -> bool;
+/// Which proxy, by its index, cannot reach the coordinator at a time.
+type CutOff = fn(usize, u64) -> bool;
+
+/// How long a control service waits for an answer: two intervals, at least 500 ms
+/// (`GlobalSyncer::timeout`).
+const SYNC_TIMEOUT: u64 = 500 * MS;
 
 impl Fleet {
     /// `proxies` proxies syncing every `interval`, staggered across it, each having synced
@@ -85,6 +104,9 @@ impl Fleet {
             },
             limit,
             answer_delay: 5 * MS,
+            lose_answer: |_| false,
+            cut_off: |_, _| false,
+            syncs: 0,
         }
     }
 
@@ -132,11 +154,21 @@ impl Fleet {
             let usage = entry.collect(Nanos::new(now), covers, &proxy.view);
             proxy.pending.entry(*bucket).or_default().merge(&usage);
         }
-        proxy.schedule.record(Nanos::new(now), self.coordinator.up);
-        if !self.coordinator.up {
+        let lost = (self.lose_answer)(self.syncs);
+        let failed = (self.cut_off)(p, now);
+        self.syncs += 1;
+        proxy
+            .schedule
+            .record(Nanos::new(now), self.coordinator.up && !lost && !failed);
+        if !self.coordinator.up || failed {
             proxy.view.fallback = true;
             return;
         }
+        let reported: Vec<(u64, Usage)> = if lost {
+            proxy.pending.iter().map(|(b, u)| (*b, *u)).collect()
+        } else {
+            Vec::new()
+        };
         let view = FleetView {
             fallback: self.coordinator.settings.warming_up,
             fleet_size,
@@ -147,6 +179,7 @@ impl Fleet {
             .drain()
             .map(|(bucket, usage)| {
                 let state = self.coordinator.buckets.entry(bucket).or_default();
+
                 let grant = settle(
                     state,
                     &self.limit,
@@ -158,12 +191,22 @@ impl Fleet {
                 (bucket, grant)
             })
             .collect();
-        proxy.in_flight = Some(Answer {
-            at: now + self.answer_delay,
-            view,
-            grants,
+        proxy.in_flight = Some(if lost {
+            Answer {
+                at: now + SYNC_TIMEOUT,
+                view,
+                grants: Vec::new(),
+                lost: Some(reported),
+            }
+        } else {
+            Answer {
+                at: now + self.answer_delay,
+                view,
+                grants,
+                lost: None,
+            }
         });
-        if self.answer_delay == 0 {
+        if self.answer_delay == 0 && !lost {
             self.answer(p, now);
         }
     }
@@ -172,6 +215,19 @@ impl Fleet {
     fn answer(&mut self, p: usize, now: u64) {
         let proxy = &mut self.proxies[p];
         if let Some(answer) = proxy.in_flight.take() {
+            if let Some(reported) = answer.lost {
+                // As the control service does when a sync fails: fallback shares, and the
+                // usage kept for the next sync.
+                proxy.view.fallback = true;
+                for (bucket, usage) in reported {
+                    let mut unsent = usage;
+                    if let Some(later) = proxy.pending.get(&bucket) {
+                        unsent.merge(later);
+                    }
+                    proxy.pending.insert(bucket, unsent);
+                }
+                return;
+            }
             proxy.view = answer.view;
             for (bucket, grant) in answer.grants {
                 if let Some(entry) = proxy.entries.get_mut(&bucket) {
@@ -656,6 +712,45 @@ fn an_outage_keeps_the_fleet_near_its_limit_and_recovery_is_quick() {
     assert!(fleet.proxies.iter().all(|p| !p.view.fallback));
 }
 
+/// Answers lost after the coordinator settled them (the admin API answered after the
+/// proxy's timeout, as on an overloaded machine): the proxy falls back to its share and
+/// reports the same usage again with the next sync. However many are lost, the fleet
+/// never admits more than `burst + rate × elapsed` beyond the fallback's own bound (its
+/// shares, at most 1.1 of the rate, for the time it is on them).
+#[test]
+fn answers_lost_on_their_way_never_push_the_fleet_over_its_bound() {
+    let losses: [(&str, SyncPattern); 3] = [
+        ("every third", |n| n % 3 == 0),
+        ("two in three", |n| n % 3 != 0),
+        ("bursts of five in twenty", |n| n % 20 < 5),
+    ];
+    for (rate, burst, demand) in [
+        (500, 500, 1_000.0),
+        (500, 500, 20_000.0),
+        (50, 100, 2_000.0),
+    ] {
+        for (what, lose) in losses {
+            let mut fleet = Fleet::new(3, limit(rate, burst), T);
+            fleet.lose_answer = lose;
+            let elapsed = 20 * S;
+            let ran = run(
+                &mut fleet,
+                S,
+                S + elapsed,
+                &Traffic::steady(demand, &SKEW, 1),
+                |_, _| {},
+                &mut HashMap::new(),
+            );
+            let bound = burst as f64 + 1.1 * (rate * elapsed / S) as f64;
+            assert!(
+                ran.admitted as f64 <= bound,
+                "{rate}/s, burst {burst}, {demand}/s, {what} answer lost: admitted {} of {bound}",
+                ran.admitted
+            );
+        }
+    }
+}
+
 /// A coordinator that lost its state grants nothing for one lease length: leases granted
 /// before may still be spent. The fleet keeps to fallback shares meanwhile.
 #[test]
@@ -819,5 +914,48 @@ proptest! {
             admitted <= bound + proxies as u64,
             "admitted {} of {}", admitted, bound
         );
+    }
+}
+
+/// A partial partition: one proxy cannot reach the coordinator for 10 s while the others
+/// can. It keeps to its fallback share (its part of the demand, as it last knew it) and
+/// the others lease the fleet's whole bucket, so while it lasts the fleet admits up to
+/// `1 + share` of the rate: the coordinator cannot tell a proxy that is cut off from one
+/// that stopped. When it comes back its spending is debited (into a debt of at most one
+/// burst) and the fleet is at its rate again.
+#[test]
+fn a_proxy_cut_off_from_the_coordinator_adds_at_most_its_share() {
+    let rate = 500;
+    let cut_offs: [(usize, f64, CutOff); 2] = [
+        (0, SKEW[0], |p, now| {
+            p == 0 && (6 * S..16 * S).contains(&now)
+        }),
+        (2, SKEW[2], |p, now| {
+            p == 2 && (6 * S..16 * S).contains(&now)
+        }),
+    ];
+    for overload in [2.0, 40.0] {
+        for (proxy, share, cut_off) in cut_offs {
+            let mut fleet = Fleet::new(3, limit(rate, rate), T);
+            fleet.cut_off = cut_off;
+            let traffic = Traffic::steady(overload * rate as f64, &SKEW, 1);
+            let phase = |fleet: &mut Fleet, from: u64, until: u64| {
+                run(fleet, from, until, &traffic, |_, _| {}, &mut HashMap::new()).admitted as f64
+                    / (rate * (until - from) / S) as f64
+            };
+            phase(&mut fleet, S, 6 * S);
+            let during = phase(&mut fleet, 6 * S, 16 * S);
+            phase(&mut fleet, 16 * S, 18 * S);
+            let after = phase(&mut fleet, 18 * S, 28 * S);
+            // Its fallback share is smoothed and at most 1.1 of its part; one burst more.
+            let most = 1.0 + 1.1 * share + 0.1;
+            let what = format!("proxy {proxy} cut off at {overload}× the limit");
+            assert!(
+                during <= most,
+                "{what}: {during:.3} of the rate, at most {most:.3}"
+            );
+            assert!(during >= 0.97, "{what}: {during:.3} of the rate");
+            assert!((0.97..=1.01).contains(&after), "{what}: {after:.3} after");
+        }
     }
 }

@@ -60,6 +60,19 @@ const APPLIED: &str = "wasmcustom.sluice_rulesets_applied_total";
 const SYNCS: &str = "wasmcustom.sluice_control_syncs_total";
 const REDIS_COMMANDS: &str = "sluice_quota_redis_commands_total";
 
+/// The Envoys' counters of what went wrong or around the leases: each should stay at 0
+/// through an accuracy run.
+const HEALTH_COUNTERS: [&str; 5] = [
+    FALLBACK_TOTAL,
+    "wasmcustom.sluice_global_failures_total",
+    "wasmcustom.sluice_global_table_full_total",
+    "wasmcustom.sluice_fail_open_total",
+    "wasmcustom.sluice_control_sync_failures_total",
+];
+
+/// The coordinator's: buckets given up on after lost races between replicas.
+const COORDINATOR_HEALTH_COUNTERS: [&str; 1] = ["sluice_quota_contended_buckets"];
+
 /// Durations of one run.
 struct Timing {
     accuracy: Duration,
@@ -190,6 +203,38 @@ impl Fleet {
 
     fn sum_stat(&self, name: &str) -> Result<u64> {
         self.envoys.iter().map(|e| e.counter(name)).sum()
+    }
+
+    /// The counters that say whether a run went as designed, summed over the Envoys (and
+    /// over the admin APIs for the coordinator's), to compare before and after it.
+    fn health(&self) -> Result<Vec<u64>> {
+        let mut values: Vec<u64> = HEALTH_COUNTERS
+            .iter()
+            .map(|name| self.sum_stat(name))
+            .collect::<Result<_>>()?;
+        for name in COORDINATOR_HEALTH_COUNTERS {
+            let mut sum = 0.0;
+            for admin in &self.admins {
+                sum += admin.metric(name)?;
+            }
+            values.push(sum as u64);
+        }
+        Ok(values)
+    }
+
+    /// What [`Self::health`]'s counters did since `before`, as a sentence's list.
+    fn health_since(&self, before: &[u64]) -> String {
+        let now = self.health().unwrap_or_else(|_| before.to_vec());
+        HEALTH_COUNTERS
+            .iter()
+            .chain(COORDINATOR_HEALTH_COUNTERS.iter())
+            .zip(now.iter().zip(before))
+            .map(|(name, (now, before))| {
+                let name = name.trim_start_matches("wasmcustom.");
+                format!("`{name}` +{}", now.saturating_sub(*before))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn cpu_ticks(&self) -> Result<u64> {
@@ -384,30 +429,10 @@ fn many_clients(fleet: &Fleet, timing: &Timing, offered: f64, md: &mut String) -
         offered / CLIENTS as f64 / rate as f64
     ));
     fleet.add_rule(&global_rule("gm", rate, burst, "global"))?;
-    let watched = [
-        FALLBACK_TOTAL,
-        "wasmcustom.sluice_global_failures_total",
-        "wasmcustom.sluice_global_table_full_total",
-        "wasmcustom.sluice_fail_open_total",
-        "wasmcustom.sluice_control_sync_failures_total",
-    ];
-    let before: Vec<u64> = watched
-        .iter()
-        .map(|name| fleet.sum_stat(name))
-        .collect::<Result<_>>()?;
+    let before = fleet.health()?;
     let outcome = fleet_load::run(&fleet.plan("/gm/x", "client-", CLIENTS, timing.accuracy))?;
-    let counters: Vec<String> = watched
-        .iter()
-        .zip(before)
-        .map(|(name, before)| {
-            let delta = fleet
-                .sum_stat(name)
-                .unwrap_or(before)
-                .saturating_sub(before);
-            format!("`{}` +{delta}", name.trim_start_matches("wasmcustom."))
-        })
-        .collect();
-    note(counters.join(", "));
+    let health = fleet.health_since(&before);
+    note(health.clone());
     let total = &outcome.total;
     let per_client_allowed = burst as f64 + rate as f64 * outcome.elapsed.as_secs_f64();
     let fleet_ratio = total.admitted() as f64 / (CLIENTS as f64 * per_client_allowed);
@@ -451,7 +476,7 @@ fn many_clients(fleet: &Fleet, timing: &Timing, offered: f64, md: &mut String) -
         total.admitted(),
         CLIENTS as f64 * per_client_allowed,
         verdict((0.97..=1.01).contains(&fleet_ratio) && max <= 1.05),
-        counters.join(", "),
+        health,
     )?;
     Ok(())
 }
@@ -725,9 +750,11 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
         [0, 1, 0],
         &rules,
     )?;
+    let before = fleet.health()?;
     let outcome = fleet_load::run(&fleet.plan("/gf/x", "replicas-", 1, timing.accuracy))?;
+    let health = fleet.health_since(&before);
     let (r, cells) = one_bucket(&outcome, rate, burst);
-    note(format!("two replicas: ratio {r:.4}"));
+    note(format!("two replicas: ratio {r:.4}; {health}"));
     writeln!(
         md,
         "\n## Two admin API replicas (one PostgreSQL, one Redis)\n\n\
@@ -736,7 +763,8 @@ fn replicated_fleet(bench: &Bench, timing: &Timing, md: &mut String) -> Result<(
          {burst}) for {:.2} s, offered {:.0}/s. Bar: the fleet shares the limit exactly as \
          with one admin API (0.97 to 1.01).\n\n\
          | admitted | allowed | ratio | admitted per Envoy (offered) | |\n|---|---|---|---|---|\n\
-         | {cells} |",
+         | {cells} |\n\n\
+         During the run: {health}.",
         outcome.elapsed.as_secs_f64(),
         outcome.rate(),
     )?;
@@ -798,7 +826,15 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         } else {
             None
         };
-        let mut serve = sqlite(bench, &format!("coordinator-{}", with_redis as u8));
+        // A database per run: each run creates its rule afresh.
+        let mut serve = sqlite(
+            bench,
+            &format!(
+                "coordinator-{}ms-{}",
+                interval.as_millis(),
+                if with_redis { "redis" } else { "memory" }
+            ),
+        );
         serve.redis = redis.as_ref().map(RedisServer::url);
         let memory_before = redis.as_ref().map(used_memory).transpose()?;
         let admin = AdminApi::start(&serve)?;

@@ -846,7 +846,10 @@ pub fn group(n: u64) -> String {
 
 /// The README's copy of a report's headline: a generated section that `cargo xtask docs`
 /// fills from the result file it names, and `cargo xtask tidy` holds to it.
-const HEADLINE_MARKER: (&str, &str) = ("<!-- generated from tools/bench/results/", ".md#headline -->");
+const HEADLINE_MARKER: (&str, &str) = (
+    "<!-- generated from tools/bench/results/",
+    ".md#headline -->",
+);
 
 /// Points README.md's generated headline section at the report `file_name` (without
 /// `.md`). The copy itself is left to `cargo xtask docs`, so the README's figures only ever

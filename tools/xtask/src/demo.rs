@@ -567,12 +567,10 @@ mod tests {
     #[test]
     fn the_readme_quick_start_shows_the_commands_the_demo_prints() {
         let args = Wrapper::parse_from(["demo"]).demo;
-        let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
-        )
-        .expect("README.md");
-        for (comment, command) in try_commands(args.listen, args.envoy_admin, args.second_listen)
-        {
+        let readme =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+                .expect("README.md");
+        for (comment, command) in try_commands(args.listen, args.envoy_admin, args.second_listen) {
             assert!(
                 readme.contains(&format!("# {comment}\n{command}\n")),
                 "README.md's quick start should show, as the demo prints it:\n# {comment}\n{command}"

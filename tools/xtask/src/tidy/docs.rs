@@ -1,6 +1,7 @@
 //! The documentation's rules, so a reader can trust what the README and `docs/` say:
 //!
-//! * **Links resolve.** Every relative Markdown link in [`DOC_FILES`] (and `docs/*.md`)
+//! * **Links resolve.** Every relative Markdown link in [`DOC_FILES`] (and the `*.md` of
+//!   [`DOC_FOLDERS`])
 //!   names a file of the checkout, and an anchor into a Markdown file names one of its
 //!   headings; a repository path written as inline code (`` `tools/bench/results/X.md` ``)
 //!   exists too.
@@ -20,6 +21,10 @@ use anyhow::{Context, Result};
 
 /// The documents checked, besides every `docs/*.md`.
 pub const DOC_FILES: &[&str] = &["README.md", "ARCHITECTURE.md", "CONTRIBUTING.md"];
+
+/// Folders whose `*.md` files are checked too: the reference pages, and the committed
+/// results (whose links the README's generated sections copy).
+pub const DOC_FOLDERS: &[&str] = &["docs", "tools/bench/results"];
 
 /// The one reference of metric names.
 pub const METRICS_REFERENCE: &str = "docs/metrics.md";
@@ -60,10 +65,14 @@ pub struct Exported {
 pub fn check(root: &Path) -> Result<Vec<String>> {
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).ok();
     let exists = |rel: &str| root.join(rel).exists();
+    // Inline code may name a file relative to the crate it is about (`tests/api.rs` in a
+    // paragraph on `admin-api/`).
+    let crates = crate_dirs(root)?;
+    let named = |rel: &str| exists(rel) || crates.iter().any(|dir| dir.join(rel).exists());
     let mut failures = Vec::new();
     for doc in doc_files(root)? {
         let text = read(&doc).with_context(|| format!("reading {doc}"))?;
-        failures.extend(check_links(&doc, &text, &exists, &read));
+        failures.extend(check_links(&doc, &text, &exists, &named, &read));
         failures.extend(check_generated(&doc, &text, &read));
     }
     let exported = exported_metrics(root)?;
@@ -87,20 +96,48 @@ pub fn fix(root: &Path) -> Result<Vec<String>> {
     Ok(changed)
 }
 
-/// README.md, ARCHITECTURE.md, CONTRIBUTING.md and docs/*.md, relative to `root`.
+/// The folders of the checkout holding a `Cargo.toml`, two levels deep at most.
+fn crate_dirs(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    let mut pending = vec![(root.to_path_buf(), 0)];
+    while let Some((dir, depth)) = pending.pop() {
+        if dir.join("Cargo.toml").is_file() {
+            dirs.push(dir.clone());
+        }
+        if depth == 2 {
+            continue;
+        }
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
+        {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type()?.is_dir() && !name.starts_with('.') && name != "target" {
+                pending.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    Ok(dirs)
+}
+
+/// README.md, ARCHITECTURE.md, CONTRIBUTING.md, docs/*.md and the results' *.md, relative
+/// to `root`.
 fn doc_files(root: &Path) -> Result<Vec<String>> {
     let mut files: Vec<String> = DOC_FILES
         .iter()
         .filter(|f| root.join(f).is_file())
         .map(|f| f.to_string())
         .collect();
-    let docs = root.join("docs");
-    if docs.is_dir() {
+    for folder in DOC_FOLDERS {
+        let dir = root.join(folder);
+        if !dir.is_dir() {
+            continue;
+        }
         let mut inside = Vec::new();
-        for entry in std::fs::read_dir(&docs).context("listing docs/")? {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {folder}/"))? {
             let name = entry?.file_name().to_string_lossy().into_owned();
             if name.ends_with(".md") {
-                inside.push(format!("docs/{name}"));
+                inside.push(format!("{folder}/{name}"));
             }
         }
         inside.sort();
@@ -117,6 +154,7 @@ pub fn check_links(
     doc: &str,
     text: &str,
     exists: &dyn Fn(&str) -> bool,
+    named: &dyn Fn(&str) -> bool,
     read: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<String> {
     let mut failures = Vec::new();
@@ -131,12 +169,12 @@ pub fn check_links(
         }
         let (prose, code_spans) = split_code_spans(line);
         for target in link_targets(&prose) {
-            if let Some(problem) = check_target(doc, &target, exists, read) {
+            if let Some(problem) = check_target(doc, text, &target, exists, read) {
                 failures.push(format!("{doc}:{}: link `{target}`: {problem}", n + 1));
             }
         }
         for span in code_spans {
-            if looks_like_repo_path(&span, exists) && !exists(&span) {
+            if looks_like_repo_path(&span, exists) && !named(&span) {
                 failures.push(format!(
                     "{doc}:{}: `{span}` names a file that does not exist",
                     n + 1
@@ -198,6 +236,7 @@ fn link_targets(prose: &str) -> Vec<String> {
 
 fn check_target(
     doc: &str,
+    doc_text: &str,
     target: &str,
     exists: &dyn Fn(&str) -> bool,
     read: &dyn Fn(&str) -> Option<String>,
@@ -218,7 +257,11 @@ fn check_target(
         return Some(format!("{file} does not exist"));
     }
     if let Some(anchor) = anchor.filter(|_| file.ends_with(".md")) {
-        let text = read(&file).unwrap_or_default();
+        let text = if path.is_empty() {
+            doc_text.to_string()
+        } else {
+            read(&file).unwrap_or_default()
+        };
         if !heading_slugs(&text).contains(anchor) {
             return Some(format!("{file} has no heading #{anchor}"));
         }
@@ -558,15 +601,15 @@ pub fn metrics_in_source(text: &str, definition: Definition, file: &str) -> Vec<
         }
         rest = &after[end..];
     }
-    if definition == Definition::EnvoyMetric && text.contains("\"sluice_rule.{id}.{outcome}_total\"")
+    if definition == Definition::EnvoyMetric
+        && text.contains("\"sluice_rule.{id}.{outcome}_total\"")
     {
         let mut rest = text;
         while let Some(at) = rest.find("counter(\"") {
             let after = &rest[at + "counter(\"".len()..];
             let end = after.find('"').unwrap_or(0);
             let outcome = &after[..end];
-            if !outcome.is_empty() && outcome.chars().all(|c| c.is_ascii_lowercase() || c == '_')
-            {
+            if !outcome.is_empty() && outcome.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
                 found.push(exported(format!("sluice_rule_{outcome}_total"), false));
             }
             rest = &after[end..];
@@ -608,7 +651,7 @@ pub fn check_metrics(exported: &[Exported], reference: &str) -> Vec<String> {
         let as_documented = if documented.contains(&metric.name) {
             Some(metric.name.clone())
         } else if metric.may_add_total && documented.contains(&total) {
-            Some(total)
+            Some(total.clone())
         } else {
             None
         };
@@ -646,11 +689,10 @@ mod tests {
     }
 
     fn links(doc: &str, text: &str, repo: &BTreeMap<String, String>) -> Vec<String> {
-        let exists = |p: &str| {
-            repo.contains_key(p) || repo.keys().any(|k| k.starts_with(&format!("{p}/")))
-        };
+        let exists =
+            |p: &str| repo.contains_key(p) || repo.keys().any(|k| k.starts_with(&format!("{p}/")));
         let read = |p: &str| repo.get(p).cloned();
-        check_links(doc, text, &exists, &read)
+        check_links(doc, text, &exists, &exists, &read)
     }
 
     #[test]
@@ -729,8 +771,14 @@ mod tests {
         let (text, failures) = regenerate("docs/x.md", &doc_with(""), &read_result);
         assert!(failures.is_empty(), "{failures:?}");
         assert!(text.contains("| (d) Sluice | 31.9 |\n"), "{text}");
-        assert!(text.contains("[data](../tools/bench/results/run.json)"), "{text}");
-        assert!(text.contains("### Detail\n\nkept\n<!-- end generated -->"), "{text}");
+        assert!(
+            text.contains("[data](../tools/bench/results/run.json)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("### Detail\n\nkept\n<!-- end generated -->"),
+            "{text}"
+        );
         assert!(!text.contains("not kept"), "{text}");
         assert!(check_generated("docs/x.md", &text, &read_result).is_empty());
         // Regenerating is idempotent.
@@ -743,8 +791,14 @@ mod tests {
         let changed = good.replace("31.9", "29.9");
         let failures = check_generated("README.md", &changed, &read_result);
         assert_eq!(failures.len(), 1, "{failures:?}");
-        assert!(failures[0].contains("| (d) Sluice | 29.9 |"), "{failures:?}");
-        assert!(failures[0].contains("| (d) Sluice | 31.9 |"), "{failures:?}");
+        assert!(
+            failures[0].contains("| (d) Sluice | 29.9 |"),
+            "{failures:?}"
+        );
+        assert!(
+            failures[0].contains("| (d) Sluice | 31.9 |"),
+            "{failures:?}"
+        );
     }
 
     #[test]

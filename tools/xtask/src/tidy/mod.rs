@@ -84,7 +84,10 @@ pub fn fix_docs() -> Result<()> {
     if changed.is_empty() {
         step("docs: every generated section already matches its result file");
     } else {
-        step(format!("docs: rewrote generated sections in {}", changed.join(", ")));
+        step(format!(
+            "docs: rewrote generated sections in {}",
+            changed.join(", ")
+        ));
     }
     Ok(())
 }

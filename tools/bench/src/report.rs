@@ -1,4 +1,5 @@
-//! The Markdown and JSON reports, and the summary in README.md.
+//! The Markdown and JSON reports, the summary printed at the end of a run, and pointing
+//! the README's generated headline at a new report.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -527,7 +528,8 @@ impl Report<'_> {
         out
     }
 
-    /// The `## Benchmarks` section for README.md, prose wrapped like the rest of the file.
+    /// The run's summary, printed when it ends (prose wrapped like the README). The README
+    /// itself copies the report's `## Headline` through a generated section.
     pub fn readme_section(&self) -> String {
         wrap_prose(&self.readme_text(), 90)
     }

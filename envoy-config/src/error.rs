@@ -16,8 +16,8 @@ pub enum EnvoyConfigError {
     InvalidControlConfig(ValidationErrors),
     #[error(
         "refusing to send the proxy token in clear text to {0}, which is not a loopback \
-         address: use an https:// admin URL (with --admin-ca), or pass --insecure to accept \
-         plain HTTP on a network you trust"
+         address: use an https:// admin URL, or pass --insecure to accept plain HTTP on a \
+         network you trust"
     )]
     PlainHttpToRemote(String),
     #[error(

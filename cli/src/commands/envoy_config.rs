@@ -48,7 +48,7 @@ pub struct EnvoyConfigArgs {
     envoy_admin: SocketAddr,
 
     /// Bucket slots shared by all workers: bounds the filter's memory in Envoy
-    /// (about 150 bytes each).
+    /// (about 114 bytes each, measured: tools/bench/results/2026-11-25.md).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SLOTS)]
     slots: u32,
 

@@ -38,7 +38,8 @@ struct FilterArgs {
     #[arg(long, value_name = "FILE.json|.yaml|.yml")]
     rules: Option<PathBuf>,
 
-    /// Bucket slots shared by a proxy's workers (about 150 bytes of Envoy memory each).
+    /// Bucket slots shared by a proxy's workers (about 114 bytes of Envoy memory each,
+    /// measured: tools/bench/results/2026-11-25.md).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SLOTS)]
     slots: u32,
 

@@ -246,11 +246,17 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
     }
     if complete && !args.no_readme {
         let readme = cmd::project_root().join("README.md");
-        report::update_readme(&readme, &report.readme_section())?;
-        step(format!(
-            "updated the Benchmarks section of {}",
-            readme.display()
-        ));
+        if report::update_readme(&readme, &name)? {
+            step(format!(
+                "pointed {}'s benchmark headline at {name}.md: run `cargo xtask docs` to copy it",
+                readme.display()
+            ));
+        } else {
+            note(format!(
+                "{} has no generated headline section to point at {name}.md",
+                readme.display()
+            ));
+        }
     }
     step(format!(
         "benchmark finished in {:.1} min",

@@ -1,4 +1,5 @@
-//! The Markdown and JSON reports, and the summary in README.md.
+//! The Markdown and JSON reports, the summary printed at the end of a run, and pointing
+//! the README's generated headline at a new report.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -527,7 +528,8 @@ impl Report<'_> {
         out
     }
 
-    /// The `## Benchmarks` section for README.md, prose wrapped like the rest of the file.
+    /// The run's summary, printed when it ends (prose wrapped like the README). The README
+    /// itself copies the report's `## Headline` through a generated section.
     pub fn readme_section(&self) -> String {
         wrap_prose(&self.readme_text(), 90)
     }
@@ -844,45 +846,41 @@ pub fn group(n: u64) -> String {
     out
 }
 
-/// Replaces README.md's `## Benchmarks` section (up to the next `## ` heading), or appends
-/// it at the end; other sections are left as they are.
-pub fn update_readme(path: &Path, section: &str) -> Result<()> {
+/// The README's copy of a report's headline: a generated section that `cargo xtask docs`
+/// fills from the result file it names, and `cargo xtask tidy` holds to it.
+const HEADLINE_MARKER: (&str, &str) = (
+    "<!-- generated from tools/bench/results/",
+    ".md#headline -->",
+);
+
+/// Points README.md's generated headline section at the report `file_name` (without
+/// `.md`). The copy itself is left to `cargo xtask docs`, so the README's figures only ever
+/// come from a committed result. Returns whether a marker was found.
+pub fn update_readme(path: &Path, file_name: &str) -> Result<bool> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let updated = replace_section(&text, section);
-    std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
+    let (updated, found) = retarget_headline(&text, file_name);
+    if updated != text {
+        std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(found)
 }
 
-fn replace_section(text: &str, section: &str) -> String {
-    let section = section.trim_end();
-    let start = text
-        .match_indices(README_HEADING)
-        .find(|(i, _)| {
-            (*i == 0 || text[..*i].ends_with('\n'))
-                && text[i + README_HEADING.len()..]
-                    .chars()
-                    .next()
-                    .is_none_or(|c| c == '\n' || c == '\r')
-        })
-        .map(|(i, _)| i);
-    match start {
-        Some(start) => {
-            let after = start + README_HEADING.len();
-            let end = text[after..]
-                .find("\n## ")
-                .map_or(text.len(), |i| after + i + 1);
-            let rest = &text[end..];
-            if rest.is_empty() {
-                format!("{}{section}\n", &text[..start])
-            } else {
-                format!("{}{section}\n\n{rest}", &text[..start])
-            }
-        }
-        None => {
-            let body = text.trim_end();
-            format!("{body}\n\n{section}\n")
+fn retarget_headline(text: &str, file_name: &str) -> (String, bool) {
+    let (start, end) = HEADLINE_MARKER;
+    let mut found = false;
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_end();
+        if trimmed.starts_with(start) && trimmed.ends_with(end) {
+            found = true;
+            out.push_str(&format!("{start}{file_name}{end}"));
+            out.push_str(&line[trimmed.len()..]);
+        } else {
+            out.push_str(line);
         }
     }
+    (out, found)
 }
 
 #[cfg(test)]
@@ -912,28 +910,16 @@ mod tests {
     }
 
     #[test]
-    fn the_benchmarks_section_is_appended_once_then_replaced() {
-        let readme = "# Sluice\n\nIntro.\n\n## Development\n\nStuff.\n";
-        let once = replace_section(readme, "## Benchmarks\n\nv1\n");
+    fn the_readme_headline_marker_is_pointed_at_the_new_report() {
+        let readme = "# S\n\n<!-- generated from tools/bench/results/2026-11-25.md#headline -->\n\
+                      old\n<!-- end generated -->\n\
+                      <!-- generated from tools/bench/results/2026-11-25-global.md#x -->\n";
+        let (updated, found) = retarget_headline(readme, "2026-12-01");
+        assert!(found);
         assert_eq!(
-            once,
-            "# Sluice\n\nIntro.\n\n## Development\n\nStuff.\n\n## Benchmarks\n\nv1\n"
+            updated,
+            readme.replace("2026-11-25.md#headline", "2026-12-01.md#headline")
         );
-        let twice = replace_section(&once, "## Benchmarks\n\nv2\n");
-        assert_eq!(twice, once.replace("v1", "v2"));
-    }
-
-    #[test]
-    fn only_the_benchmarks_section_is_replaced_in_the_middle() {
-        let readme = "# S\n\n## Benchmarks\n\nold\ntable\n\n## Development\n\nkeep\n";
-        assert_eq!(
-            replace_section(readme, "## Benchmarks\n\nnew"),
-            "# S\n\n## Benchmarks\n\nnew\n\n## Development\n\nkeep\n"
-        );
-        // A heading that merely starts with the same words is another section.
-        let other = "# S\n\n## Benchmarks of others\n\nx\n";
-        assert!(
-            replace_section(other, "## Benchmarks\n\nnew").ends_with("x\n\n## Benchmarks\n\nnew\n")
-        );
+        assert!(!retarget_headline("# S\n", "2026-12-01").1);
     }
 }

@@ -27,8 +27,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=240))]
     pub soak_minutes: u64,
 
-    /// Leave README.md's `## Benchmarks` section alone (a full run of every section
-    /// otherwise rewrites it).
+    /// Leave README.md alone (a full run of every section otherwise points its generated
+    /// benchmark headline at the new report, for `cargo xtask docs` to copy).
     #[arg(long)]
     pub no_readme: bool,
 }

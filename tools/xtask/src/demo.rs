@@ -487,7 +487,6 @@ impl StopSignals {
 }
 
 fn print_info(args: &DemoArgs, setup: &Setup, viewer_token: &str) {
-    let listen = args.listen;
     let admin = args.admin_listen;
     println!();
     println!("Sluice demo is running.");
@@ -499,25 +498,11 @@ fn print_info(args: &DemoArgs, setup: &Setup, viewer_token: &str) {
     println!("Sign in with the admin token, edit a limit, and watch Envoy enforce it within a");
     println!("second. From another terminal:");
     println!();
-    println!("  # one request through Envoy and the filter");
-    println!("  curl -si -H 'x-api-key: alice' http://{listen}/api/hello");
-    println!();
-    println!("  # a burst: watch 200s turn into 429s once the bucket is empty");
-    println!(
-        "  for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' \
-         -H 'x-api-key: you' http://{listen}/api/hello; done"
-    );
-    println!();
-    let second = args.second_listen;
-    println!("  # a fleet-wide limit (partner-fleet: 10/s per key for both Envoys together):");
-    println!("  # 20 requests to each Envoy at once admit one burst of 10 in all, not 10 each");
-    println!(
-        "  for port in {} {}; do for i in $(seq 20); do curl -s -o /dev/null -w '%{{http_code}} ' \
-         -H 'x-api-key: acme' http://127.0.0.1:$port/partner/orders & done; done; wait; echo",
-        listen.port(),
-        second.port()
-    );
-    println!();
+    for (comment, command) in try_commands(args.listen, args.envoy_admin, args.second_listen) {
+        println!("  # {comment}");
+        println!("  {command}");
+        println!();
+    }
     println!("  # the same API the dashboard uses (also: /api/v1/proxies, which flags an Envoy");
     println!("  # enforcing fleet-wide limits on its own share while the coordinator is away)");
     println!(
@@ -526,4 +511,78 @@ fn print_info(args: &DemoArgs, setup: &Setup, viewer_token: &str) {
     );
     println!();
     println!("Press Ctrl-C to stop.");
+}
+
+/// Keys the commands below spend: none of the demo's own clients (`demo_load.rs`) uses
+/// them, so the reader sees exactly the limits the comments promise.
+const TRY_KEY: &str = "try-me";
+const TRY_PARTNER_KEY: &str = "try-partner";
+
+/// The commands the running demo suggests, as (what it shows, the command). The README's
+/// quick start shows the same commands for the default addresses (a test holds it to that).
+fn try_commands(
+    listen: SocketAddr,
+    envoy_admin: SocketAddr,
+    second: SocketAddr,
+) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "a burst on one key: ten 200s (api-per-key's burst), then 429s",
+            format!(
+                "for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}}\\n' \
+                 -H 'x-api-key: {TRY_KEY}' http://{listen}/api/hello; done"
+            ),
+        ),
+        (
+            "the same key again at once: a 429, its Retry-After and RateLimit fields and problem+json body",
+            format!("curl -si -H 'x-api-key: {TRY_KEY}' http://{listen}/api/hello"),
+        ),
+        (
+            "the filter's counters in Envoy",
+            format!("curl -s http://{envoy_admin}/stats | grep sluice"),
+        ),
+        (
+            "fleet-wide (partner-fleet: 10/s per key for both Envoys together): of 20 requests to each Envoy, about 10 in all are admitted, not 10 each",
+            format!(
+                "for port in {} {}; do for i in $(seq 20); do curl -s -o /dev/null -w '%{{http_code}} ' \
+                 -H 'x-api-key: {TRY_PARTNER_KEY}' http://127.0.0.1:$port/partner/orders & done; done; wait; echo",
+                listen.port(),
+                second.port()
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    #[test]
+    fn the_readme_quick_start_shows_the_commands_the_demo_prints() {
+        let args = Wrapper::parse_from(["demo"]).demo;
+        let readme =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+                .expect("README.md");
+        for (comment, command) in try_commands(args.listen, args.envoy_admin, args.second_listen) {
+            assert!(
+                readme.contains(&format!("# {comment}\n{command}\n")),
+                "README.md's quick start should show, as the demo prints it:\n# {comment}\n{command}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_suggested_keys_are_not_spent_by_the_demo_load() {
+        let load = include_str!("demo_load.rs");
+        for key in [TRY_KEY, TRY_PARTNER_KEY] {
+            assert!(!load.contains(&format!("\"{key}\"")), "{key}");
+        }
+    }
 }

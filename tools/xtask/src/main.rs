@@ -57,9 +57,13 @@ enum Task {
     Test(suite::TestArgs),
     /// cargo fmt --check and clippy (host crates, and the filter for wasm32 where possible).
     Lint,
-    /// The repository's structural rules: no import circle inside a crate, no product
-    /// source file over 900 lines.
+    /// The repository's rules: no import circle inside a crate, no product source file
+    /// over 900 lines; documentation links resolve, generated sections match their result
+    /// files, every exported metric is documented in docs/metrics.md (and only those).
     Tidy,
+    /// Rewrite the documentation's generated sections (`<!-- generated from ... -->`) from
+    /// the committed result files they name.
+    Docs,
     /// Run the admin API with the dashboard, and Envoy following it with demo traffic, until Ctrl-C.
     Demo(demo::DemoArgs),
     /// Find or install Envoy and print its path.
@@ -102,6 +106,7 @@ fn run(task: &Task) -> Result<()> {
         Task::Test(args) => suite::test(args),
         Task::Lint => lint::lint(),
         Task::Tidy => tidy::tidy(),
+        Task::Docs => tidy::fix_docs(),
         Task::Demo(args) => demo::demo(args),
         Task::Envoy => {
             let envoy = envoy::ensure_envoy()?;

@@ -2,8 +2,9 @@
 //!
 //! The steps, in order (each can be chosen with `--only` or left out with `--skip`):
 //!
-//! * `tidy`: the repository's structural rules (no import circle in a crate, no product
-//!   file over 900 lines). Seconds; builds nothing but xtask.
+//! * `tidy`: the repository's rules (no import circle in a crate, no product file over 900
+//!   lines; documentation links, generated figures and the metrics reference, `tidy/docs.rs`).
+//!   Seconds; builds nothing but xtask.
 //! * `lint`: formatting, and clippy on the host and for wasm32: its own pass when the run
 //!   builds only part of the workspace, otherwise inside the builds the suite makes anyway
 //!   (`lint.rs`).

@@ -6,7 +6,11 @@
 //!   is presented.
 //! * No product source file over [`MAX_PRODUCT_FILE_LINES`] lines: past that a file holds
 //!   more than one idea. Tooling (`tools/`) and test files are exempt.
+//! * The documentation's links resolve, its generated sections match the committed
+//!   results they come from, and the metrics reference lists exactly the metrics the code
+//!   exports ([`docs`]; `cargo xtask docs` rewrites the generated sections).
 
+pub mod docs;
 pub mod modules;
 
 use std::path::{Path, PathBuf};
@@ -56,6 +60,12 @@ pub fn tidy() -> Result<()> {
         }
     }
 
+    step(format!(
+        "tidy: documentation links, generated sections and the metrics reference ({})",
+        docs::METRICS_REFERENCE
+    ));
+    failures.extend(docs::check(&root)?);
+
     if failures.is_empty() {
         step("tidy passed");
         return Ok(());
@@ -64,6 +74,22 @@ pub fn tidy() -> Result<()> {
         note(failure);
     }
     bail!("tidy found {} problem(s) (above)", failures.len())
+}
+
+/// `cargo xtask docs`: rewrites every generated section of the documentation from the
+/// committed result file it names.
+pub fn fix_docs() -> Result<()> {
+    let root = cmd::project_root();
+    let changed = docs::fix(&root)?;
+    if changed.is_empty() {
+        step("docs: every generated section already matches its result file");
+    } else {
+        step(format!(
+            "docs: rewrote generated sections in {}",
+            changed.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// A circle, with the path that makes each of its edges, so the fix is obvious.

@@ -14,6 +14,8 @@
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
 //! * [`listening`]: the line `sluice serve` announces its address with.
+//! * [`usage`]: LLM token usage read from response bodies (JSON or event streams) as they
+//!   pass, for token budgets.
 //!
 //! Architecture invariant: nothing here performs I/O or reads a clock. Every `now` is an
 //! argument in [`time::Nanos`], and storage is the [`store::SharedStore`] trait, so the same
@@ -50,5 +52,6 @@ pub mod slot;
 pub mod spec;
 pub mod store;
 pub mod time;
+pub mod usage;
 pub mod validation;
 pub mod wire;

@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use sluice_core::usage::{
     BodyKind, JsonPointer, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, MAX_SSE_EVENT_BYTES,
-    MAX_SSE_LINE_BYTES, MAX_TOKENS, PointerSet, Usage, UsageError, UsageFormat, UsageMeasure,
-    UsageReader,
+    MAX_SSE_LINE_BYTES, MAX_SSE_RETAINED_BYTES, MAX_TOKENS, PointerSet, Usage, UsageError,
+    UsageFormat, UsageMeasure, UsageReader,
 };
 
 const SSE: Option<&str> = Some("text/event-stream; charset=utf-8");
@@ -554,7 +554,7 @@ fn an_overlong_line_is_skipped_and_counted_not_buffered() {
     let mut reader = UsageReader::new(UsageFormat::OpenAiChat, SSE);
     for chunk in body.as_bytes().chunks(16 << 10) {
         reader.feed(chunk);
-        assert!(reader.retained_capacity() <= 2 * MAX_SSE_LINE_BYTES);
+        assert!(reader.retained_capacity() <= MAX_SSE_RETAINED_BYTES);
     }
     assert_eq!(reader.oversized(), 1);
     assert_eq!(reader.finish().unwrap().total, Some(5));
@@ -627,6 +627,38 @@ fn fifty_megabytes_of_stream_keep_memory_flat() {
     assert!(max_retained <= 16 << 10, "retained {max_retained} bytes");
     assert_eq!(reader.oversized(), 0);
     assert_eq!(reader.finish(), Ok(usage(10, 990_000, Some(990_010))));
+}
+
+/// One line of a generated stream: what it is and how long its value is.
+fn stream_line(kind: u8, len: usize) -> String {
+    let filler = "x".repeat(len);
+    match kind % 5 {
+        0 => format!("data: {filler}\n"),
+        1 => format!(": {filler}\r\n"),
+        2 => format!("event: {filler}\r"),
+        3 => "\n".to_owned(),
+        _ => format!("data: {{\"choices\":[],\"usage\":{{\"total_tokens\":{len}}}}}\n\n"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Lines and events of any length, in chunks of any size: the reader never holds more
+    /// than its caps allow.
+    #[test]
+    fn what_a_stream_reader_holds_stays_within_its_caps(
+        lines in prop::collection::vec((any::<u8>(), 0usize..600_000), 1..8),
+        chunk in 1usize..100_000,
+    ) {
+        let body: String = lines.iter().map(|&(kind, len)| stream_line(kind, len)).collect();
+        let mut reader = UsageReader::new(UsageFormat::OpenAiChat, SSE);
+        for piece in body.as_bytes().chunks(chunk) {
+            reader.feed(piece);
+            prop_assert!(reader.retained_capacity() <= MAX_SSE_RETAINED_BYTES);
+        }
+        let _ = reader.finish();
+    }
 }
 
 proptest! {

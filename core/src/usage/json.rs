@@ -36,7 +36,7 @@ impl JsonBody {
             self.bytes = Vec::new();
             return;
         }
-        self.bytes.extend_from_slice(chunk);
+        super::extend_capped(&mut self.bytes, chunk, MAX_JSON_BODY_BYTES);
     }
 
     pub(super) fn finish(self) -> Result<Usage, UsageError> {

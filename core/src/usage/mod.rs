@@ -91,7 +91,12 @@ pub const MAX_JSON_DEPTH: u32 = 64;
 pub const MAX_TOKENS: u64 = 1 << 40;
 
 /// Event names held in full; longer names cannot be ones the reader looks for.
-const MAX_EVENT_NAME_BYTES: usize = 64;
+pub const MAX_EVENT_NAME_BYTES: usize = 64;
+
+/// The most buffer an event-stream reader holds at any moment: one line, one event's
+/// data and one event name ([`UsageReader::retained_capacity`]).
+pub const MAX_SSE_RETAINED_BYTES: usize =
+    MAX_SSE_LINE_BYTES + MAX_SSE_EVENT_BYTES + MAX_EVENT_NAME_BYTES;
 
 /// Where a response reports its usage. Rules files name these (`openai_chat`,
 /// `openai_responses`, `anthropic_messages`, `json_pointer: {input, output, total}`).
@@ -403,7 +408,8 @@ impl UsageReader {
         }
     }
 
-    /// The bytes of buffer the reader holds now: bounded by the caps whatever the body's
+    /// The bytes of buffer the reader holds now: at most [`MAX_JSON_BODY_BYTES`] for a
+    /// JSON body and [`MAX_SSE_RETAINED_BYTES`] for an event stream, whatever the body's
     /// length.
     pub fn retained_capacity(&self) -> usize {
         match &self.body {
@@ -411,6 +417,18 @@ impl UsageReader {
             Body::EventStream(stream) => stream.retained_capacity(),
         }
     }
+}
+
+/// Appends `bytes` to `buffer`, whose length the caller has kept within `cap`: grows it as
+/// `Vec` would (doubling), but never to a capacity past `cap`, so a bound on length is a
+/// bound on memory.
+fn extend_capped(buffer: &mut Vec<u8>, bytes: &[u8], cap: usize) {
+    let needed = buffer.len().saturating_add(bytes.len());
+    if needed > buffer.capacity() {
+        let grown = buffer.capacity().saturating_mul(2).min(cap).max(needed);
+        buffer.reserve_exact(grown - buffer.len());
+    }
+    buffer.extend_from_slice(bytes);
 }
 
 #[cfg(test)]

@@ -166,7 +166,7 @@ impl LineFramer {
             self.line = Vec::new();
             return;
         }
-        self.line.extend_from_slice(segment);
+        super::extend_capped(&mut self.line, segment, MAX_SSE_LINE_BYTES);
     }
 
     fn end_line(&mut self, on_line: &mut impl FnMut(Line<'_>)) {
@@ -211,7 +211,7 @@ impl PendingEvent {
                 self.name.clear();
                 self.name_too_long = value.len() > MAX_EVENT_NAME_BYTES;
                 if !self.name_too_long {
-                    self.name.extend_from_slice(value);
+                    super::extend_capped(&mut self.name, value, MAX_EVENT_NAME_BYTES);
                 }
             }
             b"data" if !self.damaged => {
@@ -220,8 +220,8 @@ impl PendingEvent {
                     self.damaged = true;
                     self.data = Vec::new();
                 } else {
-                    self.data.extend_from_slice(value);
-                    self.data.push(b'\n');
+                    super::extend_capped(&mut self.data, value, MAX_SSE_EVENT_BYTES);
+                    super::extend_capped(&mut self.data, b"\n", MAX_SSE_EVENT_BYTES);
                 }
             }
             // `id`, `retry` and unknown fields say nothing about usage.

@@ -31,6 +31,7 @@ mod ruleset_document;
 mod slot_value;
 mod sync_request;
 mod sync_response;
+mod usage_reader;
 
 pub use bucket_state::bucket_state;
 pub use control_config::control_config;
@@ -46,6 +47,7 @@ pub use ruleset_document::ruleset_document;
 pub use slot_value::slot_value;
 pub use sync_request::sync_request;
 pub use sync_response::sync_response;
+pub use usage_reader::usage_reader;
 
 /// A target: returns, or panics when something it asserts does not hold.
 pub type Target = fn(&[u8]);
@@ -68,4 +70,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("control_config", control_config),
     ("rules_file", rules_file),
     ("decide", decide),
+    ("usage_reader", usage_reader),
 ];

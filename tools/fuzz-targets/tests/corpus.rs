@@ -80,6 +80,7 @@ targets!(
     control_config,
     rules_file,
     decide,
+    usage_reader,
 );
 
 /// The names in a folder, without their extension `ext` (any extension when empty).

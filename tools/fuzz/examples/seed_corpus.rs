@@ -241,7 +241,68 @@ fn main() {
     for (seed, len) in [(6, 256), (7, 1024), (8, 4096)] {
         corpus.write("decide", &format!("noise-{len}"), &noise(seed, len));
     }
+
+    // The usage reader's first byte picks the format (0 OpenAI Chat, 1 OpenAI Responses,
+    // 2 Anthropic Messages, 3 JSON pointers), its second the framing (odd: an event
+    // stream) and, in its other bits, the chunk size less one (7 and 16 bytes here); the
+    // bodies are the core's provider fixtures.
+    for (name, format, body) in USAGE_FIXTURES {
+        let framing = if name.ends_with(".sse") {
+            6 << 1 | 1
+        } else {
+            15 << 1
+        };
+        corpus.write(
+            "usage_reader",
+            name,
+            &[&[*format, framing][..], body].concat(),
+        );
+    }
 }
+
+/// The usage reader's seeds: the fixtures of `core/tests/usage.rs`, each with its format.
+const USAGE_FIXTURES: &[(&str, u8, &[u8])] = &[
+    (
+        "openai_chat.json",
+        0,
+        include_bytes!("../../../core/tests/fixtures/usage/openai_chat.json"),
+    ),
+    (
+        "openai_chat.sse",
+        0,
+        include_bytes!("../../../core/tests/fixtures/usage/openai_chat.sse"),
+    ),
+    (
+        "openai_responses.json",
+        1,
+        include_bytes!("../../../core/tests/fixtures/usage/openai_responses.json"),
+    ),
+    (
+        "openai_responses.sse",
+        1,
+        include_bytes!("../../../core/tests/fixtures/usage/openai_responses.sse"),
+    ),
+    (
+        "anthropic_messages.json",
+        2,
+        include_bytes!("../../../core/tests/fixtures/usage/anthropic_messages.json"),
+    ),
+    (
+        "anthropic_messages.sse",
+        2,
+        include_bytes!("../../../core/tests/fixtures/usage/anthropic_messages.sse"),
+    ),
+    (
+        "gemini_pointer.json",
+        3,
+        include_bytes!("../../../core/tests/fixtures/usage/gemini_pointer.json"),
+    ),
+    (
+        "gemini_pointer.sse",
+        3,
+        include_bytes!("../../../core/tests/fixtures/usage/gemini_pointer.sse"),
+    ),
+];
 
 struct Corpus(PathBuf);
 

@@ -34,6 +34,10 @@
 //!   an unterminated event at the end is discarded):
 //!   <https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation>.
 //!
+//! Servers that copy these shapes vary in ways the reader tolerates: a chat usage chunk
+//! whose `choices` is `null` or absent (vLLM), usage in every chunk, cumulative (the
+//! latest wins), events without `event:` lines (judged by their data's `type`).
+//!
 //! Anthropic's `cache_creation_input_tokens` and `cache_read_input_tokens` are not added to
 //! `input`: they are priced differently, and whether a budget counts them is the rule's
 //! decision, not the reader's.

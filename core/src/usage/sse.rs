@@ -142,8 +142,10 @@ impl LineFramer {
         while let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
             let (segment, rest) = bytes.split_at(end);
             self.append(segment);
-            let (ending, mut rest) = rest.split_at(1);
-            if ending == b"\r" {
+            let Some((&ending, mut rest)) = rest.split_first() else {
+                break;
+            };
+            if ending == b'\r' {
                 match rest.strip_prefix(b"\n") {
                     Some(after_lf) => rest = after_lf,
                     None => self.after_cr = rest.is_empty(),

@@ -123,3 +123,30 @@ fn the_line_buffer_shrinks_back_after_a_large_line() {
     reader.feed(b"\n\n");
     assert!(reader.retained_capacity() <= 2 * (16 << 10));
 }
+
+#[test]
+fn copies_of_the_chat_shape_are_read_too() {
+    // Usage in every chunk, cumulative, and a last chunk whose `choices` is null.
+    let body = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1,\"total_tokens\":5}}\n\n\
+                 data: {\"choices\":null,\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2,\"total_tokens\":6}}\n\n\
+                 data: [DONE]\n\n";
+    assert_eq!(
+        read(UsageFormat::OpenAiChat, &[body]),
+        Ok(Usage {
+            input: Some(4),
+            output: Some(2),
+            total: Some(6),
+        })
+    );
+}
+
+#[test]
+fn responses_events_without_names_are_judged_by_their_type() {
+    let body = b"data: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n\
+                 data: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n\
+                 data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":2,\"output_tokens\":1,\"total_tokens\":3}}}\n\n";
+    assert_eq!(
+        read(UsageFormat::OpenAiResponses, &[body]).map(|u| u.total),
+        Ok(Some(3))
+    );
+}

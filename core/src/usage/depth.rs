@@ -1,7 +1,7 @@
 //! Nesting depth, measured before serde_json parses anything: a document of a million
 //! `[` costs a scan, never a deep recursion.
 
-use super::MAX_JSON_DEPTH;
+use super::bounds::MAX_JSON_DEPTH;
 
 /// Tracks the nesting depth of JSON bytes fed in pieces (brackets inside strings do not
 /// count), remembering whether it ever went deeper than [`MAX_JSON_DEPTH`]. It does not

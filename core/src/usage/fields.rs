@@ -4,8 +4,10 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::bounds::MAX_TOKENS;
 use super::depth::DepthGauge;
-use super::{MAX_TOKENS, PointerSet, Usage, UsageError};
+use super::format::{JsonPointer, PointerSet};
+use super::outcome::{Usage, UsageError};
 
 /// The names of one provider's usage fields.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +109,7 @@ pub(super) fn read_pointers(
     document: &Value,
     pointers: &PointerSet,
 ) -> Result<Option<Usage>, UsageError> {
-    let find = |pointer: Option<&super::JsonPointer>| {
+    let find = |pointer: Option<&JsonPointer>| {
         token_count(pointer.and_then(|pointer| document.pointer(pointer.as_str())))
     };
     let usage = Usage {

@@ -2,9 +2,11 @@
 
 use serde_json::Value;
 
+use super::bounds::{MAX_JSON_BODY_BYTES, extend_capped};
 use super::depth::DepthGauge;
 use super::fields::{self, ANTHROPIC_FIELDS, CHAT_FIELDS, FieldNames, RESPONSES_FIELDS};
-use super::{MAX_JSON_BODY_BYTES, Usage, UsageError, UsageFormat};
+use super::format::UsageFormat;
+use super::outcome::{Usage, UsageError};
 
 #[derive(Debug)]
 pub(super) struct JsonBody {
@@ -36,7 +38,7 @@ impl JsonBody {
             self.bytes = Vec::new();
             return;
         }
-        super::extend_capped(&mut self.bytes, chunk, MAX_JSON_BODY_BYTES);
+        extend_capped(&mut self.bytes, chunk, MAX_JSON_BODY_BYTES);
     }
 
     pub(super) fn finish(self) -> Result<Usage, UsageError> {

@@ -5,10 +5,10 @@
 
 use serde_json::Value;
 
+use super::bounds::{MAX_EVENT_NAME_BYTES, MAX_SSE_EVENT_BYTES, MAX_SSE_LINE_BYTES, extend_capped};
 use super::fields::{self, ANTHROPIC_FIELDS, CHAT_FIELDS, FieldNames, RESPONSES_FIELDS};
-use super::{
-    MAX_EVENT_NAME_BYTES, MAX_SSE_EVENT_BYTES, MAX_SSE_LINE_BYTES, Usage, UsageError, UsageFormat,
-};
+use super::format::UsageFormat;
+use super::outcome::{Usage, UsageError};
 
 /// A buffer that grew for a large line or event is shrunk back to this after use, so one
 /// large event does not keep its memory for the rest of a long stream.
@@ -168,7 +168,7 @@ impl LineFramer {
             self.line = Vec::new();
             return;
         }
-        super::extend_capped(&mut self.line, segment, MAX_SSE_LINE_BYTES);
+        extend_capped(&mut self.line, segment, MAX_SSE_LINE_BYTES);
     }
 
     fn end_line(&mut self, on_line: &mut impl FnMut(Line<'_>)) {
@@ -213,7 +213,7 @@ impl PendingEvent {
                 self.name.clear();
                 self.name_too_long = value.len() > MAX_EVENT_NAME_BYTES;
                 if !self.name_too_long {
-                    super::extend_capped(&mut self.name, value, MAX_EVENT_NAME_BYTES);
+                    extend_capped(&mut self.name, value, MAX_EVENT_NAME_BYTES);
                 }
             }
             b"data" if !self.damaged => {
@@ -222,8 +222,8 @@ impl PendingEvent {
                     self.damaged = true;
                     self.data = Vec::new();
                 } else {
-                    super::extend_capped(&mut self.data, value, MAX_SSE_EVENT_BYTES);
-                    super::extend_capped(&mut self.data, b"\n", MAX_SSE_EVENT_BYTES);
+                    extend_capped(&mut self.data, value, MAX_SSE_EVENT_BYTES);
+                    extend_capped(&mut self.data, b"\n", MAX_SSE_EVENT_BYTES);
                 }
             }
             // `id`, `retry` and unknown fields say nothing about usage.

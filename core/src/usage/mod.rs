@@ -54,6 +54,12 @@
 //!   (serde_json's own recursion limit is 128, so it never becomes the bound);
 //! * a count above [`MAX_TOKENS`] is [`UsageError::OutOfRange`].
 //!
+//! The Responses API repeats the whole output in `response.completed`, beside `usage`: an
+//! answer longer than [`MAX_SSE_EVENT_BYTES`] makes that event too large to hold, and the
+//! reader answers [`UsageError::TooLarge`] (counted apart from a stream without usage).
+//! Scanning such an event for `usage` as it passes, holding none of it, would lift that
+//! limit; it waits until traffic shows it is needed.
+//!
 //! Architecture invariant: no I/O, no clock, no threads; the same code runs in the filter
 //! (wasm32) and in native tests. No input makes it panic.
 

@@ -63,6 +63,8 @@ pub(super) struct Inner {
     report_seq: Mutex<ReportSeq>,
     /// Turns to parse a rules body off the executor ([`PARSE_SLOTS`]).
     parse_slots: Arc<Semaphore>,
+    /// How long parsing a rules body may take ([`super::rules::PARSE_TIME_LIMIT`]).
+    parse_time_limit: Mutex<Duration>,
     /// The live metrics streams open now (see [`super::streams`]).
     streams: Arc<Streams>,
 }
@@ -110,6 +112,7 @@ impl AppState {
                 issued: Mutex::new(Issued::default()),
                 report_seq: Mutex::new(ReportSeq::default()),
                 parse_slots: Arc::new(Semaphore::new(PARSE_SLOTS)),
+                parse_time_limit: Mutex::new(super::rules::PARSE_TIME_LIMIT),
                 streams: Arc::default(),
             }),
         })
@@ -123,6 +126,11 @@ impl AppState {
     /// The coordinator of global buckets.
     pub(crate) fn coordinator(&self) -> &Coordinator {
         &self.inner.coordinator
+    }
+
+    /// Sets how many reports each proxy id may send (`--report-rate`, `--report-burst`).
+    pub fn set_report_rate(&self, rate: super::report_guard::ReportRate) {
+        self.report_seq().set_rate(rate);
     }
 
     /// Sets how many global buckets the coordinator keeps in memory
@@ -193,6 +201,25 @@ impl AppState {
     }
 
     /// Turns to parse a rules body off the executor.
+    /// How long parsing a rules body may take, waiting for a turn included.
+    pub(crate) fn parse_time_limit(&self) -> Duration {
+        *self
+            .inner
+            .parse_time_limit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets how long parsing a rules body may take (2 s by default): for tests, which
+    /// need a bound that a body certainly overruns whatever the machine's speed.
+    pub fn set_parse_time_limit(&self, limit: Duration) {
+        *self
+            .inner
+            .parse_time_limit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = limit;
+    }
+
     pub(crate) fn parse_slots(&self) -> Arc<Semaphore> {
         self.inner.parse_slots.clone()
     }

@@ -534,6 +534,7 @@ impl Coordinator {
                 }
             }
             State::Redis(redis) => {
+                let bounds = *lock(&self.bounds);
                 let settled = redis
                     .settle(redis::SyncJob {
                         proxy: sync.proxy.clone(),
@@ -542,7 +543,7 @@ impl Coordinator {
                         settings,
                         lease_ttl_ns,
                         fleet_memory_ns,
-                        bounds: *lock(&self.bounds),
+                        bounds,
                     })
                     .await?;
                 self.metrics.redis_commands.inc_by(settled.commands);

@@ -328,9 +328,13 @@ impl Batcher {
                 .map(|(id, _)| *id)
                 .collect();
             if !missing.is_empty() {
-                let creator = |id: &u64| syncs[usages[id][0].0].proxy.as_str();
+                // Created by the first sync of the batch that names it.
+                let created: Vec<(u64, String)> = missing
+                    .iter()
+                    .map(|id| (*id, syncs[usages[id][0].0].proxy.clone()))
+                    .collect();
                 commands += admission
-                    .decide(&mut con, &missing, creator, now_ms, &syncs[0].bounds)
+                    .decide(&mut con, created, now_ms, syncs[0].bounds)
                     .await?;
                 for id in &missing {
                     let Some(bound) = admission.refused.get(id) else {
@@ -475,19 +479,19 @@ impl Admission {
     /// Counts the buckets Redis holds, in all and per creator of `missing` (dropping those
     /// expired by `now_ms`), and decides, in order, which of `missing` are kept. Returns
     /// the commands sent.
-    async fn decide<'a>(
+    async fn decide(
         &mut self,
         con: &mut ConnectionManager,
-        missing: &[u64],
-        creator: impl Fn(&u64) -> &'a str,
+        missing: Vec<(u64, String)>,
         now_ms: u64,
-        bounds: &Bounds,
+        bounds: Bounds,
     ) -> RedisResult<u64> {
-        let mut creators: Vec<&str> = missing.iter().map(&creator).collect();
+        let mut creators: Vec<String> = missing.iter().map(|(_, p)| p.clone()).collect();
         creators.sort_unstable();
         creators.dedup();
+        let sets = std::iter::once(BUCKETS_KEY.to_string());
         let mut count = redis::pipe();
-        for set in std::iter::once(BUCKETS_KEY.to_string()).chain(creators.iter().map(|p| owner_key(p))) {
+        for set in sets.chain(creators.iter().map(|p| owner_key(p))) {
             count
                 .cmd("ZREMRANGEBYSCORE")
                 .arg(&set)
@@ -499,25 +503,21 @@ impl Admission {
         }
         let counts: Vec<u64> = count.query_async(con).await?;
         let mut total = counts[0] as usize + self.kept.len();
-        let mut per_proxy: HashMap<&str, usize> = creators
-            .iter()
-            .zip(&counts[1..])
-            .map(|(p, n)| {
-                let ours = self.kept.values().filter(|c| c.as_str() == *p).count();
-                (*p, *n as usize + ours)
-            })
-            .collect();
-        for id in missing {
-            let proxy = creator(id);
-            let mine = per_proxy.entry(proxy).or_default();
+        let mut per_proxy: HashMap<String, usize> = HashMap::new();
+        for (p, n) in creators.iter().zip(&counts[1..]) {
+            let ours = self.kept.values().filter(|c| *c == p).count();
+            per_proxy.insert(p.clone(), *n as usize + ours);
+        }
+        for (id, proxy) in missing {
+            let mine = per_proxy.entry(proxy.clone()).or_default();
             if total >= bounds.max_buckets {
-                self.refused.insert(*id, Bound::Total);
+                self.refused.insert(id, Bound::Total);
             } else if *mine >= bounds.max_buckets_per_proxy {
-                self.refused.insert(*id, Bound::PerProxy);
+                self.refused.insert(id, Bound::PerProxy);
             } else {
                 *mine += 1;
                 total += 1;
-                self.kept.insert(*id, proxy.to_string());
+                self.kept.insert(id, proxy);
             }
         }
         Ok(2 * (1 + creators.len() as u64))

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_admin::http::{self, AppState};
+use sluice_admin::http::report_guard::ReportRate;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
 use sluice_admin::store::{
@@ -79,6 +80,16 @@ async fn flush(api: &TestApp, db: &TestDb) {
 }
 
 /// Sums of a series' points.
+/// `api` with no practical limit on how fast a proxy id may report: these tests send
+/// minutes of one proxy's reports at once, and the arrival limit is not what they test.
+fn unlimited(api: TestApp) -> TestApp {
+    api.state.set_report_rate(ReportRate {
+        per_minute: 60_000_000,
+        burst: 1_000_000,
+    });
+    api
+}
+
 fn totals(series: &Value) -> (u64, u64, u64) {
     let points = series["points"].as_array().unwrap();
     let sum = |k: &str| points.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
@@ -503,7 +514,7 @@ async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
 }
 
 async fn rollups_agree_at_every_resolution(db: TestDb) {
-    let api = TestApp::new(&db).await;
+    let api = unlimited(TestApp::new(&db).await);
     issue(&api).await;
     let proxy = db.token(Role::Proxy).await;
     let t0 = base_time();
@@ -837,7 +848,7 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
 /// Reads race flushes on purpose: every answer must count the report exactly once, never
 /// zero times (in neither place) or twice (in both).
 async fn reads_never_count_a_flush_twice(db: TestDb) {
-    let api = TestApp::new(&db).await;
+    let api = unlimited(TestApp::new(&db).await);
     issue(&api).await;
     let proxy = db.token(Role::Proxy).await;
     let t0 = base_time();

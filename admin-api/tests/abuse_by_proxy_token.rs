@@ -407,13 +407,25 @@ async fn a_replayed_report_is_counted_once() {
 #[tokio::test]
 async fn reports_of_one_proxy_id_are_limited_as_they_arrive() {
     let (_db, api, proxy) = app().await;
-    assert_eq!(ReportRate::default(), ReportRate { per_minute: 120, burst: 10 });
+    assert_eq!(
+        ReportRate::default(),
+        ReportRate {
+            per_minute: 120,
+            burst: 10
+        }
+    );
     api.state.set_report_rate(ReportRate {
         per_minute: 1,
         burst: 3,
     });
     let end = now_ms() - 60_000;
-    let at = |i: i64| report("edge-1", end + i * 1_000, json!([{"rule": "api", "allowed": 1}]));
+    let at = |i: i64| {
+        report(
+            "edge-1",
+            end + i * 1_000,
+            json!([{"rule": "api", "allowed": 1}]),
+        )
+    };
     for i in 0..3 {
         report_request(&api, &proxy).json(&at(i)).expect(204).await;
     }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sluice_admin::conn::{ConnLimits, MAX_HEAD_BYTES, MAX_HEADERS};
-use sluice_admin::http::streams::{MAX_STREAMS, MAX_STREAMS_PER_TOKEN};
 use sluice_admin::http::AppState;
+use sluice_admin::http::streams::{MAX_STREAMS, MAX_STREAMS_PER_TOKEN};
 use sluice_admin::server::{self, ServeOptions};
 use sluice_admin::store::Role;
 use sluice_admin::testing::{Backend, PATIENCE, TestDb, TestServer, assert_contains};
@@ -662,15 +662,22 @@ fn probe_healthz(api: &TestServer, done: Arc<AtomicBool>) -> tokio::task::JoinHa
 /// A server over `db` whose state the test keeps, to change its bounds.
 async fn server_over(db: &TestDb) -> (TestServer, AppState) {
     let state = AppState::new(db.store.clone()).await.unwrap();
-    let server = server::start_with(state.clone(), "127.0.0.1:0".parse().unwrap(), ServeOptions::default())
-        .await
-        .unwrap();
+    let server = server::start_with(
+        state.clone(),
+        "127.0.0.1:0".parse().unwrap(),
+        ServeOptions::default(),
+    )
+    .await
+    .unwrap();
     let base = server.listening().url();
     let api = TestServer {
         server,
         base,
         admin: db.token(Role::Admin).await,
-        http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap(),
+        http: reqwest::Client::builder()
+            .timeout(PATIENCE)
+            .build()
+            .unwrap(),
     };
     (api, state)
 }
@@ -685,7 +692,9 @@ async fn a_rules_body_over_the_parse_time_bound_is_refused_without_stalling_the_
     let db = sqlite().await;
     let (api, state) = server_over(&db).await;
     let body: String = (0..5_000)
-        .map(|i| format!("- {{name: r{i}, key: global, limits: [{{requests: 10, period: second}}]}}\n"))
+        .map(|i| {
+            format!("- {{name: r{i}, key: global, limits: [{{requests: 10, period: second}}]}}\n")
+        })
         .collect();
     assert!(body.len() < 1024 * 1024, "within the body limit");
     let apply = |body: String| {
@@ -721,7 +730,10 @@ async fn a_rules_body_over_the_parse_time_bound_is_refused_without_stalling_the_
             let problem: Value = answer.json().await.unwrap();
             match status {
                 StatusCode::BAD_REQUEST => {
-                    assert!(detail(&problem).contains("took longer than 1ms to parse"), "{problem}");
+                    assert!(
+                        detail(&problem).contains("took longer than 1ms to parse"),
+                        "{problem}"
+                    );
                     over_the_bound += 1;
                 }
                 StatusCode::SERVICE_UNAVAILABLE => {
@@ -734,7 +746,10 @@ async fn a_rules_body_over_the_parse_time_bound_is_refused_without_stalling_the_
     assert!(over_the_bound > 0, "no body was refused for its parse time");
     done.store(true, Ordering::SeqCst);
     let slowest = prober.await.unwrap();
-    assert!(slowest < Duration::from_secs(1), "/healthz waited {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "/healthz waited {slowest:?}"
+    );
 }
 
 /// Replays over the wire: a sync sent again with its `seq` is refused (422 naming `seq`)
@@ -746,7 +761,15 @@ async fn replayed_syncs_and_reports_are_refused_over_the_wire() {
     let (api, _state) = server_over(&db).await;
     let rule = json!({"name": "fleet", "key": "global",
                       "limits": [{"requests": 10, "period": "second", "burst": 100, "scope": "global"}]});
-    assert_eq!(api.post("/api/v1/rules").json(&rule).send().await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(
+        api.post("/api/v1/rules")
+            .json(&rule)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
     let proxy = db.token(Role::Proxy).await;
     let send = |path: &str, body: &Value| {
         api.http
@@ -761,23 +784,44 @@ async fn replayed_syncs_and_reports_are_refused_over_the_wire() {
                "buckets": [{"bucket": "07", "interval_ns": 100_000_000, "burst": 100,
                             "attempts": 5, "unleased": 5, "want": 5}]})
     };
-    assert_eq!(send("/api/v1/quota/sync", &sync(seq)).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        send("/api/v1/quota/sync", &sync(seq))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
     for _ in 0..3 {
         let refused = send("/api/v1/quota/sync", &sync(seq)).await.unwrap();
         assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let problem: Value = refused.json().await.unwrap();
         assert_eq!(problem["errors"][0]["field"], "seq", "{problem}");
     }
-    assert_eq!(send("/api/v1/quota/sync", &sync(seq + 1)).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        send("/api/v1/quota/sync", &sync(seq + 1))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
     let metrics = api.metrics().await;
-    assert_eq!(sample(&metrics, "sluice_quota_refused_total{reason=\"replay\"}"), Some(3.0));
+    assert_eq!(
+        sample(&metrics, "sluice_quota_refused_total{reason=\"replay\"}"),
+        Some(3.0)
+    );
 
     let end = i64::try_from(seq).unwrap() - 60_000;
     let report = |end: i64| {
         json!({"proxy_id": "edge-1", "start_ms": end - 2_000, "end_ms": end,
                "ruleset_version": 1, "rules": [{"rule": "fleet", "allowed": 1}]})
     };
-    assert_eq!(send("/api/v1/reports", &report(end)).await.unwrap().status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        send("/api/v1/reports", &report(end))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
     let replayed = send("/api/v1/reports", &report(end)).await.unwrap();
     assert_eq!(replayed.status(), StatusCode::UNPROCESSABLE_ENTITY);
     // The default burst is 10 reports at once: two are spent, eight more are taken, and
@@ -786,7 +830,9 @@ async fn replayed_syncs_and_reports_are_refused_over_the_wire() {
     let mut taken = 0;
     let mut limited = 0;
     for i in 1..=40 {
-        let answer = send("/api/v1/reports", &report(end + i * 1_000)).await.unwrap();
+        let answer = send("/api/v1/reports", &report(end + i * 1_000))
+            .await
+            .unwrap();
         match answer.status() {
             StatusCode::NO_CONTENT => taken += 1,
             StatusCode::TOO_MANY_REQUESTS => {
@@ -800,8 +846,17 @@ async fn replayed_syncs_and_reports_are_refused_over_the_wire() {
     assert!(limited > 0, "the flood is limited");
     let metrics = api.metrics().await;
     assert_eq!(
-        sample(&metrics, "sluice_admin_reports_rejected_total{reason=\"rate_limited\"}"),
+        sample(
+            &metrics,
+            "sluice_admin_reports_rejected_total{reason=\"rate_limited\"}"
+        ),
         Some(f64::from(limited))
     );
-    assert_eq!(sample(&metrics, "sluice_admin_reports_rejected_total{reason=\"replay\"}"), Some(1.0));
+    assert_eq!(
+        sample(
+            &metrics,
+            "sluice_admin_reports_rejected_total{reason=\"replay\"}"
+        ),
+        Some(1.0)
+    );
 }

@@ -63,14 +63,26 @@ async fn many_failed_authentications_write_a_bounded_number_of_warn_lines() {
         allowed: 10_000,
         refill: Duration::from_secs(10),
     };
-    let state = AppState::with_options(db.store.clone(), MetricsConfig::default(), Quota::Memory, limit)
-        .await
-        .unwrap();
-    let server = server::start_with(state, "127.0.0.1:0".parse().unwrap(), ServeOptions::default())
-        .await
-        .unwrap();
+    let state = AppState::with_options(
+        db.store.clone(),
+        MetricsConfig::default(),
+        Quota::Memory,
+        limit,
+    )
+    .await
+    .unwrap();
+    let server = server::start_with(
+        state,
+        "127.0.0.1:0".parse().unwrap(),
+        ServeOptions::default(),
+    )
+    .await
+    .unwrap();
     let base = server.listening().url();
-    let http = reqwest::Client::builder().timeout(PATIENCE).build().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(PATIENCE)
+        .build()
+        .unwrap();
     let fail = || {
         http.get(format!("{base}/api/v1/rules"))
             .bearer_auth("slc_wrong_token_0123456789abcdef0123456789")
@@ -92,7 +104,10 @@ async fn many_failed_authentications_write_a_bounded_number_of_warn_lines() {
         assert_eq!(lines.len(), 10, "{lines:#?}");
     } else {
         let windows = 2 + elapsed.as_secs() / 60;
-        assert!((10..=10 * windows as usize).contains(&lines.len()), "{lines:#?}");
+        assert!(
+            (10..=10 * windows as usize).contains(&lines.len()),
+            "{lines:#?}"
+        );
     }
     let metrics = http
         .get(format!("{base}/metrics"))

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_admin::http::{self, AppState};
 use sluice_admin::http::report_guard::ReportRate;
+use sluice_admin::http::{self, AppState};
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
 use sluice_admin::store::{
@@ -1241,11 +1241,26 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [30, 10, 8]);
 
     let pruned = pipeline.enforce_row_cap(&db.store).await.unwrap();
-    assert_eq!(pruned, [20, 0, 0], "the four oldest minutes; the others are at or under");
+    assert_eq!(
+        pruned,
+        [20, 0, 0],
+        "the four oldest minutes; the others are at or under"
+    );
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 8]);
-    let left = format!("/api/v1/metrics/series?from={start}&to={}&step=1m", start + 6 * MINUTE);
-    assert_eq!(totals(&state_read(&state, &db, &left).await).0, 10, "the newest two minutes");
-    assert_eq!(pipeline.enforce_row_cap(&db.store).await.unwrap(), [0, 0, 0], "at the cap");
+    let left = format!(
+        "/api/v1/metrics/series?from={start}&to={}&step=1m",
+        start + 6 * MINUTE
+    );
+    assert_eq!(
+        totals(&state_read(&state, &db, &left).await).0,
+        10,
+        "the newest two minutes"
+    );
+    assert_eq!(
+        pipeline.enforce_row_cap(&db.store).await.unwrap(),
+        [0, 0, 0],
+        "at the cap"
+    );
 
     // Over by one in the clients: the oldest bucket goes whole, whatever its resolution.
     batch = MetricsBatch::default();
@@ -1260,7 +1275,10 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
         });
     }
     db.store.load_metrics(&batch).await.unwrap();
-    assert_eq!(pipeline.enforce_row_cap(&db.store).await.unwrap(), [0, 0, 4]);
+    assert_eq!(
+        pipeline.enforce_row_cap(&db.store).await.unwrap(),
+        [0, 0, 4]
+    );
     assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 7]);
 
     let api = TestApp {
@@ -1269,8 +1287,14 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
         state,
     };
     let m = api.metrics().await;
-    assert_contains(&m, "sluice_admin_metrics_rows_pruned_total{table=\"metric_rule_buckets\"} 20");
-    assert_contains(&m, "sluice_admin_metrics_rows_pruned_total{table=\"metric_clients\"} 4");
+    assert_contains(
+        &m,
+        "sluice_admin_metrics_rows_pruned_total{table=\"metric_rule_buckets\"} 20",
+    );
+    assert_contains(
+        &m,
+        "sluice_admin_metrics_rows_pruned_total{table=\"metric_clients\"} 4",
+    );
 }
 
 /// Reads `path` as the admin through a router over `state`.

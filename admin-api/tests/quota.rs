@@ -596,7 +596,10 @@ async fn redis_keeps_the_bucket_bounds_across_replicas_and_expiry_frees_room() {
     // At the shortest interval (50 ms) an idle bucket's key lasts 2 s (ten demand time
     // constants of four intervals).
     let body = |name: &str, ids: &[u64]| {
-        let buckets: Vec<Value> = ids.iter().map(|i| bucket(&format!("{i:016x}"), 0)).collect();
+        let buckets: Vec<Value> = ids
+            .iter()
+            .map(|i| bucket(&format!("{i:016x}"), 0))
+            .collect();
         json!({"proxy": name, "interval_ms": 50, "covers_ms": 50, "buckets": buckets})
     };
     let send = |api: &TestApp, b: Value| {
@@ -604,17 +607,33 @@ async fn redis_keeps_the_bucket_bounds_across_replicas_and_expiry_frees_room() {
         async move { request.await.json() }
     };
     let a: Value = send(&one, body("a", &[1, 2, 3, 4])).await;
-    assert_eq!(a["grants"].as_array().unwrap().len(), 4, "every bucket answered");
+    assert_eq!(
+        a["grants"].as_array().unwrap().len(),
+        4,
+        "every bucket answered"
+    );
     assert_eq!(a["grants"][3]["granted"], 0);
     assert_eq!(a["grants"][3]["young"], true);
-    assert_eq!(refused_for(&one, "max_buckets_per_proxy").await, 1, "a's fourth");
+    assert_eq!(
+        refused_for(&one, "max_buckets_per_proxy").await,
+        1,
+        "a's fourth"
+    );
 
     // b shares a's bucket 1 (not new) and brings three new ones: two fit in all.
     send(&two, body("b", &[1, 10, 11, 12])).await;
-    assert_eq!(refused_for(&two, "max_buckets").await, 1, "counted on the other replica");
+    assert_eq!(
+        refused_for(&two, "max_buckets").await,
+        1,
+        "counted on the other replica"
+    );
     assert_contains(&two.metrics().await, "sluice_quota_active_buckets 5");
     send(&one, body("c", &[20])).await;
-    assert_eq!(refused_for(&one, "max_buckets").await, 1, "full for every replica");
+    assert_eq!(
+        refused_for(&one, "max_buckets").await,
+        1,
+        "full for every replica"
+    );
 
     // Nobody syncs them: their keys expire, and a new bucket fits again.
     let deadline = Instant::now() + PATIENCE;

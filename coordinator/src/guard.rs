@@ -201,7 +201,10 @@ mod tests {
             Err(SeqRefusal::Replay { last: now }),
             "the same sync again"
         );
-        assert_eq!(seqs.accept("p", now - 1, now), Err(SeqRefusal::Replay { last: now }));
+        assert_eq!(
+            seqs.accept("p", now - 1, now),
+            Err(SeqRefusal::Replay { last: now })
+        );
         assert_eq!(seqs.accept("p", now + 1, now), Ok(()));
         assert_eq!(
             seqs.accept("p", 0, now),
@@ -210,7 +213,10 @@ mod tests {
         );
         assert_eq!(seqs.accept("q", now - 5, now), Ok(()), "another id");
         let most = now + MAX_SEQ_AHEAD_MS;
-        assert_eq!(seqs.accept("r", most + 1, now), Err(SeqRefusal::Ahead { most }));
+        assert_eq!(
+            seqs.accept("r", most + 1, now),
+            Err(SeqRefusal::Ahead { most })
+        );
         assert_eq!(seqs.accept("r", most, now), Ok(()), "at the bound");
         // Proxies from before sequences send none: every sync of theirs is taken.
         assert_eq!(seqs.accept("old", 0, now), Ok(()));

@@ -304,7 +304,7 @@ impl Coordinator {
         );
         registry.register(
             "sluice_quota_active_buckets",
-            "Global buckets held in memory (with Redis: settled by the last sync)",
+            "Global buckets held in memory, or in Redis (counted after each batch of syncs that wrote any)",
             metrics.active_buckets.clone(),
         );
         registry.register(

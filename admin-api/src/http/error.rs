@@ -199,9 +199,8 @@ impl IntoResponse for ApiError {
             tracing::error!(%detail, "internal error");
         }
         let retry_after = match &self {
-            ApiError::TooManyFailures { retry_after } | ApiError::TooManyReports { retry_after } => {
-                Some(retry_after_seconds(*retry_after))
-            }
+            ApiError::TooManyFailures { retry_after }
+            | ApiError::TooManyReports { retry_after } => Some(retry_after_seconds(*retry_after)),
             _ => None,
         };
         let (detail, errors) = match self {

@@ -218,7 +218,21 @@ mod tests {
         let later = start + Duration::from_millis(500);
         assert_eq!(seq.arrive("p", later), Ok(()), "one more per 500 ms");
         assert!(seq.arrive("p", later).is_err());
-        assert_eq!(ReportRate { per_minute: 0, burst: 1 }.gcra(), None);
-        assert_eq!(ReportRate { per_minute: 1, burst: 0 }.gcra(), None);
+        assert_eq!(
+            ReportRate {
+                per_minute: 0,
+                burst: 1
+            }
+            .gcra(),
+            None
+        );
+        assert_eq!(
+            ReportRate {
+                per_minute: 1,
+                burst: 0
+            }
+            .gcra(),
+            None
+        );
     }
 }

@@ -378,7 +378,11 @@ impl Pipeline {
     pub async fn enforce_row_cap(&self, store: &Store) -> Result<[u64; 3], StoreError> {
         let max = self.config.max_rows_per_table;
         let pruned = store.prune_metrics_over(max).await?;
-        let tables = ["metric_rule_buckets", "metric_proxy_buckets", "metric_clients"];
+        let tables = [
+            "metric_rule_buckets",
+            "metric_proxy_buckets",
+            "metric_clients",
+        ];
         let mut rows = [0; 3];
         for ((table, (deleted, upto)), slot) in tables.into_iter().zip(pruned).zip(&mut rows) {
             *slot = deleted;

@@ -73,7 +73,8 @@ pub struct ServeArgs {
 
     /// Most global buckets the coordinator keeps (in memory, or in --redis). A new bucket
     /// past it is granted nothing (its proxy keeps to its even share) until idle buckets
-    /// are swept; counted in sluice_quota_refused_total{reason="max_buckets"}.
+    /// are swept (in memory) or their keys expire (in Redis); counted in
+    /// sluice_quota_refused_total{reason="max_buckets"}.
     #[arg(long, value_name = "N", default_value_t = guard::DEFAULT_MAX_BUCKETS)]
     quota_max_buckets: usize,
 

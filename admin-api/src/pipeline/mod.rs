@@ -48,7 +48,8 @@ pub struct MetricsConfig {
     /// keep them and send them again), should the database stop taking writes.
     pub max_pending_entries: usize,
     /// Rows each metrics table may hold (`sluice serve --metrics-max-rows`): checked with
-    /// retention, and a table over it loses its oldest buckets, counted and logged.
+    /// retention, and a table over it loses its oldest buckets, counted (with retention's
+    /// deletions) and logged.
     pub max_rows_per_table: u64,
 }
 
@@ -373,8 +374,9 @@ impl Pipeline {
 
     /// Deletes the oldest buckets of each metrics table over
     /// [`MetricsConfig::max_rows_per_table`]; counts the rows in
-    /// `sluice_admin_metrics_rows_pruned_total{table}` and logs a warning per table, so
-    /// nothing goes unnoticed. Returns the rows deleted per table.
+    /// `sluice_admin_metrics_rows_deleted_total` (with retention's) and logs a warning per
+    /// table naming the rows and the newest bucket deleted, so nothing goes unnoticed.
+    /// Returns the rows deleted per table.
     pub async fn enforce_row_cap(&self, store: &Store) -> Result<[u64; 3], StoreError> {
         let max = self.config.max_rows_per_table;
         let pruned = store.prune_metrics_over(max).await?;
@@ -389,12 +391,7 @@ impl Pipeline {
             if deleted == 0 {
                 continue;
             }
-            self.instruments
-                .rows_pruned
-                .get_or_create(&TableLabels {
-                    table: table.to_string(),
-                })
-                .inc_by(deleted);
+            self.instruments.rows_deleted.inc_by(deleted);
             tracing::warn!(
                 table,
                 rows = deleted,
@@ -559,7 +556,6 @@ pub(crate) struct Instruments {
     flush_duration: Histogram,
     rows_written: Family<TableLabels, Counter>,
     rows_deleted: Counter,
-    rows_pruned: Family<TableLabels, Counter>,
     flush_failures: Counter,
     pending_entries: Gauge,
 }
@@ -575,7 +571,6 @@ impl Instruments {
             flush_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             rows_written: Family::default(),
             rows_deleted: Counter::default(),
-            rows_pruned: Family::default(),
             flush_failures: Counter::default(),
             pending_entries: Gauge::default(),
         };
@@ -606,13 +601,8 @@ impl Instruments {
         );
         registry.register(
             "sluice_admin_metrics_rows_deleted",
-            "Metric rows deleted by retention",
+            "Metric rows deleted by retention, and oldest first from a table over --metrics-max-rows (logged as a warning)",
             instruments.rows_deleted.clone(),
-        );
-        registry.register(
-            "sluice_admin_metrics_rows_pruned",
-            "Metric rows deleted, oldest first, because their table was over --metrics-max-rows, by table",
-            instruments.rows_pruned.clone(),
         );
         registry.register(
             "sluice_admin_metrics_flush_failures",

@@ -43,7 +43,7 @@ pub struct ServeArgs {
 
     /// Rows each metrics table may hold (checked every minute, with retention); a table
     /// over it loses its oldest buckets first, counted in
-    /// sluice_admin_metrics_rows_pruned_total{table} and logged as a warning.
+    /// sluice_admin_metrics_rows_deleted_total and logged as a warning per table.
     #[arg(long, value_name = "N", default_value_t = sluice_admin::pipeline::DEFAULT_MAX_ROWS_PER_TABLE, value_parser = clap::value_parser!(u64).range(1..))]
     metrics_max_rows: u64,
 

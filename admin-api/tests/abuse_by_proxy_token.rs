@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_admin::http::report_guard::ReportRate;
 use sluice_admin::store::{Resolution, Role, now_ms};
 use sluice_admin::testing::{Backend, PATIENCE, Req, Resp, TestApp, TestDb, assert_contains, rule};
 use sluice_coordinator::guard::Bounds;
@@ -206,8 +207,9 @@ async fn a_sync_at_the_documented_maximum_is_taken_and_one_more_is_refused() {
     assert_eq!(refused.fields(), ["buckets"]);
 }
 
-/// The same sync sent again and again grants no token twice: the grants of every copy
-/// together stay within the bucket's `burst + rate × elapsed`, and no state is added.
+/// The same sync sent again and again by a proxy from before sequences (no `seq`) grants
+/// no token twice: the grants of every copy together stay within the bucket's
+/// `burst + rate × elapsed`, and no state is added.
 #[tokio::test]
 async fn a_replayed_sync_never_grants_twice_nor_grows_state() {
     let (_db, api, proxy) = app().await;
@@ -229,6 +231,45 @@ async fn a_replayed_sync_never_grants_twice_nor_grows_state() {
     assert!(granted >= 60, "the first copy is granted: {granted}");
     assert!(granted <= ceiling, "{granted} granted of at most {ceiling}");
     assert_eq!(metric(&api, "sluice_quota_active_buckets").await, 1);
+}
+
+/// A sync carries `seq`, larger each time: a copy of one (a replay) is refused before it
+/// can debit its buckets again, as is one that drops its sequence or runs far ahead of
+/// the server's clock. A proxy that never sends one (from before sequences) is served.
+#[tokio::test]
+async fn a_replayed_sync_is_refused_by_its_sequence() {
+    let (_db, api, proxy) = app().await;
+    let seq = u64::try_from(now_ms()).unwrap();
+    let mut body = sync_body("edge-1", vec![bucket(7, 60)]);
+    body["seq"] = json!(seq);
+    sync(&api, &proxy).json(&body).expect(200).await;
+    for _ in 0..3 {
+        let refused = sync(&api, &proxy).json(&body).expect(422).await;
+        assert_eq!(refused.fields(), ["seq"]);
+    }
+    let replays = "sluice_quota_refused_total{reason=\"replay\"}";
+    assert_eq!(metric(&api, replays).await, 3);
+    body["seq"] = json!(seq - 1);
+    sync(&api, &proxy).json(&body).expect(422).await;
+    body["seq"] = json!(seq + 1);
+    sync(&api, &proxy).json(&body).expect(200).await;
+    let mut dropped = body.clone();
+    dropped.as_object_mut().unwrap().remove("seq");
+    let refused = sync(&api, &proxy).json(&dropped).expect(422).await;
+    assert_eq!(refused.fields(), ["seq"], "a sequence once sent must go on");
+    assert_eq!(metric(&api, replays).await, 5);
+
+    let most = seq + 5 * 60_000;
+    let mut ahead = sync_body("edge-2", vec![]);
+    ahead["seq"] = json!(most + 60_000);
+    let refused = sync(&api, &proxy).json(&ahead).expect(422).await;
+    assert_eq!(refused.fields(), ["seq"], "more than 5 minutes ahead");
+    ahead["seq"] = json!(most - 60_000);
+    sync(&api, &proxy).json(&ahead).expect(200).await;
+
+    for _ in 0..2 {
+        empty_sync(&api, &proxy, "edge-old", 200).await;
+    }
 }
 
 // ---- #2: reports ----------------------------------------------------------------------
@@ -358,6 +399,67 @@ async fn a_replayed_report_is_counted_once() {
     next["rules"][0]["allowed"] = json!(500_000);
     report_request(&api, &proxy).json(&next).expect(204).await;
     assert_eq!(allowed_near(&api, end).await, 500_005);
+}
+
+/// Reports are limited as they arrive, per proxy id: the burst is taken, one more is
+/// answered 429 with `Retry-After` and counted, whatever its reported time; another id
+/// has its own allowance.
+#[tokio::test]
+async fn reports_of_one_proxy_id_are_limited_as_they_arrive() {
+    let (_db, api, proxy) = app().await;
+    assert_eq!(
+        ReportRate::default(),
+        ReportRate {
+            per_minute: 120,
+            burst: 10
+        }
+    );
+    api.state.set_report_rate(ReportRate {
+        per_minute: 1,
+        burst: 3,
+    });
+    let end = now_ms() - 60_000;
+    let at = |i: i64| {
+        report(
+            "edge-1",
+            end + i * 1_000,
+            json!([{"rule": "api", "allowed": 1}]),
+        )
+    };
+    for i in 0..3 {
+        report_request(&api, &proxy).json(&at(i)).expect(204).await;
+    }
+    let refused = report_request(&api, &proxy).json(&at(3)).expect(429).await;
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After: {retry}");
+    assert_eq!(metric(&api, &rejected("rate_limited")).await, 1);
+    let other = report("edge-2", end, json!([{"rule": "api", "allowed": 1}]));
+    report_request(&api, &proxy).json(&other).expect(204).await;
+    assert_eq!(allowed_near(&api, end).await, 4, "nothing refused was kept");
+}
+
+/// A report's body is at most 1 MiB: one of exactly 1 MiB is taken, one byte more is
+/// answered 413 and counted.
+#[tokio::test]
+async fn a_report_is_at_most_one_mebibyte() {
+    let (_db, api, proxy) = app().await;
+    let end = now_ms() - 60_000;
+    let sized = |end: i64, size: usize| {
+        let mut body = report("edge-1", end, json!([{"rule": "api", "allowed": 1}])).to_string();
+        // JSON allows any whitespace between its tokens.
+        body.insert_str(1, &" ".repeat(size - body.len()));
+        body
+    };
+    const MIB: usize = 1024 * 1024;
+    report_request(&api, &proxy)
+        .raw("application/json", sized(end, MIB))
+        .expect(204)
+        .await;
+    report_request(&api, &proxy)
+        .raw("application/json", sized(end + 1_000, MIB + 1))
+        .expect(413)
+        .await;
+    assert_eq!(metric(&api, &rejected("too_large")).await, 1);
 }
 
 /// Reports far in the future are refused (more than 5 minutes ahead); reports far in the

@@ -2,7 +2,8 @@
 //! each bound checked on both sides (just within it is served, beyond it is refused):
 //! made-up methods as metric labels, slowloris over plain TCP and TLS, idle keep-alive
 //! connections, the connection cap, header floods, huge query strings and paths, absurd
-//! methods, floods of live metric streams, deeply nested rules files, and `/metrics` on a
+//! methods, floods of live metric streams, deeply nested rules files, rules files that take
+//! longer than the parse-time bound, replayed syncs and reports, and `/metrics` on a
 //! listener of its own.
 //!
 //! No test depends on the machine's speed: waits are bounded by [`PATIENCE`], and where a
@@ -15,10 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sluice_admin::conn::{ConnLimits, MAX_HEAD_BYTES, MAX_HEADERS};
+use sluice_admin::http::AppState;
 use sluice_admin::http::streams::{MAX_STREAMS, MAX_STREAMS_PER_TOKEN};
-use sluice_admin::server::ServeOptions;
+use sluice_admin::server::{self, ServeOptions};
 use sluice_admin::store::Role;
 use sluice_admin::testing::{Backend, PATIENCE, TestDb, TestServer, assert_contains};
 use sluice_rules_file::MAX_NESTING;
@@ -632,4 +634,229 @@ async fn metrics_can_have_a_listener_of_their_own() {
         let answer = raw(metrics, &get(path, "")).await;
         assert_eq!(status(&answer), 404, "{path}: {answer}");
     }
+}
+
+/// Probes `/healthz` every 20 ms until `done` (five times at least); the slowest answer.
+fn probe_healthz(api: &TestServer, done: Arc<AtomicBool>) -> tokio::task::JoinHandle<Duration> {
+    let (http, base) = (api.http.clone(), api.base.clone());
+    tokio::spawn(async move {
+        let mut slowest = Duration::ZERO;
+        let mut probes = 0;
+        while !done.load(Ordering::SeqCst) || probes < 5 {
+            let sent = Instant::now();
+            let status = http
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(status, StatusCode::OK);
+            slowest = slowest.max(sent.elapsed());
+            probes += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        slowest
+    })
+}
+
+/// A server over `db` whose state the test keeps, to change its bounds.
+async fn server_over(db: &TestDb) -> (TestServer, AppState) {
+    let state = AppState::new(db.store.clone()).await.unwrap();
+    let server = server::start_with(
+        state.clone(),
+        "127.0.0.1:0".parse().unwrap(),
+        ServeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let base = server.listening().url();
+    let api = TestServer {
+        server,
+        base,
+        admin: db.token(Role::Admin).await,
+        http: reqwest::Client::builder()
+            .timeout(PATIENCE)
+            .build()
+            .unwrap(),
+    };
+    (api, state)
+}
+
+/// The parse-time bound: a rules body that takes longer than it to parse is answered 400
+/// naming the bound (or 503 when no turn to parse came within it), and `/healthz` answers
+/// within a second meanwhile; within the bound the same body is parsed. Machine speed
+/// does not matter: the bound is set to 1 ms for a body of thousands of rules, which no
+/// machine parses that fast, and the default 2 s for the same body, which any does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_body_over_the_parse_time_bound_is_refused_without_stalling_the_server() {
+    let db = sqlite().await;
+    let (api, state) = server_over(&db).await;
+    let body: String = (0..5_000)
+        .map(|i| {
+            format!("- {{name: r{i}, key: global, limits: [{{requests: 10, period: second}}]}}\n")
+        })
+        .collect();
+    assert!(body.len() < 1024 * 1024, "within the body limit");
+    let apply = |body: String| {
+        api.post("/api/v1/rules:apply")
+            .header("content-type", "application/yaml")
+            .body(body)
+            .send()
+    };
+    let detail = |problem: &Value| problem["detail"].as_str().unwrap_or("").to_string();
+    // Within the bound: parsed (and answered for what it holds, whatever that is).
+    let answer = apply(body.clone()).await.unwrap();
+    let problem: Value = answer.json().await.unwrap_or(Value::Null);
+    assert!(!detail(&problem).contains("to parse"), "{problem}");
+
+    state.set_parse_time_limit(Duration::from_millis(1));
+    let done = Arc::new(AtomicBool::new(false));
+    let prober = probe_healthz(&api, done.clone());
+    let mut over_the_bound = 0;
+    for _ in 0..3 {
+        // Four at once, for the two turns to parse.
+        let mut all = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            all.spawn(
+                api.post("/api/v1/rules:apply")
+                    .header("content-type", "application/yaml")
+                    .body(body.clone())
+                    .send(),
+            );
+        }
+        for answer in all.join_all().await {
+            let answer = answer.unwrap();
+            let status = answer.status();
+            let problem: Value = answer.json().await.unwrap();
+            match status {
+                StatusCode::BAD_REQUEST => {
+                    assert!(
+                        detail(&problem).contains("took longer than 1ms to parse"),
+                        "{problem}"
+                    );
+                    over_the_bound += 1;
+                }
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    assert!(detail(&problem).contains("busy parsing"), "{problem}")
+                }
+                other => panic!("{other}: {problem}"),
+            }
+        }
+    }
+    assert!(over_the_bound > 0, "no body was refused for its parse time");
+    done.store(true, Ordering::SeqCst);
+    let slowest = prober.await.unwrap();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "/healthz waited {slowest:?}"
+    );
+}
+
+/// Replays over the wire: a sync sent again with its `seq` is refused (422 naming `seq`)
+/// and counted, the next one in sequence is served; a report sent again is refused and
+/// counted, and a flood of reports from one proxy id is answered 429 past its burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_syncs_and_reports_are_refused_over_the_wire() {
+    let db = sqlite().await;
+    let (api, _state) = server_over(&db).await;
+    let rule = json!({"name": "fleet", "key": "global",
+                      "limits": [{"requests": 10, "period": "second", "burst": 100, "scope": "global"}]});
+    assert_eq!(
+        api.post("/api/v1/rules")
+            .json(&rule)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
+    let proxy = db.token(Role::Proxy).await;
+    let send = |path: &str, body: &Value| {
+        api.http
+            .post(format!("{}{path}", api.base))
+            .bearer_auth(&proxy)
+            .json(body)
+            .send()
+    };
+    let seq = u64::try_from(sluice_admin::store::now_ms()).unwrap();
+    let sync = |seq: u64| {
+        json!({"proxy": "edge-1", "interval_ms": 500, "covers_ms": 500, "seq": seq,
+               "buckets": [{"bucket": "07", "interval_ns": 100_000_000, "burst": 100,
+                            "attempts": 5, "unleased": 5, "want": 5}]})
+    };
+    assert_eq!(
+        send("/api/v1/quota/sync", &sync(seq))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    for _ in 0..3 {
+        let refused = send("/api/v1/quota/sync", &sync(seq)).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let problem: Value = refused.json().await.unwrap();
+        assert_eq!(problem["errors"][0]["field"], "seq", "{problem}");
+    }
+    assert_eq!(
+        send("/api/v1/quota/sync", &sync(seq + 1))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let metrics = api.metrics().await;
+    assert_eq!(
+        sample(&metrics, "sluice_quota_refused_total{reason=\"replay\"}"),
+        Some(3.0)
+    );
+
+    let end = i64::try_from(seq).unwrap() - 60_000;
+    let report = |end: i64| {
+        json!({"proxy_id": "edge-1", "start_ms": end - 2_000, "end_ms": end,
+               "ruleset_version": 1, "rules": [{"rule": "fleet", "allowed": 1}]})
+    };
+    assert_eq!(
+        send("/api/v1/reports", &report(end))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    let replayed = send("/api/v1/reports", &report(end)).await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // The default burst is 10 reports at once: two are spent, eight more are taken, and
+    // past them the flood is answered 429 with Retry-After (one more is due every 500 ms,
+    // so a few may be taken on a slow machine; a bounded number in all).
+    let mut taken = 0;
+    let mut limited = 0;
+    for i in 1..=40 {
+        let answer = send("/api/v1/reports", &report(end + i * 1_000))
+            .await
+            .unwrap();
+        match answer.status() {
+            StatusCode::NO_CONTENT => taken += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert!(answer.headers().contains_key("retry-after"));
+                limited += 1;
+            }
+            other => panic!("{other}"),
+        }
+    }
+    assert!(taken >= 8, "the burst is taken: {taken}");
+    assert!(limited > 0, "the flood is limited");
+    let metrics = api.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "sluice_admin_reports_rejected_total{reason=\"rate_limited\"}"
+        ),
+        Some(f64::from(limited))
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "sluice_admin_reports_rejected_total{reason=\"replay\"}"
+        ),
+        Some(1.0)
+    );
 }

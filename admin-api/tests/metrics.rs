@@ -6,10 +6,13 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_admin::http::report_guard::ReportRate;
 use sluice_admin::http::{self, AppState};
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server;
-use sluice_admin::store::{Resolution, Role, Span, now_ms};
+use sluice_admin::store::{
+    ClientBucket, Counts, MetricsBatch, ProxyBucket, Resolution, Role, RuleBucket, Span, now_ms,
+};
 use sluice_admin::testing::{PATIENCE, Req, TestApp, TestDb, assert_contains, items, rule};
 
 sluice_admin::on_every_backend!(
@@ -22,6 +25,7 @@ sluice_admin::on_every_backend!(
     top_clients_merge_across_proxies_buckets_and_flushes,
     series_are_zero_filled_and_steps_follow_the_range,
     retention_deletes_old_buckets_per_resolution,
+    each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted,
     reads_never_count_a_flush_twice,
     the_stream_delivers_an_event_after_a_report_and_ends_on_shutdown,
     a_clean_stop_writes_every_accepted_report,
@@ -76,6 +80,16 @@ async fn flush(api: &TestApp, db: &TestDb) {
 }
 
 /// Sums of a series' points.
+/// `api` with no practical limit on how fast a proxy id may report: these tests send
+/// minutes of one proxy's reports at once, and the arrival limit is not what they test.
+fn unlimited(api: TestApp) -> TestApp {
+    api.state.set_report_rate(ReportRate {
+        per_minute: 60_000_000,
+        burst: 1_000_000,
+    });
+    api
+}
+
 fn totals(series: &Value) -> (u64, u64, u64) {
     let points = series["points"].as_array().unwrap();
     let sum = |k: &str| points.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
@@ -500,7 +514,7 @@ async fn every_metrics_endpoint_checks_the_token_and_the_role(db: TestDb) {
 }
 
 async fn rollups_agree_at_every_resolution(db: TestDb) {
-    let api = TestApp::new(&db).await;
+    let api = unlimited(TestApp::new(&db).await);
     issue(&api).await;
     let proxy = db.token(Role::Proxy).await;
     let t0 = base_time();
@@ -834,7 +848,7 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
 /// Reads race flushes on purpose: every answer must count the report exactly once, never
 /// zero times (in neither place) or twice (in both).
 async fn reads_never_count_a_flush_twice(db: TestDb) {
-    let api = TestApp::new(&db).await;
+    let api = unlimited(TestApp::new(&db).await);
     issue(&api).await;
     let proxy = db.token(Role::Proxy).await;
     let t0 = base_time();
@@ -1167,4 +1181,123 @@ async fn reports_through_several_replicas_are_counted_once(db: TestDb) {
             }
         }
     }
+}
+
+/// `--metrics-max-rows`: a table over the cap loses its oldest buckets (of any resolution)
+/// until it is within it, each table on its own, and the rows are counted; a table at the
+/// cap, or under it, keeps everything.
+async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: TestDb) {
+    let config = MetricsConfig {
+        max_rows_per_table: 10,
+        ..MetricsConfig::default()
+    };
+    let state = AppState::with_metrics_config(db.store.clone(), config)
+        .await
+        .unwrap();
+    let pipeline = state.pipeline();
+    let start = base_time();
+    let counts = Counts {
+        allowed: 1,
+        ..Counts::default()
+    };
+    // Minutes 0..6, five rules each: 30 rows of rules; 10 of proxies (minutes 0 and 1);
+    // 8 of clients (an hour bucket older than every minute, and minute 5).
+    let mut batch = MetricsBatch::default();
+    for minute in 0..6 {
+        for rule in 0..5 {
+            batch.rules.push(RuleBucket {
+                resolution: Resolution::Minute,
+                bucket_ms: start + minute * MINUTE,
+                rule: format!("r{rule}"),
+                counts,
+            });
+            if minute < 2 {
+                batch.proxies.push(ProxyBucket {
+                    resolution: Resolution::Minute,
+                    bucket_ms: start + minute * MINUTE,
+                    proxy: "edge-1".into(),
+                    rule: format!("r{rule}"),
+                    counts,
+                });
+            }
+        }
+    }
+    for (resolution, bucket_ms, n) in [
+        (Resolution::Hour, start - HOUR, 4),
+        (Resolution::Minute, start + 5 * MINUTE, 4),
+    ] {
+        for c in 0..n {
+            batch.clients.push(ClientBucket {
+                resolution,
+                bucket_ms,
+                rule: "r0".into(),
+                client: format!("c{c}"),
+                throttled: 1,
+                error: 0,
+            });
+        }
+    }
+    db.store.load_metrics(&batch).await.unwrap();
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [30, 10, 8]);
+
+    let pruned = pipeline.enforce_row_cap(&db.store).await.unwrap();
+    assert_eq!(
+        pruned,
+        [20, 0, 0],
+        "the four oldest minutes; the others are at or under"
+    );
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 8]);
+    let left = format!(
+        "/api/v1/metrics/series?from={start}&to={}&step=1m",
+        start + 6 * MINUTE
+    );
+    assert_eq!(
+        totals(&state_read(&state, &db, &left).await).0,
+        10,
+        "the newest two minutes"
+    );
+    assert_eq!(
+        pipeline.enforce_row_cap(&db.store).await.unwrap(),
+        [0, 0, 0],
+        "at the cap"
+    );
+
+    // Over by one in the clients: the oldest bucket goes whole, whatever its resolution.
+    batch = MetricsBatch::default();
+    for c in 0..3 {
+        batch.clients.push(ClientBucket {
+            resolution: Resolution::Minute,
+            bucket_ms: start + 6 * MINUTE,
+            rule: "r0".into(),
+            client: format!("c{c}"),
+            throttled: 1,
+            error: 0,
+        });
+    }
+    db.store.load_metrics(&batch).await.unwrap();
+    assert_eq!(
+        pipeline.enforce_row_cap(&db.store).await.unwrap(),
+        [0, 0, 4]
+    );
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 7]);
+
+    let api = TestApp {
+        app: http::app(state.clone()),
+        admin: db.token(Role::Admin).await,
+        state,
+    };
+    assert_contains(
+        &api.metrics().await,
+        "sluice_admin_metrics_rows_deleted_total 24",
+    );
+}
+
+/// Reads `path` as the admin through a router over `state`.
+async fn state_read(state: &AppState, db: &TestDb, path: &str) -> Value {
+    let api = TestApp {
+        app: http::app(state.clone()),
+        admin: db.token(Role::Admin).await,
+        state: state.clone(),
+    };
+    api.read(path).await
 }

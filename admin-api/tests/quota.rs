@@ -562,3 +562,89 @@ async fn a_replica_behind_the_newest_rules_asks_the_store_before_refusing() {
         "nothing was refused"
     );
 }
+
+/// `sluice_quota_refused_total{reason}` as `/metrics` says it (0 before the first).
+async fn refused_for(api: &TestApp, reason: &str) -> u64 {
+    let key = format!("sluice_quota_refused_total{{reason=\"{reason}\"}} ");
+    let metrics = api.metrics().await;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&key))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// With Redis, the coordinator keeps the same bounds as in memory: buckets in all and
+/// created per proxy id, counted across replicas, the rest answered with nothing granted
+/// and counted; buckets whose keys expired free their room.
+#[tokio::test]
+async fn redis_keeps_the_bucket_bounds_across_replicas_and_expiry_frees_room() {
+    let Some((redis, db)) = with_redis().await else {
+        return;
+    };
+    let bounds = quota::guard::Bounds {
+        max_buckets: 5,
+        max_buckets_per_proxy: 3,
+    };
+    let (one, two) = (
+        replica(&db, &redis.url()).await,
+        replica(&db, &redis.url()).await,
+    );
+    one.state.set_quota_bounds(bounds);
+    two.state.set_quota_bounds(bounds);
+    let proxy = db.token(Role::Proxy).await;
+    warmed_up(&one, &proxy).await;
+    // At the shortest interval (50 ms) an idle bucket's key lasts 2 s (ten demand time
+    // constants of four intervals).
+    let body = |name: &str, ids: &[u64]| {
+        let buckets: Vec<Value> = ids
+            .iter()
+            .map(|i| bucket(&format!("{i:016x}"), 0))
+            .collect();
+        json!({"proxy": name, "interval_ms": 50, "covers_ms": 50, "buckets": buckets})
+    };
+    let send = |api: &TestApp, b: Value| {
+        let request = sync_request(api, &proxy).json(&b).expect(200);
+        async move { request.await.json() }
+    };
+    let a: Value = send(&one, body("a", &[1, 2, 3, 4])).await;
+    assert_eq!(
+        a["grants"].as_array().unwrap().len(),
+        4,
+        "every bucket answered"
+    );
+    assert_eq!(a["grants"][3]["granted"], 0);
+    assert_eq!(a["grants"][3]["young"], true);
+    assert_eq!(
+        refused_for(&one, "max_buckets_per_proxy").await,
+        1,
+        "a's fourth"
+    );
+
+    // b shares a's bucket 1 (not new) and brings three new ones: two fit in all.
+    send(&two, body("b", &[1, 10, 11, 12])).await;
+    assert_eq!(
+        refused_for(&two, "max_buckets").await,
+        1,
+        "counted on the other replica"
+    );
+    assert_contains(&two.metrics().await, "sluice_quota_active_buckets 5");
+    send(&one, body("c", &[20])).await;
+    assert_eq!(
+        refused_for(&one, "max_buckets").await,
+        1,
+        "full for every replica"
+    );
+
+    // Nobody syncs them: their keys expire, and a new bucket fits again.
+    let deadline = Instant::now() + PATIENCE;
+    for id in 100.. {
+        let before = refused_for(&one, "max_buckets").await;
+        send(&one, body("c", &[id])).await;
+        if refused_for(&one, "max_buckets").await == before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the idle buckets never expired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_contains(&one.metrics().await, "sluice_quota_active_buckets 1");
+}

@@ -9,10 +9,12 @@
 //!   the current ruleset (a rule's own or an override's, `scope: global`) produces, or of
 //!   the version before it (proxies switch within a second of a change, and a sync in
 //!   flight may still carry the old limit): the server passes both versions' limits.
-//! - **Bounded state** (memory backend). At most [`Bounds::max_buckets`] buckets in all,
-//!   and at most [`Bounds::max_buckets_per_proxy`] created by one proxy id; a bucket past
-//!   either is granted nothing and not kept (the proxy keeps to its even share), and
-//!   counted. Idle full buckets are swept as before, which frees room.
+//! - **Bounded state.** At most [`Bounds::max_buckets`] buckets in all, and at most
+//!   [`Bounds::max_buckets_per_proxy`] created by one proxy id; a bucket past either is
+//!   granted nothing and not kept (the proxy keeps to its even share), and counted. Idle
+//!   full buckets are swept (in memory) or expire (in Redis), which frees room.
+//! - **Each sync once.** A sync's `seq` must be larger than its proxy id's last (see
+//!   [`Sequences`]), so a sync sent again cannot debit its buckets again.
 
 use std::collections::HashSet;
 
@@ -30,7 +32,7 @@ pub const DEFAULT_MAX_BUCKETS: usize = 200_000;
 /// Buckets one proxy id may create by default: one full sync.
 pub const DEFAULT_MAX_BUCKETS_PER_PROXY: usize = MAX_SYNC_BUCKETS;
 
-/// How much bucket state the coordinator keeps (memory backend; Redis expires its keys).
+/// How much bucket state the coordinator keeps, in memory or in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
     pub max_buckets: usize,
@@ -102,6 +104,8 @@ pub enum Refusal {
     MaxBuckets,
     /// A new bucket past `--quota-max-buckets-per-proxy` for its proxy id.
     MaxBucketsPerProxy,
+    /// A sync whose `seq` is not larger than its proxy id's last (a sync sent again).
+    Replay,
 }
 
 impl Refusal {
@@ -112,6 +116,7 @@ impl Refusal {
             Refusal::UnknownLimit => "unknown_limit",
             Refusal::MaxBuckets => "max_buckets",
             Refusal::MaxBucketsPerProxy => "max_buckets_per_proxy",
+            Refusal::Replay => "replay",
         }
     }
 }
@@ -133,5 +138,88 @@ pub(crate) type Refusals = Family<RefusalLabels, Counter>;
 pub(crate) fn count(refusals: &Refusals, reason: Refusal, n: u64) {
     if n > 0 {
         refusals.get_or_create(&RefusalLabels { reason }).inc_by(n);
+    }
+}
+
+/// How far ahead of the coordinator's clock a sync's `seq` (the proxy's clock, in Unix
+/// milliseconds) may be: the same clock skew a report's `end_ms` may have.
+pub const MAX_SEQ_AHEAD_MS: u64 = 5 * 60 * 1000;
+
+/// Why a sync's `seq` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqRefusal {
+    /// Not larger than the proxy id's last `seq` (0 after a proxy id sent one).
+    Replay { last: u64 },
+    /// More than [`MAX_SEQ_AHEAD_MS`] ahead of the coordinator's clock.
+    Ahead { most: u64 },
+}
+
+/// Each proxy id's last accepted sync `seq`, so that each sync is settled once. One entry
+/// per proxy id that synced (ids are bounded per token by the server), kept in this
+/// process: with Redis, each replica keeps its own, so a sync replayed to every replica
+/// is settled at most once by each.
+#[derive(Debug, Default)]
+pub(crate) struct Sequences {
+    last: std::collections::HashMap<String, u64>,
+}
+
+impl Sequences {
+    /// Accepts `seq` from `proxy` at `now_ms` (Unix milliseconds) and records it, or says
+    /// why not. 0 is a proxy from before sequences: accepted until its id sends one.
+    pub(crate) fn accept(&mut self, proxy: &str, seq: u64, now_ms: u64) -> Result<(), SeqRefusal> {
+        let most = now_ms.saturating_add(MAX_SEQ_AHEAD_MS);
+        if seq > most {
+            return Err(SeqRefusal::Ahead { most });
+        }
+        match self.last.get_mut(proxy) {
+            Some(last) if seq <= *last && !(seq == 0 && *last == 0) => {
+                Err(SeqRefusal::Replay { last: *last })
+            }
+            Some(last) => {
+                *last = seq;
+                Ok(())
+            }
+            None => {
+                self.last.insert(proxy.to_string(), seq);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_sync_is_accepted_once_and_in_order() {
+        let now = 1_700_000_000_000;
+        let mut seqs = Sequences::default();
+        assert_eq!(seqs.accept("p", now, now), Ok(()));
+        assert_eq!(
+            seqs.accept("p", now, now),
+            Err(SeqRefusal::Replay { last: now }),
+            "the same sync again"
+        );
+        assert_eq!(
+            seqs.accept("p", now - 1, now),
+            Err(SeqRefusal::Replay { last: now })
+        );
+        assert_eq!(seqs.accept("p", now + 1, now), Ok(()));
+        assert_eq!(
+            seqs.accept("p", 0, now),
+            Err(SeqRefusal::Replay { last: now + 1 }),
+            "dropping the sequence is a replay too"
+        );
+        assert_eq!(seqs.accept("q", now - 5, now), Ok(()), "another id");
+        let most = now + MAX_SEQ_AHEAD_MS;
+        assert_eq!(
+            seqs.accept("r", most + 1, now),
+            Err(SeqRefusal::Ahead { most })
+        );
+        assert_eq!(seqs.accept("r", most, now), Ok(()), "at the bound");
+        // Proxies from before sequences send none: every sync of theirs is taken.
+        assert_eq!(seqs.accept("old", 0, now), Ok(()));
+        assert_eq!(seqs.accept("old", 0, now), Ok(()));
     }
 }

@@ -31,7 +31,7 @@ use sluice_core::rule::capped_burst;
 use sluice_core::time::Nanos;
 use sluice_core::validation::{FieldError, ValidationErrors};
 
-use guard::{Bounds, KnownLimits, LimitKey, Refusal, Refusals};
+use guard::{Bounds, KnownLimits, LimitKey, Refusal, Refusals, SeqRefusal, Sequences};
 use memory::MemoryBuckets;
 
 /// Shortest and longest sync interval a proxy may use.
@@ -47,11 +47,15 @@ pub use sluice_core::report::MAX_PROXY_ID_LEN;
 pub const MAX_COUNT: u64 = 1_000_000_000_000;
 /// Problems listed in one answer.
 const MAX_PROBLEMS: usize = 20;
+/// Largest `seq`: the largest integer JSON carries exactly (2^53 − 1).
+pub const MAX_SEQ: u64 = (1 << 53) - 1;
 
 /// A sync request that passed every check.
 #[derive(Debug)]
 pub struct ValidSync {
     pub proxy: String,
+    /// The sync's place in its proxy's sequence (0: a proxy from before sequences).
+    pub seq: u64,
     pub interval_ns: u64,
     pub covers_ns: u64,
     pub buckets: Vec<(u64, Gcra, Usage)>,
@@ -80,6 +84,9 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
             "covers_ms".into(),
             format!("must be at most {}", 60 * MAX_INTERVAL_MS),
         );
+    }
+    if request.seq > MAX_SEQ {
+        problem("seq".into(), format!("must be at most {MAX_SEQ}"));
     }
     if request.buckets.len() > MAX_SYNC_BUCKETS {
         problem(
@@ -149,6 +156,7 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
     }
     Ok(ValidSync {
         proxy: request.proxy,
+        seq: request.seq,
         interval_ns: request.interval_ms * 1_000_000,
         covers_ns: request.covers_ms.max(1) * 1_000_000,
         buckets,
@@ -172,6 +180,8 @@ pub struct Coordinator {
     /// The limits syncs may carry; `None` until the server tells (see [`guard`]).
     known: Mutex<Option<KnownLimits>>,
     bounds: Mutex<Bounds>,
+    /// Each proxy id's last sync `seq`, so a replayed sync is refused.
+    sequences: Mutex<Sequences>,
 }
 
 /// One proxy's syncs as a coordinator saw them (times in Unix milliseconds).
@@ -289,12 +299,12 @@ impl Coordinator {
         }
         registry.register(
             "sluice_quota_refused",
-            "Syncs refused (invalid, unknown_limit) and new buckets not kept (max_buckets, max_buckets_per_proxy)",
+            "Syncs refused (invalid, unknown_limit, replay) and new buckets not kept (max_buckets, max_buckets_per_proxy)",
             metrics.refused.clone(),
         );
         registry.register(
             "sluice_quota_active_buckets",
-            "Global buckets held in memory (with Redis: settled by the last sync)",
+            "Global buckets held in memory, or in Redis (counted after each batch of syncs that wrote any)",
             metrics.active_buckets.clone(),
         );
         registry.register(
@@ -316,10 +326,11 @@ impl Coordinator {
             seen: Mutex::new(HashMap::new()),
             known: Mutex::new(None),
             bounds: Mutex::new(Bounds::default()),
+            sequences: Mutex::new(Sequences::default()),
         }
     }
 
-    /// Sets how much bucket state the memory backend keeps.
+    /// Sets how much bucket state the coordinator keeps (in memory or in Redis).
     pub fn set_bounds(&self, bounds: Bounds) {
         *lock(&self.bounds) = bounds;
     }
@@ -389,6 +400,36 @@ impl Coordinator {
                 ),
             })
             .collect()
+    }
+
+    /// Takes `sync`'s `seq` as its proxy id's newest at `now_ms` (Unix milliseconds), or
+    /// refuses it (counted): a sync is settled once, however often it is sent. Call it
+    /// after the proxy id was found to be the sender's, just before [`Coordinator::sync`].
+    pub fn in_sequence(&self, sync: &ValidSync, now_ms: i64) -> Result<(), ValidationErrors> {
+        let now_ms = u64::try_from(now_ms).unwrap_or(0);
+        let refusal = match lock(&self.sequences).accept(&sync.proxy, sync.seq, now_ms) {
+            Ok(()) => return Ok(()),
+            Err(refusal) => refusal,
+        };
+        let (reason, message) = match refusal {
+            SeqRefusal::Replay { last } => (
+                Refusal::Replay,
+                format!(
+                    "must be larger than this proxy's last sync's ({last}): a sync is settled once"
+                ),
+            ),
+            SeqRefusal::Ahead { most } => (
+                Refusal::Invalid,
+                format!(
+                    "must be at most {most}: 5 minutes past the coordinator's clock (is the proxy's clock right?)"
+                ),
+            ),
+        };
+        guard::count(&self.metrics.refused, reason, 1);
+        Err(ValidationErrors(vec![FieldError {
+            field: "seq".into(),
+            message,
+        }]))
     }
 
     /// Every proxy's syncs: this process's record, with Redis completed by the fleet's
@@ -493,6 +534,7 @@ impl Coordinator {
                 }
             }
             State::Redis(redis) => {
+                let bounds = *lock(&self.bounds);
                 let settled = redis
                     .settle(redis::SyncJob {
                         proxy: sync.proxy.clone(),
@@ -501,11 +543,21 @@ impl Coordinator {
                         settings,
                         lease_ttl_ns,
                         fleet_memory_ns,
+                        bounds,
                     })
                     .await?;
                 self.metrics.redis_commands.inc_by(settled.commands);
                 self.metrics.contended.inc_by(settled.contended);
-                self.metrics.active_buckets.set(settled.grants.len() as i64);
+                let refused = &self.metrics.refused;
+                let not_kept = settled.not_kept;
+                guard::count(refused, Refusal::MaxBuckets, not_kept.max_buckets);
+                guard::count(
+                    refused,
+                    Refusal::MaxBucketsPerProxy,
+                    not_kept.max_buckets_per_proxy,
+                );
+                let held = settled.held.unwrap_or(settled.grants.len() as u64);
+                self.metrics.active_buckets.set(held as i64);
                 SyncResponse {
                     fleet_size: settled.fleet_size,
                     warming_up: settled.warming_up,
@@ -567,6 +619,7 @@ mod tests {
             interval_ms: 500,
             covers_ms: 500,
             buckets,
+            seq: 0,
         }
     }
 

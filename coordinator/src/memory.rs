@@ -43,7 +43,7 @@ pub struct NotKept {
 
 /// The answer for a bucket that could not be kept: nothing granted, and `young`, so the
 /// proxy keeps to its even share of the limit as for any bucket new to the fleet.
-const NOT_KEPT: Grant = Grant {
+pub(crate) const NOT_KEPT: Grant = Grant {
     granted: 0,
     share_ppm: 0,
     full_in_ns: 0,

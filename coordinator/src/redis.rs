@@ -23,11 +23,21 @@
 //! not by proxies × buckets, and the replica's own syncs never race each other for a key.
 //! A busier fleet makes batches larger rather than Redis slower.
 //!
+//! **Bounds.** The same bounds as in memory ([`Bounds`]): a bucket new to Redis is kept
+//! only while Redis holds fewer than `max_buckets` buckets in all and fewer than
+//! `max_buckets_per_proxy` created by the sync's proxy id; past either it is granted
+//! nothing and not written. Two sorted sets count them, each member a bucket scored by
+//! when its key expires: [`BUCKETS_KEY`] all of them, and `sluice:quota:owner:<proxy id>`
+//! those a proxy created (kept while that proxy keeps settling them). Members whose key
+//! has expired are dropped before counting, so idle buckets free room as their keys
+//! expire. Replicas count at once without a lock, so each may overshoot a bound by the new
+//! buckets of one batch.
+//!
 //! The clock is Redis's (`TIME`), so replicas agree on time. The fleet is a sorted set of
 //! proxies by last sync; the coordinator's *epoch* (when Redis's state began) is a key set
 //! only if missing: if Redis lost its data, the epoch is new and the coordinator warms up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -37,7 +47,12 @@ use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, sett
 use sluice_core::time::Nanos;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::guard::Bounds;
+use crate::memory::{NOT_KEPT, NotKept};
+
 const FLEET_KEY: &str = "sluice:quota:fleet";
+/// Every bucket held, scored by when its key expires (Unix ms, Redis's clock).
+const BUCKETS_KEY: &str = "sluice:quota:buckets";
 /// Named after the bucket keys' layout: a Redis holding only an older layout's buckets has
 /// no epoch under this name, so the coordinator warms up as after a loss of state instead
 /// of starting every bucket full while leases granted from the old keys are spent.
@@ -95,6 +110,10 @@ pub struct Settled {
     pub commands: u64,
     /// Buckets given up on after [`MAX_ROUNDS`] lost races (granted nothing).
     pub contended: u64,
+    /// New buckets of this sync not kept, by the bound they met (granted nothing).
+    pub not_kept: NotKept,
+    /// Buckets Redis held after the batch, when it was counted.
+    pub held: Option<u64>,
 }
 
 /// One proxy's sync, as the batcher settles it.
@@ -107,6 +126,8 @@ pub struct SyncJob {
     pub settings: Settings,
     pub lease_ttl_ns: u64,
     pub fleet_memory_ns: u64,
+    /// How many buckets Redis may hold, in all and created by one proxy id.
+    pub bounds: Bounds,
 }
 
 #[derive(Debug)]
@@ -279,6 +300,10 @@ impl Batcher {
             .map(|sync| vec![Grant::default(); sync.buckets.len()])
             .collect();
         let mut pending = order;
+        let mut admission = Admission::default();
+        let mut not_kept = vec![NotKept::default(); syncs.len()];
+        // Each bucket written, when its key expires (Unix ms).
+        let mut written_until: HashMap<u64, u64> = HashMap::new();
         for _ in 0..MAX_ROUNDS {
             if pending.is_empty() {
                 break;
@@ -294,6 +319,37 @@ impl Batcher {
             let replies: Vec<Vec<Option<Vec<u8>>>> = read.query_async(&mut con).await?;
             commands += groups.len() as u64;
 
+            // Buckets Redis does not hold: kept only within the bounds.
+            let missing: Vec<u64> = groups
+                .values()
+                .zip(&replies)
+                .flat_map(|(ids, olds)| ids.iter().zip(olds))
+                .filter(|(id, old)| old.is_none() && !admission.decided(**id))
+                .map(|(id, _)| *id)
+                .collect();
+            if !missing.is_empty() {
+                // Created by the first sync of the batch that names it.
+                let created: Vec<(u64, String)> = missing
+                    .iter()
+                    .map(|id| (*id, syncs[usages[id][0].0].proxy.clone()))
+                    .collect();
+                commands += admission
+                    .decide(&mut con, created, now_ms, syncs[0].bounds)
+                    .await?;
+                for id in &missing {
+                    let Some(bound) = admission.refused.get(id) else {
+                        continue;
+                    };
+                    for &(s, b) in &usages[id] {
+                        grants[s][b] = NOT_KEPT;
+                        match bound {
+                            Bound::Total => not_kept[s].max_buckets += 1,
+                            Bound::PerProxy => not_kept[s].max_buckets_per_proxy += 1,
+                        }
+                    }
+                }
+            }
+
             // Loading is idempotent and cheap; it keeps a Redis that restarted (and lost its
             // scripts) from refusing the EVALSHAs that follow.
             let mut write = redis::pipe();
@@ -303,6 +359,9 @@ impl Batcher {
                 let mut invocation = self.compare_and_set.prepare_invoke();
                 let mut settled_group = Vec::with_capacity(ids.len());
                 for (id, old) in ids.iter().zip(olds) {
+                    if admission.refused.contains_key(id) {
+                        continue;
+                    }
                     // Missing, or written in another layout: a full, quiet bucket.
                     let mut state = old
                         .as_deref()
@@ -326,12 +385,13 @@ impl Batcher {
                         keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;
                         settled.push((s, b, grant));
                     }
+                    let keep_ms = keep_ns / 1_000_000 + 1;
                     invocation
                         .key(key(*id))
                         .arg(old.unwrap_or_default())
                         .arg(state.encode().as_slice())
-                        .arg(keep_ns / 1_000_000 + 1);
-                    settled_group.push((*id, settled));
+                        .arg(keep_ms);
+                    settled_group.push((*id, settled, now_ms + keep_ms));
                 }
                 write.invoke_script(&invocation);
                 planned.push(settled_group);
@@ -340,17 +400,24 @@ impl Batcher {
             commands += planned.len() as u64 + 1;
             pending = Vec::new();
             for (group, written) in planned.into_iter().zip(written) {
-                for ((id, settled), ok) in group.into_iter().zip(written) {
+                for ((id, settled, until), ok) in group.into_iter().zip(written) {
                     if ok == 1 {
                         for (s, b, grant) in settled {
                             grants[s][b] = grant;
                         }
+                        written_until.insert(id, until);
                     } else {
                         pending.push(id);
                     }
                 }
             }
         }
+        let held = if written_until.is_empty() {
+            None
+        } else {
+            commands += 3 + syncs.len() as u64;
+            Some(admission.record(&mut con, syncs, &written_until).await?)
+        };
         // Buckets still contended are granted nothing; count them per sync.
         let mut contended = vec![0; syncs.len()];
         for id in &pending {
@@ -363,16 +430,166 @@ impl Batcher {
             .into_iter()
             .zip(settings)
             .zip(contended)
+            .zip(not_kept)
             .enumerate()
-            .map(|(i, ((grants, settings), contended))| Settled {
+            .map(|(i, (((grants, settings), contended), not_kept))| Settled {
                 grants,
                 fleet_size: settings.fleet_size,
                 warming_up: settings.warming_up,
                 // The batch's commands shared out so that they add up.
                 commands: commands / n + u64::from((i as u64) < commands % n),
                 contended,
+                not_kept,
+                held,
             })
             .collect())
+    }
+}
+
+/// Which bound a new bucket met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    Total,
+    PerProxy,
+}
+
+/// The new buckets of one batch: which were kept and by whom, and which were not.
+#[derive(Debug, Default)]
+struct Admission {
+    /// Kept, with the proxy id that created it.
+    kept: HashMap<u64, String>,
+    refused: HashMap<u64, Bound>,
+}
+
+/// The sorted set of the buckets `proxy` created.
+fn owner_key(proxy: &str) -> String {
+    format!("sluice:quota:owner:{proxy}")
+}
+
+/// A bucket as a member of the sorted sets.
+fn member(bucket: u64) -> String {
+    format!("{bucket:016x}")
+}
+
+impl Admission {
+    fn decided(&self, id: u64) -> bool {
+        self.kept.contains_key(&id) || self.refused.contains_key(&id)
+    }
+
+    /// Counts the buckets Redis holds, in all and per creator of `missing` (dropping those
+    /// expired by `now_ms`), and decides, in order, which of `missing` are kept. Returns
+    /// the commands sent.
+    async fn decide(
+        &mut self,
+        con: &mut ConnectionManager,
+        missing: Vec<(u64, String)>,
+        now_ms: u64,
+        bounds: Bounds,
+    ) -> RedisResult<u64> {
+        let mut creators: Vec<String> = missing.iter().map(|(_, p)| p.clone()).collect();
+        creators.sort_unstable();
+        creators.dedup();
+        let sets = std::iter::once(BUCKETS_KEY.to_string());
+        let mut count = redis::pipe();
+        for set in sets.chain(creators.iter().map(|p| owner_key(p))) {
+            count
+                .cmd("ZREMRANGEBYSCORE")
+                .arg(&set)
+                .arg("-inf")
+                .arg(now_ms)
+                .ignore()
+                .cmd("ZCARD")
+                .arg(&set);
+        }
+        let counts: Vec<u64> = count.query_async(con).await?;
+        let mut total = counts[0] as usize + self.kept.len();
+        let mut per_proxy: HashMap<String, usize> = HashMap::new();
+        for (p, n) in creators.iter().zip(&counts[1..]) {
+            let ours = self.kept.values().filter(|c| *c == p).count();
+            per_proxy.insert(p.clone(), *n as usize + ours);
+        }
+        for (id, proxy) in missing {
+            let mine = per_proxy.entry(proxy.clone()).or_default();
+            if total >= bounds.max_buckets {
+                self.refused.insert(id, Bound::Total);
+            } else if *mine >= bounds.max_buckets_per_proxy {
+                self.refused.insert(id, Bound::PerProxy);
+            } else {
+                *mine += 1;
+                total += 1;
+                self.kept.insert(id, proxy);
+            }
+        }
+        Ok(2 * (1 + creators.len() as u64))
+    }
+
+    /// Records the buckets written (`written`: when each key expires) in the sorted sets:
+    /// every one in [`BUCKETS_KEY`]; the new ones in their creator's set, and those a
+    /// proxy of the batch created before get its latest expiry. Returns the buckets held.
+    async fn record(
+        &self,
+        con: &mut ConnectionManager,
+        syncs: &[SyncJob],
+        written: &HashMap<u64, u64>,
+    ) -> RedisResult<u64> {
+        let mut record = redis::pipe();
+        let all = record.cmd("ZADD").arg(BUCKETS_KEY);
+        for (id, until) in written {
+            all.arg(*until).arg(member(*id));
+        }
+        record.ignore();
+        let mut named: HashMap<&str, HashSet<u64>> = HashMap::new();
+        for sync in syncs {
+            let ids = named.entry(sync.proxy.as_str()).or_default();
+            ids.extend(sync.buckets.iter().map(|(id, _, _)| *id));
+        }
+        for (proxy, ids) in named {
+            let created: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| self.kept.get(id).is_some_and(|c| c == proxy))
+                .filter(|id| written.contains_key(id))
+                .collect();
+            let again: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| !self.kept.contains_key(id) && written.contains_key(id))
+                .collect();
+            let set = owner_key(proxy);
+            if !created.is_empty() {
+                let add = record.cmd("ZADD").arg(&set);
+                for id in &created {
+                    add.arg(written[id]).arg(member(*id));
+                }
+                record.ignore();
+            }
+            if !again.is_empty() {
+                // Only those it created (XX: members already there).
+                let refresh = record.cmd("ZADD").arg(&set).arg("XX");
+                for id in &again {
+                    refresh.arg(written[id]).arg(member(*id));
+                }
+                record.ignore();
+            }
+            if let Some(last) = created.iter().chain(&again).map(|id| written[id]).max() {
+                // The set goes when its last bucket would: a proxy that never comes back
+                // leaves nothing behind. GT: never sooner than a bucket it holds.
+                record
+                    .cmd("PEXPIREAT")
+                    .arg(&set)
+                    .arg(last)
+                    .arg("GT")
+                    .ignore()
+                    .cmd("PEXPIREAT")
+                    .arg(&set)
+                    .arg(last)
+                    .arg("NX")
+                    .ignore();
+            }
+        }
+        record.cmd("ZCARD").arg(BUCKETS_KEY);
+        let (held,): (u64,) = record.query_async(con).await?;
+        Ok(held)
     }
 }
 

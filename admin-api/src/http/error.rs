@@ -46,6 +46,13 @@ pub(crate) enum ApiError {
         retry_after_seconds(*retry_after)
     )]
     TooManyFailures { retry_after: std::time::Duration },
+    /// A proxy id sent reports faster than `--report-rate` (see
+    /// [`super::report_guard`]); nothing was kept.
+    #[error(
+        "this proxy id sends reports too often: try again in {} s",
+        retry_after_seconds(*retry_after)
+    )]
+    TooManyReports { retry_after: std::time::Duration },
     /// Details are logged, not sent.
     #[error("internal error")]
     Internal(String),
@@ -90,7 +97,9 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::TooManyFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyFailures { .. } | ApiError::TooManyReports { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,6 +123,7 @@ impl ApiError {
                 "urn:sluice:too-many-failed-authentications",
                 "Too Many Failed Authentications",
             ),
+            ApiError::TooManyReports { .. } => ("urn:sluice:too-many-reports", "Too Many Reports"),
             ApiError::Internal(_) => ("urn:sluice:internal", "Internal Server Error"),
         }
     }
@@ -189,7 +199,8 @@ impl IntoResponse for ApiError {
             tracing::error!(%detail, "internal error");
         }
         let retry_after = match &self {
-            ApiError::TooManyFailures { retry_after } => Some(retry_after_seconds(*retry_after)),
+            ApiError::TooManyFailures { retry_after }
+            | ApiError::TooManyReports { retry_after } => Some(retry_after_seconds(*retry_after)),
             _ => None,
         };
         let (detail, errors) = match self {

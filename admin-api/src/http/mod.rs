@@ -28,7 +28,7 @@ mod proxies;
 mod proxy_ids;
 #[allow(unused_qualifications)]
 mod quota;
-mod report_guard;
+pub mod report_guard;
 #[allow(unused_qualifications)]
 mod reports;
 #[allow(unused_qualifications)]

@@ -38,7 +38,8 @@ impl BodyInput for SyncRequest {
 /// the fleet's buckets at once; a refused request changes nothing. Each bucket's limit
 /// (`interval_ns`, `burst`) must be one a global limit of the current or the previous
 /// ruleset version produces; a new bucket past the coordinator's bounds is granted
-/// nothing (`young`, so the proxy keeps to its even share).
+/// nothing (`young`, so the proxy keeps to its even share). Each sync's `seq` must be
+/// larger than its proxy id's last: a sync sent again is refused, not settled twice.
 pub(crate) async fn sync_quota(
     State(state): State<AppState>,
     auth: Auth<SyncQuota>,
@@ -74,6 +75,10 @@ pub(crate) async fn sync_quota(
             };
             ApiError::Invalid(Input::QuotaSync, ValidationErrors(vec![problem]))
         })?;
+    // Last, so a sync refused for anything else does not use up its `seq`.
+    coordinator
+        .in_sequence(&sync, store::now_ms())
+        .map_err(invalid)?;
     let answer = state
         .coordinator()
         .sync(&sync, Instant::now(), store::now_ms())

@@ -327,6 +327,7 @@ impl From<ApiError> for Refused {
             ApiError::BadRequest(_) | ApiError::Invalid(..) => RejectReason::Invalid,
             ApiError::Unavailable(_) => RejectReason::Overloaded,
             ApiError::TooManyFailures { .. } => RejectReason::Throttled,
+            ApiError::TooManyReports { .. } => RejectReason::RateLimited,
             _ => RejectReason::Error,
         };
         Refused { error, reason }
@@ -349,7 +350,9 @@ impl From<ApiError> for Refused {
 /// Beyond its shape, a report must name a ruleset version the server issued and rules of
 /// the current or the previous version, use a proxy id its token owns, end at least
 /// 500 ms (of reported time) after its proxy id's last accepted report, and keep each
-/// count within 1,000,000 per second of the time it covers.
+/// count within 1,000,000 per second of the time it covers. Each proxy id may send 120
+/// reports a minute with a burst of 10 (`sluice serve --report-rate`, `--report-burst`);
+/// more are answered 429 with `Retry-After`. The body is at most 1 MiB (413).
 pub async fn post_report(
     State(state): State<AppState>,
     // Taken as a `Result` so refusals are counted too; still checked before the body is
@@ -398,6 +401,8 @@ async fn ingest(
     // Checked and recorded under one lock, so that two copies of one report sent at once
     // cannot both pass.
     let mut seq = state.report_seq();
+    seq.arrive(&report.proxy_id, Instant::now())
+        .map_err(|retry_after| ApiError::TooManyReports { retry_after })?;
     let window_ms = seq
         .window_ms(&report.proxy_id, report.start_ms, report.end_ms)
         .map_err(|SeqRefusal::Replay { last_end_ms }| {

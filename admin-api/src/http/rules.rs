@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Request, State};
@@ -413,14 +412,10 @@ fn body_format(headers: &HeaderMap) -> Result<RulesFormat, ApiError> {
     }
 }
 
-/// How long parsing a rules body may take, waiting for a turn included. A body within the
-/// size limit and the nesting limit parses in milliseconds; the bound is for what the
-/// nesting pre-scan cannot see.
-pub(crate) const PARSE_TIME_LIMIT: Duration = Duration::from_secs(2);
-
 /// Parses a rules body off the async executor (a parse of a large or hostile body would
 /// stall every request on its worker thread), refusing a body that nests deeper than
-/// [`rules_file::MAX_NESTING`] before parsing it, within [`PARSE_TIME_LIMIT`] and one of
+/// [`rules_file::MAX_NESTING`] before parsing it, within
+/// [`super::state::PARSE_TIME_LIMIT`] (or the state's own limit) and one of
 /// [`super::state::PARSE_SLOTS`] turns: a parse that overruns is answered at once, and the
 /// slot it holds until it ends keeps such parses from piling up.
 async fn parse_rules_body(
@@ -428,7 +423,8 @@ async fn parse_rules_body(
     text: String,
     format: RulesFormat,
 ) -> Result<Vec<RuleSpec>, ApiError> {
-    let deadline = tokio::time::Instant::now() + PARSE_TIME_LIMIT;
+    let limit = state.parse_time_limit();
+    let deadline = tokio::time::Instant::now() + limit;
     let busy = || {
         ApiError::Unavailable(
             "the server is busy parsing other rules files: retry in a few seconds".to_string(),
@@ -448,7 +444,7 @@ async fn parse_rules_body(
             ApiError::BadRequest(format!(
                 "the rules file took longer than {} to parse (the limit): send a smaller or \
                  simpler file",
-                humantime::format_duration(PARSE_TIME_LIMIT)
+                humantime::format_duration(limit)
             ))
         })?
         .map_err(|e| ApiError::Internal(format!("parsing a rules body: {e}")))?;

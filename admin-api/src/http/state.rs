@@ -28,6 +28,10 @@ pub(crate) const CONNECTED_WITHIN_MS: i64 = 60_000;
 /// Rules bodies parsed at once at most (see `rules::parse_rules_body`): one per core of
 /// a small machine, so hostile bodies cannot take every blocking thread.
 pub(crate) const PARSE_SLOTS: usize = 2;
+/// How long parsing a rules body may take, waiting for a turn included. A body within the
+/// size limit and the nesting limit parses in milliseconds; the bound is for what the
+/// nesting pre-scan cannot see. ([`AppState::set_parse_time_limit`] changes it, for tests.)
+pub(crate) const PARSE_TIME_LIMIT: Duration = Duration::from_secs(2);
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -63,6 +67,8 @@ pub(super) struct Inner {
     report_seq: Mutex<ReportSeq>,
     /// Turns to parse a rules body off the executor ([`PARSE_SLOTS`]).
     parse_slots: Arc<Semaphore>,
+    /// How long parsing a rules body may take ([`PARSE_TIME_LIMIT`]).
+    parse_time_limit: Mutex<Duration>,
     /// The live metrics streams open now (see [`super::streams`]).
     streams: Arc<Streams>,
 }
@@ -110,6 +116,7 @@ impl AppState {
                 issued: Mutex::new(Issued::default()),
                 report_seq: Mutex::new(ReportSeq::default()),
                 parse_slots: Arc::new(Semaphore::new(PARSE_SLOTS)),
+                parse_time_limit: Mutex::new(PARSE_TIME_LIMIT),
                 streams: Arc::default(),
             }),
         })
@@ -123,6 +130,11 @@ impl AppState {
     /// The coordinator of global buckets.
     pub(crate) fn coordinator(&self) -> &Coordinator {
         &self.inner.coordinator
+    }
+
+    /// Sets how many reports each proxy id may send (`--report-rate`, `--report-burst`).
+    pub fn set_report_rate(&self, rate: super::report_guard::ReportRate) {
+        self.report_seq().set_rate(rate);
     }
 
     /// Sets how many global buckets the coordinator keeps in memory
@@ -193,6 +205,25 @@ impl AppState {
     }
 
     /// Turns to parse a rules body off the executor.
+    /// How long parsing a rules body may take, waiting for a turn included.
+    pub(crate) fn parse_time_limit(&self) -> Duration {
+        *self
+            .inner
+            .parse_time_limit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets how long parsing a rules body may take (2 s by default): for tests, which
+    /// need a bound that a body certainly overruns whatever the machine's speed.
+    pub fn set_parse_time_limit(&self, limit: Duration) {
+        *self
+            .inner
+            .parse_time_limit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = limit;
+    }
+
     pub(crate) fn parse_slots(&self) -> Arc<Semaphore> {
         self.inner.parse_slots.clone()
     }

@@ -47,7 +47,15 @@ pub struct MetricsConfig {
     /// Count and client entries held in memory before reports are refused (503; proxies
     /// keep them and send them again), should the database stop taking writes.
     pub max_pending_entries: usize,
+    /// Rows each metrics table may hold (`sluice serve --metrics-max-rows`): checked with
+    /// retention, and a table over it loses its oldest buckets, counted (with retention's
+    /// deletions) and logged.
+    pub max_rows_per_table: u64,
 }
+
+/// Rows each metrics table may hold by default: about 1 to 2 GB a table, a year of
+/// hourly buckets for 1,000 rules, or a day of 10 s buckets for 100 rules on 10 proxies.
+pub const DEFAULT_MAX_ROWS_PER_TABLE: u64 = 10_000_000;
 
 impl Default for MetricsConfig {
     fn default() -> Self {
@@ -58,6 +66,7 @@ impl Default for MetricsConfig {
             retention_1h: Duration::from_secs(400 * 86_400),
             retention_interval: Duration::from_secs(60),
             max_pending_entries: 2_000_000,
+            max_rows_per_table: DEFAULT_MAX_ROWS_PER_TABLE,
         }
     }
 }
@@ -363,6 +372,37 @@ impl Pipeline {
         Ok(deleted)
     }
 
+    /// Deletes the oldest buckets of each metrics table over
+    /// [`MetricsConfig::max_rows_per_table`]; counts the rows in
+    /// `sluice_admin_metrics_rows_deleted_total` (with retention's) and logs a warning per
+    /// table naming the rows and the newest bucket deleted, so nothing goes unnoticed.
+    /// Returns the rows deleted per table.
+    pub async fn enforce_row_cap(&self, store: &Store) -> Result<[u64; 3], StoreError> {
+        let max = self.config.max_rows_per_table;
+        let pruned = store.prune_metrics_over(max).await?;
+        let tables = [
+            "metric_rule_buckets",
+            "metric_proxy_buckets",
+            "metric_clients",
+        ];
+        let mut rows = [0; 3];
+        for ((table, (deleted, upto)), slot) in tables.into_iter().zip(pruned).zip(&mut rows) {
+            *slot = deleted;
+            if deleted == 0 {
+                continue;
+            }
+            self.instruments.rows_deleted.inc_by(deleted);
+            tracing::warn!(
+                table,
+                rows = deleted,
+                max_rows = max,
+                through_bucket_ms = upto,
+                "a metrics table was over --metrics-max-rows: deleted its oldest buckets"
+            );
+        }
+        Ok(rows)
+    }
+
     /// The background task: flushes every `flush_interval` and applies retention every
     /// `retention_interval` (first at start), until `stop` resolves. It does not flush on
     /// the way out: the server does, after the last request is answered.
@@ -387,11 +427,16 @@ impl Pipeline {
                     Ok(_) => {}
                     Err(err) => tracing::warn!(%err, "writing metrics failed; retrying at the next flush"),
                 },
-                _ = retention.tick() => match self.run_retention(store, now_ms()).await {
-                    Ok(0) => {}
-                    Ok(rows) => tracing::info!(rows, "deleted metrics past retention"),
-                    Err(err) => tracing::warn!(%err, "deleting old metrics failed"),
-                },
+                _ = retention.tick() => {
+                    match self.run_retention(store, now_ms()).await {
+                        Ok(0) => {}
+                        Ok(rows) => tracing::info!(rows, "deleted metrics past retention"),
+                        Err(err) => tracing::warn!(%err, "deleting old metrics failed"),
+                    }
+                    if let Err(err) = self.enforce_row_cap(store).await {
+                        tracing::warn!(%err, "keeping metrics tables under --metrics-max-rows failed");
+                    }
+                }
             }
         }
     }
@@ -446,6 +491,8 @@ pub(crate) enum RejectReason {
     Replay,
     /// A count above what the report's window makes possible.
     OverCeiling,
+    /// More reports of one proxy id than `--report-rate` and `--report-burst` allow.
+    RateLimited,
     /// Anything else (the server's fault).
     Error,
 }
@@ -466,6 +513,7 @@ impl RejectReason {
             RejectReason::ProxyId => "proxy_id",
             RejectReason::Replay => "replay",
             RejectReason::OverCeiling => "over_ceiling",
+            RejectReason::RateLimited => "rate_limited",
             RejectReason::Error => "error",
         }
     }
@@ -533,7 +581,7 @@ impl Instruments {
         );
         registry.register(
             "sluice_admin_reports_rejected",
-            "Proxy reports refused, by reason (unauthenticated, forbidden, invalid, too_large, media_type, overloaded, throttled, error)",
+            "Proxy reports refused, by reason (unauthenticated, forbidden, invalid, too_large, media_type, overloaded, throttled, unknown_version, unknown_rule, proxy_id, replay, over_ceiling, rate_limited, error)",
             instruments.reports_rejected.clone(),
         );
         registry.register(
@@ -553,7 +601,7 @@ impl Instruments {
         );
         registry.register(
             "sluice_admin_metrics_rows_deleted",
-            "Metric rows deleted by retention",
+            "Metric rows deleted by retention, and oldest first from a table over --metrics-max-rows (logged as a warning)",
             instruments.rows_deleted.clone(),
         );
         registry.register(

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use sluice_admin::conn::ConnLimits;
 use sluice_admin::http::AppState;
 use sluice_admin::http::failed_auth::FailureLimit;
+use sluice_admin::http::report_guard::ReportRate;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap, BootstrapError, ServeOptions};
 use sluice_coordinator::Backend;
@@ -40,6 +41,12 @@ pub struct ServeArgs {
     #[arg(long = "retention-1h", value_name = "DURATION", default_value = "400d", value_parser = humantime::parse_duration)]
     retention_1h: Duration,
 
+    /// Rows each metrics table may hold (checked every minute, with retention); a table
+    /// over it loses its oldest buckets first, counted in
+    /// sluice_admin_metrics_rows_deleted_total and logged as a warning per table.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::pipeline::DEFAULT_MAX_ROWS_PER_TABLE, value_parser = clap::value_parser!(u64).range(1..))]
+    metrics_max_rows: u64,
+
     /// Keep global (fleet-wide) buckets in this Redis instead of in memory, so several
     /// `sluice serve` replicas share them and they survive restarts.
     #[arg(long, env = "SLUICE_REDIS", value_name = "redis://HOST:PORT[/DB]")]
@@ -64,16 +71,27 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     auth_failure_refill: Duration,
 
-    /// Most global buckets the coordinator keeps in memory (without --redis). A new bucket
+    /// Most global buckets the coordinator keeps (in memory, or in --redis). A new bucket
     /// past it is granted nothing (its proxy keeps to its even share) until idle buckets
-    /// are swept; counted in sluice_quota_refused_total{reason="max_buckets"}.
+    /// are swept (in memory) or their keys expire (in Redis); counted in
+    /// sluice_quota_refused_total{reason="max_buckets"}.
     #[arg(long, value_name = "N", default_value_t = guard::DEFAULT_MAX_BUCKETS)]
     quota_max_buckets: usize,
 
-    /// Most of those buckets one proxy id may create (without --redis); counted in
+    /// Most of those buckets one proxy id may create; counted in
     /// sluice_quota_refused_total{reason="max_buckets_per_proxy"}.
     #[arg(long, value_name = "N", default_value_t = guard::DEFAULT_MAX_BUCKETS_PER_PROXY)]
     quota_max_buckets_per_proxy: usize,
+
+    /// Reports one proxy id may send a minute (proxies report every 1 to 300 s); more are
+    /// answered 429 with Retry-After and counted in
+    /// sluice_admin_reports_rejected_total{reason="rate_limited"}.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::http::report_guard::DEFAULT_REPORTS_PER_MINUTE)]
+    report_rate: u64,
+
+    /// Reports one proxy id may send at once before --report-rate applies.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::http::report_guard::DEFAULT_REPORT_BURST)]
+    report_burst: u64,
 
     /// How long a client may take to send a request's line and headers, counted from when
     /// the connection starts waiting for them (its opening, or the end of the previous
@@ -136,6 +154,16 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             humantime::format_duration(args.auth_failure_refill)
         )));
     }
+    let report_rate = ReportRate {
+        per_minute: args.report_rate,
+        burst: args.report_burst,
+    };
+    if report_rate.gcra().is_none() {
+        return Err(Failure::BadInput(format!(
+            "--report-rate {} with --report-burst {}: allow 1 to 60,000,000,000 a minute and at least 1 at once",
+            args.report_rate, args.report_burst
+        )));
+    }
     let limits = ConnLimits {
         header_read_timeout: args.header_read_timeout,
         idle_timeout: args.idle_timeout,
@@ -186,6 +214,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         retention_10s: args.retention_10s,
         retention_1m: args.retention_1m,
         retention_1h: args.retention_1h,
+        max_rows_per_table: args.metrics_max_rows,
         ..MetricsConfig::default()
     };
     let quota = match &args.redis {
@@ -201,6 +230,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let state = AppState::with_options(store.clone(), metrics, quota, auth_failures)
         .await
         .context("reading the current ruleset version")?;
+    state.set_report_rate(report_rate);
     state.set_quota_bounds(guard::Bounds {
         max_buckets: args.quota_max_buckets,
         max_buckets_per_proxy: args.quota_max_buckets_per_proxy,

@@ -40,6 +40,8 @@ pub struct GlobalSyncer {
     /// The workers' last note of new buckets, to notice the next one.
     new_mark: u64,
     failing: bool,
+    /// The last sync's `seq`, so the next one is larger even if the clock steps back.
+    last_seq: u64,
 }
 
 #[derive(Debug)]
@@ -79,6 +81,7 @@ impl GlobalSyncer {
             },
             new_mark: 0,
             failing: false,
+            last_seq: 0,
         }
     }
 
@@ -120,7 +123,12 @@ impl GlobalSyncer {
             }
         }
         let buckets: Vec<u64> = self.pending.keys().copied().collect();
+        // The wall clock in milliseconds, so that a restarted proxy (whose count starts
+        // again) still goes on from where its id left off; never less than one more than
+        // the last, so that a clock stepping back does not get this proxy's syncs refused.
+        self.last_seq = (now.get() / 1_000_000).max(self.last_seq.saturating_add(1));
         let request = SyncRequest {
+            seq: self.last_seq,
             proxy: proxy_id.to_string(),
             interval_ms: self.schedule.interval().as_millis(),
             covers_ms: covers.as_millis(),
@@ -314,6 +322,22 @@ mod tests {
             T / 2 / 1_000_000,
             "the time since the last answer"
         );
+        assert_eq!(first.seq, START / 1_000_000, "the clock in milliseconds");
+        assert_eq!(early.seq, (START + T / 2) / 1_000_000);
+    }
+
+    /// The coordinator refuses a sync whose `seq` is not larger than the last: a clock that
+    /// steps back must not get a proxy's syncs refused.
+    #[test]
+    fn every_sync_has_a_larger_seq_even_when_the_clock_steps_back() {
+        let mut proxy = Proxy::new();
+        let first = proxy.start(START, 0).unwrap();
+        proxy.answer(START, &grants(1, &[])).unwrap();
+        let stepped_back = START - 60_000_000_000;
+        // The schedule sees time going back too; a full interval later by its reckoning.
+        proxy.syncer.schedule = SyncSchedule::new(Nanos::new(T));
+        let second = proxy.start(stepped_back, 0).unwrap();
+        assert_eq!(second.seq, first.seq + 1);
     }
 
     #[test]

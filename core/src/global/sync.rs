@@ -31,6 +31,15 @@ pub struct SyncRequest {
     pub covers_ms: u64,
     #[cfg_attr(feature = "openapi", schema(max_items = 50_000))]
     pub buckets: Vec<BucketUsage>,
+    /// This sync's place in the proxy's sequence: its clock in Unix milliseconds when it
+    /// sent the sync, or one more than its previous sync's if the clock stepped back. Each
+    /// must be larger than the proxy id's previous one, so a sync sent again (replayed) is
+    /// refused instead of debiting its buckets again. 0, or absent, is a proxy from before
+    /// sequences, accepted only until its id sends a sequence; at most 5 minutes ahead of
+    /// the coordinator's clock.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
+    pub seq: u64,
 }
 
 impl SyncRequest {
@@ -168,6 +177,7 @@ mod tests {
             proxy: "edge-1".into(),
             interval_ms: 500,
             covers_ms: 480,
+            seq: 1_700_000_000_123,
             buckets: vec![BucketUsage::new(
                 0x00ab_cdef_0123_4567,
                 10_000_000,
@@ -197,13 +207,24 @@ mod tests {
                     "returned": 0,
                     "want": 18,
                     "first_use_ms": 31
-                }]
+                }],
+                "seq": 1_700_000_000_123_u64
             })
         );
         assert_eq!(
             serde_json::from_value::<SyncRequest>(json).unwrap(),
             request
         );
+    }
+
+    /// A proxy from before sequences sends no `seq`: it reads as 0.
+    #[test]
+    fn a_sync_without_a_sequence_is_read_as_zero() {
+        let json = serde_json::json!({
+            "proxy": "p", "interval_ms": 500, "covers_ms": 500, "buckets": []
+        });
+        let request = serde_json::from_value::<SyncRequest>(json).unwrap();
+        assert_eq!(request.seq, 0);
     }
 
     #[test]

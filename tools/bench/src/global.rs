@@ -1014,6 +1014,9 @@ fn sync_request(proxy: usize, round: u64, sync_interval: Duration) -> SyncReques
         proxy: format!("sim-{proxy:02}"),
         interval_ms: sync_interval.as_millis() as u64,
         covers_ms: sync_interval.as_millis() as u64,
+        // No sequence, as a proxy from before sequences: runs against one server reuse
+        // the simulated proxies' ids, and a sequence restarting at 1 would be refused.
+        seq: 0,
         buckets: (0..SIM_BUCKETS)
             .map(|b| {
                 let attempts = (b + round + proxy as u64) % 5;

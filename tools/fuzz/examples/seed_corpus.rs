@@ -119,6 +119,7 @@ fn main() {
         proxy: "envoy-1".into(),
         interval_ms: 250,
         covers_ms: 250,
+        seq: 1_700_000_000_000,
         buckets: vec![
             BucketUsage::new(0xb0c4e7, limit.interval_ns(), limit.burst(), &usage),
             BucketUsage::new(u64::MAX, SECOND, 1, &Usage::default()),

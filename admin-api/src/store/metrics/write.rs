@@ -94,6 +94,39 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Keeps each metrics table at or under `max_rows` rows: a table over it loses its
+    /// oldest buckets (by start, of any resolution), whole, until it is at most
+    /// `max_rows`; a few rows more go when the last bucket deleted is shared. Returns, per
+    /// table (in [`METRIC_TABLES`]' order), the rows deleted and the newest bucket start
+    /// deleted.
+    pub(crate) async fn prune_metrics_over(
+        &self,
+        max_rows: u64,
+    ) -> Result<[(u64, Option<i64>); 3], StoreError> {
+        let mut out = [(0, None); 3];
+        for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
+            let rows = self.count(table).await?;
+            let Some(excess) = rows.checked_sub(max_rows).filter(|&n| n > 0) else {
+                continue;
+            };
+            // The bucket holding the excess-th oldest row: it and everything older go.
+            let upto: Option<i64> = sqlx::query_scalar(&format!(
+                "SELECT bucket_ms FROM {table} ORDER BY bucket_ms LIMIT 1 OFFSET $1"
+            ))
+            .bind(to_i64(excess - 1))
+            .fetch_optional(&self.pool)
+            .await?;
+            let Some(upto) = upto else { continue };
+            let deleted = sqlx::query(&format!("DELETE FROM {table} WHERE bucket_ms <= $1"))
+                .bind(upto)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            *slot = (deleted, Some(upto));
+        }
+        Ok(out)
+    }
+
     /// Rows stored per table, for tests and benchmarks.
     pub async fn metric_row_counts(&self) -> Result<[u64; 3], StoreError> {
         let mut out = [0; 3];

@@ -429,12 +429,19 @@ const UNBOUND: [(u64, u64, f64); 4] = [
 /// every 2 s (the reproduction), ramping up from nothing over 2 s, and steady
 /// with a burst at every proxy each second (a twentieth of the limit's burst, at most a
 /// thousand requests).
-fn load_shapes(burst: u64) -> [Shape; 4] {
+fn load_shapes(burst: u64) -> [Shape; 5] {
     [
         Shape::Steady,
         Shape::Pausing {
             every: 2 * S,
             pause: 200 * MS,
+        },
+        // Quiet for 3 s in every 6 (longer than an idle entry keeps its lease): the
+        // benchmark's interleaved rounds found a client back after a pause refused while
+        // its first sync's answer was on its way.
+        Shape::Pausing {
+            every: 6 * S,
+            pause: 3 * S,
         },
         Shape::Ramp { over: 2 * S },
         Shape::Bursts {

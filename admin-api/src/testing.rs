@@ -501,6 +501,11 @@ impl TestServer {
     /// trust: TLS tests bring their own client.
     pub async fn start_with(db: &TestDb, options: ServeOptions) -> TestServer {
         let state = AppState::new(db.store.clone()).await.unwrap();
+        TestServer::over(db, state, options).await
+    }
+
+    /// A server over `state`, which the test keeps (to change its bounds while it runs).
+    pub async fn over(db: &TestDb, state: AppState, options: ServeOptions) -> TestServer {
         let server = server::start_with(state, "127.0.0.1:0".parse().unwrap(), options)
             .await
             .unwrap();
@@ -571,17 +576,22 @@ impl TestServer {
     }
 }
 
-/// How many long-polls the server at `base` is holding, from its own metrics.
-pub async fn held_polls(http: &reqwest::Client, base: &str) -> u64 {
-    let text = http
-        .get(format!("{base}/metrics"))
+/// The server at `base`'s own metrics, as Prometheus text.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
+    http.get(format!("{base}/metrics"))
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
-    text.lines()
+        .unwrap()
+}
+
+/// How many long-polls the server at `base` is holding, from its own metrics.
+pub async fn held_polls(http: &reqwest::Client, base: &str) -> u64 {
+    metrics_text(http, base)
+        .await
+        .lines()
         .find_map(|l| l.strip_prefix("sluice_admin_long_polls "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use sluice_admin::conn::{ConnLimits, MAX_HEAD_BYTES, MAX_HEADERS};
 use sluice_admin::http::AppState;
 use sluice_admin::http::streams::{MAX_STREAMS, MAX_STREAMS_PER_TOKEN};
-use sluice_admin::server::{self, ServeOptions};
+use sluice_admin::server::ServeOptions;
 use sluice_admin::store::Role;
 use sluice_admin::testing::{Backend, PATIENCE, TestDb, TestServer, assert_contains};
 use sluice_rules_file::MAX_NESTING;
@@ -548,27 +548,7 @@ async fn deeply_nested_rules_files_are_refused_without_stalling_the_server() {
     let db = sqlite().await;
     let api = TestServer::start(&db).await;
     let done = Arc::new(AtomicBool::new(false));
-    let prober = {
-        let (http, base, done) = (api.http.clone(), api.base.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut slowest = Duration::ZERO;
-            let mut probes = 0;
-            while !done.load(Ordering::SeqCst) || probes < 5 {
-                let sent = Instant::now();
-                let status = http
-                    .get(format!("{base}/healthz"))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status();
-                assert_eq!(status, StatusCode::OK);
-                slowest = slowest.max(sent.elapsed());
-                probes += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            slowest
-        })
-    };
+    let prober = probe_healthz(&api, done.clone());
     let apply = |body: String, content_type: &'static str| {
         api.post("/api/v1/rules:apply")
             .header("content-type", content_type)
@@ -606,12 +586,7 @@ async fn deeply_nested_rules_files_are_refused_without_stalling_the_server() {
         let response = apply(nested(MAX_NESTING), content_type).await.unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     }
-    done.store(true, Ordering::SeqCst);
-    let slowest = prober.await.unwrap();
-    assert!(
-        slowest < Duration::from_secs(1),
-        "/healthz waited {slowest:?}"
-    );
+    healthz_stayed_fast(&done, prober).await;
 }
 
 /// `--metrics-listen`: `/metrics` is served on its own listener (and nothing else is),
@@ -659,26 +634,20 @@ fn probe_healthz(api: &TestServer, done: Arc<AtomicBool>) -> tokio::task::JoinHa
     })
 }
 
+/// Stops [`probe_healthz`]'s prober and checks that `/healthz` never waited a second.
+async fn healthz_stayed_fast(done: &AtomicBool, prober: tokio::task::JoinHandle<Duration>) {
+    done.store(true, Ordering::SeqCst);
+    let slowest = prober.await.unwrap();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "/healthz waited {slowest:?}"
+    );
+}
+
 /// A server over `db` whose state the test keeps, to change its bounds.
 async fn server_over(db: &TestDb) -> (TestServer, AppState) {
     let state = AppState::new(db.store.clone()).await.unwrap();
-    let server = server::start_with(
-        state.clone(),
-        "127.0.0.1:0".parse().unwrap(),
-        ServeOptions::default(),
-    )
-    .await
-    .unwrap();
-    let base = server.listening().url();
-    let api = TestServer {
-        server,
-        base,
-        admin: db.token(Role::Admin).await,
-        http: reqwest::Client::builder()
-            .timeout(PATIENCE)
-            .build()
-            .unwrap(),
-    };
+    let api = TestServer::over(db, state.clone(), ServeOptions::default()).await;
     (api, state)
 }
 
@@ -744,12 +713,7 @@ async fn a_rules_body_over_the_parse_time_bound_is_refused_without_stalling_the_
         }
     }
     assert!(over_the_bound > 0, "no body was refused for its parse time");
-    done.store(true, Ordering::SeqCst);
-    let slowest = prober.await.unwrap();
-    assert!(
-        slowest < Duration::from_secs(1),
-        "/healthz waited {slowest:?}"
-    );
+    healthz_stayed_fast(&done, prober).await;
 }
 
 /// Replays over the wire: a sync sent again with its `seq` is refused (422 naming `seq`)

@@ -11,7 +11,7 @@ use sluice_admin::http::AppState;
 use sluice_admin::http::failed_auth::FailureLimit;
 use sluice_admin::pipeline::MetricsConfig;
 use sluice_admin::server::{self, ServeOptions};
-use sluice_admin::testing::{Backend, PATIENCE, TestDb};
+use sluice_admin::testing::{Backend, PATIENCE, TestDb, metrics_text};
 use sluice_coordinator::Backend as Quota;
 
 /// The log, as the server writes it.
@@ -109,14 +109,7 @@ async fn many_failed_authentications_write_a_bounded_number_of_warn_lines() {
             "{lines:#?}"
         );
     }
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&http, &base).await;
     assert!(
         metrics.contains("sluice_admin_auth_failures_total{credential=\"bearer\"} 505"),
         "every failure counted: {metrics}"

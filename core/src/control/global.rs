@@ -179,7 +179,10 @@ impl GlobalSyncer {
             (Some(200), Some(body)) => SyncResponse::from_json(body)
                 .map_err(|e| format!("the admin API sent an unreadable sync answer: {e}")),
             (Some(200), None) => Err("the admin API sent an empty sync answer".to_string()),
-            (Some(status), _) => Err(format!("the admin API answered a sync with HTTP {status}")),
+            (Some(status), body) => Err(format!(
+                "the admin API answered a sync with HTTP {status}{}",
+                body.map(problem_summary).unwrap_or_default()
+            )),
             (None, _) => Err("the admin API did not answer a sync".to_string()),
         }
         .and_then(|response| {
@@ -221,6 +224,38 @@ impl GlobalSyncer {
             message,
             started_failing: !std::mem::replace(&mut self.failing, true),
         }
+    }
+}
+
+/// Longest problem text a refused sync's log line carries.
+const MAX_PROBLEM_CHARS: usize = 300;
+
+/// `: <detail> (<field>: <message>)` from a problem document the admin API refused a sync
+/// with (a `seq` taken for a replay, a limit it does not know), so the one line the proxy
+/// logs says why; empty for any other body. Printable characters only, at most
+/// [`MAX_PROBLEM_CHARS`]: the text comes from the network.
+fn problem_summary(body: &[u8]) -> String {
+    let Ok(problem) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return String::new();
+    };
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    let first_error = &problem["errors"][0];
+    let field = match (
+        first_error["field"].as_str(),
+        first_error["message"].as_str(),
+    ) {
+        (Some(field), Some(message)) => format!(" ({field}: {message})"),
+        _ => String::new(),
+    };
+    let text: String = format!("{detail}{field}")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_PROBLEM_CHARS)
+        .collect();
+    if text.trim().is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
     }
 }
 
@@ -397,6 +432,7 @@ mod tests {
             .unwrap_err();
         assert!(!again.started_failing, "logged once");
         assert!(again.message.contains("HTTP 503"));
+        assert_eq!(again.message, "the admin API answered a sync with HTTP 503");
 
         proxy.start(START + 2 * T, 1).unwrap();
         let synced = proxy.answer(START + 2 * T, &grants(1, &[5])).unwrap();
@@ -444,5 +480,22 @@ mod tests {
             "not before the interval"
         );
         assert_eq!(proxy.start(START + T, 1).unwrap().buckets[0].attempts, 1);
+    }
+
+    #[test]
+    fn a_refused_sync_says_why_in_one_bounded_line() {
+        let body = br#"{"type":"urn:sluice:invalid","title":"Invalid quota sync","status":422,
+            "detail":"the sync is invalid","errors":[{"field":"seq","message":"must be larger than 17\nsecond line"}]}"#;
+        assert_eq!(
+            problem_summary(body),
+            ": the sync is invalid (seq: must be larger than 17 second line)"
+        );
+        assert_eq!(problem_summary(b"not json"), "");
+        assert_eq!(problem_summary(b"{}"), "");
+        let long = format!(r#"{{"detail":"{}"}}"#, "x".repeat(10_000));
+        assert_eq!(
+            problem_summary(long.as_bytes()).chars().count(),
+            2 + MAX_PROBLEM_CHARS
+        );
     }
 }

@@ -238,11 +238,16 @@ fn problem_summary(body: &[u8]) -> String {
     let Ok(problem) = serde_json::from_slice::<serde_json::Value>(body) else {
         return String::new();
     };
-    let detail = problem["detail"].as_str().unwrap_or_default();
-    let first_error = &problem["errors"][0];
+    fn text_at<'a>(value: Option<&'a serde_json::Value>, key: &str) -> Option<&'a str> {
+        value
+            .and_then(|v| v.get(key))
+            .and_then(serde_json::Value::as_str)
+    }
+    let detail = text_at(Some(&problem), "detail").unwrap_or_default();
+    let first_error = problem.get("errors").and_then(|errors| errors.get(0));
     let field = match (
-        first_error["field"].as_str(),
-        first_error["message"].as_str(),
+        text_at(first_error, "field"),
+        text_at(first_error, "message"),
     ) {
         (Some(field), Some(message)) => format!(" ({field}: {message})"),
         _ => String::new(),

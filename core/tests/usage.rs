@@ -278,6 +278,48 @@ fn error_names_are_stable_metric_labels() {
     );
 }
 
+/// Usage objects that are wrong whatever carries them, as a JSON body's `usage` or a
+/// stream's last chunk's: each with the reason it gives.
+const BAD_USAGE: [(&str, &str, UsageError); 9] = [
+    ("empty usage", "{}", UsageError::Missing),
+    (
+        "negative",
+        r#"{"prompt_tokens": -1}"#,
+        UsageError::OutOfRange,
+    ),
+    (
+        "negative beside a good figure",
+        r#"{"prompt_tokens": -3, "completion_tokens": 1}"#,
+        UsageError::OutOfRange,
+    ),
+    (
+        "2^64",
+        r#"{"total_tokens": 18446744073709551616}"#,
+        UsageError::OutOfRange,
+    ),
+    ("float", r#"{"total_tokens": 12.5}"#, UsageError::Malformed),
+    (
+        "another float",
+        r#"{"total_tokens": 7.25}"#,
+        UsageError::Malformed,
+    ),
+    ("string", r#"{"total_tokens": "12"}"#, UsageError::Malformed),
+    (
+        "another string",
+        r#"{"total_tokens": "7"}"#,
+        UsageError::Malformed,
+    ),
+    ("bool", r#"{"total_tokens": true}"#, UsageError::Malformed),
+];
+
+/// [`BAD_USAGE`] carried by `carrier`, as test cases.
+fn bad_usage_in(carrier: fn(&str) -> String) -> Vec<(&'static str, String, UsageError)> {
+    BAD_USAGE
+        .iter()
+        .map(|(what, usage, expected)| (*what, carrier(usage), *expected))
+        .collect()
+}
+
 // Bad JSON bodies.
 
 fn chat_body(usage: &str) -> String {
@@ -309,21 +351,10 @@ fn bad_json_bodies_are_each_their_own_reason() {
             UsageError::Missing,
         ),
         ("null usage", chat_body("null"), UsageError::Missing),
-        ("empty usage", chat_body("{}"), UsageError::Missing),
         (
             "usage not an object",
             chat_body("42"),
             UsageError::Malformed,
-        ),
-        (
-            "negative",
-            chat_body(r#"{"prompt_tokens": -1}"#),
-            UsageError::OutOfRange,
-        ),
-        (
-            "2^64",
-            chat_body(r#"{"total_tokens": 18446744073709551616}"#),
-            UsageError::OutOfRange,
         ),
         (
             "u64::MAX",
@@ -345,26 +376,11 @@ fn bad_json_bodies_are_each_their_own_reason() {
             chat_body(&format!(r#"{{"total_tokens": 1{}}}"#, "0".repeat(400))),
             UsageError::Malformed,
         ),
-        (
-            "float",
-            chat_body(r#"{"total_tokens": 12.5}"#),
-            UsageError::Malformed,
-        ),
-        (
-            "string",
-            chat_body(r#"{"total_tokens": "12"}"#),
-            UsageError::Malformed,
-        ),
-        (
-            "bool",
-            chat_body(r#"{"total_tokens": true}"#),
-            UsageError::Malformed,
-        ),
     ];
-    for (what, body, expected) in cases {
+    for (what, body, expected) in cases.iter().cloned().chain(bad_usage_in(chat_body)) {
         assert_eq!(
             read_whole(&UsageFormat::OpenAiChat, JSON, body.as_bytes()),
-            Err(*expected),
+            Err(expected),
             "{what}"
         );
     }
@@ -468,32 +484,11 @@ fn bad_streams_are_each_their_own_reason() {
             ),
             UsageError::Malformed,
         ),
-        (
-            "negative",
-            chat_stream(r#"{"prompt_tokens": -3, "completion_tokens": 1}"#),
-            UsageError::OutOfRange,
-        ),
-        (
-            "2^64",
-            chat_stream(r#"{"total_tokens": 18446744073709551616}"#),
-            UsageError::OutOfRange,
-        ),
-        (
-            "float",
-            chat_stream(r#"{"total_tokens": 7.25}"#),
-            UsageError::Malformed,
-        ),
-        (
-            "string",
-            chat_stream(r#"{"total_tokens": "7"}"#),
-            UsageError::Malformed,
-        ),
-        ("empty usage", chat_stream("{}"), UsageError::Missing),
     ];
-    for (what, body, expected) in cases {
+    for (what, body, expected) in cases.iter().cloned().chain(bad_usage_in(chat_stream)) {
         assert_eq!(
             read_whole(&UsageFormat::OpenAiChat, SSE, body.as_bytes()),
-            Err(*expected),
+            Err(expected),
             "{what}"
         );
     }

@@ -24,6 +24,8 @@ struct Proxy {
     schedule: SyncSchedule,
     /// The answer on its way. A control service sends no sync while one is.
     in_flight: Option<Answer>,
+    /// A lease ran out before the last collection, as the control service notes it.
+    spent_out: bool,
 }
 
 /// An answer on its way to a proxy: when it arrives, the view it brings, and each bucket's
@@ -91,6 +93,7 @@ impl Fleet {
                         view,
                         schedule,
                         in_flight: None,
+                        spent_out: false,
                     }
                 })
                 .collect(),
@@ -140,7 +143,10 @@ impl Fleet {
             }
             let proxy = &self.proxies[p];
             let new_buckets = proxy.entries.values().any(|e| !e.settled);
-            if proxy.schedule.due(Nanos::new(now), new_buckets) {
+            if proxy.schedule.due(
+                Nanos::new(now),
+                new_buckets || (proxy.spent_out && !proxy.view.fallback),
+            ) {
                 self.sync(p, now);
             }
         }
@@ -150,7 +156,9 @@ impl Fleet {
         let fleet_size = self.proxies.len() as u32;
         let proxy = &mut self.proxies[p];
         let covers = proxy.schedule.covers(Nanos::new(now));
+        proxy.spent_out = false;
         for (bucket, entry) in &mut proxy.entries {
+            proxy.spent_out |= entry.spent_out(Nanos::new(now));
             let usage = entry.collect(Nanos::new(now), covers, &proxy.view);
             proxy.pending.entry(*bucket).or_default().merge(&usage);
         }
@@ -387,12 +395,10 @@ fn admitted_per_proxy(rate: u64, burst: u64, demand: f64, elapsed: u64) -> [u64;
 /// Issue #26 asks for 0.99 to 1.0 of `burst + rate × elapsed` over 20 s, never above 1.
 /// What the fleet lacks at any moment is what is on its way to being spent: the refill
 /// that waits at the coordinator for each proxy's next sync, and the leases granted but
-/// not yet spent. Together they stay under one sync interval's refill, so that is the
-/// bound asserted in tokens; in the ratio it is under 0.01 wherever one interval's refill
-/// is under a hundredth of the 20 s bound, which is every limit but 50/s at twice its
-/// rate (12.5 tokens an interval; 11 short, 0.9895). Dated from the first sync rather
-/// than the client's first request, a new bucket also lost the refill in between:
-/// 0.9886 to 0.9945 before, 0.9895 to 0.9955 since.
+/// not yet spent. A proxy whose lease ran out syncs after 100 ms rather than 250 ms, so
+/// that lag stays under half an interval's refill, the bound asserted in tokens, and the
+/// ratio at 0.99 or more for every limit. (Syncing every interval, it was under one
+/// interval's refill: 50/s at twice its rate reached 0.9895, 5,000/s 0.9926.)
 #[test]
 fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
     for (rate, burst, demand) in BENCH_LIMITS {
@@ -407,10 +413,8 @@ fn a_skewed_fleet_admits_the_global_limit_for_one_bucket() {
             "{rate}/s, burst {burst}, offered {demand}/s: admitted {admitted} of {bound} ({ratio:.4})"
         );
         assert!(admitted <= bound, "{what}");
-        assert!(bound - admitted <= one_interval, "{what}");
-        if one_interval * 100 <= bound {
-            assert!(ratio >= 0.99, "{what}");
-        }
+        assert!(2 * (bound - admitted) <= one_interval, "{what}");
+        assert!(ratio >= 0.99, "{what}");
     }
 }
 
@@ -816,22 +820,25 @@ fn a_coordinator_back_from_an_outage_without_its_state_is_exact_at_once() {
         &mut per_client,
     );
     fleet.coordinator.up = true;
-    let per_second = restart_and_count_each_second(&mut fleet, 16 * S, 6, &traffic);
+    let per_second = restart_and_count_each_second(&mut fleet, 16 * S, 7, &traffic);
     // Never starved while it warms up (one lease TTL) and hands out the burst its fresh
     // state assumes: at most one more second of the rate (the burst) over the first
-    // three, at most 0.7 of it in any one second; exact after. (With 500 ms syncs the
+    // four, at most 0.7 of it in any one second; exact after. (With 500 ms syncs the
     // burst went out over about two seconds, none above 1.2; with 250 ms syncs and leases
     // sized from demand alone, as 1.16 and 1.47; with leases sized from the limit, the
-    // whole bucket is leased at the first answers after the warm-up: 1.14 and 1.66.)
+    // whole bucket is leased at the first answers after the warm-up: 1.14 and 1.66, exact
+    // from the third second. Since proxies whose lease ran out sync sooner, each taking
+    // its share of the refill over its own gap, the burst goes out more evenly and a
+    // second later: 1.13, 1.34, 1.12, 1.08, then 0.98.)
     let shown =
         format!("admitted per second after the restart, as a share of the rate: {per_second:?}");
     assert!(
-        per_second[..3].iter().all(|r| (0.8..=1.7).contains(r)),
+        per_second[..4].iter().all(|r| (0.8..=1.7).contains(r)),
         "{shown}"
     );
-    assert!(per_second[..3].iter().sum::<f64>() <= 4.0, "{shown}");
+    assert!(per_second[..4].iter().sum::<f64>() <= 5.0, "{shown}");
     assert!(
-        per_second[3..].iter().all(|r| (0.95..=1.05).contains(r)),
+        per_second[4..].iter().all(|r| (0.95..=1.05).contains(r)),
         "{shown}"
     );
 }

@@ -39,6 +39,9 @@ pub struct GlobalSyncer {
     view: FleetView,
     /// The workers' last note of new buckets, to notice the next one.
     new_mark: u64,
+    /// A lease ran out before the last collection: the next sync goes sooner
+    /// ([`SyncSchedule::due`]).
+    spent_out: bool,
     failing: bool,
     /// The last sync's `seq`, so the next one is larger even if the clock steps back.
     last_seq: u64,
@@ -80,6 +83,7 @@ impl GlobalSyncer {
                 ..FleetView::ALONE
             },
             new_mark: 0,
+            spent_out: false,
             failing: false,
             last_seq: 0,
         }
@@ -96,8 +100,9 @@ impl GlobalSyncer {
     }
 
     /// At `now`, when a sync is due (every interval, sooner when the workers' new-bucket
-    /// mark moved) and none is on its way: collects the leases' usage and returns the
-    /// request to send, which then counts as on its way.
+    /// mark moved or a lease ran out before the last collection) and none is on its way:
+    /// collects the leases' usage and returns the request to send, which then counts as on
+    /// its way.
     pub fn start<S: SharedStore>(
         &mut self,
         now: Nanos,
@@ -105,15 +110,21 @@ impl GlobalSyncer {
         leases: Leases<'_, S>,
         proxy_id: &str,
     ) -> Option<SyncRequest> {
-        if self.in_flight.is_some() || !self.schedule.due(now, new_buckets_mark != self.new_mark) {
+        // A lease that ran out hurries only a coordinated proxy: on fallback shares (the
+        // coordinator unreachable or warming up) nothing sooner would come of it but load
+        // on a coordinator that is struggling.
+        let hurry = new_buckets_mark != self.new_mark || (self.spent_out && !self.view.fallback);
+        if self.in_flight.is_some() || !self.schedule.due(now, hurry) {
             return None;
         }
         self.new_mark = new_buckets_mark;
+        self.spent_out = false;
         let covers = self.schedule.covers(now);
         // No worker configured yet: nothing to collect, but the sync still tells the
         // coordinator this proxy is part of the fleet.
         if let Some(table) = leases.table {
             for collected in table.collect(leases.store, now, covers, &self.view) {
+                self.spent_out |= collected.spent_out;
                 let (latest, usage) = self
                     .pending
                     .entry(collected.bucket)
@@ -364,6 +375,72 @@ mod tests {
         );
         assert_eq!(first.seq, START / 1_000_000, "the clock in milliseconds");
         assert_eq!(early.seq, (START + T / 2) / 1_000_000);
+    }
+
+    /// A lease spent out before a collection makes the next sync go after
+    /// [`crate::global::schedule::EARLY_SYNC`] rather than a whole interval, while the
+    /// coordinator answers; a lease that lasts, or a proxy on fallback shares, keeps the
+    /// interval.
+    #[test]
+    fn a_lease_that_ran_out_brings_the_next_sync_forward_while_coordinated() {
+        use crate::global::schedule::EARLY_SYNC;
+        let early = EARLY_SYNC.get();
+        let mut proxy = Proxy::new();
+        proxy.start(START, 0).unwrap();
+        proxy.answer(START + 1, &grants(2, &[])).unwrap();
+        // Bucket 7 settles with a lease of 2 tokens.
+        proxy.spend(7, START + 10);
+        proxy.start(START + early, 1).expect("new bucket: early");
+        proxy.answer(START + early + 1, &grants(2, &[2])).unwrap();
+
+        // One token of two spent: the lease lasted, the interval holds.
+        proxy.spend(7, START + early + 2);
+        let at = START + early + T;
+        assert!(
+            proxy.start(at - 1, 1).is_none(),
+            "not due before the interval"
+        );
+        proxy.start(at, 1).expect("due at the interval");
+        proxy.answer(at + 1, &grants(2, &[2])).unwrap();
+        assert!(
+            proxy.start(at + early, 1).is_none(),
+            "a lease that lasted does not hurry the sync after it"
+        );
+
+        // Three attempts against a lease of 3 (1 left + 2): spent out, so the sync after
+        // the next goes early.
+        for k in 0..4 {
+            proxy.spend(7, at + 2 + k);
+        }
+        let spent = at + T;
+        proxy.start(spent, 1).expect("due at the interval");
+        proxy.answer(spent + 1, &grants(2, &[1])).unwrap();
+        assert!(proxy.start(spent + early - 1, 1).is_none());
+        proxy
+            .start(spent + early, 1)
+            .expect("spent out: the next sync is early");
+
+        // On fallback (the coordinator did not answer), spending out does not hurry.
+        for k in 0..4 {
+            proxy.spend(7, spent + early + 2 + k);
+        }
+        proxy
+            .reply(spent + early + 10, Answer::new(None, None))
+            .unwrap_err();
+        assert!(proxy.syncer.view().fallback);
+        let failed = spent + early + T;
+        assert!(
+            proxy.start(failed - 1, 1).is_none(),
+            "no hurry on fallback shares"
+        );
+        proxy.start(failed, 1).expect("retried at the interval");
+        proxy
+            .reply(failed + 1, Answer::new(None, None))
+            .unwrap_err();
+        assert!(
+            proxy.start(failed + early, 1).is_none(),
+            "no hurry on fallback shares"
+        );
     }
 
     /// The coordinator refuses a sync whose `seq` is not larger than the last: a clock that

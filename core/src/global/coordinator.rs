@@ -279,11 +279,14 @@ pub fn settle(
         //    beyond is then a burst for whoever syncs first. (Capped at half the bucket,
         //    a 5,000/s limit with a half-second burst went mostly to whoever synced
         //    first: 38/57/5 admitted for a 70/20/10 demand split; at the whole bucket
-        //    66/24/10, with the same accuracy.)
+        //    66/24/10, with the same accuracy.) A proxy that syncs sooner than the interval
+        //    (its lease ran out, so it hurries: `schedule.rs`) is entitled to its share of
+        //    the refill over its own gap only, or syncing often would be a way to take
+        //    more than its share (a 70/20/10 demand split admitted 44/32/24 at 500/s).
         let entitled = if settings.fleet_size <= 1 {
             u64::MAX
         } else {
-            let reserve_ns = settings.sync_interval_ns.min(capacity);
+            let reserve_ns = settings.sync_interval_ns.min(covers.get()).min(capacity);
             let own_part_ns =
                 (u128::from(reserve_ns) * u128::from(share_ppm) / u128::from(PPM)) as u64;
             own_part_ns

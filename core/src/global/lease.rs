@@ -316,6 +316,16 @@ impl LeaseEntry {
         .ok()
     }
 
+    /// Whether this proxy spent its whole lease since the last collection while clients
+    /// still asked: the limit binds here, and the refill waiting at the coordinator is
+    /// worth fetching sooner ([`crate::global::schedule::SyncSchedule::due`]). A lease
+    /// sized for a limit that does not bind is deep (several intervals of the proxy's
+    /// demand, [`Self::target`]), so this stays false far below the limit. Read before
+    /// [`Self::collect`], which zeroes the attempts.
+    pub fn spent_out(&self, now: Nanos) -> bool {
+        self.settled && self.attempts > 0 && (self.balance == 0 || now >= self.expires_at)
+    }
+
     /// Takes the counts for the next sync, `covers` after the previous collection:
     /// attempts and unleased spending are zeroed, and the lease is sized for the time
     /// until the next answer ([`Self::target`]): the wish asks for what is missing, and a

@@ -65,6 +65,8 @@ pub struct Collected {
     pub interval_ns: u64,
     pub burst: u64,
     pub usage: Usage,
+    /// The lease ran out before this collection ([`LeaseEntry::spent_out`]).
+    pub spent_out: bool,
 }
 
 /// Where a bucket's entry is, or can go.
@@ -159,7 +161,9 @@ impl LeaseTable {
                 continue;
             }
             let mut usage = Usage::default();
+            let mut spent_out = false;
             let written = self.update(store, slot, entry.bucket, |e| {
+                spent_out = e.spent_out(now);
                 usage = e.collect(now, covers, view);
             });
             if written {
@@ -169,6 +173,7 @@ impl LeaseTable {
                     interval_ns: entry.interval_ns,
                     burst: entry.burst,
                     usage,
+                    spent_out,
                 });
             }
         }

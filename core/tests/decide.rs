@@ -284,6 +284,24 @@ fn a_ruleset_lists_exactly_the_request_attributes_its_rules_read() {
 const GLOBAL: &str = r#"[{"name":"fleet","key":{"header":"x-api-key"},
     "limits":[{"requests":5,"period":"second","burst":10,"scope":"global"}]}]"#;
 
+/// Whether a ruleset has a fleet-wide limit decides how often its proxy syncs: a global
+/// limit on a rule or on one of its overrides counts, a disabled rule's does not.
+#[test]
+fn a_ruleset_knows_whether_it_has_a_fleet_wide_limit() {
+    let has = |rules: &str| Harness::new(rules).config.ruleset.has_global_limits();
+    assert!(has(GLOBAL));
+    assert!(!has(r#"[{"name":"local","key":{"header":"x-api-key"},
+        "limits":[{"requests":5,"period":"second"}]}]"#));
+    assert!(has(r#"[{"name":"vip","key":{"header":"x-api-key"},
+        "limits":[{"requests":5,"period":"second"}],
+        "overrides":[{"client":"big","limits":[{"requests":50,"period":"second","scope":"global"}]}]}]"#));
+    assert!(!has(
+        r#"[{"name":"off","enabled":false,"key":{"header":"x-api-key"},
+        "limits":[{"requests":5,"period":"second","scope":"global"}]}]"#
+    ));
+    assert!(!has("[]"));
+}
+
 #[test]
 fn a_global_limit_without_a_coordinator_is_enforced_by_this_proxy_alone() {
     let h = Harness::new(GLOBAL);

@@ -10,7 +10,7 @@ use sluice_core::gcra::Gcra;
 use sluice_core::global::DEFAULT_SYNC_INTERVAL_NS;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
 use sluice_core::global::lease::{FleetView, LeaseEntry};
-use sluice_core::global::schedule::{CONTROL_TICK, SyncSchedule};
+use sluice_core::global::schedule::{CONTROL_TICK, Pace, SyncSchedule};
 use sluice_core::time::{NANOS_PER_SECOND as S, Nanos};
 
 const MS: u64 = 1_000_000;
@@ -143,10 +143,12 @@ impl Fleet {
             }
             let proxy = &self.proxies[p];
             let new_buckets = proxy.entries.values().any(|e| !e.settled);
-            if proxy.schedule.due(
-                Nanos::new(now),
-                new_buckets || (proxy.spent_out && !proxy.view.fallback),
-            ) {
+            let pace = if new_buckets || (proxy.spent_out && !proxy.view.fallback) {
+                Pace::Hurry
+            } else {
+                Pace::Interval
+            };
+            if proxy.schedule.due(Nanos::new(now), pace) {
                 self.sync(p, now);
             }
         }

@@ -213,6 +213,7 @@ impl ControlService {
                     );
                     self.metrics.updates.inc();
                     self.metrics.version.set(doc.version);
+                    self.global.set_global_limits(ruleset.has_global_limits());
                 }
                 // The follower reports the failure's text to the admin API on its next poll.
                 let outcome =

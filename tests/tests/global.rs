@@ -378,3 +378,45 @@ fn a_new_client_at_half_its_global_limit_is_never_refused() {
         assert_eq!(refused, 0, "{name}: {:?}", outcome.per_target);
     }
 }
+
+/// Issue #33's idle cost: an Envoy whose ruleset has no global limit syncs only to stay
+/// counted in the fleet, one empty request every 4 s (16 intervals) instead of four a
+/// second, and picks up the interval as soon as a global limit arrives. Both sides are
+/// bounds the schedule sets, whatever the machine's speed: at most 3 syncs in 8 idle
+/// seconds (32 at the interval), then several within a few seconds of the new rule.
+#[test]
+fn without_a_global_limit_an_envoy_syncs_only_every_few_seconds() {
+    const SYNCS: &str = "wasmcustom.sluice_control_syncs_total";
+    let local = json!({
+        "name": "local", "match": {"path_prefix": "/l/"}, "key": "global",
+        "limits": [{"requests": RATE, "period": "second"}]
+    });
+    let fleet = Fleet::start(AdminServer::start(), 1, 1, local);
+    let envoy = &fleet.envoys[0];
+    let before = envoy.counter(SYNCS);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(8));
+    let idle_syncs = envoy.counter(SYNCS) - before;
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(
+        idle_syncs as f64 <= seconds / 4.0 + 1.0,
+        "{idle_syncs} syncs in {seconds:.1} s without a global limit"
+    );
+
+    let applied = envoy.counter("wasmcustom.sluice_rulesets_applied_total");
+    let (status, body) = fleet
+        .admin
+        .call(Method::POST, "/api/v1/rules", Some(rule()));
+    assert_eq!(status, 201, "{body}");
+    wait_for("the Envoy to run the global rule", PATIENCE, || {
+        envoy.counter("wasmcustom.sluice_rulesets_applied_total") > applied
+    });
+    // Four syncs take about 1 s at the interval and 16 s idle: waiting at most 8 s tells
+    // the two apart with room for a slow machine's late ticks.
+    let coordinated = envoy.counter(SYNCS);
+    wait_for(
+        "syncs at the interval again",
+        Duration::from_secs(8),
+        || envoy.counter(SYNCS) >= coordinated + 4,
+    );
+}

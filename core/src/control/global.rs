@@ -1,7 +1,8 @@
 //! The proxy's side of fleet-wide buckets between syncs.
 //!
 //! Once per sync interval (sooner while a bucket new to this proxy waits for its first
-//! answer) the control service collects the usage of every lease entry and sends it to
+//! answer or a lease ran out, rarely while the ruleset has no global limit: [`Pace`]) the
+//! control service collects the usage of every lease entry and sends it to
 //! the coordinator in one request; the answer's grants go back into the entries, and the
 //! [`FleetView`] the workers spend by is published after every attempt.
 //!
@@ -14,9 +15,9 @@ use std::collections::BTreeMap;
 
 use crate::global::coordinator::Usage;
 use crate::global::lease::FleetView;
-use crate::global::schedule::SyncSchedule;
+use crate::global::schedule::{Pace, SyncSchedule};
 use crate::global::sync::{BucketUsage, SyncRequest, SyncResponse};
-use crate::global::table::{Collected, LeaseTable};
+use crate::global::table::{Collected, Collection, LeaseTable};
 use crate::store::SharedStore;
 use crate::time::Nanos;
 
@@ -42,9 +43,64 @@ pub struct GlobalSyncer {
     /// A lease ran out before the last collection: the next sync goes sooner
     /// ([`SyncSchedule::due`]).
     spent_out: bool,
+    /// Whether the ruleset in force has a global limit (assumed until a ruleset says).
+    global_limits: bool,
+    /// A ruleset with global limits replaced one without since the last sync.
+    global_limits_arrived: bool,
     failing: bool,
     /// The last sync's `seq`, so the next one is larger even if the clock steps back.
     last_seq: u64,
+    /// The lease keys holding entries, as far as this service knows.
+    tracked: TrackedSlots,
+}
+
+/// Every this many syncs, a collection visits the whole lease table even though no new
+/// bucket was noted (a note is best effort, and the table may have been resized): a
+/// bucket whose note was lost is reported within 16 intervals (4 s at the default).
+pub const FULL_SCAN_SYNCS: u32 = 16;
+
+/// Which lease keys a collection visits. Workers note every entry they create
+/// (`sluice.global.new`); a collection after a note, the first one, or one every
+/// [`FULL_SCAN_SYNCS`] visits every key, the others only the keys the last collection
+/// left holding an entry. Collections empty the keys of forgettable entries
+/// ([`LeaseTable::collect`]), so the keys visited follow the buckets in use, not the
+/// table's size: a proxy with 100 live buckets in a table of 65,536 reads about 100 keys a
+/// sync instead of 65,536.
+#[derive(Debug, Default)]
+struct TrackedSlots {
+    /// The keys the last collection left holding an entry, ascending.
+    occupied: Vec<u32>,
+    /// The table size they belong to; `None` before the first whole visit.
+    table_slots: Option<u32>,
+    syncs_since_whole: u32,
+}
+
+impl TrackedSlots {
+    /// Collects from `table`: every key if `anything_new` or one is due, else the keys
+    /// known to hold entries.
+    fn collect<S: SharedStore>(
+        &mut self,
+        table: LeaseTable,
+        store: &S,
+        anything_new: bool,
+        now: Nanos,
+        covers: Nanos,
+        view: &FleetView,
+    ) -> Collection {
+        let whole = anything_new
+            || self.table_slots != Some(table.slots())
+            || self.syncs_since_whole + 1 >= FULL_SCAN_SYNCS;
+        let collection = if whole {
+            self.syncs_since_whole = 0;
+            self.table_slots = Some(table.slots());
+            table.collect(store, table.every_slot(), now, covers, view)
+        } else {
+            self.syncs_since_whole += 1;
+            table.collect(store, self.occupied.iter().copied(), now, covers, view)
+        };
+        self.occupied.clone_from(&collection.occupied);
+        collection
+    }
 }
 
 #[derive(Debug)]
@@ -84,8 +140,11 @@ impl GlobalSyncer {
             },
             new_mark: 0,
             spent_out: false,
+            global_limits: true,
+            global_limits_arrived: false,
             failing: false,
             last_seq: 0,
+            tracked: TrackedSlots::default(),
         }
     }
 
@@ -99,10 +158,33 @@ impl GlobalSyncer {
         self.in_flight.is_some()
     }
 
-    /// At `now`, when a sync is due (every interval, sooner when the workers' new-bucket
-    /// mark moved or a lease ran out before the last collection) and none is on its way:
-    /// collects the leases' usage and returns the request to send, which then counts as on
-    /// its way.
+    /// Tells whether the ruleset now in force has a global limit: without one, and with
+    /// nothing left to report, the proxy syncs only every
+    /// [`crate::global::schedule::IDLE_SYNC_INTERVALS`] intervals; when one arrives, at
+    /// once.
+    pub fn set_global_limits(&mut self, global_limits: bool) {
+        self.global_limits_arrived |= global_limits && !self.global_limits;
+        self.global_limits = global_limits;
+    }
+
+    /// How soon the next sync may go: in a hurry when the workers' new-bucket mark moved,
+    /// global limits arrived, or a lease ran out before the last collection (only while
+    /// coordinated: on fallback shares nothing sooner would come of it but load on a
+    /// coordinator that is struggling); idle when the ruleset has no global limit and no
+    /// usage waits to be sent.
+    fn pace(&self, new_buckets_mark: u64) -> Pace {
+        let spent_out = self.spent_out && !self.view.fallback;
+        if new_buckets_mark != self.new_mark || self.global_limits_arrived || spent_out {
+            Pace::Hurry
+        } else if !self.global_limits && self.pending.is_empty() {
+            Pace::Idle
+        } else {
+            Pace::Interval
+        }
+    }
+
+    /// At `now`, when a sync is due at its [`Pace`] and none is on its way: collects the
+    /// leases' usage and returns the request to send, which then counts as on its way.
     pub fn start<S: SharedStore>(
         &mut self,
         now: Nanos,
@@ -110,20 +192,21 @@ impl GlobalSyncer {
         leases: Leases<'_, S>,
         proxy_id: &str,
     ) -> Option<SyncRequest> {
-        // A lease that ran out hurries only a coordinated proxy: on fallback shares (the
-        // coordinator unreachable or warming up) nothing sooner would come of it but load
-        // on a coordinator that is struggling.
-        let hurry = new_buckets_mark != self.new_mark || (self.spent_out && !self.view.fallback);
-        if self.in_flight.is_some() || !self.schedule.due(now, hurry) {
+        if self.in_flight.is_some() || !self.schedule.due(now, self.pace(new_buckets_mark)) {
             return None;
         }
+        let anything_new = new_buckets_mark != self.new_mark;
         self.new_mark = new_buckets_mark;
         self.spent_out = false;
+        self.global_limits_arrived = false;
         let covers = self.schedule.covers(now);
         // No worker configured yet: nothing to collect, but the sync still tells the
         // coordinator this proxy is part of the fleet.
         if let Some(table) = leases.table {
-            for collected in table.collect(leases.store, now, covers, &self.view) {
+            let collection =
+                self.tracked
+                    .collect(table, leases.store, anything_new, now, covers, &self.view);
+            for collected in collection.collected {
                 self.spent_out |= collected.spent_out;
                 let (latest, usage) = self
                     .pending
@@ -441,6 +524,105 @@ mod tests {
             proxy.start(failed + early, 1).is_none(),
             "no hurry on fallback shares"
         );
+    }
+
+    /// Without a global limit in the ruleset, a proxy syncs only to stay in the fleet:
+    /// every `IDLE_SYNC_INTERVALS` intervals, and not before usage it still holds is sent.
+    /// A ruleset with global limits brings the next sync forward.
+    #[test]
+    fn without_global_limits_a_proxy_syncs_rarely_until_they_arrive() {
+        use crate::global::schedule::{EARLY_SYNC, IDLE_SYNC_INTERVALS};
+        let early = EARLY_SYNC.get();
+        let idle = T * IDLE_SYNC_INTERVALS;
+        let mut proxy = Proxy::new();
+        proxy.spend(7, START);
+        proxy.syncer.set_global_limits(false);
+        let sent = proxy.start(START, 1).expect("the first sync is at once");
+        assert_eq!(sent.buckets.len(), 1, "what was spent is still reported");
+        proxy.reply(START + 1, Answer::new(None, None)).unwrap_err();
+        assert!(
+            proxy.start(START + T, 1).is_some(),
+            "usage not yet answered keeps the interval"
+        );
+        proxy.answer(START + T + 1, &grants(2, &[0])).unwrap();
+
+        let last = START + T;
+        assert!(
+            proxy.start(last + T, 1).is_none(),
+            "idle: not every interval"
+        );
+        assert!(proxy.start(last + idle - 1, 1).is_none());
+        let idle_sync = proxy
+            .start(last + idle, 1)
+            .expect("idle: to stay in the fleet");
+        assert!(idle_sync.buckets.is_empty());
+        proxy.answer(last + idle + 1, &grants(2, &[])).unwrap();
+
+        proxy.syncer.set_global_limits(true);
+        proxy.syncer.set_global_limits(true);
+        assert!(proxy.start(last + idle + early - 1, 1).is_none());
+        proxy
+            .start(last + idle + early, 1)
+            .expect("global limits arrived: at once");
+        proxy
+            .answer(last + idle + early + 1, &grants(2, &[]))
+            .unwrap();
+        assert!(
+            proxy.start(last + idle + 2 * early, 1).is_none(),
+            "then at the interval"
+        );
+        assert!(proxy.start(last + idle + early + T, 1).is_some());
+    }
+
+    /// Between whole visits of the lease table (the first sync, a new bucket's note, every
+    /// `FULL_SCAN_SYNCS`), a collection reads only the keys that held entries: one live
+    /// bucket in a table of 64 keys costs a couple of reads a sync, not 64. A bucket
+    /// created without a note (a note is best effort) is still reported by the next whole
+    /// visit.
+    #[test]
+    fn collections_read_the_keys_in_use_and_the_whole_table_now_and_then() {
+        let mut proxy = Proxy::new();
+        proxy.spend(7, START);
+        let reads = |proxy: &Proxy| proxy.store.reads();
+        let before = reads(&proxy);
+        proxy.start(START, 1).expect("the first sync");
+        assert!(
+            reads(&proxy) - before >= 64,
+            "the first collection reads every key"
+        );
+        proxy.answer(START + 1, &grants(2, &[5])).unwrap();
+
+        let mut now = START;
+        let mut syncs = 1;
+        // Bucket 9 appears without a note (the mark stays 1).
+        proxy.spend(9, START + 2);
+        let reported_9 = loop {
+            proxy.spend(7, now + 2);
+            now += T;
+            let before = reads(&proxy);
+            let request = proxy.start(now, 1).expect("due every interval");
+            syncs += 1;
+            let read = reads(&proxy) - before;
+            let buckets: Vec<u64> = request.buckets.iter().map(|b| b.bucket).collect();
+            if buckets.contains(&9) {
+                assert!(read >= 64, "found by a whole visit");
+                break syncs;
+            }
+            assert!(read <= 3, "sync {syncs} read {read} keys for one bucket");
+            let granted = vec![1; buckets.len()];
+            proxy.answer(now + 1, &grants(2, &granted)).unwrap();
+            assert!(syncs < 100, "bucket 9 never reported");
+        };
+        assert_eq!(reported_9, FULL_SCAN_SYNCS as usize + 1);
+
+        // A new bucket's note brings a whole visit at once.
+        proxy.answer(now + 1, &grants(2, &[1, 1])).unwrap();
+        proxy.spend(11, now + 2);
+        now += T;
+        let before = reads(&proxy);
+        let request = proxy.start(now, 2).expect("due");
+        assert!(reads(&proxy) - before >= 64);
+        assert!(request.buckets.iter().any(|b| b.bucket == 11));
     }
 
     /// The coordinator refuses a sync whose `seq` is not larger than the last: a clock that

@@ -48,13 +48,16 @@ pub const WANT_HORIZON_INTERVALS: f64 = 1.5;
 pub const DEMAND_TAU_INTERVALS: f64 = 4.0;
 
 /// Proxies count toward the fleet while their last sync is younger than this many
-/// intervals (2 s at the default). Too short a memory is the dangerous side: a proxy whose
-/// syncs stall for a moment (a busy main thread) would drop out of the count, every other
-/// proxy would be told the fleet is smaller, and a new bucket's even shares would add up
-/// to more than its burst. Too long only makes new buckets' even shares smaller for a
-/// while after a proxy leaves. (Three intervals were enough at 500 ms; at 250 ms they are
-/// 750 ms, within reach of a stall under load.)
-pub const FLEET_MEMORY_INTERVALS: u64 = 8;
+/// intervals (6 s at the default). Too short a memory is the dangerous side: a proxy whose
+/// syncs stall for a moment (a busy main thread), or that syncs only every
+/// [`schedule::IDLE_SYNC_INTERVALS`] because its ruleset has no global limit, would drop
+/// out of the count, every other proxy would be told the fleet is smaller, and a new
+/// bucket's even shares would add up to more than its burst. Too long only makes new
+/// buckets' even shares (their first 100 ms or so, until leases follow demand) and the
+/// floor of fallback shares smaller for a while after a proxy leaves. (Three intervals were
+/// enough at 500 ms; at 250 ms they are 750 ms, within reach of a stall under load; eight
+/// were kept until idle proxies synced every sixteen.)
+pub const FLEET_MEMORY_INTERVALS: u64 = 24;
 
 /// Writes `words` little-endian into `body`, eight bytes each: the fixed layouts of what
 /// this module keeps in shared data and in Redis.

@@ -2,15 +2,19 @@
 
 use crate::time::Nanos;
 
-/// The control service syncs every interval, and sooner (but at most once per
-/// [`EARLY_SYNC`]) while it is in a hurry:
+/// The control service syncs every interval ([`Pace::Interval`]), rarely while the
+/// ruleset has no global limit ([`Pace::Idle`]: every [`IDLE_SYNC_INTERVALS`] intervals,
+/// only to stay counted in the fleet), and sooner (but at most once per [`EARLY_SYNC`])
+/// while it is in a hurry ([`Pace::Hurry`]):
 /// - a bucket new to this proxy waits for its first answer: until then the bucket is held
 ///   to an even local share, and the fleet's refill beyond what those shares spend is lost;
 /// - a lease ran out since the last sync (the limit binds): the refill since then waits at
 ///   the coordinator until this proxy asks, so the fleet admits what it allows about half
 ///   a sync gap plus an answer's trip late (in the fleet simulation at 5,000/s over 20 s,
 ///   0.9926 of `burst + rate × elapsed` at 250 ms gaps, 0.9965 at 100 ms). Limits that do
-///   not bind keep the interval: their leases are sized to last several intervals.
+///   not bind keep the interval: their leases are sized to last several intervals;
+/// - a ruleset with global limits replaced one without: the fleet counts this proxy again
+///   before any of its buckets needs an even share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncSchedule {
     interval: Nanos,
@@ -32,6 +36,24 @@ pub const CONTROL_TICK: Nanos = Nanos::from_millis(50);
 /// a couple of ticks of its first request.
 pub const EARLY_SYNC: Nanos = Nanos::from_millis(100);
 
+/// The gap between the syncs of a proxy whose ruleset has no global limit, in sync
+/// intervals (4 s at the default): it has nothing to report, and syncs only so that the
+/// fleet still counts it ([`super::FLEET_MEMORY_INTERVALS`] is longer) and the admin API
+/// still lists it. A thousand idle proxies then send 250 small requests a second instead
+/// of 4,000.
+pub const IDLE_SYNC_INTERVALS: u64 = 16;
+
+/// How soon the next sync may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// [`EARLY_SYNC`] after the last one.
+    Hurry,
+    /// One sync interval after the last one.
+    Interval,
+    /// [`IDLE_SYNC_INTERVALS`] intervals after the last one.
+    Idle,
+}
+
 impl SyncSchedule {
     pub fn new(interval: Nanos) -> Self {
         Self {
@@ -45,14 +67,17 @@ impl SyncSchedule {
         self.interval
     }
 
-    /// Whether to sync at `now`; `hurry` says whether a bucket waits for its first answer
-    /// or a lease ran out since the last sync.
-    pub fn due(&self, now: Nanos, hurry: bool) -> bool {
+    /// Whether to sync at `now` at `pace`.
+    pub fn due(&self, now: Nanos, pace: Pace) -> bool {
         let Some(last) = self.last_attempt else {
             return true;
         };
-        let since = now.saturating_sub(last);
-        since >= self.interval || (hurry && since >= EARLY_SYNC)
+        let gap = match pace {
+            Pace::Hurry => EARLY_SYNC.min(self.interval),
+            Pace::Interval => self.interval,
+            Pace::Idle => Nanos::new(self.interval.get().saturating_mul(IDLE_SYNC_INTERVALS)),
+        };
+        now.saturating_sub(last) >= gap
     }
 
     /// How long the usage collected at `now` covers: the time since the last answered sync
@@ -84,14 +109,24 @@ mod tests {
     }
 
     #[test]
-    fn syncs_every_interval_and_early_for_new_buckets() {
+    fn syncs_every_interval_early_in_a_hurry_and_rarely_when_idle() {
         let mut schedule = SyncSchedule::new(at(T));
-        assert!(schedule.due(at(0), false), "the first sync is at once");
+        assert!(schedule.due(at(0), Pace::Idle), "the first sync is at once");
         schedule.record(at(0), true);
-        assert!(!schedule.due(at(T - 1), false));
-        assert!(schedule.due(at(T), false));
-        assert!(!schedule.due(at(EARLY_SYNC_NS - 1), true));
-        assert!(schedule.due(at(EARLY_SYNC_NS), true));
+        assert!(!schedule.due(at(T - 1), Pace::Interval));
+        assert!(schedule.due(at(T), Pace::Interval));
+        assert!(!schedule.due(at(EARLY_SYNC_NS - 1), Pace::Hurry));
+        assert!(schedule.due(at(EARLY_SYNC_NS), Pace::Hurry));
+        let idle = T * IDLE_SYNC_INTERVALS;
+        assert!(!schedule.due(at(idle - 1), Pace::Idle));
+        assert!(schedule.due(at(idle), Pace::Idle));
+    }
+
+    #[test]
+    fn a_hurry_is_never_slower_than_the_interval() {
+        let mut schedule = SyncSchedule::new(at(EARLY_SYNC_NS / 2));
+        schedule.record(at(0), true);
+        assert!(schedule.due(at(EARLY_SYNC_NS / 2), Pace::Hurry));
     }
 
     #[test]

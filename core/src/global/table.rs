@@ -11,6 +11,12 @@
 //!
 //! Workers call [`LeaseTable::spend`] and [`LeaseTable::undo`]; the control service calls
 //! [`LeaseTable::collect`] before a sync and [`LeaseTable::apply`] with its answer.
+//!
+//! A collection visits the keys the control service knows to hold entries, or all of them
+//! now and then ([`crate::control::global`] decides which), and empties the keys of
+//! entries that can be forgotten, so that the keys it must visit follow the buckets in use,
+//! not the table's size. An emptied key holds no bytes: a probe sequence goes on past it
+//! (unlike a key never written), and the bucket's next request starts a new entry.
 
 use std::num::NonZeroU32;
 
@@ -69,6 +75,16 @@ pub struct Collected {
     pub spent_out: bool,
 }
 
+/// What a collection found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collection {
+    /// Each entry's usage, for those with something to report.
+    pub collected: Vec<Collected>,
+    /// The visited keys that still hold an entry (or could not be read): what the next
+    /// collection must visit again, beside any entry created meanwhile.
+    pub occupied: Vec<u32>,
+}
+
 /// Where a bucket's entry is, or can go.
 struct Located {
     slot: u32,
@@ -86,6 +102,11 @@ impl LeaseTable {
 
     pub fn slots(&self) -> u32 {
         self.slots
+    }
+
+    /// Every key of the table, for a collection that visits them all.
+    pub fn every_slot(&self) -> std::ops::Range<u32> {
+        0..self.slots
     }
 
     /// Spends `cost` tokens of `bucket` (enforcing `limit`) at `now`.
@@ -137,19 +158,28 @@ impl LeaseTable {
         })
     }
 
-    /// Takes the usage of every entry with something to report (attempts, unleased
-    /// spending, or a balance), zeroing its counts. `covers` is the time since the last answered sync.
+    /// Visits `slots`: takes the usage of every entry there with something to report
+    /// (attempts, unleased spending, or a balance), zeroing its counts, and empties the
+    /// keys of idle entries that can be forgotten ([`LeaseEntry::forgettable`]). `covers`
+    /// is the time since the last answered sync. Keys beyond the table are skipped.
     pub fn collect(
         &self,
         store: &impl SharedStore,
+        slots: impl IntoIterator<Item = u32>,
         now: Nanos,
         covers: Nanos,
         view: &FleetView,
-    ) -> Vec<Collected> {
-        let mut collected = Vec::new();
-        for slot in 0..self.slots {
-            let Ok(Some((bytes, _))) = store.read(slot) else {
-                continue;
+    ) -> Collection {
+        let mut found = Collection::default();
+        for slot in slots.into_iter().filter(|s| *s < self.slots) {
+            let (bytes, cas) = match store.read(slot) {
+                Ok(Some(value)) => value,
+                Ok(None) => continue,
+                // Not known to be empty: visited again next time.
+                Err(_) => {
+                    found.occupied.push(slot);
+                    continue;
+                }
             };
             let Some(entry) = LeaseEntry::decode(&bytes) else {
                 continue;
@@ -158,8 +188,17 @@ impl LeaseTable {
             // say; a bucket waiting for its first answer always has an attempt.
             let reportable = entry.attempts > 0 || entry.unleased > 0 || entry.balance > 0;
             if !reportable {
+                let emptied = entry.forgettable(now)
+                    && matches!(
+                        store.write(slot, &[], WriteCondition::Unchanged(cas)),
+                        Ok(WriteOutcome::Written)
+                    );
+                if !emptied {
+                    found.occupied.push(slot);
+                }
                 continue;
             }
+            found.occupied.push(slot);
             let mut usage = Usage::default();
             let mut spent_out = false;
             let written = self.update(store, slot, entry.bucket, |e| {
@@ -167,7 +206,7 @@ impl LeaseTable {
                 usage = e.collect(now, covers, view);
             });
             if written {
-                collected.push(Collected {
+                found.collected.push(Collected {
                     slot,
                     bucket: entry.bucket,
                     interval_ns: entry.interval_ns,
@@ -177,7 +216,7 @@ impl LeaseTable {
                 });
             }
         }
-        collected
+        found
     }
 
     /// Applies the coordinator's grant for a collected entry. Returns whether it was
@@ -287,7 +326,9 @@ mod tests {
             "the fleet's: this proxy's half of the burst of 10, one spent, for each of two"
         );
 
-        let collected = table.collect(&store, Nanos::new(0), Nanos::new(T), &v);
+        let collected = table
+            .collect(&store, table.every_slot(), Nanos::new(0), Nanos::new(T), &v)
+            .collected;
         assert_eq!(collected.len(), 1);
         let c = collected[0];
         assert_eq!((c.bucket, c.burst, c.interval_ns), (7, 10, l.interval_ns()));
@@ -319,7 +360,9 @@ mod tests {
         );
 
         // The attempts since are reported next time; counts were zeroed by the collection.
-        let again = table.collect(&store, Nanos::new(T), Nanos::new(T), &v);
+        let again = table
+            .collect(&store, table.every_slot(), Nanos::new(T), Nanos::new(T), &v)
+            .collected;
         assert_eq!(
             again[0].usage.attempts,
             2 + 6 + 1,
@@ -349,7 +392,10 @@ mod tests {
             Err(LeaseFailure::TableFull)
         );
         // Reported, answered and refilled: the entries can be forgotten, and reused.
-        for c in table.collect(&store, Nanos::new(0), Nanos::new(T), &v) {
+        for c in table
+            .collect(&store, table.every_slot(), Nanos::new(0), Nanos::new(T), &v)
+            .collected
+        {
             let grant = Grant {
                 granted: 0,
                 share_ppm: PPM,
@@ -361,6 +407,48 @@ mod tests {
         assert!(table.spend(&store, 99, &l, 1, Nanos::new(S), &v).is_ok());
     }
 
+    /// A collection empties the key of an idle entry once the fleet's bucket is full again,
+    /// keeps one whose bucket is still refilling, and says which keys still hold entries;
+    /// the emptied bucket's next request starts a new entry (probing past the empty key).
+    #[test]
+    fn collections_empty_forgettable_entries_and_list_the_rest() {
+        let (store, table, v, l) = (MemoryStore::new(), table(8), view(2), limit(10, 10));
+        let spent = table.spend(&store, 3, &l, 1, Nanos::new(0), &v).unwrap();
+        let other = table.spend(&store, 11, &l, 1, Nanos::new(0), &v).unwrap();
+        assert_eq!((spent.slot, other.slot), (3, 4), "11 probes past 3's key");
+        let first = table.collect(&store, table.every_slot(), Nanos::new(0), Nanos::new(T), &v);
+        assert_eq!(first.occupied, vec![3, 4]);
+        for c in &first.collected {
+            let full_in_ns = if c.bucket == 3 { S / 10 } else { 10 * S };
+            let grant = Grant {
+                granted: 0,
+                share_ppm: PPM / 2,
+                full_in_ns,
+                young: false,
+            };
+            assert!(table.apply(&store, c, &grant, Nanos::new(0), &v));
+        }
+        // Nothing spent since: bucket 3's fleet bucket is full at S/10, 11's at 10 s.
+        let idle = table.collect(&store, [3, 4, 5, 99], Nanos::new(S), Nanos::new(T), &v);
+        assert!(idle.collected.is_empty());
+        assert_eq!(
+            idle.occupied,
+            vec![4],
+            "3 emptied, 5 never written, 99 beyond"
+        );
+        assert_eq!(store.read(3).unwrap().map(|(b, _)| b.len()), Some(0));
+        let again = table.spend(&store, 11, &l, 1, Nanos::new(S), &v).unwrap();
+        assert!(
+            !again.created && again.slot == 4,
+            "found past the empty key"
+        );
+        let anew = table.spend(&store, 3, &l, 1, Nanos::new(S), &v).unwrap();
+        assert!(
+            anew.created && anew.slot == 3,
+            "a new entry in the emptied key"
+        );
+    }
+
     #[test]
     fn corrupt_entries_are_reclaimed() {
         let (store, table, v, l) = (MemoryStore::new(), table(1), view(1), limit(10, 10));
@@ -368,7 +456,8 @@ mod tests {
         assert!(table.spend(&store, 5, &l, 1, Nanos::new(0), &v).is_ok());
         assert!(
             table
-                .collect(&store, Nanos::new(0), Nanos::new(T), &v)
+                .collect(&store, table.every_slot(), Nanos::new(0), Nanos::new(T), &v)
+                .collected
                 .len()
                 == 1
         );
@@ -380,7 +469,15 @@ mod tests {
         let (table, v, l) = (table(16), view(1), limit(1, 1_000));
         // Settle the bucket with a lease of 500 and nothing else to spend.
         table.spend(&*store, 3, &l, 1, Nanos::new(0), &v).unwrap();
-        let c = table.collect(&*store, Nanos::new(0), Nanos::new(T), &v)[0];
+        let c = table
+            .collect(
+                &*store,
+                table.every_slot(),
+                Nanos::new(0),
+                Nanos::new(T),
+                &v,
+            )
+            .collected[0];
         let grant = Grant {
             granted: 500,
             share_ppm: PPM,

@@ -111,6 +111,17 @@ impl Ruleset {
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+
+    /// Whether any enabled rule has a fleet-wide limit, its own or an override's: without
+    /// one, nothing is synced with the coordinator but the proxy's presence.
+    pub fn has_global_limits(&self) -> bool {
+        self.rules.iter().filter(|r| r.enabled).any(|r| {
+            r.limits
+                .iter()
+                .chain(r.overrides.values().flatten())
+                .any(|l| l.global)
+        })
+    }
 }
 
 /// Whether the request may pass.

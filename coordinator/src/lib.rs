@@ -13,6 +13,7 @@
 pub mod guard;
 pub mod memory;
 pub mod redis;
+mod seen;
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU64;
@@ -33,6 +34,8 @@ use sluice_core::validation::{FieldError, ValidationErrors};
 
 use guard::{Bounds, KnownLimits, LimitKey, Refusal, Refusals, SeqRefusal, Sequences};
 use memory::MemoryBuckets;
+use seen::{ASSUMED_NEXT_SYNC_MS, DEFAULT_INTERVAL_MS};
+pub use seen::{FALLBACK_AFTER_INTERVALS, FALLBACK_SLACK_MS, SyncSeen};
 
 /// Shortest and longest sync interval a proxy may use.
 pub const MIN_INTERVAL_MS: u64 = 50;
@@ -58,6 +61,9 @@ pub struct ValidSync {
     pub seq: u64,
     pub interval_ns: u64,
     pub covers_ns: u64,
+    /// When the proxy syncs next at the latest, where later than one interval (0: one
+    /// interval).
+    pub next_sync_ms: u64,
     pub buckets: Vec<(u64, Gcra, Usage)>,
 }
 
@@ -82,6 +88,12 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
     if request.covers_ms > 60 * MAX_INTERVAL_MS {
         problem(
             "covers_ms".into(),
+            format!("must be at most {}", 60 * MAX_INTERVAL_MS),
+        );
+    }
+    if request.next_sync_ms > 60 * MAX_INTERVAL_MS {
+        problem(
+            "next_sync_ms".into(),
             format!("must be at most {}", 60 * MAX_INTERVAL_MS),
         );
     }
@@ -159,6 +171,7 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
         seq: request.seq,
         interval_ns: request.interval_ms * 1_000_000,
         covers_ns: request.covers_ms.max(1) * 1_000_000,
+        next_sync_ms: request.next_sync_ms,
         buckets,
     })
 }
@@ -182,49 +195,6 @@ pub struct Coordinator {
     bounds: Mutex<Bounds>,
     /// Each proxy id's last sync `seq`, so a replayed sync is refused.
     sequences: Mutex<Sequences>,
-}
-
-/// One proxy's syncs as a coordinator saw them (times in Unix milliseconds).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SyncSeen {
-    /// Its last sync that was answered; with Redis, by any replica.
-    pub answered_at_ms: Option<i64>,
-    /// Its last sync this coordinator could not answer (Redis unreachable).
-    pub failed_at_ms: Option<i64>,
-    /// The last answer said the coordinator is warming up (no grants: the proxy keeps to
-    /// its fallback shares).
-    pub warming_up: bool,
-    /// The sync interval it last declared.
-    pub interval_ms: u64,
-}
-
-/// A proxy whose syncs went unanswered this many intervals (plus [`FALLBACK_SLACK_MS`])
-/// is taken to be on its fallback shares: it switches after one failed sync.
-pub const FALLBACK_AFTER_INTERVALS: i64 = 2;
-pub const FALLBACK_SLACK_MS: i64 = 250;
-/// The interval assumed for a proxy only another replica has heard from.
-const DEFAULT_INTERVAL_MS: u64 = sluice_core::global::DEFAULT_SYNC_INTERVAL_NS / 1_000_000;
-
-impl SyncSeen {
-    /// Whether the proxy is enforcing global limits with its fallback shares at `now_ms`:
-    /// its last sync failed or was answered by a coordinator warming up, or none was
-    /// answered for a while.
-    pub fn on_fallback(&self, now_ms: i64) -> bool {
-        if self.warming_up {
-            return true;
-        }
-        match (self.answered_at_ms, self.failed_at_ms) {
-            (_, Some(failed)) if self.answered_at_ms.is_none_or(|ok| failed > ok) => true,
-            (Some(ok), _) => {
-                let interval = i64::try_from(self.interval_ms).unwrap_or(i64::MAX);
-                now_ms - ok
-                    > interval
-                        .saturating_mul(FALLBACK_AFTER_INTERVALS)
-                        .saturating_add(FALLBACK_SLACK_MS)
-            }
-            (None, _) => false,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -446,6 +416,7 @@ impl Coordinator {
                 for (proxy, at_ms) in fleet {
                     let entry = seen.entry(proxy).or_insert(SyncSeen {
                         interval_ms: DEFAULT_INTERVAL_MS,
+                        next_sync_ms: ASSUMED_NEXT_SYNC_MS,
                         ..SyncSeen::default()
                     });
                     entry.answered_at_ms = entry.answered_at_ms.max(Some(at_ms));
@@ -462,6 +433,7 @@ impl Coordinator {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = seen.entry(sync.proxy.clone()).or_default();
         entry.interval_ms = sync.interval_ns / 1_000_000;
+        entry.next_sync_ms = sync.next_sync_ms;
         match answer {
             Some(answer) => {
                 entry.answered_at_ms = Some(now_ms);
@@ -620,6 +592,7 @@ mod tests {
             covers_ms: 500,
             buckets,
             seq: 0,
+            next_sync_ms: 0,
         }
     }
 
@@ -637,38 +610,12 @@ mod tests {
     }
 
     #[test]
-    fn a_proxy_is_on_fallback_after_a_failed_or_long_unanswered_sync() {
-        let seen = |answered, failed| SyncSeen {
-            answered_at_ms: answered,
-            failed_at_ms: failed,
-            warming_up: false,
-            interval_ms: 500,
-        };
-        assert!(!seen(None, None).on_fallback(10_000), "never synced");
-        assert!(!seen(Some(10_000), None).on_fallback(11_250));
-        assert!(
-            seen(Some(10_000), None).on_fallback(11_251),
-            "two intervals and the slack without an answer"
-        );
-        assert!(seen(Some(10_000), Some(10_400)).on_fallback(10_400));
-        assert!(seen(None, Some(10_400)).on_fallback(10_400));
-        assert!(
-            !seen(Some(10_500), Some(10_400)).on_fallback(10_600),
-            "answered again since"
-        );
-        let warming = SyncSeen {
-            warming_up: true,
-            ..seen(Some(10_500), None)
-        };
-        assert!(warming.on_fallback(10_600), "no grants while warming up");
-    }
-
-    #[test]
     fn bad_requests_name_every_problem() {
         let mut bad = request("", vec![usage(1, 1), BucketUsage::default()]);
         bad.interval_ms = 5;
         bad.buckets[0].want = MAX_COUNT + 1;
         bad.buckets[0].first_use_ms = 600_001;
+        bad.next_sync_ms = 600_001;
         let problems = validate(bad).unwrap_err().0;
         let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(
@@ -676,6 +623,7 @@ mod tests {
             [
                 "proxy",
                 "interval_ms",
+                "next_sync_ms",
                 "buckets[0].want",
                 "buckets[0].first_use_ms",
                 "buckets[1].interval_ns",
@@ -722,11 +670,15 @@ mod tests {
             "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill"
         );
 
-        // a's last sync was at `grown`: it counts for eight intervals (4 s at 500 ms).
-        let still_there = grown + Duration::from_millis(3_900);
+        // a's last sync was at `grown`: it counts for 24 intervals (12 s at 500 ms), longer
+        // than an idle proxy's 16.
+        let still_there = grown + Duration::from_millis(11_900);
         let answer = coordinator.sync(&other, still_there, 0).await.unwrap();
-        assert_eq!(answer.fleet_size, 2, "a stalled for a moment, not gone");
-        let gone = grown + Duration::from_millis(4_100);
+        assert_eq!(
+            answer.fleet_size, 2,
+            "a stalled for a moment, or idle, not gone"
+        );
+        let gone = grown + Duration::from_millis(12_100);
         let answer = coordinator.sync(&other, gone, 0).await.unwrap();
         assert_eq!(answer.fleet_size, 1, "a left the fleet");
     }

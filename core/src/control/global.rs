@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use crate::global::coordinator::Usage;
 use crate::global::lease::FleetView;
-use crate::global::schedule::{Pace, SyncSchedule};
+use crate::global::schedule::{IDLE_SYNC_INTERVALS, Pace, SyncSchedule};
 use crate::global::sync::{BucketUsage, SyncRequest, SyncResponse};
 use crate::global::table::{Collected, Collection, LeaseTable};
 use crate::store::SharedStore;
@@ -233,6 +233,13 @@ impl GlobalSyncer {
                     BucketUsage::new(*bucket, c.interval_ns, c.burst, usage)
                 })
                 .collect(),
+            // Without a global limit the next sync may be an idle one: the coordinator
+            // must not take the silence until then for a failure.
+            next_sync_ms: if self.global_limits {
+                0
+            } else {
+                self.schedule.interval().as_millis() * IDLE_SYNC_INTERVALS
+            },
         };
         self.in_flight = Some(InFlight {
             sent_at: now,
@@ -556,14 +563,20 @@ mod tests {
             .start(last + idle, 1)
             .expect("idle: to stay in the fleet");
         assert!(idle_sync.buckets.is_empty());
+        assert_eq!(
+            idle_sync.next_sync_ms,
+            idle / 1_000_000,
+            "says when it syncs next"
+        );
         proxy.answer(last + idle + 1, &grants(2, &[])).unwrap();
 
         proxy.syncer.set_global_limits(true);
         proxy.syncer.set_global_limits(true);
         assert!(proxy.start(last + idle + early - 1, 1).is_none());
-        proxy
+        let woken = proxy
             .start(last + idle + early, 1)
             .expect("global limits arrived: at once");
+        assert_eq!(woken.next_sync_ms, 0, "next at the interval");
         proxy
             .answer(last + idle + early + 1, &grants(2, &[]))
             .unwrap();

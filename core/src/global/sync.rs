@@ -40,6 +40,13 @@ pub struct SyncRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 9_007_199_254_740_991_u64))]
     pub seq: u64,
+    /// When this proxy syncs next at the latest, in milliseconds, where that is later than
+    /// one interval: a proxy whose ruleset has no global limit syncs only every 16
+    /// intervals, and is not on its fallback shares meanwhile. 0, or absent: one interval.
+    /// At most 10 minutes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 600_000))]
+    pub next_sync_ms: u64,
 }
 
 impl SyncRequest {
@@ -190,6 +197,7 @@ mod tests {
                     first_use_ns: 30_500_000,
                 },
             )],
+            next_sync_ms: 0,
         };
         let json = serde_json::to_value(&request).unwrap();
         assert_eq!(
@@ -224,7 +232,20 @@ mod tests {
             "proxy": "p", "interval_ms": 500, "covers_ms": 500, "buckets": []
         });
         let request = serde_json::from_value::<SyncRequest>(json).unwrap();
-        assert_eq!(request.seq, 0);
+        assert_eq!((request.seq, request.next_sync_ms), (0, 0));
+    }
+
+    /// Only a proxy that syncs less often than its interval says when it syncs next.
+    #[test]
+    fn the_next_sync_is_sent_only_when_later_than_one_interval() {
+        let idle = SyncRequest {
+            next_sync_ms: 4_000,
+            ..SyncRequest::default()
+        };
+        let json = serde_json::to_value(&idle).unwrap();
+        assert_eq!(json["next_sync_ms"], 4_000);
+        let json = serde_json::to_value(SyncRequest::default()).unwrap();
+        assert!(json.get("next_sync_ms").is_none(), "{json}");
     }
 
     #[test]

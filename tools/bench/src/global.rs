@@ -1017,6 +1017,7 @@ fn sync_request(proxy: usize, round: u64, sync_interval: Duration) -> SyncReques
         // No sequence, as a proxy from before sequences: runs against one server reuse
         // the simulated proxies' ids, and a sequence restarting at 1 would be refused.
         seq: 0,
+        next_sync_ms: 0,
         buckets: (0..SIM_BUCKETS)
             .map(|b| {
                 let attempts = (b + round + proxy as u64) % 5;

@@ -124,6 +124,7 @@ fn main() {
             BucketUsage::new(0xb0c4e7, limit.interval_ns(), limit.burst(), &usage),
             BucketUsage::new(u64::MAX, SECOND, 1, &Usage::default()),
         ],
+        next_sync_ms: 0,
     };
     corpus.write("sync_request", "two-buckets", &sync.to_json());
     let answer = SyncResponse {

@@ -246,7 +246,7 @@ impl Fleet {
     }
 }
 
-fn global_rule(name: &str, rate: u64, burst: u64, scope: &str) -> Value {
+pub(crate) fn global_rule(name: &str, rate: u64, burst: u64, scope: &str) -> Value {
     json!({
         "name": name,
         "match": {"path_prefix": format!("/{name}/")},
@@ -836,7 +836,10 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
             ),
         );
         serve.redis = redis.as_ref().map(RedisServer::url);
-        let memory_before = redis.as_ref().map(used_memory).transpose()?;
+        let memory_before = redis
+            .as_ref()
+            .map(|r| r.info_field("memory", "used_memory"))
+            .transpose()?;
         let admin = AdminApi::start(&serve)?;
         // The coordinator takes only limits a global rule produces: the simulated
         // buckets' 100/s with a burst of 100.
@@ -881,7 +884,12 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
             run.latencies_ms.len()
         ));
         if let (Some(redis), Some(before)) = (&redis, memory_before) {
-            redis_bytes = Some(used_memory(redis)?.saturating_sub(before) / SIM_BUCKETS);
+            redis_bytes = Some(
+                redis
+                    .info_field("memory", "used_memory")?
+                    .saturating_sub(before)
+                    / SIM_BUCKETS,
+            );
         }
         drop(admin);
         drop(redis);
@@ -895,21 +903,6 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         note(format!("Redis: {bytes} bytes per active bucket"));
     }
     Ok(())
-}
-
-/// Redis's `used_memory`, from `redis-cli INFO memory` (Debian's `redis-tools`, installed
-/// with the server).
-fn used_memory(redis: &RedisServer) -> Result<u64> {
-    let addr = redis.addr();
-    let out = std::process::Command::new("redis-cli")
-        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
-        .args(["INFO", "memory"])
-        .output()
-        .context("running redis-cli")?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("used_memory:")?.parse().ok())
-        .context("redis-cli INFO memory gave no used_memory")
 }
 
 struct SimRun {

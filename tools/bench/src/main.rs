@@ -24,6 +24,7 @@
 mod accuracy;
 mod configs;
 mod fleet_load;
+mod fleet_scale;
 mod global;
 mod hostcalls;
 mod ingest;
@@ -121,6 +122,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             Section::Ingest
             | Section::Propagation
             | Section::Global
+            | Section::FleetScale
             | Section::Soak
             | Section::Hostcalls => None,
         };
@@ -189,6 +191,11 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
     if sections.contains(&Section::Global) {
         if let Err(err) = global::run(&bench, &out_dir, &name) {
             note(format!("section Global failed: {err:#}"));
+        }
+    }
+    if sections.contains(&Section::FleetScale) {
+        if let Err(err) = fleet_scale::run(&bench, &out_dir, &name) {
+            note(format!("section FleetScale failed: {err:#}"));
         }
     }
     let mut hostcalls_failed = false;

@@ -46,6 +46,10 @@ pub enum Section {
     /// Fleet-wide limits: three Envoys sharing global limits through the admin API, with
     /// faults (written beside the report).
     Global,
+    /// Fleet-wide limits at mesh scale: simulated proxies speaking the sync protocol,
+    /// 100 to 1,000 of them over 100,000 buckets, against one admin API in memory and two
+    /// replicas on one Redis (only when named; written beside the report).
+    FleetScale,
     /// A long run of one Envoy following `sluice serve` under churning clients and a rule
     /// edit every second: memory, errors and reports (`--soak-minutes`, default 30; only
     /// when named; written beside the report).

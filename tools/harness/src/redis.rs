@@ -62,6 +62,23 @@ impl RedisServer {
         self.addr
     }
 
+    /// One numeric field of `INFO SECTION` (`used_memory` of `memory`,
+    /// `total_net_input_bytes` of `stats`), asked with `redis-cli` (Debian's
+    /// `redis-tools`, installed with the server).
+    pub fn info_field(&self, section: &str, field: &str) -> Result<u64> {
+        let out = Command::new("redis-cli")
+            .args(["-h", &self.addr.ip().to_string()])
+            .args(["-p", &self.addr.port().to_string()])
+            .args(["INFO", section])
+            .output()
+            .context("running redis-cli")?;
+        let prefix = format!("{field}:");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(prefix.as_str())?.parse().ok())
+            .with_context(|| format!("redis-cli INFO {section} gave no {field}"))
+    }
+
     /// Whether the server process is running.
     pub fn is_running(&mut self) -> bool {
         self.child

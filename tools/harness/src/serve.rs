@@ -91,6 +91,12 @@ impl AdminApi {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The server's user plus system CPU time so far, in clock ticks.
+    pub fn cpu_ticks(&self) -> Result<u64> {
+        let pid = self.pid().context("the admin API is not running")?;
+        crate::envoy::cpu_ticks(pid)
+    }
+
     /// What the server said it listens on.
     pub fn listening(&self) -> Listening {
         self.listening

@@ -45,13 +45,15 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         None
     };
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
-    // The fleet-wide section runs two admin API replicas on one PostgreSQL and one Redis,
+    // The fleet-wide sections run two admin API replicas on one PostgreSQL and one Redis,
     // provisioned as for the test suite; the PostgreSQL server lives until the run ends.
-    let fleet_servers = if args.sections().contains(&Section::Global) {
-        Some((redis::ensure_server()?, postgres::for_tests()?))
-    } else {
-        None
-    };
+    let sections = args.sections();
+    let fleet_servers =
+        if sections.contains(&Section::Global) || sections.contains(&Section::FleetScale) {
+            Some((redis::ensure_server()?, postgres::for_tests()?))
+        } else {
+            None
+        };
     // Release, as the admin API it measures in-process (the ingest section) ships.
     step(format!("building {BENCH_PACKAGE} (release)"));
     let bench_bin = cmd::cargo_build_artefact(

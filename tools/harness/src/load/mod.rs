@@ -22,5 +22,7 @@ mod tally;
 pub use client::Client;
 pub use connection::{Connection, Dialer, Stream, tcp};
 pub use drive::Load;
+/// What request bodies are made of: built once and cloned per request without copying.
+pub use hyper::body::Bytes;
 pub use message::{Req, Resp};
 pub use tally::{Live, Outcome, Stop, Tally};

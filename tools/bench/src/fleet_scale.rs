@@ -6,7 +6,9 @@
 //! Every simulated proxy sends one `POST /api/v1/quota/sync` per sync interval (the
 //! default), the proxies' clocks spread over the interval, each reporting the few hot
 //! buckets every proxy sees and its part of a long tail, each tail bucket seen by three
-//! proxies: [`BUCKETS`] buckets in all, whatever the fleet's size. The fleet grows through
+//! proxies and used at each in one interval of [`TAIL_ACTIVE_EVERY`] (a sparse client:
+//! a proxy reports only buckets with something to say): [`BUCKETS`] buckets in all,
+//! whatever the fleet's size. The fleet grows through
 //! [`FLEETS`]; the report gives each size's answer times, the admin API's CPU per sync
 //! and Redis's commands and bytes per second, and states the largest fleet whose answers'
 //! p99 stayed under half the interval (the issue's bar) with none refused.
@@ -35,6 +37,8 @@ const BUCKETS: u64 = 100_000;
 const HOT: u64 = 100;
 /// How many proxies report each of the other buckets (a client reaching a few pods).
 const TAIL_SEEN_BY: usize = 3;
+/// A tail bucket is used at each of its proxies in one sync interval of this many.
+const TAIL_ACTIVE_EVERY: u64 = 10;
 /// The one global limit every bucket enforces.
 const RATE: u64 = 100;
 const BURST: u64 = 100;
@@ -97,8 +101,9 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
          keep-alive connection each, in the benchmark's process, sharing the cores with the \
          admin API): each sends one `POST {SYNC_PATH}` every {} ms, the proxies' clocks spread \
          over the interval, reporting the {HOT} hot buckets every proxy sees and its part of \
-         a tail each bucket of which {TAIL_SEEN_BY} proxies see: {BUCKETS} buckets in all, one \
-         global limit ({RATE}/s, burst {BURST}). Each fleet size runs 2 s before {} s \
+         a tail each bucket of which {TAIL_SEEN_BY} proxies see and use in one interval of \
+         {TAIL_ACTIVE_EVERY}: {BUCKETS} buckets in all, one global limit ({RATE}/s, burst \
+         {BURST}). Each fleet size runs 2 s before {} s \
          measured. Bar (issue #33): answers' p99 under half the interval, none refused. \
          The admin API's CPU is its processes' user and system time over the measured \
          seconds, per sync.\n",
@@ -222,8 +227,10 @@ impl Backend {
         replicas[0].create_rule(&rule)?;
 
         let bodies = bodies(proxies);
-        let buckets_per_sync =
-            (HOT as f64) + ((BUCKETS - HOT) as f64 * TAIL_SEEN_BY as f64 / proxies as f64);
+        let buckets_per_sync = HOT as f64
+            + (BUCKETS - HOT) as f64 * TAIL_SEEN_BY as f64
+                / proxies as f64
+                / TAIL_ACTIVE_EVERY as f64;
         let body_kib =
             bodies.iter().map(Bytes::len).sum::<usize>() as f64 / bodies.len() as f64 / 1024.0;
         let targets: Vec<_> = split(proxies, replicas.len())
@@ -307,8 +314,7 @@ fn split(proxies: usize, replicas: usize) -> Vec<usize> {
 
 /// Every simulated proxy's sync, paced one per interval per connection: request `n` is
 /// proxy `n mod proxies`' sync (which connection sends it does not matter to the
-/// coordinator, which knows a proxy by the id in the body), alternating between two
-/// rounds of usage.
+/// coordinator, which knows a proxy by the id in the body), its rounds of usage in turn.
 fn drive(
     targets: &[(std::net::SocketAddr, usize)],
     bodies: &[Bytes],
@@ -325,23 +331,24 @@ fn drive(
         .threads(2)
         .run(move |n| {
             let proxy = n as usize % proxies;
-            let round = (n as usize / proxies) % 2;
+            let round = (n as usize / proxies) % TAIL_ACTIVE_EVERY as usize;
             Req::post(SYNC_PATH, bodies[round * proxies + proxy].clone())
                 .header("authorization", bearer.clone())
                 .header("content-type", "application/json")
         })
 }
 
-/// Two rounds of every proxy's sync body (round-major), built before anything is timed.
+/// [`TAIL_ACTIVE_EVERY`] rounds of every proxy's sync body (round-major), built before
+/// anything is timed.
 fn bodies(proxies: usize) -> Vec<Bytes> {
-    (0..2u64)
+    (0..TAIL_ACTIVE_EVERY)
         .flat_map(|round| (0..proxies).map(move |p| Bytes::from(sync(p, proxies, round).to_json())))
         .collect()
 }
 
 /// What simulated proxy `proxy` of `proxies` reports in `round`: the hot buckets with
 /// many attempts, and the tail buckets it sees (bucket `t` is seen by proxies `t mod
-/// proxies` and the next [`TAIL_SEEN_BY`] − 1) with a few.
+/// proxies` and the next [`TAIL_SEEN_BY`] − 1) that are used in this round, with a few.
 fn sync(proxy: usize, proxies: usize, round: u64) -> SyncRequest {
     let interval_ns = 1_000_000_000 / RATE;
     let usage = |attempts: u64| Usage {
@@ -358,6 +365,7 @@ fn sync(proxy: usize, proxies: usize, round: u64) -> SyncRequest {
         .filter(|t| {
             let first = (*t as usize) % proxies;
             (proxy + proxies - first) % proxies < TAIL_SEEN_BY
+                && (t / proxies as u64 + round) % TAIL_ACTIVE_EVERY == 0
         })
         .map(|t| BucketUsage::new(id(t), interval_ns, BURST, &usage(1 + (t + round) % 3)));
     SyncRequest {

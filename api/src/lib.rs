@@ -27,7 +27,7 @@ pub use audit::{AuditEntryView, AuditList, AuditQuery};
 pub use metrics::{
     ClientHistory, ClientMetrics, ClientMetricsList, ClientPoint, ClientRule, ClientsQuery,
     Overview, OverviewQuery, ProxySummary, RangeQuery, RuleMetrics, RuleMetricsList, Series,
-    SeriesPoint, SeriesQuery, StreamEvent, StreamRule,
+    SeriesPoint, SeriesQuery, StreamEvent, StreamRule, SyncAnswerTimes,
 };
 pub use problem::{FieldError, Problem};
 pub use proxies::{GlobalSyncView, ProxyList, ProxyView};

@@ -219,7 +219,7 @@ pub struct OverviewQuery {
     pub window: Option<i64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProxySummary {
     /// Polling now, or polled or reported within the last 60 seconds.
@@ -231,6 +231,21 @@ pub struct ProxySummary {
     /// Connected proxies enforcing global limits with their fallback shares (their syncs
     /// with the coordinator fail); see `GET /api/v1/proxies`.
     pub on_fallback: u64,
+    /// How long this admin API took to answer the proxies' syncs within the window (its
+    /// latest 1,024 at most); `null` when it answered none.
+    pub sync_answers: Option<SyncAnswerTimes>,
+}
+
+/// Answer times of the coordinator's syncs, each from its handler's start (after
+/// authentication) to its answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SyncAnswerTimes {
+    /// Syncs answered.
+    pub samples: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -32,9 +32,13 @@ pub struct GlobalSyncView {
     pub last_answered: Option<String>,
     /// The sync interval it declares.
     pub interval_ms: u64,
+    /// When it said it would sync next at the latest, in milliseconds, where that is later
+    /// than one interval: its ruleset has no global limit, and it syncs only to stay
+    /// counted in the fleet (every 16 intervals). `null` while it syncs every interval.
+    pub next_sync_ms: Option<u64>,
     /// Its last sync could not be answered, or none was answered for more than two
-    /// intervals: it enforces global limits with its fallback shares (and counts them
-    /// in `sluice_global_fallback_total`).
+    /// intervals (one interval past its announced next sync): it enforces global limits
+    /// with its fallback shares (and counts them in `sluice_global_fallback_total`).
     pub on_fallback: bool,
 }
 

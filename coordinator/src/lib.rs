@@ -34,8 +34,11 @@ use sluice_core::validation::{FieldError, ValidationErrors};
 
 use guard::{Bounds, KnownLimits, LimitKey, Refusal, Refusals, SeqRefusal, Sequences};
 use memory::MemoryBuckets;
+pub use seen::{
+    ANSWER_TIMES_KEPT, AnswerTimes, AnswerTimesSummary, FALLBACK_AFTER_INTERVALS,
+    FALLBACK_SLACK_MS, SyncSeen,
+};
 use seen::{ASSUMED_NEXT_SYNC_MS, DEFAULT_INTERVAL_MS};
-pub use seen::{FALLBACK_AFTER_INTERVALS, FALLBACK_SLACK_MS, SyncSeen};
 
 /// Shortest and longest sync interval a proxy may use.
 pub const MIN_INTERVAL_MS: u64 = 50;
@@ -190,6 +193,7 @@ pub struct Coordinator {
     metrics: QuotaMetrics,
     /// What this process saw of each proxy's syncs, for `GET /api/v1/proxies`.
     seen: Mutex<HashMap<String, SyncSeen>>,
+    answer_times: Mutex<AnswerTimes>,
     /// The limits syncs may carry; `None` until the server tells (see [`guard`]).
     known: Mutex<Option<KnownLimits>>,
     bounds: Mutex<Bounds>,
@@ -294,6 +298,7 @@ impl Coordinator {
             state,
             metrics,
             seen: Mutex::new(HashMap::new()),
+            answer_times: Mutex::default(),
             known: Mutex::new(None),
             bounds: Mutex::new(Bounds::default()),
             sequences: Mutex::new(Sequences::default()),
@@ -400,6 +405,16 @@ impl Coordinator {
             field: "seq".into(),
             message,
         }]))
+    }
+
+    /// Records a sync answered at `at`, `took` after its request arrived.
+    pub fn record_answer_time(&self, at: Instant, took: Duration) {
+        lock(&self.answer_times).record(at, took);
+    }
+
+    /// This process's answer times of the syncs answered within `within` before `now`.
+    pub fn answer_times(&self, now: Instant, within: Duration) -> Option<AnswerTimesSummary> {
+        lock(&self.answer_times).summary(now, within)
     }
 
     /// Every proxy's syncs: this process's record, with Redis completed by the fleet's

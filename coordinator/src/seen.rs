@@ -1,6 +1,9 @@
 //! What a coordinator saw of each proxy's syncs, and what `GET /api/v1/proxies` and the
 //! overview make of it: whether the proxy is on its fallback shares.
 
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
 use sluice_core::global::schedule::IDLE_SYNC_INTERVALS;
 
 /// One proxy's syncs as a coordinator saw them (times in Unix milliseconds).
@@ -55,6 +58,56 @@ impl SyncSeen {
     }
 }
 
+/// How many of the latest answer times a coordinator keeps: bounded whatever the fleet.
+pub const ANSWER_TIMES_KEPT: usize = 1_024;
+
+/// How long this coordinator took to answer its latest syncs, each from its handler's
+/// start (after authentication) to its answer: reading, checking and settling it, with
+/// Redis's part. The overview shows them; `/metrics` has every request's duration by
+/// route. Only answered syncs count.
+#[derive(Debug, Default)]
+pub struct AnswerTimes {
+    latest: VecDeque<(Instant, Duration)>,
+}
+
+/// What the answer times within a window say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerTimesSummary {
+    pub samples: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
+
+impl AnswerTimes {
+    /// Records a sync answered at `at` that took `took`.
+    pub fn record(&mut self, at: Instant, took: Duration) {
+        if self.latest.len() == ANSWER_TIMES_KEPT {
+            self.latest.pop_front();
+        }
+        self.latest.push_back((at, took));
+    }
+
+    /// The answer times of the kept syncs answered within `within` before `now`; `None`
+    /// when there are none.
+    pub fn summary(&self, now: Instant, within: Duration) -> Option<AnswerTimesSummary> {
+        let mut times: Vec<Duration> = self
+            .latest
+            .iter()
+            .filter(|(at, _)| now.saturating_duration_since(*at) <= within)
+            .map(|(_, took)| *took)
+            .collect();
+        times.sort_unstable();
+        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+        (!times.is_empty()).then(|| AnswerTimesSummary {
+            samples: times.len(),
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +147,31 @@ mod tests {
             "an idle proxy: its announced sync, an interval and the slack"
         );
         assert!(idle.on_fallback(18_751));
+    }
+
+    #[test]
+    fn answer_times_keep_the_latest_and_summarise_a_window() {
+        let start = Instant::now();
+        let mut times = AnswerTimes::default();
+        assert_eq!(times.summary(start, Duration::from_secs(60)), None);
+        for i in 0..(ANSWER_TIMES_KEPT as u64 + 100) {
+            times.record(
+                start + Duration::from_millis(i),
+                Duration::from_millis(i % 100),
+            );
+        }
+        assert_eq!(times.latest.len(), ANSWER_TIMES_KEPT, "bounded");
+        let now = start + Duration::from_millis(ANSWER_TIMES_KEPT as u64 + 100);
+        let all = times.summary(now, Duration::from_secs(60)).unwrap();
+        assert_eq!(all.samples, ANSWER_TIMES_KEPT);
+        assert_eq!(all.max, Duration::from_millis(99));
+        assert_eq!(
+            all.p50,
+            Duration::from_millis(48),
+            "0 to 23 appear once more"
+        );
+        assert_eq!(all.p99, Duration::from_millis(98));
+        let recent = times.summary(now, Duration::from_millis(10)).unwrap();
+        assert_eq!(recent.samples, 10, "only the window's");
     }
 }

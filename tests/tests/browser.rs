@@ -323,6 +323,11 @@ async fn scenario(
     wait_text(web, "[data-test=stats]", "15 throttled").await?;
     wait_text(web, "[data-test=rule-metrics]", "api-per-key").await?;
     wait_text(web, "[data-test=proxies]", "envoy-test-1").await?;
+    // The fleet: no rule here is fleet-wide, so the Envoy syncs only to stay counted, and
+    // says so; the coordinator's answer times are shown.
+    wait_text(web, "[data-test=fleet-sync]", "idle · every 4 s").await?;
+    wait_text(web, "[data-test=stats]", "Fleet syncs answered").await?;
+    wait_text(web, "[data-test=stats]", "p99 ").await?;
     eprintln!(
         "overview showed the throttling {:.1} s after the traffic",
         started.elapsed().as_secs_f32()

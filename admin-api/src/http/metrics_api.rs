@@ -6,7 +6,7 @@
 //! the request, calls one, and shapes the answer.
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
@@ -16,7 +16,7 @@ use sluice_api::schema::StreamFrame;
 use sluice_api::{
     ClientHistory, ClientMetrics, ClientMetricsList, ClientPoint, ClientRule, ClientsQuery,
     Overview, OverviewQuery, Problem, ProxySummary, RangeQuery, RuleMetrics, RuleMetricsList,
-    Series, SeriesPoint, SeriesQuery, StreamEvent, StreamRule, Whole,
+    Series, SeriesPoint, SeriesQuery, StreamEvent, StreamRule, SyncAnswerTimes, Whole,
 };
 
 use super::AppState;
@@ -299,6 +299,15 @@ pub async fn metrics_overview(
                     .map(|(version, n)| (version.to_string(), n))
                     .collect(),
                 on_fallback: fleet.on_fallback,
+                sync_answers: state
+                    .coordinator()
+                    .answer_times(Instant::now(), Duration::from_secs(window.unsigned_abs()))
+                    .map(|t| SyncAnswerTimes {
+                        samples: t.samples as u64,
+                        p50_ms: t.p50.as_secs_f64() * 1e3,
+                        p99_ms: t.p99.as_secs_f64() * 1e3,
+                        max_ms: t.max.as_secs_f64() * 1e3,
+                    }),
             },
             errors: fleet.errors,
         },

@@ -16,6 +16,7 @@ fn global_sync_view(seen: &SyncSeen, now_ms: i64) -> GlobalSyncView {
     GlobalSyncView {
         last_answered: seen.answered_at_ms.map(rfc3339),
         interval_ms: seen.interval_ms,
+        next_sync_ms: (seen.next_sync_ms > 0).then_some(seen.next_sync_ms),
         on_fallback: seen.on_fallback(now_ms),
     }
 }

@@ -45,6 +45,7 @@ pub(crate) async fn sync_quota(
     auth: Auth<SyncQuota>,
     request: Request,
 ) -> Result<Json<SyncResponse>, ApiError> {
+    let arrived = Instant::now();
     require_json(request.headers())?;
     // Larger than the API's usual body limit: a proxy with many active buckets sends
     // them all at once.
@@ -79,10 +80,11 @@ pub(crate) async fn sync_quota(
     coordinator
         .in_sequence(&sync, store::now_ms())
         .map_err(invalid)?;
-    let answer = state
-        .coordinator()
+    let answer = coordinator
         .sync(&sync, Instant::now(), store::now_ms())
         .await
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let answered = Instant::now();
+    coordinator.record_answer_time(answered, answered - arrived);
     Ok(Json(answer))
 }

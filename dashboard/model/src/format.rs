@@ -45,7 +45,7 @@ pub fn axis(x: f64) -> String {
     }
 }
 
-fn trim(x: f64, decimals: usize) -> String {
+pub(crate) fn trim(x: f64, decimals: usize) -> String {
     let text = format!("{x:.decimals$}");
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_string()

@@ -5,6 +5,7 @@
 
 pub mod diff;
 pub mod draft;
+pub mod fleet;
 pub mod format;
 pub mod scale;
 

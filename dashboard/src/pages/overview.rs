@@ -9,12 +9,13 @@ use wasm_bindgen::closure::Closure;
 use web_sys::{EventSource, MessageEvent};
 
 use crate::api::{
-    self, ClientMetricsList as ClientList, Overview as OverviewData, ProxyList, RuleMetricsList,
-    Series, StreamEvent, enc, now_ms,
+    self, ClientMetricsList as ClientList, GlobalSyncView, Overview as OverviewData, ProxyList,
+    RuleMetricsList, Series, StreamEvent, enc, now_ms,
 };
 use crate::chart::{Legend, Line, Sparkline, TimeChart};
 use crate::components::{Empty, Load, Stat, WindowPicker, load, show};
 use crate::format;
+use sluice_dashboard_model::fleet;
 
 pub const ALLOWED: &str = "#2f6fde";
 pub const THROTTLED: &str = "#e5484d";
@@ -229,6 +230,13 @@ pub fn Overview() -> impl IntoView {
                 <Stat label="Proxies connected" tone="good"
                     value=Signal::derive(move || ov().map(|o| format!("{} of {}", o.proxies.connected, o.proxies.total)).unwrap_or_else(|| "–".into()))
                     note=Signal::derive(move || ov().map(|o| versions_note(&o)).unwrap_or_default()) />
+                <Stat label="Fleet syncs answered"
+                    value=Signal::derive(move || ov().and_then(|o| o.proxies.sync_answers).map(|t| fleet::answer_times(t.p50_ms, t.p99_ms, t.samples).0).unwrap_or_else(|| "–".into()))
+                    note=Signal::derive(move || match ov().map(|o| o.proxies.sync_answers) {
+                        Some(Some(t)) => format!("{} in {}", fleet::answer_times(t.p50_ms, t.p99_ms, t.samples).1, window_label()),
+                        Some(None) => format!("no sync answered in {}", window_label()),
+                        None => String::new(),
+                    }) />
             </section>
 
             <section class="card">
@@ -265,6 +273,19 @@ pub fn Overview() -> impl IntoView {
                 {show(proxies, move |list| proxies_list(list, ov().map(|o| o.ruleset_version)))}
             </section>
         </div>
+    }
+}
+
+/// A proxy's pace of syncs and when the last was answered: `every 250 ms · just now`,
+/// `idle · every 4 s · 3 s ago`; `–` for a proxy that never synced.
+fn sync_cell(sync: Option<&GlobalSyncView>) -> String {
+    let Some(sync) = sync else {
+        return "–".into();
+    };
+    let pace = fleet::pace(sync.interval_ms, sync.next_sync_ms);
+    match &sync.last_answered {
+        Some(at) => format!("{pace} · {}", format::ago(at)),
+        None => format!("{pace} · never answered"),
     }
 }
 
@@ -387,7 +408,7 @@ fn proxies_list(list: ProxyList, current: Option<u64>) -> AnyView {
     }
     view! {
         <table class="table" data-test="proxies">
-            <thead><tr><th>"Proxy"</th><th class="hide-sm">"Address"</th><th>"Ruleset"</th><th>"Last seen"</th></tr></thead>
+            <thead><tr><th>"Proxy"</th><th class="hide-sm">"Address"</th><th>"Ruleset"</th><th class="hide-sm">"Fleet sync"</th><th>"Last seen"</th></tr></thead>
             <tbody>
                 {list.proxies.into_iter().map(|p| {
                     let behind = current.is_some_and(|c| p.ruleset_version < c);
@@ -408,6 +429,7 @@ fn proxies_list(list: ProxyList, current: Option<u64>) -> AnyView {
                             </td>
                             <td class="hide-sm mono muted">{p.address.clone()}</td>
                             <td><span class=if behind { "badge warn" } else { "badge" }>{format!("v{}", p.ruleset_version)}</span></td>
+                            <td class="hide-sm muted" data-test="fleet-sync">{sync_cell(p.global_sync.as_ref())}</td>
                             <td class="muted">{format::ago(&p.last_seen)}</td>
                         </tr>
                     }

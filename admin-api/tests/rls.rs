@@ -124,7 +124,11 @@ async fn each_descriptor_gets_its_status_with_the_limit_and_what_is_left() {
     let third = ask(&mut rls, key("alice")).await;
     assert_eq!(code(&third), Code::OverLimit);
     let wait = third.statuses[0].duration_until_reset.unwrap();
-    assert!(wait.seconds == 0 && wait.nanos > 0, "{wait:?}");
+    assert_eq!(
+        (wait.seconds, wait.nanos),
+        (1, 0),
+        "half a second, rounded up"
+    );
 
     // Another key, a descriptor no rule decides, another domain: their own answers.
     let mixed = ask(

@@ -93,7 +93,13 @@ pub struct RedisBuckets {
     connection: ConnectionManager,
     batches: mpsc::Sender<Job>,
     compare_and_set: Script,
+    /// Charges of this replica that share a bucket take turns (a lock per stripe of
+    /// bucket ids), so only other replicas' writes can make a compare-and-set fail.
+    stripes: std::sync::Arc<Vec<tokio::sync::Mutex<()>>>,
 }
+
+/// Lock stripes of [`RedisBuckets::charge`].
+const STRIPES: u64 = 256;
 
 impl std::fmt::Debug for RedisBuckets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -165,16 +171,20 @@ impl RedisBuckets {
             connection,
             batches,
             compare_and_set: Script::new(COMPARE_AND_SET),
+            stripes: std::sync::Arc::new(
+                (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            ),
         })
     }
 
     /// One request of Envoy's rate limit service: reads the buckets `ids` (one pipeline:
     /// `TIME`, then an `MGET` per hash-tag group), lets `decide` choose their new
     /// theoretical arrival times at Redis's `now`, and writes those with the
-    /// compare-and-set script per group (one pipeline). When another writer changed a
-    /// group in between, the groups written are given back (their tokens refunded, as
-    /// the GCRA does when it undoes a charge) and the whole request is decided again, at
-    /// most [`MAX_ROUNDS`] times; `Ok(None)` then. No bucket is written unless every
+    /// compare-and-set script per group (one pipeline). Charges of this replica that share
+    /// a bucket take turns; when another replica changed a group in between, the groups
+    /// written are given back (their tokens refunded, as the GCRA does when it undoes a
+    /// charge) and the whole request is decided again, at most [`RLS_ROUNDS`] times;
+    /// `Ok(None)` then. No bucket is written unless every
     /// bucket of the request was, so a denied or abandoned request consumes nothing.
     pub async fn charge<T>(
         &self,
@@ -182,7 +192,15 @@ impl RedisBuckets {
         decide: impl Fn(Nanos, &[Nanos]) -> (T, Vec<(u64, Nanos)>),
     ) -> RedisResult<Option<T>> {
         let mut con = self.connection.clone();
-        for _ in 0..MAX_ROUNDS {
+        // In ascending order, so two charges never wait for each other's stripes.
+        let mut stripes: Vec<usize> = ids.iter().map(|id| (id % STRIPES) as usize).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut turns = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            turns.push(self.stripes[stripe].lock().await);
+        }
+        for _ in 0..RLS_ROUNDS {
             let (now, olds) = read_buckets(&mut con, ids).await?;
             let states: Vec<BucketState> = olds
                 .iter()
@@ -317,6 +335,9 @@ impl RedisBuckets {
         settled.await.map_err(|_| stopped())?
     }
 }
+
+/// Rounds of one rate limit service charge that other replicas' writes can cost.
+const RLS_ROUNDS: usize = 10;
 
 /// How long a bucket of Envoy's rate limit service is kept after it is full again: after
 /// that, a missing key is the same full bucket.

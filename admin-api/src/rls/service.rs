@@ -13,10 +13,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use sluice_core::gcra::ceil_seconds;
 use sluice_core::rls::{Code, Plan, RlsDescriptor, RlsRequest, Status, decide, failed};
 use sluice_core::rule::Limit;
 use sluice_core::spec::FailureMode;
-use sluice_core::time::NANOS_PER_SECOND;
 
 use super::rules::Current;
 use super::stats::Stats;
@@ -96,10 +96,12 @@ fn code(code: Code) -> i32 {
     }
 }
 
+/// Whole seconds, rounded up as `Retry-After` is: Envoy writes `X-RateLimit-Reset` from
+/// the seconds alone, and a wait of 20 ms must not read as 0.
 fn duration(ns: u64) -> PbDuration {
     PbDuration {
-        seconds: i64::try_from(ns / NANOS_PER_SECOND).unwrap_or(i64::MAX),
-        nanos: (ns % NANOS_PER_SECOND) as i32,
+        seconds: i64::try_from(ceil_seconds(ns)).unwrap_or(i64::MAX),
+        nanos: 0,
     }
 }
 

@@ -144,7 +144,7 @@ pub struct EnvoyConfigArgs {
     /// How long Envoy waits for the rate limit service before letting the request through.
     #[arg(long, value_name = "MS", default_value_t = 100, requires = "rls")]
     rls_timeout_ms: u32,
-    /// Deny requests (500) when the rate limit service does not answer in time.
+    /// Refuse requests when the rate limit service does not answer in time.
     #[arg(long, requires = "rls")]
     rls_fail_closed: bool,
 }

@@ -15,12 +15,14 @@
 //! * [`ui`]: the dashboard's embedded files, beside the API.
 //! * [`conn`]: the accept loop of every listener, within a connection budget (cap,
 //!   handshake, head and idle timeouts).
+//! * [`rls`]: Envoy's rate limit service over gRPC (`--rls-listen`), beside the API.
 //! * [`server`]: the site (the API, and the dashboard at every path the API does not
 //!   route), binding, bootstrap token, graceful shutdown.
 
 pub mod conn;
 pub mod http;
 pub mod pipeline;
+pub mod rls;
 /// Rules files and strict JSON: the `sluice-rules-file` crate, through which the API and
 /// the command line's client read rules.
 pub(crate) use sluice_rules_file as rules_file;

@@ -14,6 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::conn::{self, ConnLimits};
 use crate::http::{self, AppState};
+use crate::rls::{self, RlsLimits};
 use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo, now_ms};
 use crate::tls::OverTls;
 use crate::ui;
@@ -34,6 +35,8 @@ pub struct Server {
     metrics: Option<(SocketAddr, JoinHandle<io::Result<()>>)>,
     /// The metrics pipeline's flusher and retention.
     pipeline: JoinHandle<()>,
+    /// Envoy's rate limit service (`--rls-listen`).
+    rls: Option<rls::RlsServer>,
 }
 
 /// How `sluice serve` serves: the connection budget, TLS, and where `/metrics` is.
@@ -47,6 +50,10 @@ pub struct ServeOptions {
     /// Serve `/metrics` on this address alone (plain HTTP, within the same limits) and not
     /// on the main listener, so it can be kept off the network the API is reached from.
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve Envoy's rate limit service (gRPC) on this address too, over TLS when `tls` is
+    /// given, within `rls_limits` (see [`crate::rls`]).
+    pub rls_listen: Option<SocketAddr>,
+    pub rls_limits: RlsLimits,
 }
 
 /// `Strict-Transport-Security` on every answer over TLS: a browser that has reached the
@@ -97,6 +104,18 @@ pub async fn start_with(
         }
         None => None,
     };
+    let rls = match options.rls_listen {
+        Some(rls_listen) => Some(
+            rls::start(
+                state.clone(),
+                rls_listen,
+                options.tls.clone(),
+                options.rls_limits,
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let site = app(state.clone(), metrics.is_none());
     let (scheme, acceptor, site) = match options.tls {
         Some(tls) => (
@@ -110,6 +129,7 @@ pub async fn start_with(
     let task = serve(listener, acceptor, site, options.limits, &state);
     let mut server = Server::running(state, addr, scheme, task);
     server.metrics = metrics;
+    server.rls = rls;
     Ok(server)
 }
 
@@ -165,6 +185,7 @@ impl Server {
             task,
             metrics: None,
             pipeline,
+            rls: None,
         }
     }
 
@@ -176,6 +197,11 @@ impl Server {
     /// The address of the separate `/metrics` listener, if there is one.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The address of the rate limit service's listener, if there is one.
+    pub fn rls_addr(&self) -> Option<SocketAddr> {
+        self.rls.as_ref().map(|rls| rls.addr)
     }
 
     /// The line `sluice serve` prints: scheme and bound address.
@@ -197,6 +223,11 @@ impl Server {
         let served = self.task.await.map_err(io::Error::other)?;
         if let Some((_, metrics)) = self.metrics {
             metrics.await.map_err(io::Error::other)??;
+        }
+        if let Some(rls) = self.rls {
+            rls.task.await.map_err(io::Error::other)??;
+            // Its last counts reach the pipeline before the final flush below.
+            rls.stats.await.map_err(io::Error::other)?;
         }
         // The flusher stops at the signal; the final flush comes after the last request,
         // so every report answered 204 is written.

@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 
 use serde_json::json;
+use sluice_core::rls;
 use sluice_core::rule::{MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES};
 use sluice_core::spec::RuleSpec;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
@@ -270,6 +271,22 @@ fn rule_spec_schema() -> serde_json::Value {
                     },
                 },
             },
+            "descriptor": {
+                "type": ["object", "null"], "additionalProperties": false,
+                "required": ["domain", "entries"],
+                "description": "Set: the rule decides Envoy's rate limit service (RLS) requests with these descriptors (`key` must be `global`, `match` and `cost` left out), never HTTP requests in the filter",
+                "properties": {
+                    "domain": {"type": "string", "minLength": 1, "maxLength": rls::MAX_DOMAIN_LEN},
+                    "entries": {"type": "array", "minItems": 1, "maxItems": rls::MAX_ENTRIES, "items": {
+                        "type": "object", "additionalProperties": false, "required": ["key"],
+                        "properties": {
+                            "key": {"type": "string", "minLength": 1, "maxLength": rls::MAX_KEY_LEN},
+                            "value": {"type": ["string", "null"], "minLength": 1, "maxLength": rls::MAX_VALUE_LEN,
+                                      "description": "Absent: any value, and the value is (part of) the client key"},
+                        },
+                    }},
+                },
+            },
         },
         "example": {
             "name": "api-per-key",
@@ -378,6 +395,7 @@ mod tests {
             "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
             "failure_mode": "closed",
             "response": {"status": 503, "rate_limit_headers": false, "grpc_status": "unavailable"},
+            "descriptor": {"domain": "d", "entries": [{"key": "k", "value": "v"}]},
         }))
         .unwrap();
         let written = serde_json::to_value(&full).unwrap();

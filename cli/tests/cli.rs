@@ -392,3 +392,74 @@ async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: T
         "{stderr}"
     );
 }
+
+/// `sluice envoy-config --rls`: Envoy's native ratelimit filter pointed at the rate limit
+/// service, with no wasm filter (so no `--filter`), the actions in order; the flags that
+/// only make sense for the wasm filter are refused beside it.
+#[tokio::test]
+async fn envoy_config_writes_the_native_ratelimit_filter_for_the_rate_limit_service() {
+    let output = sluice()
+        .args([
+            "envoy-config",
+            "--listen",
+            "127.0.0.1:10000",
+            "--upstream",
+            "127.0.0.1:8000",
+        ])
+        .args(["--rls", "127.0.0.1:8081", "--rls-domain", "edge"])
+        .args([
+            "--rls-action",
+            "generic:path=/login",
+            "--rls-action",
+            "remote_address",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let yaml = String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "envoy.filters.http.ratelimit",
+        "domain: edge",
+        "cluster_name: sluice_rls",
+        "port_value: 8081",
+        "descriptor_value: /login",
+        "remote_address: {}",
+        "DRAFT_VERSION_03",
+    ] {
+        assert!(yaml.contains(needle), "{needle} in\n{yaml}");
+    }
+    assert!(!yaml.contains("envoy.filters.http.wasm"), "{yaml}");
+
+    let refused = sluice()
+        .args([
+            "envoy-config",
+            "--listen",
+            "127.0.0.1:10000",
+            "--upstream",
+            "direct",
+        ])
+        .args(["--rls", "127.0.0.1:8081", "--filter", "x.wasm"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let bad_action = sluice()
+        .args([
+            "envoy-config",
+            "--listen",
+            "127.0.0.1:10000",
+            "--upstream",
+            "direct",
+        ])
+        .args(["--rls", "127.0.0.1:8081", "--rls-action", "cookie:a=b"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(bad_action.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad_action.stderr)
+            .contains("remote_address, header:NAME=KEY or generic:KEY=VALUE")
+    );
+}

@@ -10,6 +10,7 @@
 //! (grants nothing; proxies keep to their fallback shares), because leases granted before
 //! the restart may still be spent.
 
+pub mod charge;
 pub mod guard;
 pub mod memory;
 pub mod redis;

@@ -34,6 +34,10 @@ struct Held {
     creator: Arc<str>,
 }
 
+/// Who the buckets that Envoy's rate limit service creates count against: no proxy's
+/// bound (a proxy id is visible ASCII without spaces, so none can be this).
+const RLS_CREATOR: &str = "rate limit service";
+
 /// New buckets of one sync that were not kept, by the bound they met.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct NotKept {
@@ -111,6 +115,53 @@ impl MemoryBuckets {
             inner.sweep(now, settings);
         }
         (grants, not_kept)
+    }
+
+    /// Reads the theoretical arrival times of `ids` (a bucket not held is full), lets
+    /// `decide` choose the new ones, and writes them, all under one lock: one request of
+    /// Envoy's rate limit service. A bucket not held yet is kept only while fewer than
+    /// `bounds.max_buckets` are; past it nothing is written and `None` is returned.
+    pub fn charge<T>(
+        &self,
+        ids: &[u64],
+        now: u64,
+        bounds: &Bounds,
+        settings: &Settings,
+        decide: impl FnOnce(&[Nanos]) -> (T, Vec<(u64, Nanos)>),
+    ) -> Option<T> {
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if now.saturating_sub(inner.last_sweep) >= SWEEP_EVERY_NS {
+            inner.last_sweep = now;
+            inner.sweep(now, settings);
+        }
+        let tats: Vec<Nanos> = ids
+            .iter()
+            .map(|id| Nanos::new(inner.buckets.get(id).map_or(0, |h| h.state.tat)))
+            .collect();
+        let (answer, writes) = decide(&tats);
+        let new = writes
+            .iter()
+            .filter(|(id, _)| !inner.buckets.contains_key(id))
+            .count();
+        if new > 0 && inner.buckets.len() + new > bounds.max_buckets {
+            return None;
+        }
+        let creator: Arc<str> = Arc::from(RLS_CREATOR);
+        for (id, tat) in writes {
+            inner
+                .buckets
+                .entry(id)
+                .or_insert_with(|| Held {
+                    state: BucketState::default(),
+                    creator: creator.clone(),
+                })
+                .state
+                .tat = tat.get();
+        }
+        Some(answer)
     }
 
     /// Buckets held by `proxy`'s bound.

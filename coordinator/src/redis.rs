@@ -92,7 +92,14 @@ return written
 pub struct RedisBuckets {
     connection: ConnectionManager,
     batches: mpsc::Sender<Job>,
+    compare_and_set: Script,
+    /// Charges of this replica that share a bucket take turns (a lock per stripe of
+    /// bucket ids), so only other replicas' writes can make a compare-and-set fail.
+    stripes: std::sync::Arc<Vec<tokio::sync::Mutex<()>>>,
 }
+
+/// Lock stripes of [`RedisBuckets::charge`].
+const STRIPES: u64 = 256;
 
 impl std::fmt::Debug for RedisBuckets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -163,7 +170,145 @@ impl RedisBuckets {
         Ok(Self {
             connection,
             batches,
+            compare_and_set: Script::new(COMPARE_AND_SET),
+            stripes: std::sync::Arc::new(
+                (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            ),
         })
+    }
+
+    /// One request of Envoy's rate limit service: reads the buckets `ids` (one pipeline:
+    /// `TIME`, then an `MGET` per hash-tag group), lets `decide` choose their new
+    /// theoretical arrival times at Redis's `now`, and writes those with the
+    /// compare-and-set script per group (one pipeline). Charges of this replica that share
+    /// a bucket take turns; when another replica changed a group in between, the groups
+    /// written are given back (their tokens refunded, as the GCRA does when it undoes a
+    /// charge) and the whole request is decided again, at most [`RLS_ROUNDS`] times;
+    /// `Ok(None)` then. No bucket is written unless every
+    /// bucket of the request was, so a denied or abandoned request consumes nothing.
+    pub async fn charge<T>(
+        &self,
+        ids: &[u64],
+        decide: impl Fn(Nanos, &[Nanos]) -> (T, Vec<(u64, Nanos)>),
+    ) -> RedisResult<Option<T>> {
+        let mut con = self.connection.clone();
+        // In ascending order, so two charges never wait for each other's stripes.
+        let mut stripes: Vec<usize> = ids.iter().map(|id| (id % STRIPES) as usize).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut turns = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            turns.push(self.stripes[stripe].lock().await);
+        }
+        for _ in 0..RLS_ROUNDS {
+            let (now, olds) = read_buckets(&mut con, ids).await?;
+            let states: Vec<BucketState> = olds
+                .iter()
+                .map(|old| {
+                    old.as_deref()
+                        .and_then(BucketState::decode)
+                        .unwrap_or_default()
+                })
+                .collect();
+            let tats: Vec<Nanos> = states.iter().map(|s| Nanos::new(s.tat)).collect();
+            let (answer, writes) = decide(Nanos::new(now), &tats);
+            if writes.is_empty() {
+                return Ok(Some(answer));
+            }
+            let mut planned: Vec<(u64, Option<Vec<u8>>, BucketState, u64)> = Vec::new();
+            for (id, tat) in &writes {
+                let Some(i) = ids.iter().position(|x| x == id) else {
+                    continue;
+                };
+                let mut state = states[i];
+                state.tat = tat.get();
+                let keep_ms = tat.get().saturating_sub(now) / 1_000_000 + RLS_KEEP_MS;
+                planned.push((*id, olds[i].clone(), state, keep_ms));
+            }
+            let written = self.compare_and_set_all(&mut con, &planned).await?;
+            if written.iter().all(|ok| *ok) {
+                return Ok(Some(answer));
+            }
+            // Give back what this round wrote, then decide again.
+            for ((id, old, state, _), ok) in planned.iter().zip(written) {
+                if ok {
+                    let before = old
+                        .as_deref()
+                        .and_then(BucketState::decode)
+                        .map_or(0, |s| s.tat);
+                    self.refund(&mut con, *id, state.tat.saturating_sub(before.max(now)))
+                        .await?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes each planned bucket `(id, what was read, new state, keep ms)` if it still
+    /// holds what was read; says which were written.
+    async fn compare_and_set_all(
+        &self,
+        con: &mut ConnectionManager,
+        planned: &[(u64, Option<Vec<u8>>, BucketState, u64)],
+    ) -> RedisResult<Vec<bool>> {
+        let ids: Vec<u64> = planned.iter().map(|p| p.0).collect();
+        let groups = by_group(&ids);
+        let mut write = redis::pipe();
+        write.load_script(&self.compare_and_set).ignore();
+        for members in groups.values() {
+            let mut invocation = self.compare_and_set.prepare_invoke();
+            for id in members {
+                let Some((_, old, state, keep_ms)) = planned.iter().find(|p| p.0 == *id) else {
+                    continue;
+                };
+                invocation
+                    .key(key(*id))
+                    .arg(old.clone().unwrap_or_default())
+                    .arg(state.encode().as_slice())
+                    .arg(*keep_ms);
+            }
+            write.invoke_script(&invocation);
+        }
+        let replies: Vec<Vec<i64>> = write.query_async(con).await?;
+        let mut written: HashMap<u64, bool> = HashMap::new();
+        for (members, reply) in groups.values().zip(replies) {
+            for (id, ok) in members.iter().zip(reply) {
+                written.insert(*id, ok == 1);
+            }
+        }
+        Ok(ids
+            .iter()
+            .map(|id| written.get(id).copied().unwrap_or(false))
+            .collect())
+    }
+
+    /// Gives `backlog_ns` of a bucket's backlog back (never beyond full), retrying on
+    /// another writer's change at most [`MAX_ROUNDS`] times: a refund that cannot be
+    /// written leaves the bucket charged, which errs toward admitting less.
+    async fn refund(
+        &self,
+        con: &mut ConnectionManager,
+        id: u64,
+        backlog_ns: u64,
+    ) -> RedisResult<()> {
+        for _ in 0..MAX_ROUNDS {
+            let (now, olds) = read_buckets(con, &[id]).await?;
+            let Some(old) = olds.into_iter().next().flatten() else {
+                return Ok(());
+            };
+            let Some(mut state) = BucketState::decode(&old) else {
+                return Ok(());
+            };
+            state.tat = state.tat.saturating_sub(backlog_ns).max(now.min(state.tat));
+            let keep_ms = state.tat.saturating_sub(now) / 1_000_000 + RLS_KEEP_MS;
+            let written = self
+                .compare_and_set_all(con, &[(id, Some(old), state, keep_ms)])
+                .await?;
+            if written.first().copied().unwrap_or(false) {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// Every proxy in the fleet's sorted set and when its last sync was answered (Unix
@@ -189,6 +334,44 @@ impl RedisBuckets {
             .map_err(|_| stopped())?;
         settled.await.map_err(|_| stopped())?
     }
+}
+
+/// Rounds of one rate limit service charge that other replicas' writes can cost.
+const RLS_ROUNDS: usize = 10;
+
+/// How long a bucket of Envoy's rate limit service is kept after it is full again: after
+/// that, a missing key is the same full bucket.
+const RLS_KEEP_MS: u64 = 1_000;
+
+/// Redis's clock (ns) and the bytes of each of `ids` (`None`: missing), in one pipeline.
+async fn read_buckets(
+    con: &mut ConnectionManager,
+    ids: &[u64],
+) -> RedisResult<(u64, Vec<Option<Vec<u8>>>)> {
+    let groups = by_group(ids);
+    let mut read = redis::pipe();
+    read.cmd("TIME");
+    for members in groups.values() {
+        let get = read.cmd("MGET");
+        for id in members {
+            get.arg(key(*id));
+        }
+    }
+    let mut replies: Vec<redis::Value> = read.query_async(con).await?;
+    let rest = replies.split_off(1);
+    let (seconds, micros): (u64, u64) = redis::from_redis_value(replies.remove(0))?;
+    let now = seconds * 1_000_000_000 + micros * 1_000;
+    let mut found: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
+    for (members, reply) in groups.values().zip(rest) {
+        let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
+        for (id, value) in members.iter().zip(values) {
+            found.insert(*id, value);
+        }
+    }
+    Ok((
+        now,
+        ids.iter().map(|id| found.remove(id).flatten()).collect(),
+    ))
 }
 
 /// The task that settles this replica's syncs in batches.

@@ -14,6 +14,8 @@
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
 //! * [`listening`]: the line `sluice serve` announces its address with.
+//! * [`rls`]: Envoy's rate limit service (`envoy.service.ratelimit.v3`) decided by rules
+//!   with a `descriptor` section, over the coordinator's buckets.
 //! * [`usage`]: LLM token usage read from response bodies (JSON or event streams) as they
 //!   pass, for token budgets.
 //!
@@ -46,6 +48,7 @@ pub mod listening;
 pub mod report;
 pub mod request;
 pub mod response;
+pub mod rls;
 pub mod rule;
 pub mod ruleset;
 pub mod slot;

@@ -62,9 +62,64 @@ impl fmt::Display for Listening {
     }
 }
 
+/// Where `sluice serve --rls-listen` serves Envoy's rate limit service, as the line it
+/// prints before its listening line says: `rate limit service listening on
+/// grpc://127.0.0.1:8081` (`grpcs://` over TLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RlsListening {
+    pub tls: bool,
+    pub addr: SocketAddr,
+}
+
+const RLS_PREFIX: &str = "rate limit service listening on ";
+
+impl RlsListening {
+    /// Reads a rate limit service's listening line; `None` for any other line.
+    pub fn parse(line: &str) -> Option<RlsListening> {
+        let url = line.trim().strip_prefix(RLS_PREFIX)?;
+        let (tls, addr) = match url.strip_prefix("grpcs://") {
+            Some(addr) => (true, addr),
+            None => (false, url.strip_prefix("grpc://")?),
+        };
+        Some(RlsListening {
+            tls,
+            addr: addr.parse().ok()?,
+        })
+    }
+}
+
+impl fmt::Display for RlsListening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "grpcs" } else { "grpc" };
+        write!(f, "{RLS_PREFIX}{scheme}://{}", self.addr)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_limit_service_lines_round_trip_and_are_not_listening_lines() {
+        for tls in [false, true] {
+            let rls = RlsListening {
+                tls,
+                addr: "127.0.0.1:8081".parse().unwrap(),
+            };
+            let line = rls.to_string();
+            assert_eq!(RlsListening::parse(&line), Some(rls));
+            assert_eq!(Listening::parse(&line), None, "{line}");
+        }
+        assert_eq!(
+            RlsListening {
+                tls: false,
+                addr: "127.0.0.1:1".parse().unwrap()
+            }
+            .to_string(),
+            "rate limit service listening on grpc://127.0.0.1:1"
+        );
+        assert_eq!(RlsListening::parse("listening on http://127.0.0.1:1"), None);
+    }
 
     #[test]
     fn lines_round_trip() {

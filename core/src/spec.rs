@@ -38,6 +38,10 @@ pub struct RuleSpec {
     pub failure_mode: Option<FailureMode>,
     #[serde(default)]
     pub response: ResponseSpec,
+    /// Set: the rule decides Envoy's rate limit service (RLS) requests with these
+    /// descriptors, and no HTTP request in the filter (see [`crate::rls`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptor: Option<crate::rls::spec::DescriptorSpec>,
 }
 
 fn yes() -> bool {

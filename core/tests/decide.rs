@@ -397,3 +397,20 @@ fn a_global_denial_names_the_global_limit() {
     };
     assert!(limited.limit().unwrap().global);
 }
+
+/// A rule with a `descriptor` decides Envoy's rate limit service requests only: the filter
+/// never matches it (its empty `match` would otherwise match everything) and reads nothing
+/// for it.
+#[test]
+fn a_descriptor_rule_never_decides_an_http_request() {
+    let h = Harness::new(
+        r#"[{"name":"rls-only","key":"global","limits":[{"requests":1,"period":"minute"}],
+            "descriptor":{"domain":"edge","entries":[{"key":"api_key"}]}}]"#,
+    );
+    assert_eq!(h.count_allowed(&api("alice"), T0, 5), 5);
+    assert_eq!(h.decide(&api("alice"), T0).matched_rules, 0);
+    assert_eq!(
+        *h.config.ruleset.needs(),
+        sluice_core::request::RequestNeeds::default()
+    );
+}

@@ -11,6 +11,7 @@ use crate::error::EnvoyConfigError;
 use crate::options::{ControlMode, EnvoyConfigOptions, Upstream, UpstreamProtocol};
 use crate::output::{Bootstrap, header};
 use crate::plugin::{plugin_configuration, vm_config, wasm_filter};
+use crate::rls::RlsService;
 
 /// The listener that carries client traffic; also its stats prefix
 /// (`listener.sluice_ingress.worker_N.downstream_cx_total`), which would otherwise be the
@@ -36,6 +37,9 @@ pub fn render(options: &EnvoyConfigOptions) -> Result<String, EnvoyConfigError> 
 
 /// Validates the options and assembles the bootstrap.
 pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError> {
+    if let Some(rls) = &options.rls {
+        return Ok(with_rls(options, rls));
+    }
     if !options.filter_wasm.is_absolute() {
         return Err(EnvoyConfigError::RelativeFilterPath(
             options.filter_wasm.clone(),
@@ -47,15 +51,78 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
     let plugin_json = plugin_configuration(options)?;
     let vm_config = vm_config(&options.filter_wasm);
     let wasm_filter = wasm_filter(vm_config.clone(), plugin_json);
-    let router = json!({
+    let router = router();
+
+    let mut clusters = Vec::new();
+    let route = upstream_route(options, &mut clusters);
+    let listener = listener(options, route, vec![wasm_filter, router]);
+
+    // The admin API's cluster either way: in worker mode it stands for what a control
+    // plane provides (an Istio ServiceEntry, an Envoy Gateway Backend).
+    let control = match (&options.admin, options.control_mode) {
+        (Some(admin), ControlMode::Singleton) => {
+            clusters.push(admin_cluster(admin));
+            Some(control_service(admin, vm_config)?)
+        }
+        (Some(admin), ControlMode::Worker) => {
+            clusters.push(admin_cluster(admin));
+            None
+        }
+        (None, _) => None,
+    };
+
+    let mut config = config(options, listener, clusters);
+    if let Some(control) = control {
+        config["bootstrap_extensions"] = json!([control]);
+    }
+
+    Ok(Bootstrap {
+        header: header(options),
+        config,
+    })
+}
+
+/// The bootstrap with Envoy's native rate limit filter asking Sluice's rate limit service
+/// (no wasm filter, no control service).
+fn with_rls(options: &EnvoyConfigOptions, rls: &RlsService) -> Bootstrap {
+    let mut clusters = Vec::new();
+    let mut route = upstream_route(options, &mut clusters);
+    if let Some(action) = route.get_mut("route") {
+        action["rate_limits"] = rls.rate_limits();
+    }
+    clusters.push(rls.cluster());
+    let listener = listener(options, route, vec![rls.filter(), router()]);
+    Bootstrap {
+        header: header(options),
+        config: config(options, listener, clusters),
+    }
+}
+
+fn router() -> Value {
+    json!({
         "name": "envoy.filters.http.router",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
         },
-    });
+    })
+}
 
-    let mut clusters = Vec::new();
-    let route = match options.upstream {
+/// The whole bootstrap around its listener and clusters.
+fn config(options: &EnvoyConfigOptions, listener: Value, clusters: Vec<Value>) -> Value {
+    let mut static_resources = json!({ "listeners": [listener] });
+    if !clusters.is_empty() {
+        static_resources["clusters"] = Value::Array(clusters);
+    }
+    json!({
+        "admin": { "address": socket_address(options.envoy_admin) },
+        "static_resources": static_resources,
+        "stats_config": { "stats_tags": [{ "tag_name": RULE_TAG, "regex": RULE_TAG_REGEX }] },
+    })
+}
+
+/// The route to the upstream (adding its cluster to `clusters`), or Envoy's own answer.
+fn upstream_route(options: &EnvoyConfigOptions, clusters: &mut Vec<Value>) -> Value {
+    match options.upstream {
         Upstream::Cluster(addr) => {
             let mut cluster = json!({
                 "name": UPSTREAM_CLUSTER,
@@ -80,9 +147,12 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
             "match": { "prefix": "/" },
             "direct_response": { "status": 200, "body": { "inline_string": DIRECT_RESPONSE_BODY } },
         }),
-    };
+    }
+}
 
-    let listener = json!({
+/// The client traffic's listener: one route, these HTTP filters.
+fn listener(options: &EnvoyConfigOptions, route: Value, http_filters: Vec<Value>) -> Value {
+    json!({
         "name": LISTENER_NAME,
         "stat_prefix": LISTENER_NAME,
         "address": socket_address(options.listen),
@@ -101,42 +171,10 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
                             "routes": [route],
                         }],
                     },
-                    "http_filters": [wasm_filter, router],
+                    "http_filters": http_filters,
                 },
             }],
         }],
-    });
-
-    // The admin API's cluster either way: in worker mode it stands for what a control
-    // plane provides (an Istio ServiceEntry, an Envoy Gateway Backend).
-    let control = match (&options.admin, options.control_mode) {
-        (Some(admin), ControlMode::Singleton) => {
-            clusters.push(admin_cluster(admin));
-            Some(control_service(admin, vm_config)?)
-        }
-        (Some(admin), ControlMode::Worker) => {
-            clusters.push(admin_cluster(admin));
-            None
-        }
-        (None, _) => None,
-    };
-
-    let mut static_resources = json!({ "listeners": [listener] });
-    if !clusters.is_empty() {
-        static_resources["clusters"] = Value::Array(clusters);
-    }
-    let mut config = json!({
-        "admin": { "address": socket_address(options.envoy_admin) },
-        "static_resources": static_resources,
-        "stats_config": { "stats_tags": [{ "tag_name": RULE_TAG, "regex": RULE_TAG_REGEX }] },
-    });
-    if let Some(control) = control {
-        config["bootstrap_extensions"] = json!([control]);
-    }
-
-    Ok(Bootstrap {
-        header: header(options),
-        config,
     })
 }
 
@@ -200,6 +238,52 @@ mod tests {
             downstream["typed_extension_protocol_options"][key]["use_downstream_protocol_config"],
             json!({"http_protocol_options": {}, "http2_protocol_options": {}})
         );
+    }
+
+    #[test]
+    fn with_a_rate_limit_service_the_native_filter_asks_it_over_http2() {
+        let mut opts = options(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()));
+        opts.rls = Some(RlsService {
+            addr: "127.0.0.1:8082".parse().unwrap(),
+            domain: "edge".into(),
+            actions: vec![
+                "generic:path=/login".parse().unwrap(),
+                "remote_address".parse().unwrap(),
+            ],
+            timeout_ms: 250,
+            fail_closed: false,
+        });
+        let config = parse(&render(&opts).unwrap());
+        let hcm = config
+            .pointer("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config")
+            .unwrap();
+        let filters = hcm["http_filters"].as_array().unwrap();
+        assert_eq!(filters.len(), 2, "no wasm filter");
+        let rls = &filters[0]["typed_config"];
+        assert_eq!(rls["domain"], "edge");
+        assert_eq!(rls["timeout"], "0.25s");
+        assert_eq!(rls["failure_mode_deny"], false);
+        assert_eq!(rls["enable_x_ratelimit_headers"], "DRAFT_VERSION_03");
+        assert_eq!(
+            rls["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"],
+            crate::RLS_CLUSTER
+        );
+        let route = route(&config);
+        assert_eq!(
+            route["route"]["rate_limits"],
+            json!([{"actions": [
+                {"generic_key": {"descriptor_key": "path", "descriptor_value": "/login"}},
+                {"remote_address": {}},
+            ]}])
+        );
+        let cluster = &config["static_resources"]["clusters"][1];
+        assert_loopback_cluster(cluster, crate::RLS_CLUSTER, 8082);
+        assert!(
+            cluster["typed_extension_protocol_options"]
+                .to_string()
+                .contains("http2_protocol_options")
+        );
+        assert!(config.get("bootstrap_extensions").is_none());
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! * `admin`: the admin API connection, its cluster and the control service that
 //!   long-polls it (a singleton bootstrap extension, or in [`ControlMode::Worker`] a
 //!   `control` section of the plugin configuration: [`plugin_configuration`]).
+//! * `rls`: Envoy's native rate limit filter pointed at Sluice's rate limit service
+//!   ([`RlsService`]), its cluster and the route's `rate_limits`.
 //! * `options`: [`EnvoyConfigOptions`], everything the bootstrap depends on.
 //! * `plugin`: the filter's `http_filters` entry, its VM and its plugin configuration.
 //! * `output`: [`Bootstrap`], written as YAML under a header that says how to run it.
@@ -29,6 +31,7 @@ mod options;
 mod output;
 mod plugin;
 pub mod render;
+mod rls;
 #[cfg(test)]
 mod testing;
 
@@ -43,4 +46,5 @@ pub use options::{
 };
 pub use output::Bootstrap;
 pub use plugin::{PLUGIN_NAME, WASM_FILTER, plugin_configuration};
+pub use rls::{RLS_CLUSTER, RlsAction, RlsService};
 pub use sluice_core::listening::Scheme;

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use sluice_core::config::FilterConfigSpec;
 
 use crate::admin::AdminConnection;
+use crate::rls::RlsService;
 
 /// Envoy's usual admin address.
 pub const DEFAULT_ENVOY_ADMIN: SocketAddr =
@@ -109,6 +110,9 @@ pub struct EnvoyConfigOptions {
     pub upstream_protocol: UpstreamProtocol,
     /// Where the control service runs, with an admin API.
     pub control_mode: ControlMode,
+    /// Set: Envoy's native rate limit filter asks Sluice's rate limit service instead of
+    /// running the wasm filter (`filter_wasm`, `plugin` and `admin` are then not used).
+    pub rls: Option<RlsService>,
 }
 
 impl EnvoyConfigOptions {
@@ -124,6 +128,7 @@ impl EnvoyConfigOptions {
             admin: None,
             upstream_protocol: UpstreamProtocol::default(),
             control_mode: ControlMode::default(),
+            rls: None,
         }
     }
 }

@@ -63,6 +63,17 @@ impl AdminServer {
         AdminServer::start_with(None, Some(url.to_string()), None)
     }
 
+    /// Starts a server that also serves Envoy's rate limit service on a free loopback
+    /// port (`--rls-listen 127.0.0.1:0`), its buckets in the Redis at `redis` if given.
+    pub fn start_rls(redis: Option<&str>) -> AdminServer {
+        AdminServer::start_full(None, redis.map(str::to_string), None, true)
+    }
+
+    /// Where it serves the rate limit service (see [`AdminServer::start_rls`]).
+    pub fn rls_addr(&self) -> SocketAddr {
+        self.api.rls().expect("started with --rls-listen").addr
+    }
+
     /// Starts a server on the database at `url` (`postgres://…`, or `sqlite://…`) rather
     /// than a fresh SQLite file; [`AdminServer::restart`] comes back on the same one.
     pub fn start_on_database(url: &str) -> AdminServer {
@@ -73,6 +84,15 @@ impl AdminServer {
         database: Option<String>,
         redis: Option<String>,
         tls: Option<ServeTls>,
+    ) -> AdminServer {
+        AdminServer::start_full(database, redis, tls, false)
+    }
+
+    fn start_full(
+        database: Option<String>,
+        redis: Option<String>,
+        tls: Option<ServeTls>,
+        rls: bool,
     ) -> AdminServer {
         let dir = tempfile::Builder::new()
             .prefix("sluice-admin-")
@@ -90,6 +110,11 @@ impl AdminServer {
                 "--tls-key".into(),
                 tls.key.display().to_string(),
             ];
+        }
+        if rls {
+            serve
+                .flags
+                .extend(["--rls-listen".into(), "127.0.0.1:0".into()]);
         }
         let api = AdminApi::start(&serve).unwrap_or_else(|err| panic!("{err:#}"));
         let server = AdminServer { api, tls, dir };

@@ -12,7 +12,7 @@ use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
 use sluice_envoy_config::{
     self as envoy_config, AdminConnection, ControlMode, EnvoyConfigOptions, LISTENER_NAME,
-    PluginConfig, WASM_FILTER,
+    PluginConfig, RlsService, WASM_FILTER,
 };
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats};
 
@@ -57,6 +57,9 @@ pub struct EnvoyOptions {
     /// discovery (ECDS, as Istio delivers a `WasmPlugin`) instead of inline, so a test can
     /// replace it while Envoy runs ([`Envoy::replace_filter`]).
     pub filter_discovery: bool,
+    /// Envoy's native rate limit filter asking Sluice's rate limit service instead of the
+    /// wasm filter (set `wasm_filter: false` too).
+    pub rls: Option<RlsService>,
 }
 
 impl Default for EnvoyOptions {
@@ -76,6 +79,7 @@ impl Default for EnvoyOptions {
             admin: None,
             control_mode: ControlMode::Singleton,
             filter_discovery: false,
+            rls: None,
         }
     }
 }
@@ -171,6 +175,7 @@ impl Envoy {
         config.admin = options.admin.clone();
         config.upstream_protocol = options.upstream_protocol;
         config.control_mode = options.control_mode;
+        config.rls = options.rls.clone();
         let mut bootstrap = envoy_config::build(&config).context("generating the Envoy config")?;
         let discovered_filter = if options.filter_discovery {
             let path = dir.path().join("sluice-filter.json");

@@ -40,6 +40,76 @@ pub(super) struct Metrics {
     pub(super) long_polls: Gauge,
     /// Open connections and connections refused over the cap, by [`crate::conn`].
     pub(super) connections: ConnectionMetrics,
+    /// Envoy's rate limit service (`--rls-listen`, [`crate::rls`]).
+    pub(super) rls: RlsMetrics,
+}
+
+/// What Envoy's rate limit service counts (see [`crate::rls`]). Every label comes from a
+/// fixed set, never from a request.
+#[derive(Debug, Clone, Default)]
+pub struct RlsMetrics {
+    /// `ShouldRateLimit` calls answered, by `overall_code` (`ok`, `over_limit`) or refused
+    /// (`invalid`).
+    pub(crate) requests: Family<CodeLabel, Counter>,
+    /// Descriptors decided, by outcome (`allowed`, `denied`, `shadow_denied`,
+    /// `unlimited`, `failed_open`, `failed_closed`).
+    pub(crate) descriptors: Family<OutcomeLabel, Counter>,
+    /// Requests whose buckets could not be charged, by reason.
+    pub(crate) failures: Family<ReasonLabel, Counter>,
+    /// gRPC connections open now, and refused over the cap.
+    pub(crate) connections: ConnectionMetrics,
+    /// RLS rules in force.
+    pub(crate) rules: Gauge,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CodeLabel {
+    pub(crate) code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OutcomeLabel {
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabel {
+    pub(crate) reason: &'static str,
+}
+
+impl RlsMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "sluice_rls_requests",
+            "Rate limit service (RLS) calls answered, by overall code (ok, over_limit), or refused (invalid)",
+            self.requests.clone(),
+        );
+        registry.register(
+            "sluice_rls_descriptors",
+            "RLS descriptors decided, by outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed)",
+            self.descriptors.clone(),
+        );
+        registry.register(
+            "sluice_rls_failures",
+            "RLS calls whose buckets could not be charged (decided by the rules' failure modes), by reason",
+            self.failures.clone(),
+        );
+        registry.register(
+            "sluice_rls_open_connections",
+            "gRPC connections open now on the RLS listener",
+            self.connections.open.clone(),
+        );
+        registry.register(
+            "sluice_rls_refused_connections",
+            "RLS connections closed at once because --rls-max-connections were open",
+            self.connections.refused.clone(),
+        );
+        registry.register(
+            "sluice_rls_rules",
+            "Rules with a descriptor section in force (RLS rules)",
+            self.rules.clone(),
+        );
+    }
 }
 
 /// What the accept loop counts (see [`crate::conn`]).
@@ -64,6 +134,8 @@ impl Metrics {
         let ruleset_version = Gauge::default();
         let long_polls = Gauge::default();
         let connections = ConnectionMetrics::default();
+        let rls = RlsMetrics::default();
+        rls.register(&mut registry);
         registry.register(
             "sluice_admin_open_connections",
             "HTTP connections open now, on every listener (handshaking, idle or busy)",
@@ -109,6 +181,7 @@ impl Metrics {
             ruleset_version,
             long_polls,
             connections,
+            rls,
         }
     }
 

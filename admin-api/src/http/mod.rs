@@ -56,7 +56,9 @@ use utoipa_axum::routes;
 pub(crate) use body::{MAX_BODY_BYTES, header_items};
 pub(crate) use error::ApiError;
 pub(crate) use metrics::ConnectionMetrics;
+pub(crate) use metrics::{CodeLabel, OutcomeLabel, ReasonLabel, RlsMetrics};
 use operations::{healthz, observe, readyz};
+pub(crate) use reports::ReportBody;
 pub use state::{AppState, VERSION_FOLLOW_INTERVAL};
 
 /// The `/api/v1` routes, with their OpenAPI description.

@@ -127,7 +127,7 @@ impl AppState {
         &self.inner.pipeline
     }
 
-    /// The coordinator of global buckets.
+    /// The coordinator of global buckets, whose store Envoy's rate limit service charges too.
     pub(crate) fn coordinator(&self) -> &Coordinator {
         &self.inner.coordinator
     }
@@ -231,6 +231,16 @@ impl AppState {
     /// The accept loop's gauge of open connections and counter of refused ones.
     pub(crate) fn connection_metrics(&self) -> ConnectionMetrics {
         self.inner.metrics.connections.clone()
+    }
+
+    /// What Envoy's rate limit service counts.
+    pub(crate) fn rls_metrics(&self) -> &super::RlsMetrics {
+        &self.inner.metrics.rls
+    }
+
+    /// The newest committed ruleset version, followed.
+    pub(crate) fn versions(&self) -> watch::Receiver<u64> {
+        self.inner.version.subscribe()
     }
 
     /// The live metrics streams open now.

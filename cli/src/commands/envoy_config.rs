@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use sluice_core::config::DEFAULT_SLOTS;
 use sluice_envoy_config::{
     AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
-    EnvoyConfigOptions, PluginConfig, Upstream, UpstreamProtocol,
+    EnvoyConfigOptions, PluginConfig, RlsAction, RlsService, Upstream, UpstreamProtocol,
 };
 
 use super::{Failure, FailureModeArg, filter_spec, write_output};
@@ -31,8 +31,14 @@ pub struct EnvoyConfigArgs {
     upstream_protocol: UpstreamProtocol,
 
     /// The built filter (sluice_filter.wasm); written into the config as an absolute path.
-    #[arg(long, value_name = "PATH.wasm")]
-    filter: PathBuf,
+    /// Not with --rls.
+    #[arg(
+        long,
+        value_name = "PATH.wasm",
+        required_unless_present = "rls",
+        conflicts_with = "rls"
+    )]
+    filter: Option<PathBuf>,
 
     /// Rules enforced from start-up: a JSON or YAML list of rules (or `{rules: [...]}`).
     #[arg(long, value_name = "FILE.json|.yaml|.yml")]
@@ -118,13 +124,62 @@ pub struct EnvoyConfigArgs {
     /// Gateway allow). The admin API's cluster is written either way.
     #[arg(long, value_enum, value_name = "MODE", requires = "admin_url")]
     control: Option<ControlMode>,
+    /// Instead of the wasm filter, Envoy's native rate limit filter
+    /// (envoy.filters.http.ratelimit) asking Sluice's rate limit service at this address
+    /// (`sluice serve --rls-listen`), with X-RateLimit headers, failing open.
+    #[arg(long, value_name = "IP:PORT", conflicts_with_all = ["admin_url", "rules"])]
+    rls: Option<SocketAddr>,
+    /// The descriptor domain the native filter sends (rules' `descriptor.domain`).
+    #[arg(
+        long,
+        value_name = "DOMAIN",
+        default_value = "sluice",
+        requires = "rls"
+    )]
+    rls_domain: String,
+    /// One entry of the descriptor each request sends, in order: remote_address,
+    /// header:NAME=KEY or generic:KEY=VALUE (repeat the flag) [default: remote_address].
+    #[arg(long, value_name = "ACTION", requires = "rls")]
+    rls_action: Vec<RlsAction>,
+    /// How long Envoy waits for the rate limit service before letting the request through.
+    #[arg(long, value_name = "MS", default_value_t = 100, requires = "rls")]
+    rls_timeout_ms: u32,
+    /// Refuse requests when the rate limit service does not answer in time.
+    #[arg(long, requires = "rls")]
+    rls_fail_closed: bool,
 }
 
 /// Renders the bootstrap to `--output` or standard output. Wrong rules, flags or files
 /// are [`Failure::BadInput`], each named where it must be fixed.
 pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
-    let filter = std::path::absolute(&args.filter)
-        .with_context(|| format!("resolving the filter path {}", args.filter.display()))?;
+    if let Some(addr) = args.rls {
+        let mut options = EnvoyConfigOptions::new(args.listen, args.upstream, PathBuf::new());
+        options.concurrency = args.concurrency;
+        options.upstream_protocol = args.upstream_protocol;
+        options.envoy_admin = args.envoy_admin;
+        options.config_path = args.output.clone();
+        let actions = if args.rls_action.is_empty() {
+            vec![RlsAction::RemoteAddress]
+        } else {
+            args.rls_action.clone()
+        };
+        options.rls = Some(RlsService {
+            addr,
+            domain: args.rls_domain.clone(),
+            actions,
+            timeout_ms: args.rls_timeout_ms,
+            fail_closed: args.rls_fail_closed,
+        });
+        let yaml = sluice_envoy_config::render(&options).map_err(anyhow::Error::from)?;
+        return write_output(args.output.as_deref(), &yaml);
+    }
+    let Some(filter) = &args.filter else {
+        return Err(Failure::BadInput(
+            "--filter is required without --rls".into(),
+        ));
+    };
+    let filter = std::path::absolute(filter)
+        .with_context(|| format!("resolving the filter path {}", filter.display()))?;
     if !filter.is_file() {
         eprintln!(
             "warning: {} does not exist yet; Envoy will fail to load the filter until it does \

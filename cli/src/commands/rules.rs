@@ -87,12 +87,27 @@ pub enum RulesCommand {
         /// `X-Forwarded-For` hops to trust for `remote_address` (0: the TCP peer).
         #[arg(long, default_value_t = 0)]
         trusted_hops: u32,
+        /// What the rules are for: `filter` (HTTP rules for the wasm filter, bound to
+        /// requests by --envoy or --header) or `rls` (rules with a `descriptor`, for
+        /// `sluice serve --rls-listen`: Envoy's native ratelimit filter keeps sending the
+        /// descriptors it sends envoyproxy/ratelimit).
+        #[arg(long = "for", value_enum, default_value_t = ImportFor::Filter, conflicts_with_all = ["envoy", "headers"])]
+        target: ImportFor,
         #[arg(long, value_enum, default_value_t = FormatArg::Yaml)]
         format: FormatArg,
         /// Write to this file instead of standard output.
         #[arg(long, short, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+}
+
+/// What `rules import` writes rules for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFor {
+    /// The wasm filter: HTTP matches and client keys.
+    Filter,
+    /// Sluice's rate limit service: descriptor rules.
+    Rls,
 }
 
 /// The configurations `rules import` reads.
@@ -186,6 +201,7 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
             envoy,
             headers,
             trusted_hops,
+            target,
             format,
             output,
         } => import_envoy_ratelimit(
@@ -195,6 +211,7 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
                 headers: headers.into_iter().collect(),
                 trusted_hops,
             },
+            target,
             format,
             output.as_deref(),
         )?,
@@ -208,6 +225,7 @@ fn import_envoy_ratelimit(
     file: &Path,
     envoy: Option<&Path>,
     bindings: &Bindings,
+    target: ImportFor,
     format: FormatArg,
     output: Option<&Path>,
 ) -> Result<(), Failure> {
@@ -217,8 +235,11 @@ fn import_envoy_ratelimit(
     };
     let config = read(file)?;
     let envoy_text = envoy.map(read).transpose()?;
-    let import = envoy_ratelimit::import(&config, envoy_text.as_deref(), bindings)
-        .map_err(|e| Failure::BadInput(e.to_string()))?;
+    let import = match target {
+        ImportFor::Filter => envoy_ratelimit::import(&config, envoy_text.as_deref(), bindings),
+        ImportFor::Rls => envoy_ratelimit::import_for_rls(&config),
+    }
+    .map_err(|e| Failure::BadInput(e.to_string()))?;
     for skipped in &import.skipped {
         eprintln!("skipped {}: {}", skipped.what, skipped.why);
     }

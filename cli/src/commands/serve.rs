@@ -12,10 +12,12 @@ use sluice_admin::http::AppState;
 use sluice_admin::http::failed_auth::FailureLimit;
 use sluice_admin::http::report_guard::ReportRate;
 use sluice_admin::pipeline::MetricsConfig;
+use sluice_admin::rls::RlsLimits;
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap, BootstrapError, ServeOptions};
 use sluice_coordinator::Backend;
 use sluice_coordinator::guard;
 use sluice_coordinator::redis::RedisBuckets;
+use sluice_core::listening::{RlsListening, Scheme};
 
 use super::Failure;
 use super::database::{DatabaseArgs, open_store, redact};
@@ -118,6 +120,26 @@ pub struct ServeArgs {
     /// metrics can be kept off the network the API is reached from.
     #[arg(long, value_name = "IP:PORT")]
     metrics_listen: Option<SocketAddr>,
+
+    /// Also serve Envoy's rate limit service (envoy.service.ratelimit.v3, gRPC) on this
+    /// address, with the same TLS as --listen: rules with a `descriptor` decide it (see
+    /// docs/rls.md). It authenticates no one: keep it on loopback or a mesh-internal
+    /// address.
+    #[arg(long, value_name = "IP:PORT")]
+    rls_listen: Option<SocketAddr>,
+
+    /// gRPC connections open at once on --rls-listen; more are closed at once.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::rls::MAX_CONNECTIONS)]
+    rls_max_connections: usize,
+
+    /// Calls in flight on one --rls-listen connection (HTTP/2 streams).
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::rls::MAX_STREAMS)]
+    rls_max_streams: u32,
+
+    /// How long one rate limit service call may take before it is answered
+    /// DEADLINE_EXCEEDED.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    rls_request_timeout: Duration,
 }
 
 fn init_logging() {
@@ -171,6 +193,13 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         max_connections: args.max_connections,
     };
     limits.check().map_err(Failure::BadInput)?;
+    let rls_limits = RlsLimits {
+        max_connections: args.rls_max_connections,
+        max_streams: args.rls_max_streams,
+        request_timeout: args.rls_request_timeout,
+        tls_handshake_timeout: args.tls_handshake_timeout,
+    };
+    rls_limits.check().map_err(Failure::BadInput)?;
     let store = open_store(&args.db).await?;
     let env_token = std::env::var(ADMIN_TOKEN_ENV).ok();
     let bootstrap = match server::bootstrap_admin(&store, env_token.as_deref()).await {
@@ -239,6 +268,8 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         limits,
         tls,
         metrics_listen: args.metrics_listen,
+        rls_listen: args.rls_listen,
+        rls_limits,
     };
     let server = server::start_with(state, args.listen, options)
         .await
@@ -247,7 +278,11 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             None => format!("listening on {}", args.listen),
         })?;
     // One stable line on stdout for scripts and tests that start `sluice serve` on port 0
-    // (`sluice_core::listening` reads it back).
+    // (`sluice_core::listening` reads it back); the rate limit service's first.
+    if let Some(addr) = server.rls_addr() {
+        let tls = server.listening().scheme == Scheme::Https;
+        println!("{}", RlsListening { tls, addr });
+    }
     println!("{}", server.listening());
     let _ = std::io::stdout().flush();
     tracing::info!(

@@ -48,6 +48,8 @@ pub struct Rule {
     pub rate_limit_headers: bool,
     /// What a denied gRPC call gets in `grpc-status`.
     pub grpc_status: GrpcStatus,
+    /// Set: an RLS rule, which the filter never matches (see [`crate::rls`]).
+    pub descriptor: Option<crate::rls::DescriptorMatch>,
     /// The spec this rule was built from, kept for export and diffs.
     pub spec: RuleSpec,
 }
@@ -77,6 +79,7 @@ impl TryFrom<RuleSpec> for Rule {
         let limits = Limit::build_all(&id, &spec.limits, "limits", &mut problems);
         let cost = Cost::build(&spec.cost, &mut problems);
         let overrides = build_overrides(&id, &spec.overrides, &mut problems);
+        let descriptor = crate::rls::descriptor::for_rule(&spec, &mut problems);
         let (Some(key), Some(cost)) = (key, cost) else {
             // Building either one failed, and that recorded why.
             return Err(problems.into_errors());
@@ -96,6 +99,7 @@ impl TryFrom<RuleSpec> for Rule {
             status: spec.response.status,
             rate_limit_headers: spec.response.rate_limit_headers,
             grpc_status: spec.response.grpc_status,
+            descriptor,
             spec,
         })
     }

@@ -117,7 +117,7 @@ impl Ruleset {
             .rules
             .iter()
             .zip(&self.rendered)
-            .filter(|(r, _)| r.enabled && r.matcher.matches(request));
+            .filter(|(r, _)| r.enabled && r.descriptor.is_none() && r.matcher.matches(request));
         for (rule, rendered) in matching {
             decision.matched_rules += 1;
             let Some(client) = rule.key.extract(request) else {

@@ -38,7 +38,7 @@ pub struct Ruleset {
 /// What the enabled rules of `rules` read from a request.
 fn needs_of(rules: &[Rule]) -> RequestNeeds {
     let mut needs = RequestNeeds::default();
-    for rule in rules.iter().filter(|r| r.enabled) {
+    for rule in rules.iter().filter(|r| r.enabled && r.descriptor.is_none()) {
         rule.add_needs(&mut needs);
     }
     needs

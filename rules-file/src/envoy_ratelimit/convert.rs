@@ -329,6 +329,7 @@ fn rule_for(
         overrides,
         failure_mode: None,
         response: Default::default(),
+        descriptor: None,
     };
     Ok((rule, notes))
 }
@@ -371,7 +372,7 @@ fn merge(into: &mut MatchSpec, conditions: MatchSpec) -> Result<(), String> {
 
 /// A token bucket as close as it gets to a fixed window of `requests` per period: the
 /// same number admitted at once, refilled at the same average rate.
-fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
+pub(super) fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
     let period = match period_seconds {
         1 => PeriodSpec::Named(NamedPeriod::Second),
         60 => PeriodSpec::Named(NamedPeriod::Minute),
@@ -387,7 +388,7 @@ fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
     }
 }
 
-fn default_name(domain: &str, path: &[Entry]) -> String {
+pub(super) fn default_name(domain: &str, path: &[Entry]) -> String {
     let mut parts = vec![domain.to_string()];
     for e in path {
         parts.push(e.key.clone());
@@ -400,7 +401,7 @@ fn default_name(domain: &str, path: &[Entry]) -> String {
 
 /// A rule name Sluice accepts: letters, digits, `-`, `_` and `.`, starting with a letter
 /// or digit, at most 64 characters.
-fn identifier(raw: &str) -> String {
+pub(super) fn identifier(raw: &str) -> String {
     let mut name: String = raw
         .chars()
         .map(|c| {
@@ -419,7 +420,7 @@ fn identifier(raw: &str) -> String {
     name
 }
 
-fn unique_name(base: &str, taken: &mut BTreeSet<String>) -> String {
+pub(super) fn unique_name(base: &str, taken: &mut BTreeSet<String>) -> String {
     let mut name = base.to_string();
     let mut n = 2;
     while !taken.insert(name.clone()) {

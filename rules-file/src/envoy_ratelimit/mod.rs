@@ -26,15 +26,20 @@
 //! What has no Sluice equivalent is not guessed at: [`Import::skipped`] says what was left
 //! out and why, and the user decides.
 //!
+//! For Sluice's own rate limit service ([`import_for_rls`], `--for rls`) none of that is
+//! needed: each limit becomes a rule whose `descriptor` is its path in the tree.
+//!
 //! The parts, each using only those before it: `report` (what an import returns),
 //! `config` (the ratelimit configuration and the limits in its tree), `bindings` (which
 //! requests produce a descriptor: the Envoy configuration's `rate_limits`, or conventions
-//! and flags), `convert` (limits on their bindings to rules).
+//! and flags), `convert` (limits on their bindings to rules), `rls` (limits to rules of
+//! the rate limit service).
 
 mod bindings;
 mod config;
 mod convert;
 mod report;
+mod rls;
 
 pub use bindings::Bindings;
 pub use report::{Import, ImportError, Skipped};
@@ -42,6 +47,7 @@ pub use report::{Import, ImportError, Skipped};
 use bindings::envoy_sites;
 use config::{limits, parse};
 use convert::convert;
+use rls::convert_for_rls;
 
 /// Converts an envoy-ratelimit configuration (YAML, as that service reads it). With
 /// `envoy` (an Envoy configuration in YAML or JSON: a bootstrap, a listener or a route
@@ -60,6 +66,17 @@ pub fn import(
     };
     let found = limits(&config, &mut out.skipped);
     convert(&config.domain, found, sites.as_deref(), bindings, &mut out);
+    Ok(out)
+}
+
+/// Converts an envoy-ratelimit configuration into rules for Sluice's rate limit service
+/// (`sluice serve --rls-listen`): each limit a rule whose `descriptor` is its path in the
+/// tree, so Envoy's existing `rate_limits` actions keep working unchanged.
+pub fn import_for_rls(config: &str) -> Result<Import, ImportError> {
+    let config = parse(config)?;
+    let mut out = Import::default();
+    let found = limits(&config, &mut out.skipped);
+    convert_for_rls(&config.domain, found, &mut out);
     Ok(out)
 }
 
@@ -192,6 +209,62 @@ mod tests {
             "{why:?}"
         );
         assert!(why.iter().any(|w| w.contains("no fixed length")), "{why:?}");
+    }
+
+    #[test]
+    fn for_the_rate_limit_service_every_limit_is_a_descriptor_rule_and_the_most_specific_wins() {
+        let config = "domain: messaging\ndescriptors:\n  - key: message_type\n    value: marketing\n    descriptors:\n      - key: to_number\n        rate_limit: {unit: day, requests_per_unit: 5}\n  - key: to_number\n    rate_limit: {unit: day, requests_per_unit: 100}\n  - key: to_number\n    value: \"+15550000\"\n    shadow_mode: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n  - key: tenant\n    descriptors:\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 50}\n      - key: user\n        value: root\n        rate_limit: {unlimited: true}\n";
+        let import = import_for_rls(config).unwrap();
+        assert!(import.skipped.is_empty(), "{:?}", import.skipped);
+        let ruleset = Ruleset::from_specs(import.rules.clone()).unwrap();
+        let rls = sluice_core::rls::RlsRules::from_rules(ruleset.rules());
+        assert_eq!(rls.len(), 5);
+        let request = |descriptors: &[&[(&str, &str)]]| sluice_core::rls::RlsRequest {
+            domain: "messaging".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|entries| sluice_core::rls::RlsDescriptor {
+                    entries: entries
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    hits_addend: None,
+                })
+                .collect(),
+            hits_addend: 1,
+        };
+        let plan = rls.plan(&request(&[
+            &[("message_type", "marketing"), ("to_number", "+1555")],
+            &[("to_number", "+1555")],
+            &[("to_number", "+15550000")],
+            &[("tenant", "t"), ("user", "root")],
+            &[("tenant", "t"), ("user", "u")],
+        ]));
+        let decided: Vec<(u64, bool)> = plan
+            .descriptors
+            .iter()
+            .map(|d| {
+                let m = d.rule.as_ref().unwrap();
+                (m.charges[0].limit.requests, m.shadow)
+            })
+            .collect();
+        assert_eq!(
+            decided,
+            [
+                (5, false),
+                (100, false),
+                (1, true),
+                (MAX_REQUESTS, false),
+                (50, false)
+            ]
+        );
+        let rule = json(&import.rules[0]);
+        assert_eq!(rule["key"], "global");
+        assert_eq!(
+            rule["descriptor"],
+            serde_json::json!({"domain": "messaging", "entries": [{"key": "message_type", "value": "marketing"}, {"key": "to_number"}]})
+        );
+        assert_eq!(import.notes.len(), 1, "{:?}", import.notes);
     }
 
     const ENVOY: &str = r#"

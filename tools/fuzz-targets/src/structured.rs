@@ -186,6 +186,8 @@ pub fn rule(u: &mut Unstructured<'_>) -> Result<RuleSpec> {
         } else {
             ResponseSpec::default()
         },
+        // Rules for Envoy's rate limit service are decided outside the filter.
+        descriptor: None,
     })
 }
 

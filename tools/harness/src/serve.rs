@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
-use sluice_core::listening::Listening;
+use sluice_core::listening::{Listening, RlsListening};
 
 use crate::cmd;
 use crate::http::http_request;
@@ -54,17 +54,20 @@ pub struct AdminApi {
     serve: Serve,
     child: Option<Child>,
     listening: Listening,
+    /// What it said of `--rls-listen`, if given.
+    rls: Option<RlsListening>,
     bearer: String,
 }
 
 impl AdminApi {
     /// Starts a server on a free loopback port.
     pub fn start(serve: &Serve) -> Result<AdminApi> {
-        let (child, listening) = spawn(serve, SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let (child, listening, rls) = spawn(serve, SocketAddr::from(([127, 0, 0, 1], 0)))?;
         Ok(AdminApi {
             serve: serve.clone(),
             child: Some(child),
             listening,
+            rls,
             bearer: format!("Bearer {ADMIN_TOKEN}"),
         })
     }
@@ -80,9 +83,10 @@ impl AdminApi {
     /// Starts it again on the same address and database.
     pub fn restart(&mut self) -> Result<()> {
         self.kill();
-        let (child, listening) = spawn(&self.serve, self.listening.addr)?;
+        let (child, listening, rls) = spawn(&self.serve, self.listening.addr)?;
         self.child = Some(child);
         self.listening = listening;
+        self.rls = rls;
         Ok(())
     }
 
@@ -104,6 +108,11 @@ impl AdminApi {
 
     pub fn addr(&self) -> SocketAddr {
         self.listening.addr
+    }
+
+    /// Where it serves Envoy's rate limit service (`--rls-listen`), if it does.
+    pub fn rls(&self) -> Option<RlsListening> {
+        self.rls
     }
 
     /// `http://ADDRESS` (or `https://` over TLS).
@@ -190,7 +199,7 @@ impl Drop for AdminApi {
 }
 
 /// Starts `sluice serve` and waits for its listening line (`sluice_core::listening`).
-fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, Listening)> {
+fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, Listening, Option<RlsListening>)> {
     let mut command = Command::new(&serve.sluice);
     command
         .args(["serve", "--listen", &listen.to_string()])
@@ -215,15 +224,20 @@ fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, Listening)> {
     let stdout = child.stdout.take().context("no stdout")?;
     let (tx, rx) = mpsc::channel();
     // Reads to the end, so the server never blocks on a full pipe.
+    // The rate limit service's line, if any, comes first.
     std::thread::spawn(move || {
+        let mut rls = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(found) = RlsListening::parse(&line) {
+                rls = Some(found);
+            }
             if let Some(listening) = Listening::parse(&line) {
-                let _ = tx.send(listening);
+                let _ = tx.send((listening, rls));
             }
         }
     });
     match rx.recv_timeout(START_LIMIT) {
-        Ok(listening) => Ok((child, listening)),
+        Ok((listening, rls)) => Ok((child, listening, rls)),
         Err(_) => {
             let _ = child.kill();
             let _ = child.wait();

@@ -58,6 +58,9 @@ pub struct Draft {
     pub rate_limit_headers: bool,
     /// Not an input of the form: kept as loaded, so saving the form does not reset it.
     pub grpc_status: GrpcStatus,
+    /// Not an input of the form either (a rule for Envoy's rate limit service): kept as
+    /// loaded, so saving the form keeps it.
+    pub descriptor: Option<sluice_core::rls::DescriptorSpec>,
 }
 
 impl Draft {
@@ -83,6 +86,7 @@ impl Draft {
             status: Number::from(spec.response.status),
             rate_limit_headers: spec.response.rate_limit_headers,
             grpc_status: spec.response.grpc_status,
+            descriptor: spec.descriptor.clone(),
         }
     }
 
@@ -137,6 +141,7 @@ impl Draft {
                 rate_limit_headers: self.rate_limit_headers,
                 grpc_status: self.grpc_status,
             },
+            descriptor: self.descriptor.clone(),
         };
         (spec, numbers.problems)
     }
@@ -178,6 +183,7 @@ pub fn blank() -> RuleSpec {
         cost: CostSpec::default(),
         overrides: Vec::new(),
         failure_mode: None,
+        descriptor: None,
         response: ResponseSpec::default(),
     }
 }

@@ -350,3 +350,14 @@ fn each_input_gets_the_cores_problems_about_it() {
         ["overrides[1].client"]
     );
 }
+
+#[test]
+fn a_descriptor_the_form_cannot_show_is_kept() {
+    let loaded = spec(
+        r#"{"name":"rls","key":"global","limits":[{"requests":5,"period":"second"}],
+            "descriptor":{"domain":"edge","entries":[{"key":"remote_address"}]}}"#,
+    );
+    let (saved, problems) = Draft::from_spec(&loaded).to_spec();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(saved.descriptor, loaded.descriptor);
+}

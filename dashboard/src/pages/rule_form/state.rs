@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leptos::prelude::*;
+use sluice_core::rls::DescriptorSpec;
 use sluice_core::spec::{FailureMode, GrpcStatus, Mode, Scope};
 use sluice_dashboard_model::draft::{
     CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, LimitDraft,
@@ -228,6 +229,8 @@ pub(super) struct FormState {
     pub rate_limit_headers: RwSignal<bool>,
     /// No input shows it; kept so that saving the form does not reset it.
     pub grpc_status: RwSignal<GrpcStatus>,
+    /// A rate limit service rule's descriptor: no input shows it either, kept the same way.
+    pub descriptor: RwSignal<Option<DescriptorSpec>>,
 }
 
 impl FormState {
@@ -249,6 +252,7 @@ impl FormState {
             status: RwSignal::new(d.status),
             rate_limit_headers: RwSignal::new(d.rate_limit_headers),
             grpc_status: RwSignal::new(d.grpc_status),
+            descriptor: RwSignal::new(d.descriptor),
         }
     }
 
@@ -272,6 +276,7 @@ impl FormState {
             status: self.status.get(),
             rate_limit_headers: self.rate_limit_headers.get(),
             grpc_status: self.grpc_status.get(),
+            descriptor: self.descriptor.get(),
         }
     }
 }

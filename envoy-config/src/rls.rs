@@ -1,0 +1,157 @@
+//! Envoy's native rate limit filter (`envoy.filters.http.ratelimit`) pointed at Sluice's
+//! rate limit service (`sluice serve --rls-listen`), for users who choose the service
+//! over the wasm filter: the filter, its HTTP/2 cluster, and the route's `rate_limits`
+//! actions that make each request's descriptor.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use serde_json::{Value, json};
+
+/// The cluster of Sluice's rate limit service.
+pub const RLS_CLUSTER: &str = "sluice_rls";
+
+/// The native filter's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RlsService {
+    /// Where `sluice serve --rls-listen` listens.
+    pub addr: SocketAddr,
+    /// The `domain` every request names (a rule's `descriptor.domain`).
+    pub domain: String,
+    /// The actions of the one descriptor each request sends, in order (its entries).
+    pub actions: Vec<RlsAction>,
+    /// How long Envoy waits for an answer before its failure mode applies.
+    pub timeout_ms: u32,
+    /// Deny when the service cannot answer (`failure_mode_deny`); by default traffic
+    /// flows.
+    pub fail_closed: bool,
+}
+
+/// One `rate_limits` action: an entry of the descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RlsAction {
+    /// `remote_address`: the client's address (Envoy's trusted address).
+    RemoteAddress,
+    /// `request_headers`: the header's value under `key`; a request without the header
+    /// sends no descriptor.
+    Header { name: String, key: String },
+    /// `generic_key`: a fixed `value` under `key`.
+    Generic { key: String, value: String },
+}
+
+impl FromStr for RlsAction {
+    type Err = String;
+
+    /// `remote_address`, `header:NAME=KEY` or `generic:KEY=VALUE`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let pair = |rest: &str| {
+            rest.split_once('=')
+                .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        };
+        if s == "remote_address" {
+            return Ok(RlsAction::RemoteAddress);
+        }
+        if let Some((name, key)) = s.strip_prefix("header:").and_then(pair) {
+            return Ok(RlsAction::Header {
+                name: name.to_ascii_lowercase(),
+                key,
+            });
+        }
+        if let Some((key, value)) = s.strip_prefix("generic:").and_then(pair) {
+            return Ok(RlsAction::Generic { key, value });
+        }
+        Err(format!(
+            "`{s}`: give remote_address, header:NAME=KEY or generic:KEY=VALUE"
+        ))
+    }
+}
+
+impl RlsService {
+    /// The `http_filters` entry, before the router.
+    pub(crate) fn filter(&self) -> Value {
+        json!({
+            "name": "envoy.filters.http.ratelimit",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+                "domain": self.domain,
+                "timeout": format!("{}s", f64::from(self.timeout_ms) / 1000.0),
+                "failure_mode_deny": self.fail_closed,
+                "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+                "rate_limit_service": {
+                    "transport_api_version": "V3",
+                    "grpc_service": { "envoy_grpc": { "cluster_name": RLS_CLUSTER } },
+                },
+            },
+        })
+    }
+
+    /// The service's cluster: HTTP/2 (gRPC), one static endpoint.
+    pub(crate) fn cluster(&self) -> Value {
+        json!({
+            "name": RLS_CLUSTER,
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "typed_extension_protocol_options": {
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                    "explicit_http_config": { "http2_protocol_options": {} },
+                },
+            },
+            "load_assignment": {
+                "cluster_name": RLS_CLUSTER,
+                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": {
+                    "socket_address": {
+                        "address": self.addr.ip().to_string(),
+                        "port_value": self.addr.port(),
+                    },
+                } } }] }],
+            },
+        })
+    }
+
+    /// The route's `rate_limits`: one descriptor made of the actions in order.
+    pub(crate) fn rate_limits(&self) -> Value {
+        let actions: Vec<Value> = self
+            .actions
+            .iter()
+            .map(|action| match action {
+                RlsAction::RemoteAddress => json!({ "remote_address": {} }),
+                RlsAction::Header { name, key } => json!({ "request_headers": {
+                    "header_name": name, "descriptor_key": key,
+                } }),
+                RlsAction::Generic { key, value } => json!({ "generic_key": {
+                    "descriptor_key": key, "descriptor_value": value,
+                } }),
+            })
+            .collect();
+        json!([{ "actions": actions }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_are_read_from_their_flags() {
+        assert_eq!("remote_address".parse(), Ok(RlsAction::RemoteAddress));
+        assert_eq!(
+            "header:X-Api-Key=api_key".parse(),
+            Ok(RlsAction::Header {
+                name: "x-api-key".into(),
+                key: "api_key".into()
+            })
+        );
+        assert_eq!(
+            "generic:path=/login".parse(),
+            Ok(RlsAction::Generic {
+                key: "path".into(),
+                value: "/login".into()
+            })
+        );
+        for bad in ["header:x", "generic:=v", "cookie:a=b", ""] {
+            assert!(bad.parse::<RlsAction>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Sluice as Envoy's rate limit service: a real Envoy with the native ratelimit filter
+//! (`envoy.filters.http.ratelimit`, as `sluice envoy-config --rls` writes it) asking
+//! `sluice serve --rls-listen 127.0.0.1:0`, with rules that have a `descriptor`, buckets in
+//! memory (SQLite) and in Redis. Loads run for a duration and every assertion allows for a
+//! slow machine: a ceiling from the client's outer window, a floor from its inner one.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sluice_envoy_config::RlsService;
+use sluice_harness::{RedisServer, redis_available};
+use sluice_tests::{
+    ADMIN_TOKEN, AdminServer, Artifacts, Client, Envoy, EnvoyOptions, Method, Req, Upstream,
+    wait_for,
+};
+
+const CONNECTIONS: usize = 8;
+const RATE: f64 = 50.0;
+const BURST: f64 = 50.0;
+
+/// 50 a second per API key, burst 50, decided for descriptors `(api_key, KEY)` of domain
+/// `edge`.
+fn per_key_rule(requests: u64, burst: u64) -> Value {
+    json!({
+        "name": "per-key", "key": "global",
+        "limits": [{"requests": requests, "period": "second", "burst": burst}],
+        "descriptor": {"domain": "edge", "entries": [{"key": "api_key"}]}
+    })
+}
+
+/// The server with `rule` in force for its rate limit service, and an Envoy asking it.
+struct Setup {
+    _upstream: Upstream,
+    admin: AdminServer,
+    envoy: Envoy,
+}
+
+impl Setup {
+    fn start(redis: Option<&str>, rule: Value) -> Setup {
+        let admin = AdminServer::start_rls(redis);
+        let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule));
+        assert_eq!(status, 201, "{body}");
+        wait_for("the RLS rule in force", Duration::from_secs(5), || {
+            admin.metrics_text().contains("sluice_rls_rules 1")
+        });
+        let actions = vec!["header:x-api-key=api_key".parse().unwrap()];
+        Setup::with_envoy(admin, actions)
+    }
+
+    fn with_envoy(admin: AdminServer, actions: Vec<sluice_envoy_config::RlsAction>) -> Setup {
+        let upstream = Upstream::start();
+        let envoy = Envoy::start(EnvoyOptions {
+            wasm_filter: false,
+            upstream: upstream.target(),
+            rls: Some(RlsService {
+                addr: admin.rls_addr(),
+                domain: "edge".into(),
+                actions,
+                // Generous: a decision that times out fails open, which the ceiling
+                // below would catch as over-admission on a slow machine.
+                timeout_ms: 2_000,
+                fail_closed: false,
+            }),
+            ..Default::default()
+        });
+        Setup {
+            _upstream: upstream,
+            admin,
+            envoy,
+        }
+    }
+
+    fn metric(&self, line_prefix: &str) -> f64 {
+        self.admin
+            .metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix(line_prefix))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+}
+
+fn keyed(key: &str) -> Req {
+    Req::get("/rls").header("x-api-key", key)
+}
+
+/// Drives one key for 3 s: admitted never exceeds `burst + rate × elapsed`, and falls
+/// short of what refilled while Envoy was surely deciding by at most 3 %; a denial carries
+/// Envoy's X-RateLimit headers with Sluice's figures.
+fn check_a_limit_binds(setup: &Setup) {
+    let client = Client::connect(setup.envoy.listener_addr(), CONNECTIONS);
+    let counts = client.run_for(Duration::from_secs(3), |_| keyed("alice"));
+    assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
+    let admitted = counts.total.get(200) as f64;
+    let denied = counts.total.get(429) as f64;
+    assert!(
+        denied > admitted,
+        "the load must keep the bucket drained: {counts:?}"
+    );
+    let ceiling = BURST + RATE * counts.elapsed.as_secs_f64();
+    assert!(
+        admitted <= ceiling,
+        "over-admission: {admitted} admitted, at most {ceiling:.1} in {:.3} s",
+        counts.elapsed.as_secs_f64()
+    );
+    let floor = BURST + RATE * counts.total.busy().as_secs_f64();
+    assert!(
+        admitted >= floor * 0.97 - 1.0,
+        "under-admission: {admitted} admitted, {floor:.1} refilled in {:.3} s",
+        counts.total.busy().as_secs_f64()
+    );
+    for reason in ["unavailable", "contended", "max_buckets"] {
+        let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");
+        assert_eq!(setup.metric(&line), 0.0, "{reason}");
+    }
+
+    // The bucket refills one token every 20 ms: of a few quick requests, one is denied.
+    let denied = (0..100)
+        .map(|_| client.send(keyed("alice")))
+        .find(|r| r.status == 429)
+        .expect("a denial");
+    assert_eq!(
+        denied
+            .header("x-ratelimit-limit")
+            .map(|l| l.starts_with("50")),
+        Some(true),
+        "{denied:?}"
+    );
+    assert_eq!(
+        denied.header("x-ratelimit-remaining"),
+        Some("0"),
+        "{denied:?}"
+    );
+    assert_eq!(denied.header("x-ratelimit-reset"), Some("1"), "{denied:?}");
+    // Another key has its own bucket.
+    assert_eq!(client.send(keyed("bob")).status, 200);
+    assert!(
+        setup.metric("sluice_rls_descriptors_total{outcome=\"denied\"} ") >= denied_count(&counts)
+    );
+}
+
+fn denied_count(counts: &sluice_tests::Outcome) -> f64 {
+    counts.total.get(429) as f64
+}
+
+/// A limit far above the load: never a denial, and the headers on every answer.
+fn check_a_limit_far_above_denies_nothing(setup: &Setup) {
+    let client = Client::connect(setup.envoy.listener_addr(), CONNECTIONS);
+    let counts = client.run_for(Duration::from_secs(2), |i| keyed(&format!("k{}", i % 7)));
+    assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
+    assert_eq!(counts.total.get(429), 0, "{counts:?}");
+    assert!(counts.total.get(200) > 0);
+    let allowed = client.send(keyed("k1"));
+    assert_eq!(allowed.status, 200);
+    assert!(
+        allowed.header("x-ratelimit-remaining").is_some(),
+        "{allowed:?}"
+    );
+}
+
+#[test]
+fn rls_in_memory_a_limit_binds_exactly_with_headers() {
+    let setup = Setup::start(None, per_key_rule(50, 50));
+    check_a_limit_binds(&setup);
+}
+
+#[test]
+fn rls_in_memory_a_limit_far_above_the_load_denies_nothing() {
+    let setup = Setup::start(None, per_key_rule(1_000_000, 1_000_000));
+    check_a_limit_far_above_denies_nothing(&setup);
+}
+
+#[test]
+fn rls_on_redis_a_limit_binds_exactly_and_far_above_denies_nothing() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let setup = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    check_a_limit_binds(&setup);
+    let redis = RedisServer::start();
+    let setup = Setup::start(Some(&redis.url()), per_key_rule(1_000_000, 1_000_000));
+    check_a_limit_far_above_denies_nothing(&setup);
+}
+
+/// An envoyproxy/ratelimit configuration with nested descriptors, a value's own limit, an
+/// unlimited value and a value in shadow mode.
+const RATELIMIT_CONFIG: &str = "\
+domain: edge
+descriptors:
+  - key: generic_key
+    value: slowpath
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 5}
+      - key: api_key
+        value: acme
+        rate_limit: {unit: minute, requests_per_unit: 20}
+      - key: api_key
+        value: ops
+        rate_limit: {unlimited: true}
+      - key: api_key
+        value: beta
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+";
+
+/// `sluice ARGS...`, which must succeed; its standard error.
+fn sluice(args: &[&str]) -> String {
+    let output = std::process::Command::new(Artifacts::from_env().sluice_bin())
+        .args(args)
+        .output()
+        .expect("running sluice");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "sluice {args:?}: {stderr}");
+    stderr
+}
+
+/// The configuration imported with `--for rls` and applied as written, behind the same
+/// Envoy `rate_limits` actions (`generic_key` slowpath, then the API key header): within
+/// one minute each client gets what that configuration gives it (the fixed window's count
+/// is the bucket's burst; a refill of a few a minute adds at most one over the test).
+#[test]
+fn rls_imported_ratelimit_configuration_serves_the_same_traffic_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, RATELIMIT_CONFIG).unwrap();
+    let rules = dir.path().join("rules.yaml");
+    let (config, rules) = (config.display().to_string(), rules.display().to_string());
+    let stderr = sluice(&[
+        "rules",
+        "import",
+        "--from",
+        "envoy-ratelimit",
+        "--for",
+        "rls",
+        &config,
+        "-o",
+        &rules,
+    ]);
+    assert!(
+        stderr.contains("converted 4 rule(s); 0 part(s) skipped"),
+        "{stderr}"
+    );
+    let admin = AdminServer::start_rls(None);
+    let url = admin.url();
+    sluice(&[
+        "rules",
+        "apply",
+        "-f",
+        &rules,
+        "--url",
+        &url,
+        "--token",
+        ADMIN_TOKEN,
+    ]);
+    wait_for(
+        "the imported rules in force",
+        Duration::from_secs(5),
+        || admin.metrics_text().contains("sluice_rls_rules 4"),
+    );
+    let setup = Setup::with_envoy(
+        admin,
+        vec![
+            "generic:generic_key=slowpath".parse().unwrap(),
+            "header:x-api-key=api_key".parse().unwrap(),
+        ],
+    );
+    let client = Client::connect(setup.envoy.listener_addr(), 2);
+    let started = std::time::Instant::now();
+    let passed = |key: &str, n: usize| client.passed(&keyed(key), n);
+    let alice = passed("alice", 10);
+    let acme = passed("acme", 30);
+    let ops = passed("ops", 30);
+    let beta = passed("beta", 5);
+    let unkeyed = client.passed(&Req::get("/rls"), 5);
+    // Refills over the test's own duration, at 5 and 20 a minute.
+    let slack =
+        |per_minute: f64| (per_minute * started.elapsed().as_secs_f64() / 60.0).ceil() as usize;
+    assert!(
+        (5..=5 + slack(5.0)).contains(&alice),
+        "alice (5 a minute): {alice}"
+    );
+    assert!(
+        (20..=20 + slack(20.0)).contains(&acme),
+        "acme (its own 20 a minute): {acme}"
+    );
+    assert_eq!(ops, 30, "ops is unlimited");
+    assert_eq!(beta, 5, "beta's limit is in shadow mode");
+    assert_eq!(unkeyed, 5, "no API key: no descriptor, no limit");
+    assert!(setup.metric("sluice_rls_descriptors_total{outcome=\"shadow_denied\"} ") >= 4.0);
+}

@@ -326,7 +326,8 @@ async fn scenario(
     // The fleet: no rule here is fleet-wide, so the Envoy syncs only to stay counted, and
     // says so; the coordinator's answer times are shown.
     wait_text(web, "[data-test=fleet-sync]", "idle · every 4 s").await?;
-    wait_text(web, "[data-test=stats]", "Fleet syncs answered").await?;
+    // (The stats' labels are shown in capitals: their notes and values are matched.)
+    wait_text(web, "[data-test=stats]", "syncs in ").await?;
     wait_text(web, "[data-test=stats]", "p99 ").await?;
     eprintln!(
         "overview showed the throttling {:.1} s after the traffic",

@@ -361,12 +361,22 @@ impl LeaseEntry {
         } else {
             0
         };
-        if attempts == 0 && self.balance == 0 && self.settled && now >= self.full_at {
+        if attempts == 0
+            && self.balance == 0
+            && self.settled
+            && now >= self.full_at
+            && !view.fallback
+        {
             // Idle, nothing held, and the fleet's bucket is full again: the next request
             // is treated as the first (an even local share until the next answer) instead
             // of being denied while the fleet has tokens to spare. This is the "new to this
             // proxy" case of the bound, once per time the bucket is full. Its first use is
             // the next request's time ([`Self::spend`]), for the coordinator's dating.
+            // Not on fallback shares: nothing is denied for want of a lease then, and the
+            // known share (with its local level) is the better guess than an even one; a
+            // pause during an outage left a client on a fresh even share, uncounted as
+            // fallback (the real-Envoy test of a Redis outage saw it when the pause
+            // between its loads outlasted the bucket's refill).
             self.settled = false;
             self.born_at = Nanos::MAX;
         }
@@ -857,9 +867,22 @@ mod tests {
         entry.collect(Nanos::new(T), Nanos::new(T), &view);
         entry.apply(&grant(0, PPM, S - T), Nanos::new(T), &view);
         assert!(entry.settled, "the fleet's bucket is not full yet");
+        let mut on_fallback = entry;
         entry.collect(Nanos::new(S), Nanos::new(T), &view);
         assert!(!entry.settled, "idle and full: a slow client is not denied");
         assert_eq!(entry.spend(1, Nanos::new(2 * S), &view), Spend::NewBucket);
+
+        // On fallback shares the entry keeps its share: its spending is fallback.
+        let fallback = FleetView {
+            fallback: true,
+            ..view
+        };
+        on_fallback.collect(Nanos::new(S), Nanos::new(T), &fallback);
+        assert!(on_fallback.settled);
+        assert_eq!(
+            on_fallback.spend(1, Nanos::new(2 * S), &fallback),
+            Spend::Fallback
+        );
     }
 
     #[test]

@@ -188,7 +188,10 @@ impl LeaseTable {
             // say; a bucket waiting for its first answer always has an attempt.
             let reportable = entry.attempts > 0 || entry.unleased > 0 || entry.balance > 0;
             if !reportable {
-                let emptied = entry.forgettable(now)
+                // Not on fallback shares: the entry's known share is what the proxy
+                // spends by until the coordinator answers again (see `LeaseEntry::collect`).
+                let emptied = !view.fallback
+                    && entry.forgettable(now)
                     && matches!(
                         store.write(slot, &[], WriteCondition::Unchanged(cas)),
                         Ok(WriteOutcome::Written)

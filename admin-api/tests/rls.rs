@@ -152,6 +152,24 @@ async fn each_descriptor_gets_its_status_with_the_limit_and_what_is_left() {
     .await;
     assert_eq!(code(&elsewhere), Code::Ok);
 
+    // Over the limit on one descriptor: the other, which fitted, is not charged.
+    let both = ask(
+        &mut rls,
+        request(
+            "edge",
+            vec![
+                descriptor(&[("api_key", "dave")]),
+                descriptor(&[("api_key", "alice")]),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(code(&both), Code::OverLimit);
+    assert_eq!(
+        ask(&mut rls, key("dave")).await.statuses[0].limit_remaining,
+        1
+    );
+
     let metrics = reqwest::get(format!("{}/metrics", server.base))
         .await
         .unwrap()
@@ -159,9 +177,10 @@ async fn each_descriptor_gets_its_status_with_the_limit_and_what_is_left() {
         .await
         .unwrap();
     for line in [
-        "sluice_rls_requests_total{code=\"over_limit\"} 1",
-        "sluice_rls_requests_total{code=\"ok\"} 4",
-        "sluice_rls_descriptors_total{outcome=\"denied\"} 1",
+        "sluice_rls_descriptors_total{outcome=\"not_charged\"} 1",
+        "sluice_rls_requests_total{code=\"over_limit\"} 2",
+        "sluice_rls_requests_total{code=\"ok\"} 5",
+        "sluice_rls_descriptors_total{outcome=\"denied\"} 2",
         "sluice_rls_descriptors_total{outcome=\"unlimited\"} 2",
         "sluice_rls_rules 1",
     ] {
@@ -177,13 +196,13 @@ async fn each_descriptor_gets_its_status_with_the_limit_and_what_is_left() {
         let per_key = rules["rules"]
             .as_array()
             .and_then(|rules| rules.iter().find(|r| r["rule"] == "per-key").cloned());
-        if let Some(r) = per_key.filter(|r| r["denied"] == 1) {
+        if let Some(r) = per_key.filter(|r| r["denied"] == 2) {
             break r;
         }
         assert!(started.elapsed() < Duration::from_secs(10), "{rules}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(rules["allowed"], 3, "{rules}");
+    assert_eq!(rules["allowed"], 4, "{rules}");
     let clients = server
         .json(&format!("/api/v1/metrics/clients?{range}"))
         .await;

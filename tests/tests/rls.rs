@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sluice_envoy_config::RlsService;
+use sluice_harness::load::Load;
 use sluice_harness::{RedisServer, redis_available};
 use sluice_tests::{
     ADMIN_TOKEN, AdminServer, Artifacts, Client, Envoy, EnvoyOptions, Method, Req, Upstream,
@@ -288,4 +289,49 @@ fn rls_imported_ratelimit_configuration_serves_the_same_traffic_unchanged() {
     assert_eq!(beta, 5, "beta's limit is in shadow mode");
     assert_eq!(unkeyed, 5, "no API key: no descriptor, no limit");
     assert!(setup.metric("sluice_rls_descriptors_total{outcome=\"shadow_denied\"} ") >= 4.0);
+}
+
+/// Two `sluice serve` replicas on one Redis, each asked by its own Envoy, one API key
+/// sent to both at once: they answer one fleet, so the key's admissions in all stay within
+/// one bucket's `burst + rate × elapsed`, never one per replica. (Each replica has its own
+/// SQLite database holding the same rule: the rule's id names the buckets, so both charge
+/// the same ones, as replicas sharing one database do.)
+#[test]
+fn rls_on_redis_two_replicas_behind_two_envoys_share_one_bucket() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let a = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    let b = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    let targets = [a.envoy.listener_addr(), b.envoy.listener_addr()]
+        .into_iter()
+        .map(|addr| (addr, CONNECTIONS / 2));
+    let outcome = Load::new(targets)
+        .for_duration(Duration::from_secs(3))
+        .run(|_| keyed("alice"))
+        .unwrap_or_else(|err| panic!("{err:#}"));
+    assert_eq!(outcome.total.errors, 0, "{:?}", outcome.total.first_error);
+    for tally in &outcome.per_target {
+        assert!(tally.get(200) > 0 && tally.get(429) > 0, "{tally:?}");
+    }
+    let admitted = outcome.total.get(200) as f64;
+    let ceiling = BURST + RATE * outcome.elapsed.as_secs_f64();
+    assert!(
+        admitted <= ceiling,
+        "over-admission across replicas: {admitted} admitted, at most {ceiling:.1} in {:.3} s",
+        outcome.elapsed.as_secs_f64()
+    );
+    let floor = BURST + RATE * outcome.total.busy().as_secs_f64();
+    assert!(
+        admitted >= floor * 0.97 - 1.0,
+        "under-admission: {admitted} admitted, {floor:.1} refilled in {:.3} s",
+        outcome.total.busy().as_secs_f64()
+    );
+    for setup in [&a, &b] {
+        for reason in ["unavailable", "contended", "max_buckets"] {
+            let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");
+            assert_eq!(setup.metric(&line), 0.0, "{reason}");
+        }
+    }
 }

@@ -52,7 +52,7 @@ pub struct RlsMetrics {
     /// (`invalid`).
     pub(crate) requests: Family<CodeLabel, Counter>,
     /// Descriptors decided, by outcome (`allowed`, `denied`, `shadow_denied`,
-    /// `unlimited`, `failed_open`, `failed_closed`).
+    /// `not_charged`, `unlimited`, `failed_open`, `failed_closed`).
     pub(crate) descriptors: Family<OutcomeLabel, Counter>,
     /// Requests whose buckets could not be charged, by reason.
     pub(crate) failures: Family<ReasonLabel, Counter>,
@@ -86,7 +86,7 @@ impl RlsMetrics {
         );
         registry.register(
             "sluice_rls_descriptors",
-            "RLS descriptors decided, by outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed)",
+            "RLS descriptors decided, by outcome (allowed, denied, shadow_denied, not_charged, unlimited, failed_open, failed_closed)",
             self.descriptors.clone(),
         );
         registry.register(

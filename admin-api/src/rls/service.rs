@@ -164,13 +164,17 @@ impl Rls {
 
     fn count(&self, plan: &Plan, statuses: &[Status]) {
         let metrics = self.state.rls_metrics();
+        let request_denied = sluice_core::rls::verdict::overall(statuses) == Code::OverLimit;
         for (s, planned) in statuses.iter().zip(&plan.descriptors) {
+            let shadow = planned.rule.as_ref().is_some_and(|m| m.shadow);
             let outcome = match (planned.rule.is_some(), s.failed, s.code, s.shadow_denied) {
                 (false, ..) => "unlimited",
                 (true, true, Code::Ok, _) => "failed_open",
                 (true, true, Code::OverLimit, _) => "failed_closed",
                 (true, false, Code::OverLimit, _) => "denied",
                 (true, false, Code::Ok, true) => "shadow_denied",
+                // It fitted, but another descriptor denied the request: nothing was taken.
+                (true, false, Code::Ok, false) if request_denied && !shadow => "not_charged",
                 (true, false, Code::Ok, false) => "allowed",
             };
             metrics

@@ -25,6 +25,7 @@ mod filter_config;
 mod fleet_view;
 mod lease_entry;
 mod report_json;
+mod rls_decide;
 mod rule_batch;
 mod rules_file;
 mod ruleset_document;
@@ -41,6 +42,7 @@ pub use filter_config::filter_config;
 pub use fleet_view::fleet_view;
 pub use lease_entry::lease_entry;
 pub use report_json::report_json;
+pub use rls_decide::rls_decide;
 pub use rule_batch::rule_batch;
 pub use rules_file::rules_file;
 pub use ruleset_document::ruleset_document;
@@ -71,4 +73,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rules_file", rules_file),
     ("decide", decide),
     ("usage_reader", usage_reader),
+    ("rls_decide", rls_decide),
 ];

@@ -81,6 +81,7 @@ targets!(
     rules_file,
     decide,
     usage_reader,
+    rls_decide,
 );
 
 /// The names in a folder, without their extension `ext` (any extension when empty).

@@ -329,6 +329,7 @@ fn rule_for(
         overrides,
         failure_mode: None,
         response: Default::default(),
+        tokens: None,
     };
     Ok((rule, notes))
 }
@@ -380,10 +381,12 @@ fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
         seconds => PeriodSpec::Seconds(seconds),
     };
     LimitSpec {
-        requests,
+        requests: Some(requests),
         period,
         burst: None,
         scope: Scope::Proxy,
+        tokens: None,
+        count: None,
     }
 }
 

@@ -22,13 +22,13 @@ pub mod number;
 use sluice_core::rule::Rule;
 use sluice_core::spec::{
     CostSpec, FailureMode, GrpcStatus, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod,
-    PeriodSpec, ResponseSpec, RuleSpec, Scope,
+    PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
 };
 
 pub use choice::Choice;
 pub use cost::{CostDraft, CostKind};
 pub use key::{KeyDraft, KeyKind};
-pub use limit::{LimitDraft, OverrideDraft, PeriodChoice};
+pub use limit::{LimitDraft, OverrideDraft, PeriodChoice, TokenCount};
 pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, methods_field};
 pub use number::{Number, NumberError, Whole};
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
@@ -58,6 +58,8 @@ pub struct Draft {
     pub rate_limit_headers: bool,
     /// Not an input of the form: kept as loaded, so saving the form does not reset it.
     pub grpc_status: GrpcStatus,
+    /// Not an input of the form yet: a token budget's settings as loaded, kept.
+    pub tokens: Option<TokensSpec>,
 }
 
 impl Draft {
@@ -83,6 +85,7 @@ impl Draft {
             status: Number::from(spec.response.status),
             rate_limit_headers: spec.response.rate_limit_headers,
             grpc_status: spec.response.grpc_status,
+            tokens: spec.tokens.clone(),
         }
     }
 
@@ -137,6 +140,7 @@ impl Draft {
                 rate_limit_headers: self.rate_limit_headers,
                 grpc_status: self.grpc_status,
             },
+            tokens: self.tokens.clone(),
         };
         (spec, numbers.problems)
     }
@@ -170,15 +174,18 @@ pub fn blank() -> RuleSpec {
         matcher: MatchSpec::default(),
         key: KeySpec::Header("x-api-key".to_string()),
         limits: vec![LimitSpec {
-            requests: 10,
+            requests: Some(10),
             period: PeriodSpec::Named(NamedPeriod::Second),
             burst: None,
             scope: Scope::Proxy,
+            tokens: None,
+            count: None,
         }],
         cost: CostSpec::default(),
         overrides: Vec::new(),
         failure_mode: None,
         response: ResponseSpec::default(),
+        tokens: None,
     }
 }
 

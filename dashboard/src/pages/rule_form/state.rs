@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leptos::prelude::*;
-use sluice_core::spec::{FailureMode, GrpcStatus, Mode, Scope};
+use sluice_core::spec::{FailureMode, GrpcStatus, Mode, Scope, TokensSpec};
 use sluice_dashboard_model::draft::{
     CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, LimitDraft,
-    MatchDraft, Number, OverrideDraft, PeriodChoice,
+    MatchDraft, Number, OverrideDraft, PeriodChoice, TokenCount,
 };
 
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(1);
@@ -28,6 +28,8 @@ pub(super) struct LimitRow {
     pub seconds: RwSignal<Number<u64>>,
     pub burst: RwSignal<Number<u64>>,
     pub scope: RwSignal<Scope>,
+    /// A token limit as loaded (no input of its own yet).
+    pub tokens: Option<TokenCount>,
 }
 
 impl LimitRow {
@@ -39,6 +41,7 @@ impl LimitRow {
             seconds: RwSignal::new(d.seconds),
             burst: RwSignal::new(d.burst),
             scope: RwSignal::new(d.scope),
+            tokens: d.tokens,
         }
     }
 
@@ -49,6 +52,7 @@ impl LimitRow {
             seconds: self.seconds.get(),
             burst: self.burst.get(),
             scope: self.scope.get(),
+            tokens: self.tokens,
         }
     }
 }
@@ -228,6 +232,8 @@ pub(super) struct FormState {
     pub rate_limit_headers: RwSignal<bool>,
     /// No input shows it; kept so that saving the form does not reset it.
     pub grpc_status: RwSignal<GrpcStatus>,
+    /// No input shows it yet (a token budget's settings); kept like `grpc_status`.
+    pub tokens: RwSignal<Option<TokensSpec>>,
 }
 
 impl FormState {
@@ -249,6 +255,7 @@ impl FormState {
             status: RwSignal::new(d.status),
             rate_limit_headers: RwSignal::new(d.rate_limit_headers),
             grpc_status: RwSignal::new(d.grpc_status),
+            tokens: RwSignal::new(d.tokens),
         }
     }
 
@@ -272,6 +279,7 @@ impl FormState {
             status: self.status.get(),
             rate_limit_headers: self.rate_limit_headers.get(),
             grpc_status: self.grpc_status.get(),
+            tokens: self.tokens.get(),
         }
     }
 }

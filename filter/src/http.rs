@@ -7,16 +7,18 @@ use std::rc::Rc;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
+use proxy_wasm::types::{Action, BufferType, GrpcStatusCode, MapType};
 
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
 use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
-use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
+use sluice_core::ruleset::{BodyNeed, Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
+use sluice_core::tokens::{BodyFacts, MAX_REQUEST_BODY_BYTES, with_include_usage};
 
 use crate::metrics::Metrics;
 use crate::request::LazyRequest;
 use crate::shared::Shared;
+use crate::tokens::TokenFlow;
 use crate::{clock, global_channel};
 
 #[derive(Debug)]
@@ -24,6 +26,10 @@ pub struct SluiceHttp {
     shared: Rc<Shared>,
     /// Rate-limit fields to add to the upstream's response, and which of them to send.
     response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
+    /// A rule with token limits matched: the decision waits for the request body.
+    awaiting_body: Option<BodyNeed>,
+    /// What the allowed request reserved, until its response ends.
+    tokens: Option<TokenFlow>,
 }
 
 impl SluiceHttp {
@@ -31,10 +37,58 @@ impl SluiceHttp {
         Self {
             shared,
             response_fields: None,
+            awaiting_body: None,
+            tokens: None,
         }
     }
 
-    fn decide_request(&mut self, metrics: &Metrics) -> Action {
+    /// Whether this request must wait for its body: a rule with token limits matches, and
+    /// a body follows.
+    fn body_need(&self, end_of_stream: bool) -> Option<BodyNeed> {
+        if end_of_stream {
+            return None;
+        }
+        let config = self.shared.config()?;
+        if !config.ruleset.has_token_rules() {
+            return None;
+        }
+        let need = config
+            .ruleset
+            .body_need(&LazyRequest::new(config.ruleset.needs()));
+        need.read.then_some(need)
+    }
+
+    /// Decides the request waiting for its body, now that `size` bytes of it are buffered
+    /// (`end`: all of it). A body over the cap is decided unread, on the default estimate.
+    fn decide_after_body(&mut self, need: BodyNeed, size: usize, end: bool) -> Action {
+        let shared = Rc::clone(&self.shared);
+        let metrics = shared.metrics();
+        let body = if end && size <= MAX_REQUEST_BODY_BYTES {
+            hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size)
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let facts = match &body {
+            Some(bytes) => BodyFacts::read(bytes),
+            None => BodyFacts::unread(u64::try_from(size).unwrap_or(u64::MAX)),
+        };
+        if !facts.read {
+            metrics.tokens.body_unread.inc();
+        }
+        let action = self.decide_request(&metrics, Some(facts));
+        if need.include_usage && self.tokens.is_some() {
+            if let Some(changed) = body.as_deref().and_then(with_include_usage) {
+                if hostcalls::set_buffer(BufferType::HttpRequestBody, 0, size, &changed).is_err() {
+                    metrics.errors.inc();
+                }
+            }
+        }
+        action
+    }
+
+    fn decide_request(&mut self, metrics: &Metrics, body: Option<BodyFacts>) -> Action {
         let Some(config) = self.shared.config() else {
             // No valid configuration (yet): fail open, visibly.
             metrics.fail_open.inc();
@@ -52,7 +106,7 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         };
-        let request = LazyRequest::new(config.ruleset.needs());
+        let request = LazyRequest::new(config.ruleset.needs()).with_body(body);
         let cx = DecisionContext {
             store: &self.shared.store,
             table: &config.table,
@@ -64,12 +118,18 @@ impl SluiceHttp {
             now,
             default_failure: config.failure_mode,
         };
-        let decision = config.ruleset.decide_observed(
+        let mut decision = config.ruleset.decide_observed(
             &request,
             &cx,
             &mut *self.shared.statistics.borrow_mut(),
         );
         record(metrics, &decision);
+        let reservations = std::mem::take(&mut decision.reservations);
+        metrics
+            .tokens
+            .reservations
+            .add(u64::try_from(reservations.len()).unwrap_or(u64::MAX));
+        self.tokens = TokenFlow::new(Rc::clone(&config), reservations);
         if decision.global_created > 0 {
             global_channel::note_new_buckets(now);
         }
@@ -134,17 +194,78 @@ impl SluiceHttp {
     }
 }
 
-impl Context for SluiceHttp {}
+impl Context for SluiceHttp {
+    fn on_done(&mut self) -> bool {
+        self.abandon_tokens();
+        true
+    }
+}
+
+impl SluiceHttp {
+    /// Refunds what is still reserved: the request ended before its response did.
+    fn abandon_tokens(&mut self) {
+        if let Some(flow) = self.tokens.take() {
+            flow.abandon(&self.shared);
+        }
+    }
+
+    /// Commits what was reserved: the response ended.
+    fn finish_tokens(&mut self) {
+        if let Some(flow) = self.tokens.take() {
+            flow.finish(&self.shared);
+        }
+    }
+}
 
 impl HttpContext for SluiceHttp {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let shared = Rc::clone(&self.shared);
         let metrics = shared.metrics();
         metrics.requests.inc();
-        self.decide_request(&metrics)
+        if let Some(need) = self.body_need(end_of_stream) {
+            if need.include_usage {
+                // The body may change length; Envoy frames what it forwards.
+                let _ =
+                    hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", None);
+            }
+            self.awaiting_body = Some(need);
+            // Headers wait with the body: a denial is still a local reply.
+            return Action::Pause;
+        }
+        self.decide_request(&metrics, None)
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let Some(need) = self.awaiting_body else {
+            return Action::Continue;
+        };
+        if !end_of_stream && body_size <= MAX_REQUEST_BODY_BYTES {
+            // Buffered by Envoy until the whole body is here.
+            return Action::Pause;
+        }
+        self.awaiting_body = None;
+        self.decide_after_body(need, body_size, end_of_stream)
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        match self.awaiting_body.take() {
+            // The body ended before its trailers; it is all buffered.
+            Some(need) => {
+                let size = hostcalls::get_buffer(
+                    BufferType::HttpRequestBody,
+                    0,
+                    MAX_REQUEST_BODY_BYTES + 1,
+                )
+                .ok()
+                .flatten()
+                .map_or(0, |b| b.len());
+                self.decide_after_body(need, size, true)
+            }
+            None => Action::Continue,
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         if let Some((fields, format)) = self.response_fields.take() {
             fields.emit(format, |name, value| {
                 if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value).is_err() {
@@ -152,7 +273,27 @@ impl HttpContext for SluiceHttp {
                 }
             });
         }
+        if let Some(flow) = &mut self.tokens {
+            flow.on_response_headers();
+            if end_of_stream {
+                self.finish_tokens();
+            }
+        }
         Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Some(flow) = &mut self.tokens {
+            flow.on_response_body(body_size);
+            if end_of_stream {
+                self.finish_tokens();
+            }
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        self.abandon_tokens();
     }
 }
 

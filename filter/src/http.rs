@@ -9,10 +9,13 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, GrpcStatusCode, MapType};
 
+use sluice_core::config::FilterConfig;
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
+use sluice_core::request::{HttpRequest, RequestAttributes, WithBody};
 use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
 use sluice_core::ruleset::{BodyNeed, Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
+use sluice_core::time::Nanos;
 use sluice_core::tokens::{BodyFacts, MAX_REQUEST_BODY_BYTES, with_include_usage};
 
 use crate::metrics::Metrics;
@@ -26,8 +29,12 @@ pub struct SluiceHttp {
     shared: Rc<Shared>,
     /// Rate-limit fields to add to the upstream's response, and which of them to send.
     response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
-    /// A rule with token limits matched: the decision waits for the request body.
-    awaiting_body: Option<BodyNeed>,
+    /// A rule with token limits matched: the decision waits for the request body, with
+    /// the request's attributes read at its headers.
+    awaiting_body: Option<(BodyNeed, HttpRequest)>,
+    /// For a request decided after its body: whether it is a gRPC call, read at its
+    /// headers (Envoy hands out request headers no later).
+    grpc_at_headers: Option<Option<(GrpcFlavour, String)>>,
     /// What the allowed request reserved, until its response ends.
     tokens: Option<TokenFlow>,
 }
@@ -38,13 +45,14 @@ impl SluiceHttp {
             shared,
             response_fields: None,
             awaiting_body: None,
+            grpc_at_headers: None,
             tokens: None,
         }
     }
 
-    /// Whether this request must wait for its body: a rule with token limits matches, and
-    /// a body follows.
-    fn body_need(&self, end_of_stream: bool) -> Option<BodyNeed> {
+    /// Whether this request must wait for its body (a rule with token limits matches, and
+    /// a body follows), and the request's attributes, read now for the decision then.
+    fn body_need(&self, end_of_stream: bool) -> Option<(BodyNeed, HttpRequest)> {
         if end_of_stream {
             return None;
         }
@@ -52,15 +60,19 @@ impl SluiceHttp {
         if !config.ruleset.has_token_rules() {
             return None;
         }
-        let need = config
-            .ruleset
-            .body_need(&LazyRequest::new(config.ruleset.needs()));
-        need.read.then_some(need)
+        let request = LazyRequest::new(config.ruleset.needs());
+        let need = config.ruleset.body_need(&request);
+        need.read.then(|| (need, request.snapshot()))
     }
 
     /// Decides the request waiting for its body, now that `size` bytes of it are buffered
     /// (`end`: all of it). A body over the cap is decided unread, on the default estimate.
-    fn decide_after_body(&mut self, need: BodyNeed, size: usize, end: bool) -> Action {
+    fn decide_after_body(
+        &mut self,
+        (need, request): (BodyNeed, HttpRequest),
+        size: usize,
+        end: bool,
+    ) -> Action {
         let shared = Rc::clone(&self.shared);
         let metrics = shared.metrics();
         let body = if end && size <= MAX_REQUEST_BODY_BYTES {
@@ -77,7 +89,7 @@ impl SluiceHttp {
         if !facts.read {
             metrics.tokens.body_unread.inc();
         }
-        let action = self.decide_request(&metrics, Some(facts));
+        let action = self.decide_request(&metrics, Some(WithBody { request, facts }));
         if need.include_usage && self.tokens.is_some() {
             if let Some(changed) = body.as_deref().and_then(with_include_usage) {
                 if hostcalls::set_buffer(BufferType::HttpRequestBody, 0, size, &changed).is_err() {
@@ -88,7 +100,10 @@ impl SluiceHttp {
         action
     }
 
-    fn decide_request(&mut self, metrics: &Metrics, body: Option<BodyFacts>) -> Action {
+    /// Decides the request: at its headers, read from Envoy as the rules ask (`body`
+    /// `None`), or at the end of its body, from the attributes read at its headers (then
+    /// its headers have gone on and cannot be changed).
+    fn decide_request(&mut self, metrics: &Metrics, body: Option<WithBody<HttpRequest>>) -> Action {
         let Some(config) = self.shared.config() else {
             // No valid configuration (yet): fail open, visibly.
             metrics.fail_open.inc();
@@ -106,7 +121,24 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         };
-        let request = LazyRequest::new(config.ruleset.needs()).with_body(body);
+        match body {
+            None => {
+                let request = LazyRequest::new(config.ruleset.needs());
+                self.decide_now(metrics, &config, now, &request, true)
+            }
+            Some(request) => self.decide_now(metrics, &config, now, &request, false),
+        }
+    }
+
+    /// The decision itself, and the answer it gives.
+    fn decide_now(
+        &mut self,
+        metrics: &Metrics,
+        config: &Rc<FilterConfig>,
+        now: Nanos,
+        request: &impl RequestAttributes,
+        at_headers: bool,
+    ) -> Action {
         let cx = DecisionContext {
             store: &self.shared.store,
             table: &config.table,
@@ -118,22 +150,21 @@ impl SluiceHttp {
             now,
             default_failure: config.failure_mode,
         };
-        let mut decision = config.ruleset.decide_observed(
-            &request,
-            &cx,
-            &mut *self.shared.statistics.borrow_mut(),
-        );
+        let mut decision =
+            config
+                .ruleset
+                .decide_observed(request, &cx, &mut *self.shared.statistics.borrow_mut());
         record(metrics, &decision);
         let reservations = std::mem::take(&mut decision.reservations);
         metrics
             .tokens
             .reservations
             .add(u64::try_from(reservations.len()).unwrap_or(u64::MAX));
-        self.tokens = TokenFlow::new(Rc::clone(&config), reservations);
+        self.tokens = TokenFlow::new(Rc::clone(config), reservations);
         if decision.global_created > 0 {
             global_channel::note_new_buckets(now);
         }
-        if let Some(header) = &config.shadow_header {
+        if let Some(header) = config.shadow_header.as_ref().filter(|_| at_headers) {
             if config.ruleset.has_shadow_rules() {
                 mark_shadow_denials(header, &decision);
             }
@@ -159,7 +190,7 @@ impl SluiceHttp {
                     RateLimitHeaders::None
                 };
                 // Only a denial pays for reading the content type: allowed requests never do.
-                if let Some((flavour, content_type)) = grpc_request() {
+                if let Some((flavour, content_type)) = self.grpc_request() {
                     return send_grpc_error(
                         metrics,
                         flavour,
@@ -175,7 +206,7 @@ impl SluiceHttp {
             }
             Outcome::FailedClosed(rule) => {
                 metrics.fail_closed.inc();
-                if let Some((flavour, content_type)) = grpc_request() {
+                if let Some((flavour, content_type)) = self.grpc_request() {
                     return send_grpc_error(
                         metrics,
                         flavour,
@@ -202,6 +233,12 @@ impl Context for SluiceHttp {
 }
 
 impl SluiceHttp {
+    /// The request's gRPC flavour and content type: read at its headers when it was
+    /// decided after its body, else read now.
+    fn grpc_request(&mut self) -> Option<(GrpcFlavour, String)> {
+        self.grpc_at_headers.take().unwrap_or_else(grpc_request)
+    }
+
     /// Refunds what is still reserved: the request ended before its response did.
     fn abandon_tokens(&mut self) {
         if let Some(flow) = self.tokens.take() {
@@ -222,35 +259,41 @@ impl HttpContext for SluiceHttp {
         let shared = Rc::clone(&self.shared);
         let metrics = shared.metrics();
         metrics.requests.inc();
-        if let Some(need) = self.body_need(end_of_stream) {
-            if need.include_usage {
+        if let Some(awaiting) = self.body_need(end_of_stream) {
+            if awaiting.0.include_usage {
                 // The body may change length; Envoy frames what it forwards.
                 let _ =
                     hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", None);
             }
-            self.awaiting_body = Some(need);
-            // Headers wait with the body: a denial is still a local reply.
-            return Action::Pause;
+            self.awaiting_body = Some(awaiting);
+            self.grpc_at_headers = Some(grpc_request());
+            // Headers go on (a paused header callback would stop the body callbacks too:
+            // proxy-wasm turns it into Envoy's StopAllIteration); the body is held until
+            // it is whole and the request decided there. A denial is still a local reply,
+            // and Envoy resets the upstream request it had started.
+            return Action::Continue;
         }
         self.decide_request(&metrics, None)
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let Some(need) = self.awaiting_body else {
+        if self.awaiting_body.is_none() {
             return Action::Continue;
-        };
+        }
         if !end_of_stream && body_size <= MAX_REQUEST_BODY_BYTES {
             // Buffered by Envoy until the whole body is here.
             return Action::Pause;
         }
-        self.awaiting_body = None;
-        self.decide_after_body(need, body_size, end_of_stream)
+        match self.awaiting_body.take() {
+            Some(awaiting) => self.decide_after_body(awaiting, body_size, end_of_stream),
+            None => Action::Continue,
+        }
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         match self.awaiting_body.take() {
             // The body ended before its trailers; it is all buffered.
-            Some(need) => {
+            Some(awaiting) => {
                 let size = hostcalls::get_buffer(
                     BufferType::HttpRequestBody,
                     0,
@@ -259,7 +302,7 @@ impl HttpContext for SluiceHttp {
                 .ok()
                 .flatten()
                 .map_or(0, |b| b.len());
-                self.decide_after_body(need, size, true)
+                self.decide_after_body(awaiting, size, true)
             }
             None => Action::Continue,
         }

@@ -284,9 +284,13 @@ pub struct TokenMetrics {
     /// Request bodies not read for `max_tokens` (over the cap, or not JSON): the rule's
     /// default estimate was reserved.
     pub body_unread: Counter,
-    /// Responses whose usage was unknown, by reason (`UsageError::ALL`'s order): the
-    /// reservation stood as the charge.
-    pub unknown: [Counter; 5],
+    /// Responses whose usage was unknown, by reason (`UsageError`): the reservation stood
+    /// as the charge.
+    pub unknown_missing: Counter,
+    pub unknown_malformed: Counter,
+    pub unknown_out_of_range: Counter,
+    pub unknown_too_large: Counter,
+    pub unknown_incomplete: Counter,
 }
 
 impl TokenMetrics {
@@ -299,9 +303,11 @@ impl TokenMetrics {
             forgiven: Counter::define("sluice_token_debt_forgiven_total"),
             settle_failures: Counter::define("sluice_token_settle_failures_total"),
             body_unread: Counter::define("sluice_token_body_unread_total"),
-            unknown: UsageError::ALL.map(|e| {
-                Counter::define(&format!("sluice_token_usage_unknown_{}_total", e.name()))
-            }),
+            unknown_missing: Counter::define("sluice_token_usage_unknown_missing_total"),
+            unknown_malformed: Counter::define("sluice_token_usage_unknown_malformed_total"),
+            unknown_out_of_range: Counter::define("sluice_token_usage_unknown_out_of_range_total"),
+            unknown_too_large: Counter::define("sluice_token_usage_unknown_too_large_total"),
+            unknown_incomplete: Counter::define("sluice_token_usage_unknown_incomplete_total"),
         }
     }
 
@@ -314,20 +320,25 @@ impl TokenMetrics {
             &self.forgiven,
             &self.settle_failures,
             &self.body_unread,
+            &self.unknown_missing,
+            &self.unknown_malformed,
+            &self.unknown_out_of_range,
+            &self.unknown_too_large,
+            &self.unknown_incomplete,
         ]
         .into_iter()
-        .chain(self.unknown.iter())
     }
 
     /// Counts a response whose usage is unknown.
     pub fn unknown(&self, error: UsageError) {
-        if let Some(counter) = UsageError::ALL
-            .iter()
-            .position(|e| *e == error)
-            .and_then(|i| self.unknown.get(i))
-        {
-            counter.inc();
+        match error {
+            UsageError::Missing => &self.unknown_missing,
+            UsageError::Malformed => &self.unknown_malformed,
+            UsageError::OutOfRange => &self.unknown_out_of_range,
+            UsageError::TooLarge => &self.unknown_too_large,
+            UsageError::Incomplete => &self.unknown_incomplete,
         }
+        .inc();
     }
 
     /// Counts one settled reservation.

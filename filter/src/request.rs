@@ -11,7 +11,7 @@ use std::net::IpAddr;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
-use sluice_core::request::{RequestAttributes, RequestNeeds, parse_socket_ip};
+use sluice_core::request::{HttpRequest, RequestAttributes, RequestNeeds, parse_socket_ip};
 use sluice_core::tokens::BodyFacts;
 use smallvec::SmallVec;
 
@@ -47,6 +47,28 @@ impl<'n> LazyRequest<'n> {
     pub fn with_body(mut self, facts: Option<BodyFacts>) -> Self {
         self.body = facts;
         self
+    }
+
+    /// Everything the ruleset can read, read now, as an owned request: for a decision
+    /// taken later, in a body callback, where Envoy no longer hands out request headers.
+    pub fn snapshot(&self) -> HttpRequest {
+        let headers = self
+            .needs
+            .headers
+            .iter()
+            .filter_map(|name| Some((name.clone(), self.header(name)?.to_string())))
+            .collect();
+        HttpRequest {
+            method: self.method().to_string(),
+            authority: self.authority().to_string(),
+            path: self.path().to_string(),
+            headers,
+            peer_ip: if self.needs.peer_ip {
+                self.peer_ip()
+            } else {
+                None
+            },
+        }
     }
 }
 

@@ -283,3 +283,29 @@ proptest! {
         simulate("global", &reqs, true);
     }
 }
+
+#[test]
+fn input_is_estimated_from_the_body_only_where_the_rule_opts_in() {
+    let rules = |opt_in: bool| {
+        format!(
+            r#"[{{"name":"llm","key":{{"header":"x-api-key"}},
+                 "limits":[{{"tokens":1000,"period":"minute","count":"input"}},{{"tokens":1000,"period":"minute","count":"total"}}],
+                 "tokens":{{"usage":{{"json_pointer":{{"input":"/u/in","output":"/u/out"}}}},"default_estimate":7,"estimate_input_from_body":{opt_in}}}}}]"#
+        )
+    };
+    // The harness's request has a 100-byte body and names max_tokens 20.
+    let h = Harness::new(&rules(true));
+    let d = h.decide(Some(20), T0);
+    let r = &d.reservations[0];
+    assert!(matches!(r.format, UsageFormat::JsonPointer(_)));
+    let reserved: Vec<u64> = r.limits.iter().map(|l| l.tokens).collect();
+    assert_eq!(reserved, [25, 45], "input 100 / 4, total 25 + 20");
+    let h = Harness::new(&rules(false));
+    let d = h.decide(None, T0);
+    let reserved: Vec<u64> = d.reservations[0].limits.iter().map(|l| l.tokens).collect();
+    assert_eq!(
+        reserved,
+        [1, 7],
+        "no input estimate: the 1-token floor; total is the default"
+    );
+}

@@ -149,7 +149,7 @@ async fn an_edit_is_stamped_with_the_callers_time(db: TestDb) {
     assert_eq!((record.created_at, record.updated_at), (NOW, NOW));
     let later = NOW + 5_000;
     let mut a2 = rule("a");
-    a2.limits[0].requests = 99;
+    a2.limits[0].requests = Some(99);
     let edited = edit(&db, Action::RuleReplace, Some("a"), later, |w| {
         w.put(a2, "");
         Ok(())
@@ -202,7 +202,7 @@ async fn a_preview_writes_nothing(db: TestDb) {
     assert!(db.store.get_rule("b").await.unwrap().is_none());
     // An invalid result is refused like a real edit's.
     let mut zero = rule("z");
-    zero.limits[0].requests = 0;
+    zero.limits[0].requests = Some(0);
     assert!(matches!(
         db.store
             .preview(|w| {
@@ -253,7 +253,7 @@ async fn an_invalid_ruleset_writes_nothing(db: TestDb) {
 
     // A bad rule in a bulk change is reported with its place in the file.
     let mut zero = rule("z");
-    zero.limits[0].requests = 0;
+    zero.limits[0].requests = Some(0);
     let errors = problems(
         edit(&db, Action::Apply, None, NOW, |w| {
             w.put(rule("fine"), "rules[0]");
@@ -382,7 +382,7 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
     create(&db, rule("a")).await; // 1
     create(&db, rule("b")).await; // 2
     let mut a2 = rule("a");
-    a2.limits[0].requests = 99;
+    a2.limits[0].requests = Some(99);
     edit(&db, Action::RuleReplace, Some("a"), NOW, |w| {
         w.put(a2.clone(), "");
         Ok(())
@@ -408,8 +408,14 @@ async fn diff_and_rollback_restore_an_old_ruleset(db: TestDb) {
             ("c", ChangeKind::Added)
         ]
     );
-    assert_eq!(changes[0].before.as_ref().unwrap().limits[0].requests, 10);
-    assert_eq!(changes[0].after.as_ref().unwrap().limits[0].requests, 99);
+    assert_eq!(
+        changes[0].before.as_ref().unwrap().limits[0].requests,
+        Some(10)
+    );
+    assert_eq!(
+        changes[0].after.as_ref().unwrap().limits[0].requests,
+        Some(99)
+    );
     assert!(db.store.diff(5, 5).await.unwrap().is_empty());
     assert_eq!(db.store.diff(0, 1).await.unwrap().len(), 1);
 

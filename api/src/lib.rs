@@ -10,6 +10,10 @@
 //!
 //! Times are RFC 3339 strings; metric times and ranges are Unix milliseconds.
 
+// The rule's hand-written schema (`schema.rs`) is one `json!` deep enough to need more
+// than the default 128.
+#![recursion_limit = "256"]
+
 pub mod audit;
 pub mod metrics;
 pub mod problem;

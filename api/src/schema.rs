@@ -129,6 +129,36 @@ fn rules_file_schema() -> serde_json::Value {
     })
 }
 
+/// The `tokens` section of a rule with token limits (`sluice_core::spec::TokensSpec`).
+fn tokens_section() -> serde_json::Value {
+    // RFC 6901, as `sluice_core::usage::JsonPointer` checks it.
+    let pointer = json!({"type": ["string", "null"], "pattern": "^(/([^~]|~[01])*)*$"});
+    json!({
+        "type": ["object", "null"],
+        "additionalProperties": false,
+        "required": ["usage", "default_estimate"],
+        "description": "Where a rule with token limits reads usage, and what a request reserves",
+        "properties": {
+            "usage": {
+                "description": "`openai` (Chat Completions; the Responses API for a path ending in `/responses`), `anthropic` (Messages), or RFC 6901 pointers",
+                "oneOf": [
+                    {"type": "string", "enum": ["openai", "anthropic"]},
+                    {"type": "object", "additionalProperties": false, "required": ["json_pointer"],
+                     "properties": {"json_pointer": {
+                        "type": "object", "additionalProperties": false, "minProperties": 1,
+                        "properties": {"input": pointer, "output": pointer, "total": pointer}}}},
+                ],
+            },
+            "default_estimate": {"type": "integer", "minimum": 0, "maximum": sluice_core::rule::MAX_ESTIMATE,
+                                 "description": "Output tokens reserved when the request body names no `max_tokens`, `max_completion_tokens` or `max_output_tokens`"},
+            "estimate_input_from_body": {"type": "boolean", "default": false,
+                                         "description": "Also reserve input tokens: the request body's bytes / 4"},
+            "include_usage": {"type": "boolean", "default": false,
+                              "description": "Add `stream_options: {include_usage: true}` to streamed OpenAI chat requests"},
+        },
+    })
+}
+
 /// JSON Schema (OpenAPI 3.1) of a rule, following serde's encoding of the core's types.
 /// An optional field may also be `null`, which serde reads as absent.
 fn rule_spec_schema() -> serde_json::Value {
@@ -147,18 +177,27 @@ fn rule_spec_schema() -> serde_json::Value {
             {"type": "integer", "minimum": 1, "maximum": 31_622_400},
         ],
     });
+    let burst = json!({"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
+                       "description": "The bucket's capacity; defaults to `requests` (or `tokens`). A burst that would take more than 2^62 ns (about 146 years) to refill at this limit's rate is capped at what that refill holds (one token a day: 53,375)"});
+    let scope = json!({"type": "string", "enum": ["proxy", "global"], "default": "proxy",
+                       "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"});
+    let amount = json!({"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64});
+    let absent = json!({"type": "null"});
+    // Two whole forms, as for header conditions below: a request limit, or a token limit
+    // (LLM usage read from the response, `count` saying which).
     let limit = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["requests", "period"],
-        "properties": {
-            "requests": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000u64},
-            "period": period,
-            "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
-                      "description": "The bucket's capacity; defaults to `requests`. A burst that would take more than 2^62 ns (about 146 years) to refill at this limit's rate is capped at what that refill holds (one token a day: 53,375)"},
-            "scope": {"type": "string", "enum": ["proxy", "global"], "default": "proxy",
-                      "description": "`proxy`: each Envoy keeps its own bucket per client. `global`: one bucket per client for the whole fleet of Envoys following this admin API, still decided inside each Envoy from leases"},
-        },
+        "description": "`requests` per `period`, or `tokens` of LLM usage per `period` (a token limit: the rule's `tokens` section says where usage is read)",
+        "oneOf": [
+            {"type": "object", "additionalProperties": false, "required": ["requests", "period"],
+             "properties": {"requests": amount, "period": period, "burst": burst, "scope": scope,
+                            "tokens": absent, "count": absent}},
+            {"type": "object", "additionalProperties": false, "required": ["tokens", "period"],
+             "properties": {"tokens": amount, "period": period, "burst": burst, "scope": scope,
+                            "requests": absent,
+                            "count": {"type": ["string", "null"], "enum": ["input", "output", "total", null],
+                                      "default": "total",
+                                      "description": "Which usage the limit counts"}}},
+        ],
     });
     let limits = json!({"type": "array", "minItems": 1, "maxItems": MAX_LIMITS_PER_RULE,
                         "items": limit});
@@ -253,6 +292,7 @@ fn rule_spec_schema() -> serde_json::Value {
                                           "description": "A client key; each client once"},
                                "limits": limits},
             }},
+            "tokens": tokens_section(),
             "failure_mode": {"type": ["string", "null"], "enum": ["open", "closed", null],
                              "description": "Defaults to the proxy's"},
             "response": {
@@ -390,8 +430,12 @@ mod tests {
             "match": {"host": "h", "path_exact": "/a", "path_prefix": "/", "path_regex": ".*",
                       "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}]},
             "key": {"composite": [{"header": "x"}, {"client_ip": {"trusted_hops": 1}}]},
-            "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"}],
+            "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"},
+                       {"tokens": 100, "period": 60, "burst": 200, "count": "output"}],
             "cost": {"header": {"name": "c", "max": 5, "default": 2}},
+            "tokens": {"usage": {"json_pointer": {"input": "/u/i", "output": "/u/o", "total": "/u/t"}},
+                       "default_estimate": 10, "estimate_input_from_body": true,
+                       "include_usage": true},
             "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
             "failure_mode": "closed",
             "response": {"status": 503, "rate_limit_headers": false, "grpc_status": "unavailable"},
@@ -415,11 +459,19 @@ mod tests {
                 );
             }
         }
-        let limit_props = &props["limits"]["items"]["properties"];
-        for key in written["limits"][0].as_object().unwrap().keys() {
+        for (form, limit) in written["limits"].as_array().unwrap().iter().enumerate() {
+            let limit_props = &props["limits"]["items"]["oneOf"][form]["properties"];
+            for key in limit.as_object().unwrap().keys() {
+                assert!(
+                    limit_props.get(key).is_some(),
+                    "schema lacks `limits[].{key}` in form {form}"
+                );
+            }
+        }
+        for key in written["tokens"].as_object().unwrap().keys() {
             assert!(
-                limit_props.get(key).is_some(),
-                "schema lacks `limits[].{key}`"
+                props["tokens"]["properties"].get(key).is_some(),
+                "schema lacks `tokens.{key}`"
             );
         }
         // The schema is valid for utoipa, not the empty fallback.

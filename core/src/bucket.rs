@@ -6,14 +6,31 @@ use crate::gcra::Verdict;
 use crate::rule::Limit;
 use crate::spec::FailureMode;
 use crate::store::StoreError;
+use crate::tokens::{TokenEstimate, cost_of};
 
 /// One bucket set to charge: the limits of one rule for one client.
 #[derive(Debug, Clone, Copy)]
 pub struct BucketRequest<'a> {
     pub fingerprint: u64,
     pub limits: &'a [Limit],
+    /// What each request limit charges.
     pub cost: u64,
     pub on_failure: FailureMode,
+    /// What the token limits reserve (all zero for a rule without token limits).
+    pub tokens: TokenEstimate,
+}
+
+impl BucketRequest<'_> {
+    /// What `limit` (one of [`Self::limits`]) charges this request.
+    pub fn cost_of(&self, limit: &Limit) -> u64 {
+        cost_of(limit, self.cost, &self.tokens)
+    }
+
+    /// The one cost every limit charges, when there is one: a set with token limits has
+    /// several, so its denials are not remembered (a smaller estimate may fit).
+    pub fn uniform_cost(&self) -> Option<u64> {
+        (!self.limits.iter().any(|l| l.counts.is_tokens())).then_some(self.cost)
+    }
 }
 
 /// A verdict together with the limit (tier) it is about.

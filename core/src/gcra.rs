@@ -136,6 +136,19 @@ impl Gcra {
         tat.saturating_sub(Nanos::new(cost.saturating_mul(self.interval_ns)))
             .max(now.min(tat))
     }
+
+    /// The TAT after charging `extra` tokens used beyond what was reserved (a token
+    /// limit's commit): taken whether or not they fit, so the bucket may go into debt, but
+    /// never more than one burst of it: the TAT stays at most two capacities ahead of
+    /// `now`. Returns the new TAT and the tokens forgiven above that bound.
+    pub fn charge_debt(&self, tat: Nanos, now: Nanos, extra: u64) -> (Nanos, u64) {
+        let start = tat.get().max(now.get());
+        let ceiling = now.get().saturating_add(self.capacity_ns.saturating_mul(2));
+        let room = ceiling.saturating_sub(start) / self.interval_ns;
+        let charged = extra.min(room);
+        let new_tat = start.saturating_add(charged.saturating_mul(self.interval_ns));
+        (Nanos::new(new_tat), extra - charged)
+    }
 }
 
 /// The outcome of one [`Gcra::check`].
@@ -201,6 +214,27 @@ mod tests {
         let v = g.check(drained, later(200_000_000), 1);
         assert!(v.allowed);
         assert_eq!(v.remaining, 0);
+    }
+
+    #[test]
+    fn extra_usage_goes_into_debt_of_at_most_one_burst() {
+        const T0: u64 = 1_000 * NANOS_PER_SECOND;
+        let g = Gcra::per_second(10, 10).unwrap();
+        let now = Nanos::new(T0);
+        // Full bucket: 25 extra tokens fit (one burst empties it, one more of debt), 5
+        // are forgiven.
+        let (tat, forgiven) = g.charge_debt(Nanos::ZERO, now, 25);
+        assert_eq!(forgiven, 5);
+        assert_eq!(tat.get(), T0 + 2 * g.capacity_ns());
+        // In debt, nothing fits: refused until the debt and a token are paid back.
+        assert!(!g.check(tat, now, 1).allowed);
+        let later = Nanos::new(T0 + g.capacity_ns() + g.interval_ns());
+        assert!(g.check(tat, later, 1).allowed);
+        // Within the bound, everything is charged.
+        assert_eq!(
+            g.charge_debt(Nanos::ZERO, now, 3),
+            (Nanos::new(T0 + 3 * g.interval_ns()), 0)
+        );
     }
 
     #[test]

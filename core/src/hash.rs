@@ -18,6 +18,25 @@ pub fn limit_identity(rule_id: &str, requests: u64, period_seconds: u64, burst: 
     h.digest()
 }
 
+/// Identifies a token limit's bucket: like [`limit_identity`], with what it counts, so a
+/// token limit never shares a bucket with a request limit of the same figures.
+pub fn token_limit_identity(
+    rule_id: &str,
+    measure: crate::usage::UsageMeasure,
+    tokens: u64,
+    period_seconds: u64,
+    burst: u64,
+) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(b"tokens\0");
+    h.update(rule_id.as_bytes());
+    h.update(&[0, measure as u8]);
+    h.update(&tokens.to_le_bytes());
+    h.update(&period_seconds.to_le_bytes());
+    h.update(&burst.to_le_bytes());
+    h.digest()
+}
+
 /// Identifies one client of one rule: who owns a slot. Never zero, which marks an
 /// empty slot.
 pub fn client_fingerprint(rule_id: &str, client: &str) -> u64 {

@@ -55,6 +55,7 @@ pub mod slot;
 pub mod spec;
 pub mod store;
 pub mod time;
+pub mod tokens;
 pub mod usage;
 pub mod validation;
 pub mod wire;

@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+use crate::tokens::BodyFacts;
+
 /// The parts of a request that rules can look at.
 pub trait RequestAttributes {
     fn method(&self) -> &str;
@@ -18,6 +20,12 @@ pub trait RequestAttributes {
     fn header(&self, name: &str) -> Option<&str>;
     /// The address of the TCP peer.
     fn peer_ip(&self) -> Option<IpAddr>;
+
+    /// What the request body said, when the host read it before deciding (a rule with
+    /// token limits reserves from it); `None` when it was not read.
+    fn body_facts(&self) -> Option<BodyFacts> {
+        None
+    }
 
     /// The path without its query string.
     fn path_only(&self) -> &str {
@@ -115,6 +123,40 @@ impl RequestAttributes for HttpRequest {
 
     fn peer_ip(&self) -> Option<IpAddr> {
         self.peer_ip
+    }
+}
+
+/// A request with what its body said: the body-reading half of a host, for tests and
+/// benchmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WithBody<R> {
+    pub request: R,
+    pub facts: BodyFacts,
+}
+
+impl<R: RequestAttributes> RequestAttributes for WithBody<R> {
+    fn method(&self) -> &str {
+        self.request.method()
+    }
+
+    fn authority(&self) -> &str {
+        self.request.authority()
+    }
+
+    fn path(&self) -> &str {
+        self.request.path()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.request.header(name)
+    }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.request.peer_ip()
+    }
+
+    fn body_facts(&self) -> Option<BodyFacts> {
+        Some(self.facts)
     }
 }
 

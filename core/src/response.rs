@@ -166,8 +166,13 @@ impl RenderedLimits {
                 limit.burst,
                 window_seconds(limit)
             );
+            let unit = if limit.counts.is_tokens() {
+                "tokens"
+            } else {
+                "requests"
+            };
             let detail = json_string(&format!(
-                "Rate limit '{rule}' ({} requests per {} s) is exhausted; retry in ",
+                "Rate limit '{rule}' ({} {unit} per {} s) is exhausted; retry in ",
                 limit.requests, limit.period_seconds
             ));
             tiers.push(RenderedTier {
@@ -465,12 +470,17 @@ const PROBLEM_HEAD: &str =
 /// The denial body built field by field: the definition [`problem_body`] renders ahead.
 fn problem_body_of(rule: &str, limit: Option<&Limit>, status: u16, retry_after: u64) -> String {
     let (requests, period) = limit.map_or((0, 0), |l| (l.requests, l.period_seconds));
+    let unit = if limit.is_some_and(|l| l.counts.is_tokens()) {
+        "tokens"
+    } else {
+        "requests"
+    };
     serde_json::json!({
         "type": "urn:sluice:rate-limited",
         "title": "Too Many Requests",
         "status": status,
         "detail": format!(
-            "Rate limit '{rule}' ({requests} requests per {period} s) is exhausted; retry in {retry_after} s."
+            "Rate limit '{rule}' ({requests} {unit} per {period} s) is exhausted; retry in {retry_after} s."
         ),
         "rule": rule,
         "retry_after": retry_after,

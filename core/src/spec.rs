@@ -7,6 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::usage::PointerSet;
+pub use crate::usage::UsageMeasure;
+
 /// One rate-limiting rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +45,9 @@ pub struct RuleSpec {
     /// descriptors, and no HTTP request in the filter (see [`crate::rls`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub descriptor: Option<crate::rls::spec::DescriptorSpec>,
+    /// How a rule with token limits reads usage and reserves it (LLM token budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokensSpec>,
 }
 
 fn yes() -> bool {
@@ -131,15 +137,24 @@ pub struct ClientIpSpec {
     pub trusted_hops: u32,
 }
 
-/// One token bucket: `requests` per `period`, holding at most `burst` tokens.
+/// One token bucket: `requests` per `period` (or, for a token limit, `tokens` of LLM usage
+/// per `period`), holding at most `burst`. Exactly one of `requests` and `tokens` is given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSpec {
-    pub requests: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
     pub period: PeriodSpec,
-    /// The bucket's capacity; defaults to `requests`.
+    /// The bucket's capacity; defaults to `requests` (or `tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
+    /// LLM tokens per period instead of requests: a token limit (the rule's `tokens`
+    /// section says where usage is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Which usage a token limit counts: `input`, `output` or `total` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<UsageMeasure>,
     /// `proxy` (default): each Envoy keeps its own bucket per client. `global`: one bucket
     /// per client for the whole fleet of Envoys that follow one admin API, still decided
     /// inside each Envoy from leases (see `docs/global-limits.md`).
@@ -294,4 +309,40 @@ impl Default for ResponseSpec {
             grpc_status: GrpcStatus::default(),
         }
     }
+}
+
+/// How a rule with token limits works: where the response reports usage, and what is
+/// reserved when a request arrives (see the README's "LLM token budgets").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokensSpec {
+    /// Where the response reports its usage.
+    pub usage: UsageSpec,
+    /// Output tokens reserved when the request body names no `max_tokens`,
+    /// `max_completion_tokens` or `max_output_tokens`.
+    pub default_estimate: u64,
+    /// Opt-in: also reserve input tokens, estimated as the request body's bytes / 4.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub estimate_input_from_body: bool,
+    /// Opt-in: add `stream_options: {include_usage: true}` to streamed OpenAI chat
+    /// requests (`"stream": true`), so the stream's last chunk carries the usage.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub include_usage: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Where a response reports its token usage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSpec {
+    /// OpenAI Chat Completions, or the Responses API for a path ending in `/responses`.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Any other JSON: RFC 6901 pointers to `input`, `output` and/or `total`.
+    JsonPointer(PointerSet),
 }

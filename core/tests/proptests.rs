@@ -75,6 +75,7 @@ fn limit_of(g: Gcra, identity: u64) -> Limit {
         burst: g.burst(),
         gcra: g,
         identity,
+        counts: Default::default(),
     }
 }
 
@@ -113,7 +114,7 @@ proptest! {
         let mut admitted: Vec<(u64, u64)> = Vec::new();
         for (gap, cost) in arrivals {
             now += gap;
-            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open };
+            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default() };
             if table.acquire(&store, Nanos::new(now), &[request]).allowed {
                 admitted.push((now, cost));
             }
@@ -144,7 +145,7 @@ proptest! {
             now += gap;
             naive.iter_mut().for_each(|n| n.refill(now));
             let expected = naive.iter().all(|n| n.fits(cost));
-            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open };
+            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default() };
             let outcome = table.acquire(&store, Nanos::new(now), &[request]);
             prop_assert_eq!(outcome.allowed, expected);
             let evaluated = matches!(outcome.buckets[0], BucketResult::Allowed { .. } | BucketResult::Denied { .. });

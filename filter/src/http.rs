@@ -7,16 +7,21 @@ use std::rc::Rc;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
+use proxy_wasm::types::{Action, BufferType, GrpcStatusCode, MapType};
 
+use sluice_core::config::FilterConfig;
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
+use sluice_core::request::{HttpRequest, RequestAttributes, WithBody};
 use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
-use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
+use sluice_core::ruleset::{BodyNeed, Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
+use sluice_core::time::Nanos;
+use sluice_core::tokens::{BodyFacts, MAX_REQUEST_BODY_BYTES, with_include_usage};
 
 use crate::metrics::Metrics;
 use crate::request::LazyRequest;
 use crate::shared::Shared;
+use crate::tokens::TokenFlow;
 use crate::{clock, global_channel};
 
 #[derive(Debug)]
@@ -24,6 +29,14 @@ pub struct SluiceHttp {
     shared: Rc<Shared>,
     /// Rate-limit fields to add to the upstream's response, and which of them to send.
     response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
+    /// A rule with token limits matched: the decision waits for the request body, with
+    /// the request's attributes read at its headers.
+    awaiting_body: Option<(BodyNeed, HttpRequest)>,
+    /// For a request decided after its body: whether it is a gRPC call, read at its
+    /// headers (Envoy hands out request headers no later).
+    grpc_at_headers: Option<Option<(GrpcFlavour, String)>>,
+    /// What the allowed request reserved, until its response ends.
+    tokens: Option<TokenFlow>,
 }
 
 impl SluiceHttp {
@@ -31,10 +44,66 @@ impl SluiceHttp {
         Self {
             shared,
             response_fields: None,
+            awaiting_body: None,
+            grpc_at_headers: None,
+            tokens: None,
         }
     }
 
-    fn decide_request(&mut self, metrics: &Metrics) -> Action {
+    /// Whether this request must wait for its body (a rule with token limits matches, and
+    /// a body follows), and the request's attributes, read now for the decision then.
+    fn body_need(&self, end_of_stream: bool) -> Option<(BodyNeed, HttpRequest)> {
+        if end_of_stream {
+            return None;
+        }
+        let config = self.shared.config()?;
+        if !config.ruleset.has_token_rules() {
+            return None;
+        }
+        let request = LazyRequest::new(config.ruleset.needs());
+        let need = config.ruleset.body_need(&request);
+        need.read.then(|| (need, request.snapshot()))
+    }
+
+    /// Decides the request waiting for its body, now that `size` bytes of it are buffered
+    /// (`end`: all of it). A body over the cap is decided unread, on the default estimate.
+    fn decide_after_body(
+        &mut self,
+        (need, request): (BodyNeed, HttpRequest),
+        size: usize,
+        end: bool,
+    ) -> Action {
+        let shared = Rc::clone(&self.shared);
+        let metrics = shared.metrics();
+        let body = if end && size <= MAX_REQUEST_BODY_BYTES {
+            hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size)
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let facts = match &body {
+            Some(bytes) => BodyFacts::read(bytes),
+            None => BodyFacts::unread(u64::try_from(size).unwrap_or(u64::MAX)),
+        };
+        if !facts.read {
+            metrics.tokens.body_unread.inc();
+        }
+        let action = self.decide_request(&metrics, Some(WithBody { request, facts }));
+        if need.include_usage && self.tokens.is_some() {
+            if let Some(changed) = body.as_deref().and_then(with_include_usage) {
+                if hostcalls::set_buffer(BufferType::HttpRequestBody, 0, size, &changed).is_err() {
+                    metrics.errors.inc();
+                }
+            }
+        }
+        action
+    }
+
+    /// Decides the request: at its headers, read from Envoy as the rules ask (`body`
+    /// `None`), or at the end of its body, from the attributes read at its headers (then
+    /// its headers have gone on and cannot be changed).
+    fn decide_request(&mut self, metrics: &Metrics, body: Option<WithBody<HttpRequest>>) -> Action {
         let Some(config) = self.shared.config() else {
             // No valid configuration (yet): fail open, visibly.
             metrics.fail_open.inc();
@@ -52,7 +121,24 @@ impl SluiceHttp {
             metrics.allowed.inc();
             return Action::Continue;
         };
-        let request = LazyRequest::new(config.ruleset.needs());
+        match body {
+            None => {
+                let request = LazyRequest::new(config.ruleset.needs());
+                self.decide_now(metrics, &config, now, &request, true)
+            }
+            Some(request) => self.decide_now(metrics, &config, now, &request, false),
+        }
+    }
+
+    /// The decision itself, and the answer it gives.
+    fn decide_now(
+        &mut self,
+        metrics: &Metrics,
+        config: &Rc<FilterConfig>,
+        now: Nanos,
+        request: &impl RequestAttributes,
+        at_headers: bool,
+    ) -> Action {
         let cx = DecisionContext {
             store: &self.shared.store,
             table: &config.table,
@@ -64,16 +150,21 @@ impl SluiceHttp {
             now,
             default_failure: config.failure_mode,
         };
-        let decision = config.ruleset.decide_observed(
-            &request,
-            &cx,
-            &mut *self.shared.statistics.borrow_mut(),
-        );
+        let mut decision =
+            config
+                .ruleset
+                .decide_observed(request, &cx, &mut *self.shared.statistics.borrow_mut());
         record(metrics, &decision);
+        let reservations = std::mem::take(&mut decision.reservations);
+        metrics
+            .tokens
+            .reservations
+            .add(u64::try_from(reservations.len()).unwrap_or(u64::MAX));
+        self.tokens = TokenFlow::new(Rc::clone(config), reservations);
         if decision.global_created > 0 {
             global_channel::note_new_buckets(now);
         }
-        if let Some(header) = &config.shadow_header {
+        if let Some(header) = config.shadow_header.as_ref().filter(|_| at_headers) {
             if config.ruleset.has_shadow_rules() {
                 mark_shadow_denials(header, &decision);
             }
@@ -99,7 +190,7 @@ impl SluiceHttp {
                     RateLimitHeaders::None
                 };
                 // Only a denial pays for reading the content type: allowed requests never do.
-                if let Some((flavour, content_type)) = grpc_request() {
+                if let Some((flavour, content_type)) = self.grpc_request() {
                     return send_grpc_error(
                         metrics,
                         flavour,
@@ -115,7 +206,7 @@ impl SluiceHttp {
             }
             Outcome::FailedClosed(rule) => {
                 metrics.fail_closed.inc();
-                if let Some((flavour, content_type)) = grpc_request() {
+                if let Some((flavour, content_type)) = self.grpc_request() {
                     return send_grpc_error(
                         metrics,
                         flavour,
@@ -134,17 +225,90 @@ impl SluiceHttp {
     }
 }
 
-impl Context for SluiceHttp {}
+impl Context for SluiceHttp {
+    fn on_done(&mut self) -> bool {
+        self.abandon_tokens();
+        true
+    }
+}
+
+impl SluiceHttp {
+    /// The request's gRPC flavour and content type: read at its headers when it was
+    /// decided after its body, else read now.
+    fn grpc_request(&mut self) -> Option<(GrpcFlavour, String)> {
+        self.grpc_at_headers.take().unwrap_or_else(grpc_request)
+    }
+
+    /// Refunds what is still reserved: the request ended before its response did.
+    fn abandon_tokens(&mut self) {
+        if let Some(flow) = self.tokens.take() {
+            flow.abandon(&self.shared);
+        }
+    }
+
+    /// Commits what was reserved: the response ended.
+    fn finish_tokens(&mut self) {
+        if let Some(flow) = self.tokens.take() {
+            flow.finish(&self.shared);
+        }
+    }
+}
 
 impl HttpContext for SluiceHttp {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let shared = Rc::clone(&self.shared);
         let metrics = shared.metrics();
         metrics.requests.inc();
-        self.decide_request(&metrics)
+        if let Some(awaiting) = self.body_need(end_of_stream) {
+            if awaiting.0.include_usage {
+                // The body may change length; Envoy frames what it forwards.
+                let _ =
+                    hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", None);
+            }
+            self.awaiting_body = Some(awaiting);
+            self.grpc_at_headers = Some(grpc_request());
+            // Headers go on (a paused header callback would stop the body callbacks too:
+            // proxy-wasm turns it into Envoy's StopAllIteration); the body is held until
+            // it is whole and the request decided there. A denial is still a local reply,
+            // and Envoy resets the upstream request it had started.
+            return Action::Continue;
+        }
+        self.decide_request(&metrics, None)
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.awaiting_body.is_none() {
+            return Action::Continue;
+        }
+        if !end_of_stream && body_size <= MAX_REQUEST_BODY_BYTES {
+            // Buffered by Envoy until the whole body is here.
+            return Action::Pause;
+        }
+        match self.awaiting_body.take() {
+            Some(awaiting) => self.decide_after_body(awaiting, body_size, end_of_stream),
+            None => Action::Continue,
+        }
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        match self.awaiting_body.take() {
+            // The body ended before its trailers; it is all buffered.
+            Some(awaiting) => {
+                let size = hostcalls::get_buffer(
+                    BufferType::HttpRequestBody,
+                    0,
+                    MAX_REQUEST_BODY_BYTES + 1,
+                )
+                .ok()
+                .flatten()
+                .map_or(0, |b| b.len());
+                self.decide_after_body(awaiting, size, true)
+            }
+            None => Action::Continue,
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         if let Some((fields, format)) = self.response_fields.take() {
             fields.emit(format, |name, value| {
                 if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value).is_err() {
@@ -152,7 +316,27 @@ impl HttpContext for SluiceHttp {
                 }
             });
         }
+        if let Some(flow) = &mut self.tokens {
+            flow.on_response_headers();
+            if end_of_stream {
+                self.finish_tokens();
+            }
+        }
         Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Some(flow) = &mut self.tokens {
+            flow.on_response_body(body_size);
+            if end_of_stream {
+                self.finish_tokens();
+            }
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        self.abandon_tokens();
     }
 }
 

@@ -10,6 +10,8 @@
 //!   [`ruleset_channel`] (shared data) to every worker, reports statistics, and syncs
 //!   global buckets.
 //! * [`http`]: one per request; asks the core for a decision and answers or forwards.
+//! * [`tokens`]: a request's token reservations until its response ends: the response
+//!   body read as it passes, the usage committed, or a refund.
 //! * [`shared`]: what a worker's root and its requests share (configuration, stores,
 //!   metrics, statistics).
 //! * [`clock`]: the host's wall clock, read in one place.
@@ -44,6 +46,7 @@ pub mod request;
 pub mod root;
 pub mod ruleset_channel;
 pub mod shared;
+pub mod tokens;
 
 use proxy_wasm::types::LogLevel;
 

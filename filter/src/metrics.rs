@@ -12,6 +12,8 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::limiter::LimiterCounters;
 use sluice_core::report::RuleCounts;
+use sluice_core::tokens::{Settled, Settlement};
+use sluice_core::usage::UsageError;
 
 /// One Envoy counter with a local, not yet flushed count. Defining can fail on a
 /// misbehaving host; such a counter is simply not recorded rather than taking the filter
@@ -259,6 +261,100 @@ pub struct Metrics {
     pub global_failures: Counter,
     /// Of those, because every probed lease-table entry belonged to another active bucket.
     pub global_table_full: Counter,
+    /// Token budgets: reservations and how they were settled.
+    pub tokens: TokenMetrics,
+}
+
+/// Token budgets' counters (`sluice_core::tokens`).
+#[derive(Debug, Default)]
+pub struct TokenMetrics {
+    /// Allowed requests that reserved tokens.
+    pub reservations: Counter,
+    /// Reservations settled with the usage the response reported.
+    pub settled: Counter,
+    /// Reservations refunded: the upstream answered 5xx, or the request ended before its
+    /// response did (client reset, upstream abort).
+    pub refunded: Counter,
+    /// Tokens charged when settling (the usage, or the reservation where it was unknown).
+    pub charged: Counter,
+    /// Extra tokens forgiven because a bucket's debt reached one burst.
+    pub forgiven: Counter,
+    /// Bucket writes that failed when settling (the reservation stood as the charge).
+    pub settle_failures: Counter,
+    /// Request bodies not read for `max_tokens` (over the cap, or not JSON): the rule's
+    /// default estimate was reserved.
+    pub body_unread: Counter,
+    /// Responses whose usage was unknown, by reason (`UsageError`): the reservation stood
+    /// as the charge.
+    pub unknown_missing: Counter,
+    pub unknown_malformed: Counter,
+    pub unknown_out_of_range: Counter,
+    pub unknown_too_large: Counter,
+    pub unknown_incomplete: Counter,
+}
+
+impl TokenMetrics {
+    fn define() -> TokenMetrics {
+        TokenMetrics {
+            reservations: Counter::define("sluice_token_reservations_total"),
+            settled: Counter::define("sluice_token_settled_total"),
+            refunded: Counter::define("sluice_token_refunded_total"),
+            charged: Counter::define("sluice_tokens_charged_total"),
+            forgiven: Counter::define("sluice_token_debt_forgiven_total"),
+            settle_failures: Counter::define("sluice_token_settle_failures_total"),
+            body_unread: Counter::define("sluice_token_body_unread_total"),
+            unknown_missing: Counter::define("sluice_token_usage_unknown_missing_total"),
+            unknown_malformed: Counter::define("sluice_token_usage_unknown_malformed_total"),
+            unknown_out_of_range: Counter::define("sluice_token_usage_unknown_out_of_range_total"),
+            unknown_too_large: Counter::define("sluice_token_usage_unknown_too_large_total"),
+            unknown_incomplete: Counter::define("sluice_token_usage_unknown_incomplete_total"),
+        }
+    }
+
+    fn counters(&self) -> impl Iterator<Item = &Counter> {
+        [
+            &self.reservations,
+            &self.settled,
+            &self.refunded,
+            &self.charged,
+            &self.forgiven,
+            &self.settle_failures,
+            &self.body_unread,
+            &self.unknown_missing,
+            &self.unknown_malformed,
+            &self.unknown_out_of_range,
+            &self.unknown_too_large,
+            &self.unknown_incomplete,
+        ]
+        .into_iter()
+    }
+
+    /// Counts a response whose usage is unknown.
+    pub fn unknown(&self, error: UsageError) {
+        match error {
+            UsageError::Missing => &self.unknown_missing,
+            UsageError::Malformed => &self.unknown_malformed,
+            UsageError::OutOfRange => &self.unknown_out_of_range,
+            UsageError::TooLarge => &self.unknown_too_large,
+            UsageError::Incomplete => &self.unknown_incomplete,
+        }
+        .inc();
+    }
+
+    /// Counts one settled reservation.
+    pub fn record(&self, settlement: Settlement, settled: &Settled) {
+        match settlement {
+            Settlement::Used(_) => self.settled.inc(),
+            Settlement::Refund => self.refunded.inc(),
+            Settlement::Unknown => {}
+        }
+        for _ in 0..settled.unreported {
+            self.unknown(UsageError::Missing);
+        }
+        self.charged.add(settled.charged);
+        self.forgiven.add(settled.forgiven);
+        self.settle_failures.add(u64::from(settled.failures));
+    }
 }
 
 impl Metrics {
@@ -284,6 +380,7 @@ impl Metrics {
             global_fallback: Counter::define("sluice_global_fallback_total"),
             global_failures: Counter::define("sluice_global_failures_total"),
             global_table_full: Counter::define("sluice_global_table_full_total"),
+            tokens: TokenMetrics::define(),
         }
     }
 
@@ -310,7 +407,10 @@ impl Metrics {
             &self.global_fallback,
             &self.global_failures,
             &self.global_table_full,
-        ] {
+        ]
+        .into_iter()
+        .chain(self.tokens.counters())
+        {
             counter.flush();
         }
     }

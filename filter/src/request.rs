@@ -11,7 +11,8 @@ use std::net::IpAddr;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
-use sluice_core::request::{RequestAttributes, RequestNeeds, parse_socket_ip};
+use sluice_core::request::{HttpRequest, RequestAttributes, RequestNeeds, parse_socket_ip};
+use sluice_core::tokens::BodyFacts;
 use smallvec::SmallVec;
 
 /// One request's attributes, each fetched from the host on first use.
@@ -25,6 +26,8 @@ pub struct LazyRequest<'n> {
     /// allocation per request).
     headers: SmallVec<[OnceCell<Option<String>>; 4]>,
     needs: &'n RequestNeeds,
+    /// What the body said, when it was read before deciding (token budgets).
+    body: Option<BodyFacts>,
 }
 
 impl<'n> LazyRequest<'n> {
@@ -36,6 +39,35 @@ impl<'n> LazyRequest<'n> {
             peer_ip: OnceCell::new(),
             headers: needs.headers.iter().map(|_| OnceCell::new()).collect(),
             needs,
+            body: None,
+        }
+    }
+
+    /// The request with what its body said.
+    pub fn with_body(mut self, facts: Option<BodyFacts>) -> Self {
+        self.body = facts;
+        self
+    }
+
+    /// Everything the ruleset can read, read now, as an owned request: for a decision
+    /// taken later, in a body callback, where Envoy no longer hands out request headers.
+    pub fn snapshot(&self) -> HttpRequest {
+        let headers = self
+            .needs
+            .headers
+            .iter()
+            .filter_map(|name| Some((name.clone(), self.header(name)?.to_string())))
+            .collect();
+        HttpRequest {
+            method: self.method().to_string(),
+            authority: self.authority().to_string(),
+            path: self.path().to_string(),
+            headers,
+            peer_ip: if self.needs.peer_ip {
+                self.peer_ip()
+            } else {
+                None
+            },
         }
     }
 }
@@ -76,6 +108,10 @@ impl RequestAttributes for LazyRequest<'_> {
             .get(index)?
             .get_or_init(|| read_header(name))
             .as_deref()
+    }
+
+    fn body_facts(&self) -> Option<BodyFacts> {
+        self.body
     }
 
     fn peer_ip(&self) -> Option<IpAddr> {

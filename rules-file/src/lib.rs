@@ -344,4 +344,14 @@ mod tests {
         let err = refusal("42", RulesFormat::Yaml);
         assert!(err.contains("expected a list of rules"), "{err}");
     }
+
+    /// The README's LLM token budgets example is a valid rules file.
+    #[test]
+    fn the_llm_example_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llm-rules.yaml");
+        let rules = read_rules_file(&path).unwrap();
+        let ruleset = sluice_core::ruleset::Ruleset::from_specs(rules).unwrap();
+        assert!(ruleset.has_token_rules());
+        assert_eq!(ruleset.rules().len(), 2);
+    }
 }

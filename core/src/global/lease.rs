@@ -240,7 +240,7 @@ impl LeaseEntry {
     /// until the answer arrived (241 of 240,000 requests a round, at 5% of a 1,000,000/s
     /// limit, in the fleet simulation; 534 of 960,940 with real Envoys). What it spends
     /// meanwhile is paid for by the grant the answer brings ([`Self::apply`]).
-    fn lease_only(&self, now: Nanos, view: &FleetView) -> bool {
+    pub(super) fn lease_only(&self, now: Nanos, view: &FleetView) -> bool {
         self.settled && !view.fallback && now < self.answered_full_at
     }
 

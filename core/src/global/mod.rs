@@ -23,6 +23,7 @@ pub mod lease;
 pub mod schedule;
 pub mod sync;
 pub mod table;
+mod token_debt;
 
 use crate::time::NANOS_PER_SECOND;
 

@@ -25,6 +25,7 @@ use super::lease::{FleetView, LeaseEntry, Spend};
 use crate::gcra::Gcra;
 use crate::store::{MAX_WRITE_ATTEMPTS, SharedStore, StoreError, WriteCondition, WriteOutcome};
 use crate::time::Nanos;
+use crate::tokens::TokenChange;
 
 /// Keys a bucket's entry may occupy, from its hash onwards. Further than the slot table's:
 /// lease entries are kept longer (while a sync is in flight and until the fleet's bucket
@@ -156,6 +157,37 @@ impl LeaseTable {
         self.update(store, spent.slot, bucket, |entry| {
             entry.undo(cost, spent.spend, now, view);
         })
+    }
+
+    /// Settles a token reservation of `bucket` spent as `spent` (see
+    /// [`LeaseEntry::settle_tokens`]), wherever the entry is now. An entry reclaimed since
+    /// (it had nothing to say) gets a refund nowhere and extra usage as a new entry's
+    /// unleased spending. Returns the tokens forgiven at the debt bound, or `None` when
+    /// the table could not be written.
+    pub fn settle(
+        &self,
+        store: &impl SharedStore,
+        bucket: u64,
+        change: &TokenChange,
+        spent: Spend,
+        now: Nanos,
+        view: &FleetView,
+    ) -> Option<u64> {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let located = self.locate(store, bucket, now).ok()?;
+            let mut entry = match located.entry {
+                Some(entry) => entry,
+                None if change.used <= change.reserved => return Some(0),
+                None => LeaseEntry::new(bucket, &change.limit.gcra, now),
+            };
+            let forgiven = entry.settle_tokens(change, spent, now, view);
+            match store.write(located.slot, &entry.encode(), located.condition) {
+                Ok(WriteOutcome::Written) => return Some(forgiven),
+                Ok(WriteOutcome::Conflict) => {}
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// Visits `slots`: takes the usage of every entry there with something to report

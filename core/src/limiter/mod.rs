@@ -26,6 +26,7 @@ use crate::slot::SlotValue;
 use crate::spec::FailureMode;
 use crate::store::{MAX_WRITE_ATTEMPTS, SharedStore, WriteCondition, WriteOutcome};
 use crate::time::Nanos;
+use crate::tokens::TokenChange;
 use placement::{Placement, ProbeSequence};
 
 // The words of charging are the `bucket` module's; they keep their paths here too.
@@ -108,10 +109,10 @@ impl SlotTable {
         // Phase 1: read and check everything. The common denial ends here, unwritten;
         // a denial still standing ends it before any read.
         for request in requests {
-            if let Some(binding) = self
-                .denials
-                .standing(request.fingerprint, request.cost, now)
-            {
+            let standing = request
+                .uniform_cost()
+                .and_then(|cost| self.denials.standing(request.fingerprint, cost, now));
+            if let Some(binding) = standing {
                 counters.remembered_denials += 1;
                 buckets.push(BucketResult::Denied { binding });
                 return Acquisition::denied(buckets, requests.len(), counters);
@@ -121,8 +122,7 @@ impl SlotTable {
                     result: PlanResult::Denied(binding),
                     ..
                 }) => {
-                    self.denials
-                        .remember(request.fingerprint, request.cost, now, binding);
+                    self.remember(request, now, binding);
                     buckets.push(BucketResult::Denied { binding });
                     return Acquisition::denied(buckets, requests.len(), counters);
                 }
@@ -154,8 +154,7 @@ impl SlotTable {
                 }
                 Ok(PlanResult::Denied(binding)) => {
                     allowed = false;
-                    self.denials
-                        .remember(request.fingerprint, request.cost, now, binding);
+                    self.remember(request, now, binding);
                     BucketResult::Denied { binding }
                 }
                 Err(failure) => {
@@ -176,6 +175,14 @@ impl SlotTable {
             allowed,
             buckets,
             counters,
+        }
+    }
+
+    /// Remembers a denial of a bucket set whose limits all charge one cost.
+    fn remember(&self, request: &BucketRequest<'_>, now: Nanos, binding: TierVerdict) {
+        if let Some(cost) = request.uniform_cost() {
+            self.denials
+                .remember(request.fingerprint, cost, now, binding);
         }
     }
 
@@ -240,7 +247,7 @@ impl SlotTable {
                 continue;
             }
             let tat = Nanos::new(next.tat_of(limit.identity).unwrap_or(0));
-            let verdict = limit.gcra.check(tat, now, request.cost);
+            let verdict = limit.gcra.check(tat, now, request.cost_of(limit));
             let tv = TierVerdict { tier, verdict };
             if verdict.allowed {
                 if tightest.is_none_or(|t| tighter(&tv, &t)) {
@@ -308,7 +315,9 @@ impl SlotTable {
             };
             for limit in request.limits {
                 if let Some(tat) = value.tat_of(limit.identity) {
-                    let refunded = limit.gcra.refund(Nanos::new(tat), now, request.cost);
+                    let refunded = limit
+                        .gcra
+                        .refund(Nanos::new(tat), now, request.cost_of(limit));
                     value.set(limit.identity, refunded.get(), now.get());
                 }
             }
@@ -324,6 +333,66 @@ impl SlotTable {
             }
         }
         counters.refund_failures += 1;
+    }
+}
+
+impl SlotTable {
+    /// Moves token buckets of `fingerprint` from their reservation to the usage reported
+    /// (a token limit's commit): unused tokens go back (never beyond full), extra ones are
+    /// charged into debt of at most one burst ([`crate::gcra::Gcra::charge_debt`]). The
+    /// client's slot is looked up again: it may have moved since the reservation, when a
+    /// long response outlived the bucket's refill. Returns the tokens forgiven at the debt
+    /// bound.
+    pub fn settle(
+        &self,
+        store: &impl SharedStore,
+        now: Nanos,
+        fingerprint: u64,
+        changes: &[TokenChange],
+        counters: &mut LimiterCounters,
+    ) -> Result<u64, LimiterFailure> {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let located = self.probes.locate(store, now, fingerprint, counters)?;
+            let mut next = match located.placement {
+                Placement::Owned | Placement::Shared => located.value,
+                // Whatever this client held there was full and has been reclaimed: a
+                // refund has nothing to give back to, extra usage starts a new bucket.
+                Placement::Claimed => {
+                    if changes.iter().all(|c| c.used <= c.reserved) {
+                        return Ok(0);
+                    }
+                    let mut claimed = SlotValue::owned_by(fingerprint);
+                    claimed.displaced = located.value.displaced;
+                    claimed
+                }
+            };
+            next.drop_full(now.get());
+            let mut forgiven = 0;
+            for change in changes {
+                let tat = Nanos::new(next.tat_of(change.limit.identity).unwrap_or(0));
+                let gcra = &change.limit.gcra;
+                let new_tat = if change.used < change.reserved {
+                    gcra.refund(tat, now, change.reserved - change.used)
+                } else {
+                    let (tat, lost) = gcra.charge_debt(tat, now, change.used - change.reserved);
+                    forgiven += lost;
+                    tat
+                };
+                if next.set(change.limit.identity, new_tat.get(), now.get()) {
+                    counters.evictions += 1;
+                }
+            }
+            let condition = located
+                .cas
+                .map_or(WriteCondition::Absent, WriteCondition::Unchanged);
+            let (buf, len) = next.to_bytes();
+            match store.write(located.slot, buf.get(..len).unwrap_or_default(), condition) {
+                Ok(WriteOutcome::Written) => return Ok(forgiven),
+                Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
+                Err(e) => return Err(LimiterFailure::Store(e)),
+            }
+        }
+        Err(LimiterFailure::Contention)
     }
 }
 
@@ -362,6 +431,7 @@ mod test_support {
             burst,
             gcra: Gcra::new(nz(requests), nz(period_s * NANOS_PER_SECOND), nz(burst)).unwrap(),
             identity,
+            counts: Default::default(),
         }
     }
 
@@ -375,6 +445,7 @@ mod test_support {
             limits,
             cost: 1,
             on_failure: FailureMode::Open,
+            tokens: Default::default(),
         }
     }
 

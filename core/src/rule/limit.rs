@@ -3,7 +3,7 @@
 use std::num::NonZeroU64;
 
 use crate::gcra::{Gcra, GcraError, MAX_CAPACITY_NS};
-use crate::spec::{LimitSpec, Scope};
+use crate::spec::{LimitSpec, Scope, UsageMeasure};
 use crate::time::NANOS_PER_SECOND;
 use crate::validation::Problems;
 
@@ -14,9 +14,28 @@ pub const MAX_REQUESTS: u64 = 1_000_000_000;
 /// Longest period: a year.
 pub const MAX_PERIOD_SECONDS: u64 = 366 * 86_400;
 
+/// What a limit's bucket counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Counts {
+    /// Requests (each costs the rule's `cost`).
+    #[default]
+    Requests,
+    /// LLM tokens of this kind, reserved when the request arrives and settled with the
+    /// response's reported usage (`crate::tokens`).
+    Tokens(UsageMeasure),
+}
+
+impl Counts {
+    pub fn is_tokens(self) -> bool {
+        matches!(self, Counts::Tokens(_))
+    }
+}
+
 /// One validated token bucket of a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
+    /// How many units (requests, or tokens for a token limit) the bucket refills per
+    /// period.
     pub requests: u64,
     pub period_seconds: u64,
     /// The bucket's capacity: the burst as written (or `requests`), capped by
@@ -28,6 +47,8 @@ pub struct Limit {
     pub identity: u64,
     /// One bucket per client for the whole fleet (kept in the lease table, not in a slot).
     pub global: bool,
+    /// Requests or tokens.
+    pub counts: Counts,
 }
 
 /// `burst`, capped at what one refill of at most [`MAX_CAPACITY_NS`] (about 146 years)
@@ -54,13 +75,37 @@ impl Limit {
         field: &str,
         problems: &mut Problems,
     ) -> Option<Limit> {
-        let requests = spec.requests;
+        let (requests, counts, amount_field) = match (spec.requests, spec.tokens) {
+            (Some(r), None) => (r, Counts::Requests, "requests"),
+            (None, Some(t)) => (t, Counts::Tokens(spec.count.unwrap_or_default()), "tokens"),
+            (Some(_), Some(_)) => {
+                problems.add(
+                    field.to_string(),
+                    "give either requests or tokens, not both",
+                );
+                return None;
+            }
+            (None, None) => {
+                problems.add(
+                    format!("{field}.requests"),
+                    "is required (or `tokens`, for a token limit)",
+                );
+                return None;
+            }
+        };
         let period_seconds = spec.period.seconds();
         let burst = spec.burst.unwrap_or(requests);
         let mut ok = true;
+        if spec.count.is_some() && counts == Counts::Requests {
+            problems.add(
+                format!("{field}.count"),
+                "only a token limit (`tokens`) counts input, output or total",
+            );
+            ok = false;
+        }
         if requests == 0 || requests > MAX_REQUESTS {
             problems.add(
-                format!("{field}.requests"),
+                format!("{field}.{amount_field}"),
                 format!("must be between 1 and {MAX_REQUESTS}"),
             );
             ok = false;
@@ -99,7 +144,14 @@ impl Limit {
         };
         // The identity keeps the burst as written: two limits that differ only above the
         // cap are still two limits, not a duplicate.
-        let identity = crate::hash::limit_identity(rule_id, requests, period_seconds, burst);
+        let identity = match counts {
+            Counts::Requests => {
+                crate::hash::limit_identity(rule_id, requests, period_seconds, burst)
+            }
+            Counts::Tokens(measure) => {
+                crate::hash::token_limit_identity(rule_id, measure, requests, period_seconds, burst)
+            }
+        };
         Some(Limit {
             requests,
             period_seconds,
@@ -107,6 +159,7 @@ impl Limit {
             gcra,
             identity,
             global: spec.scope == Scope::Global,
+            counts,
         })
     }
 

@@ -14,13 +14,17 @@ mod cost;
 mod key;
 mod limit;
 mod matcher;
+mod tokens;
 
 use std::collections::HashMap;
 
 pub use cost::{Cost, MAX_COST};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
-pub use limit::{Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst};
+pub use limit::{
+    Counts, Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst,
+};
 pub use matcher::RequestMatcher;
+pub use tokens::{MAX_ESTIMATE, TokenBudget};
 
 use crate::request::RequestNeeds;
 use crate::spec::{FailureMode, GrpcStatus, Mode, OverrideSpec, RuleSpec};
@@ -50,6 +54,9 @@ pub struct Rule {
     pub grpc_status: GrpcStatus,
     /// Set: an RLS rule, which the filter never matches (see [`crate::rls`]).
     pub descriptor: Option<crate::rls::DescriptorMatch>,
+    /// Where a rule with token limits reads usage and what it reserves; `None` when no
+    /// limit counts tokens.
+    pub tokens: Option<TokenBudget>,
     /// The spec this rule was built from, kept for export and diffs.
     pub spec: RuleSpec,
 }
@@ -80,6 +87,11 @@ impl TryFrom<RuleSpec> for Rule {
         let cost = Cost::build(&spec.cost, &mut problems);
         let overrides = build_overrides(&id, &spec.overrides, &mut problems);
         let descriptor = crate::rls::descriptor::for_rule(&spec, &mut problems);
+        let has_token_limits = limits
+            .iter()
+            .chain(overrides.values().flatten())
+            .any(|l| l.counts.is_tokens());
+        let tokens = TokenBudget::build(spec.tokens.as_ref(), has_token_limits, &mut problems);
         let (Some(key), Some(cost)) = (key, cost) else {
             // Building either one failed, and that recorded why.
             return Err(problems.into_errors());
@@ -100,6 +112,7 @@ impl TryFrom<RuleSpec> for Rule {
             rate_limit_headers: spec.response.rate_limit_headers,
             grpc_status: spec.response.grpc_status,
             descriptor,
+            tokens,
             spec,
         })
     }
@@ -159,6 +172,11 @@ impl Rule {
         self.matcher.add_needs(needs);
         self.key.add_needs(needs);
         self.cost.add_needs(needs);
+    }
+
+    /// Whether any of the rule's limits (its own or an override's) counts tokens.
+    pub fn has_token_limits(&self) -> bool {
+        self.tokens.is_some()
     }
 
     /// The limits that apply to `client`: its override, or the rule's own.

@@ -9,6 +9,8 @@
 //! 3. `acquire_local`: their proxy limits, all-or-nothing, in the slot table.
 //! 4. Settling: when the slot table denies, every global spend is undone too.
 //! 5. `record_outcomes`: each rule's outcome, the request's, and its tightest limit.
+//! 6. `reserve_tokens`: for an allowed request, what each rule's token limits took, to
+//!    be settled when the response ends (`crate::tokens`).
 //!
 //! So a denied request consumes no tokens: all enforce-mode limits must allow, and none
 //! is charged when one denies. Global spends that were undone stay counted at the lease
@@ -27,10 +29,11 @@ use crate::hash::{client_fingerprint, global_bucket};
 use crate::limiter::{Acquisition, SlotTable};
 use crate::request::RequestAttributes;
 use crate::response::{Limited, RenderedRule};
-use crate::rule::{Limit, Rule};
+use crate::rule::{Counts, Limit, Rule};
 use crate::spec::{FailureMode, Mode};
 use crate::store::SharedStore;
 use crate::time::Nanos;
+use crate::tokens::{Reservation, Reserved, TokenEstimate};
 
 /// What a decision works with besides the request: the slot table and the shared data it
 /// lives in, the fleet-wide buckets, the time, and the failure mode of rules that set
@@ -97,6 +100,15 @@ impl Ruleset {
             spends.undo_all(&cx.global, cx.now);
         }
         record_outcomes(&mut decision, &enforced, &acquisition, sink);
+        if acquisition.allowed && decision.is_allowed() {
+            reserve_tokens(
+                &mut decision,
+                &enforced,
+                &acquisition,
+                &spends,
+                request.path(),
+            );
+        }
         decision
     }
 
@@ -130,6 +142,12 @@ impl Ruleset {
                 limits: rule.limits_for(&client),
                 cost: rule.cost.of(request),
                 on_failure: rule.failure_mode_or(cx.default_failure),
+                tokens: rule
+                    .tokens
+                    .as_ref()
+                    .map_or_else(TokenEstimate::default, |b| {
+                        TokenEstimate::of(b, &request.body_facts().unwrap_or_default())
+                    }),
             };
             match rule.mode {
                 Mode::Enforce => enforced.push(Enforced {
@@ -140,7 +158,7 @@ impl Ruleset {
                     global: None,
                 }),
                 Mode::Shadow => {
-                    let outcome = charge_shadow(&bucket, cx, decision);
+                    let outcome = charge_shadow(rule, &bucket, request.path(), cx, decision);
                     match outcome {
                         RuleOutcome::ShadowDenied => decision.shadow_denied.push(rule),
                         RuleOutcome::FailedOpen => decision.failed_open += 1,
@@ -323,10 +341,80 @@ impl<'r> Decision<'r> {
     }
 }
 
-/// Charges one shadow-mode rule on its own: global limits, then proxy limits. It never
-/// denies; the outcome says what it would have done.
-fn charge_shadow(
+/// Step 6, for an allowed request: what each enforce-mode rule with token limits
+/// reserved, to be settled when the response ends. A rule whose proxy limits failed open
+/// reserved nothing there; its global limits reserved what they spent.
+fn reserve_tokens(
+    decision: &mut Decision<'_>,
+    enforced: &[Enforced<'_, '_>],
+    acquisition: &Acquisition,
+    spends: &GlobalSpends,
+    path: &str,
+) {
+    let mut results = acquisition.buckets.iter();
+    for e in enforced {
+        let result = if e.has_proxy_limits() {
+            results.next()
+        } else {
+            None
+        };
+        let proxy_charged = matches!(result, Some(BucketResult::Allowed { .. }));
+        if let Some(reservation) = reservation(e.rule, &e.bucket, path, proxy_charged, spends) {
+            decision.reservations.push(reservation);
+        }
+    }
+}
+
+/// What `rule`'s token limits took for `bucket`: its proxy token limits when
+/// `proxy_charged`, its global ones as `spends` recorded them. `None` when the rule has no
+/// token limits, or none of them took anything.
+fn reservation(
+    rule: &Rule,
     bucket: &BucketRequest<'_>,
+    path: &str,
+    proxy_charged: bool,
+    spends: &GlobalSpends,
+) -> Option<Reservation> {
+    let budget = rule.tokens.as_ref()?;
+    let mut limits = SmallVec::new();
+    for limit in bucket.limits {
+        let Counts::Tokens(measure) = limit.counts else {
+            continue;
+        };
+        let global = if limit.global {
+            let id = global_bucket(limit.identity, bucket.fingerprint);
+            match spends.spent.iter().find(|(spent, _, _)| *spent == id) {
+                Some((_, _, spent)) => Some((id, spent.spend)),
+                None => continue,
+            }
+        } else if proxy_charged {
+            None
+        } else {
+            continue;
+        };
+        limits.push(Reserved {
+            limit: *limit,
+            measure,
+            tokens: bucket.cost_of(limit),
+            global,
+        });
+    }
+    (!limits.is_empty()).then(|| Reservation {
+        rule_id: rule.id.clone(),
+        fingerprint: bucket.fingerprint,
+        format: budget.format_for(path),
+        limits,
+        shadow: rule.mode == Mode::Shadow,
+    })
+}
+
+/// Charges one shadow-mode rule on its own: global limits, then proxy limits. It never
+/// denies; the outcome says what it would have done. What its token limits took is
+/// reserved like an enforce-mode rule's.
+fn charge_shadow(
+    rule: &Rule,
+    bucket: &BucketRequest<'_>,
+    path: &str,
     cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
     decision: &mut Decision<'_>,
 ) -> RuleOutcome {
@@ -337,6 +425,9 @@ fn charge_shadow(
         Err(GlobalDenial::Failed) => return RuleOutcome::FailedOpen,
     };
     if !has_proxy_limits(bucket.limits) {
+        decision
+            .reservations
+            .extend(reservation(rule, bucket, path, false, &spends));
         return RuleOutcome::Allowed {
             near_limit: global_tightest.is_some_and(|t| is_near_limit(bucket.limits, &t)),
         };
@@ -350,10 +441,20 @@ fn charge_shadow(
             spends.undo_all(&cx.global, cx.now);
             RuleOutcome::ShadowDenied
         }
-        Some(BucketResult::FailedOpen(_)) => RuleOutcome::FailedOpen,
-        Some(BucketResult::Allowed { tightest }) => RuleOutcome::Allowed {
-            near_limit: is_near_limit(bucket.limits, &tighter_of(*tightest, global_tightest)),
-        },
+        Some(BucketResult::FailedOpen(_)) => {
+            decision
+                .reservations
+                .extend(reservation(rule, bucket, path, false, &spends));
+            RuleOutcome::FailedOpen
+        }
+        Some(BucketResult::Allowed { tightest }) => {
+            decision
+                .reservations
+                .extend(reservation(rule, bucket, path, true, &spends));
+            RuleOutcome::Allowed {
+                near_limit: is_near_limit(bucket.limits, &tighter_of(*tightest, global_tightest)),
+            }
+        }
         Some(BucketResult::Skipped) | None => RuleOutcome::NotCharged,
     }
 }
@@ -446,16 +547,10 @@ impl GlobalSpends {
         decision: &mut Decision<'_>,
     ) -> Result<TierVerdict, GlobalDenial> {
         let id = global_bucket(limit.identity, bucket.fingerprint);
+        let cost = bucket.cost_of(limit);
         let spent = global
             .table
-            .spend(
-                global.store,
-                id,
-                &limit.gcra,
-                bucket.cost,
-                now,
-                &global.view,
-            )
+            .spend(global.store, id, &limit.gcra, cost, now, &global.view)
             .map_err(|failure| {
                 decision.note_global_failure(&failure);
                 GlobalDenial::Failed
@@ -480,7 +575,7 @@ impl GlobalSpends {
             Spend::Lease | Spend::NewBucket => spent.remaining,
         };
         decision.global_created += u32::from(spent.created);
-        self.spent.push((id, bucket.cost, spent));
+        self.spent.push((id, cost, spent));
         Ok(TierVerdict {
             tier,
             verdict: Verdict {

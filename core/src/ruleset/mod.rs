@@ -8,10 +8,11 @@ mod decide;
 use std::collections::HashSet;
 
 use crate::bucket::LimiterCounters;
-use crate::request::RequestNeeds;
+use crate::request::{RequestAttributes, RequestNeeds};
 use crate::response::RenderedRule;
 use crate::rule::Rule;
 use crate::spec::{Mode, RuleSpec};
+use crate::tokens::Reservation;
 use crate::validation::{Problems, ValidationErrors};
 
 pub use decide::{DecisionContext, GlobalBuckets};
@@ -33,6 +34,17 @@ pub struct Ruleset {
     /// the same order.
     rendered: Vec<RenderedRule>,
     needs: RequestNeeds,
+    /// Whether an enabled rule has token limits (then the host may read request bodies).
+    has_token_rules: bool,
+}
+
+/// What a request's body is needed for, before it is decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BodyNeed {
+    /// A matching rule reserves tokens from the body's `max_tokens` (or its size).
+    pub read: bool,
+    /// A matching rule adds `stream_options.include_usage` to streamed requests.
+    pub include_usage: bool,
 }
 
 /// What the enabled rules of `rules` read from a request.
@@ -84,10 +96,12 @@ impl Ruleset {
         problems.finish(|| {
             let needs = needs_of(&rules);
             let rendered = rules.iter().map(RenderedRule::new).collect();
+            let has_token_rules = rules.iter().any(|r| r.enabled && r.tokens.is_some());
             Ruleset {
                 rules,
                 rendered,
                 needs,
+                has_token_rules,
             }
         })
     }
@@ -99,6 +113,30 @@ impl Ruleset {
     /// The request attributes these rules read.
     pub fn needs(&self) -> &RequestNeeds {
         &self.needs
+    }
+
+    /// Whether any enabled rule has token limits.
+    pub fn has_token_rules(&self) -> bool {
+        self.has_token_rules
+    }
+
+    /// Whether `request` should be decided after its body: some enabled rule with token
+    /// limits matches it. Only the matchers run (no bucket is read).
+    pub fn body_need(&self, request: &impl RequestAttributes) -> BodyNeed {
+        let mut need = BodyNeed::default();
+        if !self.has_token_rules {
+            return need;
+        }
+        for rule in &self.rules {
+            let Some(budget) = rule.tokens.as_ref().filter(|_| rule.enabled) else {
+                continue;
+            };
+            if rule.matcher.matches(request) {
+                need.read = true;
+                need.include_usage |= budget.include_usage;
+            }
+        }
+        need
     }
 
     /// Whether any enabled rule is in shadow mode.
@@ -161,6 +199,9 @@ pub struct Decision<'r> {
     pub global_table_full: u32,
     /// Global buckets this request was the first on this proxy to use.
     pub global_created: u32,
+    /// The tokens reserved by rules with token limits, to settle when the response ends
+    /// (`crate::tokens`); empty for a denied request.
+    pub reservations: Vec<Reservation>,
 }
 
 impl<'r> Decision<'r> {

@@ -1,7 +1,9 @@
 //! Numbers, rates, durations and rule summaries as people read them: the parts that need
 //! no browser (clock times, which need the browser's time zone, stay in the dashboard).
 
-use sluice_core::spec::{KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeriodSpec, RuleSpec, Scope};
+use sluice_core::spec::{
+    KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeriodSpec, RuleSpec, Scope, UsageMeasure,
+};
 
 /// `1234` → `1,234`; `1_234_567` → `1.23M`.
 pub fn count(n: u64) -> String {
@@ -101,14 +103,21 @@ pub fn period(p: &PeriodSpec) -> String {
     }
 }
 
-/// `5/s, burst 10`.
+/// `5/s, burst 10`; a token limit `100,000 tokens/min`.
 pub fn limit(l: &LimitSpec) -> String {
+    let amount = l.requests.or(l.tokens).unwrap_or(0);
+    let unit = match (l.tokens, l.count) {
+        (None, _) => "",
+        (Some(_), Some(UsageMeasure::Input)) => " input tokens",
+        (Some(_), Some(UsageMeasure::Output)) => " output tokens",
+        (Some(_), _) => " tokens",
+    };
     let base = match l.period {
-        PeriodSpec::Seconds(_) => format!("{} per {}", count(l.requests), period(&l.period)),
-        _ => format!("{}/{}", count(l.requests), period(&l.period)),
+        PeriodSpec::Seconds(_) => format!("{}{unit} per {}", count(amount), period(&l.period)),
+        _ => format!("{}{unit}/{}", count(amount), period(&l.period)),
     };
     let base = match l.burst {
-        Some(b) if b != l.requests => format!("{base}, burst {}", count(b)),
+        Some(b) if b != amount => format!("{base}, burst {}", count(b)),
         _ => base,
     };
     if l.scope == Scope::Global {

@@ -330,6 +330,7 @@ fn rule_for(
         failure_mode: None,
         response: Default::default(),
         descriptor: None,
+        tokens: None,
     };
     Ok((rule, notes))
 }
@@ -381,10 +382,12 @@ pub(super) fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
         seconds => PeriodSpec::Seconds(seconds),
     };
     LimitSpec {
-        requests,
+        requests: Some(requests),
         period,
         burst: None,
         scope: Scope::Proxy,
+        tokens: None,
+        count: None,
     }
 }
 

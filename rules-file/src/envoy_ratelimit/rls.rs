@@ -59,6 +59,7 @@ pub(super) fn convert_for_rls(domain: &str, limits: Vec<LimitAt>, out: &mut Impo
             overrides: Vec::new(),
             failure_mode: None,
             response: Default::default(),
+            tokens: None,
             descriptor: Some(DescriptorSpec {
                 domain: domain.to_string(),
                 entries: found

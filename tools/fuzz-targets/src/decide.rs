@@ -2,12 +2,14 @@ use std::collections::{HashMap, HashSet};
 
 use sluice_core::global::table::LeaseTable;
 use sluice_core::limiter::SlotTable;
+use sluice_core::request::RequestAttributes;
 use sluice_core::rule::Rule;
 use sluice_core::ruleset::{
     DecisionContext, DecisionSink, GlobalBuckets, Outcome, RuleOutcome, Ruleset,
 };
 use sluice_core::store::MemoryStore;
 use sluice_core::time::Nanos;
+use sluice_core::tokens::{TokenEstimate, cost_of};
 
 use crate::structured::{self, LATEST_CLOCK_NS, Scenario};
 
@@ -108,7 +110,14 @@ fn check(scenario: Scenario) {
             let Some(rule) = ruleset.rules().iter().find(|r| &r.id == id) else {
                 panic!("an outcome for `{id}`, which is not in the ruleset");
             };
-            let cost = rule.cost.of(request);
+            let requests = rule.cost.of(request);
+            // Token limits charge their reservation (never settled here).
+            let estimate = rule
+                .tokens
+                .as_ref()
+                .map_or_else(TokenEstimate::default, |b| {
+                    TokenEstimate::of(b, &request.body_facts().unwrap_or_default())
+                });
             // Two limits with the same parameters are one bucket: count it once.
             let mut seen = HashSet::new();
             for limit in rule.limits_for(client).iter() {
@@ -125,7 +134,7 @@ fn check(scenario: Scenario) {
                     since_ns: now,
                     tokens: 0,
                 });
-                bucket.tokens += u128::from(cost);
+                bucket.tokens += u128::from(cost_of(limit, requests, &estimate));
                 let interval = u128::from(limit.gcra.interval_ns());
                 let allowance =
                     u128::from(limit.gcra.capacity_ns()) + u128::from(now - bucket.since_ns);

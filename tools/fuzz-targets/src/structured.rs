@@ -15,7 +15,7 @@ use sluice_core::request::HttpRequest;
 use sluice_core::spec::{
     ClientIpSpec, CostSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec, KeySpec,
     LimitSpec, MatchSpec, Mode, NamedPeriod, OverrideSpec, PeriodSpec, ResponseSpec, RuleSpec,
-    Scope,
+    Scope, TokensSpec, UsageMeasure, UsageSpec,
 };
 
 const RULE_NAMES: &[&str] = &["api", "per-key", "login", "tenant", "everyone"];
@@ -188,6 +188,11 @@ pub fn rule(u: &mut Unstructured<'_>) -> Result<RuleSpec> {
         },
         // Rules for Envoy's rate limit service are decided outside the filter.
         descriptor: None,
+        tokens: if u.ratio(1, 3).unwrap_or(false) {
+            Some(tokens(u)?)
+        } else {
+            None
+        },
     })
 }
 
@@ -253,8 +258,8 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Vec<LimitSpec>> {
 }
 
 fn limit(u: &mut Unstructured<'_>) -> Result<LimitSpec> {
-    Ok(LimitSpec {
-        requests: number(u, REQUESTS)?,
+    let mut limit = LimitSpec {
+        requests: Some(number(u, REQUESTS)?),
         period: match u.int_in_range(0..=4)? {
             0 => PeriodSpec::Named(NamedPeriod::Second),
             1 => PeriodSpec::Named(NamedPeriod::Minute),
@@ -268,6 +273,34 @@ fn limit(u: &mut Unstructured<'_>) -> Result<LimitSpec> {
         } else {
             Scope::Proxy
         },
+        tokens: None,
+        count: None,
+    };
+    // Sometimes a token limit instead (decided last, so older corpus inputs keep
+    // meaning what they meant).
+    if u.ratio(1, 4).unwrap_or(false) {
+        limit.tokens = limit.requests.take();
+        limit.count = sometimes(u, |u| {
+            Ok(*u.choose(&[
+                UsageMeasure::Input,
+                UsageMeasure::Output,
+                UsageMeasure::Total,
+            ])?)
+        })?;
+    }
+    Ok(limit)
+}
+
+fn tokens(u: &mut Unstructured<'_>) -> Result<TokensSpec> {
+    Ok(TokensSpec {
+        usage: if u.arbitrary()? {
+            UsageSpec::OpenAi
+        } else {
+            UsageSpec::Anthropic
+        },
+        default_estimate: number(u, COSTS)?,
+        estimate_input_from_body: u.arbitrary()?,
+        include_usage: u.arbitrary()?,
     })
 }
 

@@ -8,7 +8,8 @@
 //! * [`background`]: a runtime on a thread of its own, for servers and clients started
 //!   from blocking code.
 //! * [`envoy`]: an Envoy process started from a bootstrap, its admin interface and stats.
-//! * [`upstream`]: the echo server behind Envoy.
+//! * [`upstream`]: the echo server behind Envoy; [`llm`]: a fake LLM API (OpenAI and
+//!   Anthropic shapes, JSON and event streams, seeded usage, faults) for token budgets.
 //! * [`serve`]: `sluice serve` as a child process.
 //! * [`bench_args`]: the benchmark's command line.
 //! * [`RedisServer`] and [`PostgresServer`]: throwaway servers for tests (Debian's
@@ -28,6 +29,7 @@ pub mod bench_args;
 pub mod cmd;
 pub mod envoy;
 pub mod http;
+pub mod llm;
 pub mod load;
 mod postgres;
 mod redis;

@@ -1,6 +1,6 @@
 //! A limit's inputs (requests per period, burst, scope) and a per-client override's.
 
-use sluice_core::spec::{LimitSpec, NamedPeriod, OverrideSpec, PeriodSpec, Scope};
+use sluice_core::spec::{LimitSpec, NamedPeriod, OverrideSpec, PeriodSpec, Scope, UsageMeasure};
 
 use super::choice::Choice;
 use super::number::{Number, Numbers};
@@ -45,6 +45,15 @@ pub struct LimitDraft {
     pub burst: Number<u64>,
     /// One bucket per client for the whole fleet (`Scope::Global`) or per proxy.
     pub scope: Scope,
+    /// Not an input of the form yet: a token limit as loaded (`requests` then holds its
+    /// tokens), kept so that saving the form does not turn it into a request limit.
+    pub tokens: Option<TokenCount>,
+}
+
+/// What a loaded token limit counts (`count` as written: `None` is the default, total).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenCount {
+    pub count: Option<UsageMeasure>,
 }
 
 /// A new limit: per second, its number of requests still to be typed.
@@ -56,6 +65,7 @@ impl Default for LimitDraft {
             seconds: Number::empty(),
             burst: Number::empty(),
             scope: Scope::Proxy,
+            tokens: None,
         }
     }
 }
@@ -68,11 +78,16 @@ impl LimitDraft {
             PeriodSpec::Seconds(s) => (PeriodChoice::Custom, Number::from(s)),
         };
         LimitDraft {
-            requests: Number::from(spec.requests),
+            requests: spec
+                .requests
+                .or(spec.tokens)
+                .map(Number::from)
+                .unwrap_or_default(),
             period,
             seconds,
             burst: spec.burst.map(Number::from).unwrap_or_default(),
             scope: spec.scope,
+            tokens: spec.tokens.map(|_| TokenCount { count: spec.count }),
         }
     }
 
@@ -107,11 +122,17 @@ impl LimitDraft {
             ),
         };
         let burst = numbers.optional(&self.burst, &format!("{field}.burst"));
+        let (requests, tokens, count) = match self.tokens {
+            None => (Some(requests), None, None),
+            Some(t) => (None, Some(requests), t.count),
+        };
         LimitSpec {
             requests,
             period,
             burst,
             scope: self.scope,
+            tokens,
+            count,
         }
     }
 }

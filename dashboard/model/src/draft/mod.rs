@@ -22,13 +22,13 @@ pub mod number;
 use sluice_core::rule::Rule;
 use sluice_core::spec::{
     CostSpec, FailureMode, GrpcStatus, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod,
-    PeriodSpec, ResponseSpec, RuleSpec, Scope,
+    PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
 };
 
 pub use choice::Choice;
 pub use cost::{CostDraft, CostKind};
 pub use key::{KeyDraft, KeyKind};
-pub use limit::{LimitDraft, OverrideDraft, PeriodChoice};
+pub use limit::{LimitDraft, OverrideDraft, PeriodChoice, TokenCount};
 pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, methods_field};
 pub use number::{Number, NumberError, Whole};
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
@@ -61,6 +61,8 @@ pub struct Draft {
     /// Not an input of the form either (a rule for Envoy's rate limit service): kept as
     /// loaded, so saving the form keeps it.
     pub descriptor: Option<sluice_core::rls::DescriptorSpec>,
+    /// Not an input of the form yet: a token budget's settings as loaded, kept.
+    pub tokens: Option<TokensSpec>,
 }
 
 impl Draft {
@@ -87,6 +89,7 @@ impl Draft {
             rate_limit_headers: spec.response.rate_limit_headers,
             grpc_status: spec.response.grpc_status,
             descriptor: spec.descriptor.clone(),
+            tokens: spec.tokens.clone(),
         }
     }
 
@@ -142,6 +145,7 @@ impl Draft {
                 grpc_status: self.grpc_status,
             },
             descriptor: self.descriptor.clone(),
+            tokens: self.tokens.clone(),
         };
         (spec, numbers.problems)
     }
@@ -175,16 +179,19 @@ pub fn blank() -> RuleSpec {
         matcher: MatchSpec::default(),
         key: KeySpec::Header("x-api-key".to_string()),
         limits: vec![LimitSpec {
-            requests: 10,
+            requests: Some(10),
             period: PeriodSpec::Named(NamedPeriod::Second),
             burst: None,
             scope: Scope::Proxy,
+            tokens: None,
+            count: None,
         }],
         cost: CostSpec::default(),
         overrides: Vec::new(),
         failure_mode: None,
         descriptor: None,
         response: ResponseSpec::default(),
+        tokens: None,
     }
 }
 

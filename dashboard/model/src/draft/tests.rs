@@ -85,7 +85,7 @@ fn typed_text_is_read_as_a_number_and_comes_back_plain() {
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(
         (spec.limits[0].requests, spec.limits[0].burst, spec.priority),
-        (1_000, Some(2_000), 0)
+        (Some(1_000), Some(2_000), 0)
     );
     let back = Draft::from_spec(&spec);
     assert_eq!(back.limits[0].requests.text(), "1000");
@@ -116,6 +116,7 @@ fn inputs_that_are_not_numbers_are_named_by_field_path() {
         seconds: Number::empty(),
         burst: Number::parse("x"),
         scope: Scope::Proxy,
+        tokens: None,
     });
     draft.overrides.push(OverrideDraft {
         client: "acme".into(),
@@ -150,7 +151,11 @@ fn inputs_that_are_not_numbers_are_named_by_field_path() {
             ("priority", "must be a whole number"),
         ]
     );
-    assert_eq!(spec.limits[1].requests, 1_000, "digit separators are fine");
+    assert_eq!(
+        spec.limits[1].requests,
+        Some(1_000),
+        "digit separators are fine"
+    );
 }
 
 #[test]
@@ -360,4 +365,18 @@ fn a_descriptor_the_form_cannot_show_is_kept() {
     let (saved, problems) = Draft::from_spec(&loaded).to_spec();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(saved.descriptor, loaded.descriptor);
+}
+
+/// The form has no inputs for token budgets yet: saving a rule that has them keeps them.
+#[test]
+fn a_token_budget_survives_the_form_unchanged() {
+    let original = spec(
+        r#"{"name":"llm","key":{"header":"x-api-key"},
+            "limits":[{"requests":60,"period":"minute"},{"tokens":100000,"period":"minute","count":"output"},{"tokens":5000,"period":"second"}],
+            "overrides":[{"client":"acme","limits":[{"tokens":9,"period":"day"}]}],
+            "tokens":{"usage":"anthropic","default_estimate":1000,"estimate_input_from_body":true}}"#,
+    );
+    let (back, problems) = Draft::from_spec(&original).to_spec();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(back, original);
 }

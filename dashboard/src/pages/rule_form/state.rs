@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leptos::prelude::*;
 use sluice_core::rls::DescriptorSpec;
-use sluice_core::spec::{FailureMode, GrpcStatus, Mode, Scope};
+use sluice_core::spec::{FailureMode, GrpcStatus, Mode, Scope, TokensSpec};
 use sluice_dashboard_model::draft::{
     CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, LimitDraft,
-    MatchDraft, Number, OverrideDraft, PeriodChoice,
+    MatchDraft, Number, OverrideDraft, PeriodChoice, TokenCount,
 };
 
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(1);
@@ -29,6 +29,8 @@ pub(super) struct LimitRow {
     pub seconds: RwSignal<Number<u64>>,
     pub burst: RwSignal<Number<u64>>,
     pub scope: RwSignal<Scope>,
+    /// A token limit as loaded (no input of its own yet).
+    pub tokens: Option<TokenCount>,
 }
 
 impl LimitRow {
@@ -40,6 +42,7 @@ impl LimitRow {
             seconds: RwSignal::new(d.seconds),
             burst: RwSignal::new(d.burst),
             scope: RwSignal::new(d.scope),
+            tokens: d.tokens,
         }
     }
 
@@ -50,6 +53,7 @@ impl LimitRow {
             seconds: self.seconds.get(),
             burst: self.burst.get(),
             scope: self.scope.get(),
+            tokens: self.tokens,
         }
     }
 }
@@ -231,6 +235,8 @@ pub(super) struct FormState {
     pub grpc_status: RwSignal<GrpcStatus>,
     /// A rate limit service rule's descriptor: no input shows it either, kept the same way.
     pub descriptor: RwSignal<Option<DescriptorSpec>>,
+    /// No input shows it yet (a token budget's settings); kept like `grpc_status`.
+    pub tokens: RwSignal<Option<TokensSpec>>,
 }
 
 impl FormState {
@@ -253,6 +259,7 @@ impl FormState {
             rate_limit_headers: RwSignal::new(d.rate_limit_headers),
             grpc_status: RwSignal::new(d.grpc_status),
             descriptor: RwSignal::new(d.descriptor),
+            tokens: RwSignal::new(d.tokens),
         }
     }
 
@@ -277,6 +284,7 @@ impl FormState {
             rate_limit_headers: self.rate_limit_headers.get(),
             grpc_status: self.grpc_status.get(),
             descriptor: self.descriptor.get(),
+            tokens: self.tokens.get(),
         }
     }
 }

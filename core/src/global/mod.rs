@@ -24,6 +24,7 @@ pub mod schedule;
 pub mod sync;
 pub mod table;
 mod token_debt;
+pub mod view;
 
 use crate::time::NANOS_PER_SECOND;
 

@@ -176,12 +176,18 @@ impl TestDb {
     /// The secret of a token with `role` that the command line has revoked.
     pub async fn revoked_token(&self, role: Role) -> String {
         let secret = self.token(role).await;
-        let id = self.store.find_token(&secret).await.unwrap().unwrap().id;
+        let id = self.token_id(&secret).await;
         self.store
             .revoke_token(&Actor::cli(), &id, now_ms())
             .await
             .unwrap();
         secret
+    }
+
+    /// The id of the token with this secret.
+    pub async fn token_id(&self, secret: &str) -> String {
+        let found = self.store.find_token(secret).await.expect("find token");
+        found.expect("no token has this secret").id
     }
 
     /// A token with `role`, created directly in the database; returns its secret.

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_admin::http::AppState;
+use sluice_admin::http::token_cache::REFRESH_AFTER;
 use sluice_admin::pipeline::MetricsConfig;
-use sluice_admin::store::Role;
+use sluice_admin::store::{Actor, Role, now_ms};
 use sluice_admin::testing::{Backend, PATIENCE, Req, TestApp, TestDb, assert_contains};
 use sluice_coordinator as quota;
 use sluice_coordinator::redis::RedisBuckets;
@@ -144,6 +145,97 @@ async fn only_proxy_and_admin_tokens_may_sync() {
     for token in [&proxy, &api.admin] {
         sync_request(&api, token).json(&body).expect(200).await;
     }
+}
+
+/// A proxy's token is checked from memory between database lookups (the admin API's
+/// `token_cache`): revoked through this replica it is refused at once; revoked elsewhere
+/// (the command line, another replica) it is still taken from memory, then refused within
+/// a second and one lookup; people's requests always ask the database.
+#[tokio::test]
+async fn a_revoked_proxy_token_is_refused_at_once_here_and_within_a_second_elsewhere() {
+    let (db, api) = app().await;
+    let empty = || sync_body("edge", json!([]));
+
+    let here = db.token(Role::Proxy).await;
+    sync(&api, &here, "edge", "b1", 1).await;
+    let id = db.token_id(&here).await;
+    api.delete(&format!("/api/v1/tokens/{id}"))
+        .expect(200)
+        .await;
+    sync_request(&api, &here).json(&empty()).expect(401).await;
+
+    // An admin token may sync and read the rules.
+    let elsewhere = db.token(Role::Admin).await;
+    sync(&api, &elsewhere, "edge", "b1", 1).await;
+    let id = db.token_id(&elsewhere).await;
+    db.store
+        .revoke_token(&Actor::cli(), &id, now_ms())
+        .await
+        .unwrap();
+    let revoked_at = Instant::now();
+    sync_request(&api, &elsewhere)
+        .json(&empty())
+        .expect(200)
+        .await;
+    api.get("/api/v1/rules").token(&elsewhere).expect(401).await;
+    loop {
+        let status = sync_request(&api, &elsewhere)
+            .json(&empty())
+            .send()
+            .await
+            .status;
+        if status == 401 {
+            break;
+        }
+        assert_eq!(status, 200);
+        assert!(
+            revoked_at.elapsed() < REFRESH_AFTER + PATIENCE,
+            "a token revoked in the database still syncs after {:?}",
+            revoked_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// With PostgreSQL, a proxy's sync does not wait for the database: while another
+/// transaction holds the tokens table locked, a remembered token still syncs (its refresh
+/// waits in the background), and a person's request waits for the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxys_sync_does_not_wait_for_the_database() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let api = TestApp::new(&db).await;
+    api.create(&fleet_rule()).await;
+    let proxy = db.token(Role::Proxy).await;
+    sync(&api, &proxy, "edge", "b1", 1).await;
+
+    let mut lock = db.store.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    // Past the refresh age, so the syncs below start a lookup that cannot finish.
+    tokio::time::sleep(REFRESH_AFTER).await;
+    for _ in 0..3 {
+        let answered = tokio::time::timeout(
+            PATIENCE,
+            sync_request(&api, &proxy)
+                .json(&sync_body("edge", json!([])))
+                .expect(200),
+        )
+        .await;
+        assert!(
+            answered.is_ok(),
+            "a sync waited for the locked tokens table"
+        );
+    }
+    let read = tokio::time::timeout(Duration::from_millis(300), api.get("/api/v1/rules").send());
+    assert!(
+        read.await.is_err(),
+        "a person's request answered without the tokens table: the lock did not hold"
+    );
+    lock.rollback().await.unwrap();
 }
 
 #[tokio::test]

@@ -18,8 +18,9 @@ use std::time::Instant;
 
 use super::body::{Peer, header_items};
 use super::failed_auth::Credential;
+use super::token_cache::Recalled;
 use super::{ApiError, AppState};
-use crate::store::{Actor, Role, StoreError, TokenInfo, now_ms};
+use crate::store::{Actor, Role, StoreError, TokenInfo, hash_token, now_ms};
 use crate::tls::OverTls;
 
 /// The dashboard's session cookie.
@@ -64,6 +65,17 @@ impl Permission {
             Permission::SendReports => "send reports",
             Permission::SyncQuota => "sync global buckets",
         }
+    }
+}
+
+impl Permission {
+    /// A proxy's own requests, frequent and bound by its timeouts: their tokens are
+    /// authenticated from memory ([`super::token_cache`]).
+    fn proxys_own(self) -> bool {
+        matches!(
+            self,
+            Permission::PollRuleset | Permission::SendReports | Permission::SyncQuota
+        )
     }
 }
 
@@ -208,16 +220,22 @@ pub(crate) fn over_https(headers: &HeaderMap, over_tls: bool) -> bool {
             .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
-/// The active token behind a request: its bearer token, or else its session cookie.
-pub(crate) async fn authenticate(parts: &Parts, state: &AppState) -> Result<TokenInfo, ApiError> {
+/// The active token behind a request for `permission`: its bearer token, or else its
+/// session cookie.
+pub(crate) async fn authenticate(
+    parts: &Parts,
+    state: &AppState,
+    permission: Permission,
+) -> Result<TokenInfo, ApiError> {
     let peer = Peer::of(parts);
     if parts.headers.contains_key(header::AUTHORIZATION) {
         let secret = bearer(parts)?;
-        return guarded(state, peer, Credential::Bearer, async {
-            state.store().authenticate(secret, now_ms()).await
-        })
-        .await?
-        .ok_or(ApiError::Unauthenticated("unknown or revoked token"));
+        let found = if permission.proxys_own() {
+            remembered(state, peer, secret).await?
+        } else {
+            looked_up(state, peer, secret).await?
+        };
+        return found.ok_or(ApiError::Unauthenticated("unknown or revoked token"));
     }
     let Some(session) = session_cookie(&parts.headers) else {
         return Err(ApiError::Unauthenticated(
@@ -233,6 +251,52 @@ pub(crate) async fn authenticate(parts: &Parts, state: &AppState) -> Result<Toke
     .ok_or(ApiError::Unauthenticated(
         "the session has expired or was signed out: sign in again",
     ))
+}
+
+/// The active token with this secret, from the database.
+async fn looked_up(
+    state: &AppState,
+    peer: Peer,
+    secret: &str,
+) -> Result<Option<TokenInfo>, ApiError> {
+    guarded(state, peer, Credential::Bearer, async {
+        state.store().authenticate(secret, now_ms()).await
+    })
+    .await
+}
+
+/// The active token with this secret, from memory where it is remembered (refreshed in
+/// the background when due), else from the database, then remembered.
+async fn remembered(
+    state: &AppState,
+    peer: Peer,
+    secret: &str,
+) -> Result<Option<TokenInfo>, ApiError> {
+    let hash = hash_token(secret);
+    match state.token_cache().recall(&hash, Instant::now()) {
+        Recalled::Fresh(info) => Ok(Some(info)),
+        Recalled::Refresh(info) => {
+            let state = state.clone();
+            let secret = secret.to_owned();
+            tokio::spawn(async move {
+                let found = state.store().authenticate(&secret, now_ms()).await;
+                if let Err(err) = &found {
+                    tracing::debug!(%err, "refreshing a remembered token failed");
+                }
+                state.token_cache().refreshed(&hash, found, Instant::now());
+            });
+            Ok(Some(info))
+        }
+        Recalled::Unknown => {
+            let found = looked_up(state, peer, secret).await?;
+            if let Some(info) = &found {
+                state
+                    .token_cache()
+                    .remember(&hash, info.clone(), Instant::now());
+            }
+            Ok(found)
+        }
+    }
 }
 
 /// Looks a presented secret up behind the failed-authentication limit (see
@@ -273,7 +337,7 @@ impl<N: Need> FromRequestParts<AppState> for Auth<N> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = authenticate(parts, state).await?;
+        let token = authenticate(parts, state, N::PERMISSION).await?;
         if !allows(token.role, N::PERMISSION) {
             return Err(ApiError::Forbidden {
                 role: token.role,

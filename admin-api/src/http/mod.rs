@@ -40,6 +40,7 @@ mod session;
 mod state;
 pub mod streams;
 #[allow(unused_qualifications)]
+pub mod token_cache;
 mod tokens;
 #[allow(unused_qualifications)]
 mod versions;

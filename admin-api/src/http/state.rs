@@ -16,6 +16,7 @@ use super::metrics::{ConnectionMetrics, Metrics};
 use super::proxy_ids::ProxyIds;
 use super::report_guard::ReportSeq;
 use super::streams::Streams;
+use super::token_cache::TokenCache;
 use crate::pipeline::{MetricsConfig, Pipeline};
 use crate::store::{Store, StoreError, VersionNotices, rule_id};
 use sluice_coordinator::guard::{Bounds, global_limits};
@@ -59,6 +60,8 @@ pub(super) struct Inner {
     coordinator: Coordinator,
     /// Failed authentications by client address (see [`super::failed_auth`]).
     failed_auths: FailedAuths,
+    /// Proxy tokens remembered between requests (see [`super::token_cache`]).
+    token_cache: TokenCache,
     /// Proxy ids and the tokens that own them (see [`super::proxy_ids`]).
     proxy_ids: ProxyIds,
     /// What proxies may name (see [`super::issued`]).
@@ -112,6 +115,7 @@ impl AppState {
                 pipeline,
                 coordinator,
                 failed_auths,
+                token_cache: TokenCache::default(),
                 proxy_ids,
                 issued: Mutex::new(Issued::default()),
                 report_seq: Mutex::new(ReportSeq::default()),
@@ -197,6 +201,11 @@ impl AppState {
     /// Proxy ids and their tokens.
     pub(crate) fn proxy_ids(&self) -> &ProxyIds {
         &self.inner.proxy_ids
+    }
+
+    /// Proxy tokens remembered between requests.
+    pub(crate) fn token_cache(&self) -> &TokenCache {
+        &self.inner.token_cache
     }
 
     /// Failed authentications by client address.

@@ -95,5 +95,6 @@ pub(crate) async fn revoke_token(
         .store()
         .revoke_token(&auth.actor(), &id, now_ms())
         .await?;
+    state.token_cache().forget_id(&id);
     Ok(Json(token_view(&info)))
 }

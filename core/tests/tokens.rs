@@ -127,6 +127,31 @@ fn a_reservation_is_the_estimate_and_the_commit_is_the_usage() {
     }
 }
 
+/// Extra usage for a global bucket whose lease entry was reclaimed while the request ran
+/// creates the entry again and says so, so the filter notes a new bucket and the control
+/// service syncs it early instead of finding it at its next full scan. With the entry in
+/// place nothing is created.
+#[test]
+fn extra_usage_after_the_global_entry_was_reclaimed_recreates_it_and_says_so() {
+    let mut h = Harness::new(&rule(1, 1_000, 300, "global"));
+    let mut kept = h.decide(Some(100), T0);
+    let kept = std::mem::take(&mut kept.reservations);
+    let settled = h.settle(&kept[0], total(500), T0);
+    assert_eq!((settled.extra, settled.global_created), (400, 0));
+
+    let mut reclaimed = h.decide(Some(100), T0);
+    let reclaimed = std::mem::take(&mut reclaimed.reservations);
+    h.leases = MemoryStore::new();
+    let settled = h.settle(&reclaimed[0], total(500), T0);
+    assert_eq!((settled.extra, settled.global_created), (400, 1));
+    // Usage within the reservation has nothing to book on a missing entry.
+    let mut within = h.decide(Some(100), T0);
+    let within = std::mem::take(&mut within.reservations);
+    h.leases = MemoryStore::new();
+    let settled = h.settle(&within[0], total(50), T0);
+    assert_eq!(settled.global_created, 0);
+}
+
 #[test]
 fn refunds_give_everything_back_and_unknown_usage_keeps_the_reservation() {
     for scope in ["proxy", "global"] {

@@ -16,6 +16,7 @@ use sluice_core::tokens::{Reservation, SettleContext, Settlement};
 use sluice_core::usage::UsageReader;
 
 use crate::clock;
+use crate::global_channel;
 use crate::metrics::Metrics;
 use crate::shared::Shared;
 
@@ -143,10 +144,15 @@ fn settle(
         view: shared.view.get(),
         now,
     };
+    let mut global_created = 0;
     for (reservation, settlement) in reservations.iter().zip(settlements) {
         let settled = reservation.settle(*settlement, &cx);
         metrics.record_limiter(&settled.counters);
         metrics.tokens.record(*settlement, &settled);
+        global_created += settled.global_created;
+    }
+    if global_created > 0 {
+        global_channel::note_new_buckets(now);
     }
 }
 

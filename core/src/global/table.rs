@@ -64,6 +64,17 @@ pub struct Spent {
     pub created: bool,
 }
 
+/// What settling a token reservation did to the lease table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettledEntry {
+    /// Tokens forgiven at the debt bound.
+    pub forgiven: u64,
+    /// Whether the settlement created the bucket's entry (extra usage for an entry
+    /// reclaimed since the request): the control service syncs early for it, as for a
+    /// spend that creates one.
+    pub created: bool,
+}
+
 /// One entry's usage, taken for a sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Collected {
@@ -162,8 +173,8 @@ impl LeaseTable {
     /// Settles a token reservation of `bucket` spent as `spent` (see
     /// [`LeaseEntry::settle_tokens`]), wherever the entry is now. An entry reclaimed since
     /// (it had nothing to say) gets a refund nowhere and extra usage as a new entry's
-    /// unleased spending. Returns the tokens forgiven at the debt bound, or `None` when
-    /// the table could not be written.
+    /// unleased spending. Returns what it did, or `None` when the table could not be
+    /// written.
     pub fn settle(
         &self,
         store: &impl SharedStore,
@@ -172,17 +183,18 @@ impl LeaseTable {
         spent: Spend,
         now: Nanos,
         view: &FleetView,
-    ) -> Option<u64> {
+    ) -> Option<SettledEntry> {
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let located = self.locate(store, bucket, now).ok()?;
+            let created = located.entry.is_none();
             let mut entry = match located.entry {
                 Some(entry) => entry,
-                None if change.used <= change.reserved => return Some(0),
+                None if change.used <= change.reserved => return Some(SettledEntry::default()),
                 None => LeaseEntry::new(bucket, &change.limit.gcra, now),
             };
             let forgiven = entry.settle_tokens(change, spent, now, view);
             match store.write(located.slot, &entry.encode(), located.condition) {
-                Ok(WriteOutcome::Written) => return Some(forgiven),
+                Ok(WriteOutcome::Written) => return Some(SettledEntry { forgiven, created }),
                 Ok(WriteOutcome::Conflict) => {}
                 Err(_) => return None,
             }

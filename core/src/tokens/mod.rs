@@ -98,6 +98,9 @@ pub struct Settled {
     /// Buckets that could not be written (contention, a host error): their reservation
     /// stands as the charge.
     pub failures: u32,
+    /// Global buckets whose lease entry this settlement created (extra usage after the
+    /// entry was reclaimed): the host notes them so the control service syncs early.
+    pub global_created: u32,
     pub counters: LimiterCounters,
 }
 
@@ -153,7 +156,10 @@ impl Reservation {
                         .lease_table
                         .settle(cx.leases, bucket, &change, spend, cx.now, &cx.view)
                     {
-                        Some(forgiven) => settled.forgiven += forgiven,
+                        Some(entry) => {
+                            settled.forgiven += entry.forgiven;
+                            settled.global_created += u32::from(entry.created);
+                        }
                         None => settled.failures += 1,
                     }
                 }

@@ -23,6 +23,7 @@ sluice_admin::on_every_backend!(
     a_change_through_one_replica_reaches_the_other_replicas_polls,
     the_audit_log_names_who_did_what,
     metrics_count_requests_by_route,
+    configured_limits_are_gauges_per_rule_and_limit,
     openapi_health_and_readiness,
     the_document_bounds_are_the_servers,
     every_rule_within_the_documents_bounds_is_accepted,
@@ -920,6 +921,43 @@ async fn metrics_count_requests_by_route(db: TestDb) {
     }
     assert_contains(&text, "sluice_admin_http_request_duration_seconds_bucket");
     assert!(text.trim_end().ends_with("# EOF"));
+}
+
+async fn configured_limits_are_gauges_per_rule_and_limit(db: TestDb) {
+    let api = TestApp::new(&db).await;
+    api.create(&rule("a")).await;
+    api.create(&json!({"name": "two", "key": {"header": "k"}, "enforce_percent": 25,
+        "limits": [{"requests": 5, "period": "second", "burst": 10}, {"requests": 100, "period": "minute"}]}))
+        .await;
+    api.create(&json!({"name": "off", "enabled": false, "key": "global",
+        "limits": [{"requests": 1, "period": 1}]}))
+        .await;
+    let text = api.get("/metrics").no_token().expect(200).await.text();
+    for line in [
+        "sluice_rule_limit{rule=\"a\",limit=\"a\",unit=\"requests\"} 10",
+        "sluice_rule_limit_period_seconds{rule=\"a\",limit=\"a\",unit=\"requests\"} 1",
+        "sluice_rule_limit_burst{rule=\"a\",limit=\"a\",unit=\"requests\"} 10",
+        "sluice_rule_limit{rule=\"two\",limit=\"two/1\",unit=\"requests\"} 5",
+        "sluice_rule_limit_burst{rule=\"two\",limit=\"two/1\",unit=\"requests\"} 10",
+        "sluice_rule_limit{rule=\"two\",limit=\"two/2\",unit=\"requests\"} 100",
+        "sluice_rule_limit_period_seconds{rule=\"two\",limit=\"two/2\",unit=\"requests\"} 60",
+        "sluice_rule_enforce_percent{rule=\"two\"} 25",
+        "sluice_rule_enforce_percent{rule=\"a\"} 100",
+    ] {
+        assert_contains(&text, line);
+    }
+    assert!(
+        !text.contains("rule=\"off\""),
+        "a disabled rule enforces nothing: {text}"
+    );
+    // A deleted rule's series go with it.
+    api.delete("/api/v1/rules/two").expect(204).await;
+    let text = api.get("/metrics").no_token().expect(200).await.text();
+    assert!(!text.contains("rule=\"two\""), "{text}");
+    assert_contains(
+        &text,
+        "sluice_rule_limit{rule=\"a\",limit=\"a\",unit=\"requests\"} 10",
+    );
 }
 
 async fn openapi_health_and_readiness(db: TestDb) {

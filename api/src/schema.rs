@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 
 use serde_json::json;
+use sluice_core::identity::{MAX_METADATA_NAME, MAX_METADATA_PATH};
 use sluice_core::rls;
 use sluice_core::rule::{MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES};
 use sluice_core::spec::RuleSpec;
@@ -214,16 +215,47 @@ fn rule_spec_schema() -> serde_json::Value {
                 "description": "Proxies in front of Envoy whose X-Forwarded-For entries to trust"}}}}},
         {"type": "object", "additionalProperties": false, "required": ["query"],
          "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 256}}},
+        {"type": "object", "additionalProperties": false, "required": ["metadata"],
+         "properties": {"metadata": {"type": "object", "additionalProperties": false,
+            "required": ["filter", "path"],
+            "description": "A value another filter verified and left in the request's dynamic metadata: a JWT claim from `jwt_authn`'s `payload_in_metadata` (`filter: envoy.filters.http.jwt_authn`, `path: [PAYLOAD_NAME, CLAIM, ...]`), or what ext_authz or Lua set. A segment of digits indexes a list; a list at the end gives its values joined with `,`",
+            "properties": {
+                "filter": {"type": "string", "minLength": 1, "maxLength": MAX_METADATA_NAME,
+                           "description": "The metadata namespace (usually the filter's name)"},
+                "path": {"type": "array", "minItems": 1, "maxItems": MAX_METADATA_PATH,
+                         "items": {"type": "string", "minLength": 1, "maxLength": MAX_METADATA_NAME}},
+            }}}},
+        {"type": "object", "additionalProperties": false, "required": ["peer_certificate"],
+         "properties": {"peer_certificate": {"type": "string", "enum": ["uri_san", "dns_san", "subject"],
+            "description": "A field of the TLS peer's certificate as Envoy verified it (mTLS): the first URI SAN, the first DNS SAN, or the subject"}}},
+        {"type": "object", "additionalProperties": false, "required": ["cookie"],
+         "properties": {"cookie": header_name}},
     ]);
-    let mut key_forms = part_keys.as_array().cloned().unwrap_or_default();
-    key_forms.push(json!({"type": "string", "enum": ["global"]}));
-    key_forms.push(
-        json!({"type": "object", "additionalProperties": false, "required": ["composite"],
+    let composite_key = json!({"type": "object", "additionalProperties": false, "required": ["composite"],
         "properties": {"composite": {"type": "array", "minItems": 2, "maxItems": 4,
             "items": {"oneOf": part_keys},
-            "description": "2 to 4 keys (not `global`, not nested) joined with `|`"}}}),
-    );
+            "description": "2 to 4 keys (not `global`, not nested) joined with `|`"}}});
+    let mut key_forms = part_keys.as_array().cloned().unwrap_or_default();
+    key_forms.push(json!({"type": "string", "enum": ["global"]}));
+    key_forms.push(composite_key.clone());
     let key = json!({"description": "Whose bucket a request draws from", "oneOf": key_forms});
+    let mut value_forms = part_keys.as_array().cloned().unwrap_or_default();
+    value_forms.push(composite_key);
+    let value_condition = |present: serde_json::Value,
+                           equals: serde_json::Value,
+                           required: &[&str]| {
+        json!({"type": "object", "additionalProperties": false, "required": required,
+               "properties": {"value": {"oneOf": value_forms}, "present": present, "equals": equals}})
+    };
+    let value_match = json!({
+        "description": "A condition on a value read as a key is (a claim, a cookie, a certificate field): `present`, `equals` (for a list, any of its values), or both with `present: true`",
+        "anyOf": [
+            value_condition(json!({"type": "boolean"}), json!({"type": "null"}), &["value", "present"]),
+            value_condition(json!({"type": "null"}), json!({"type": "string"}), &["value", "equals"]),
+            value_condition(json!({"type": "boolean", "enum": [true]}), json!({"type": "string"}),
+                            &["value", "present", "equals"]),
+        ],
+    });
     // The three forms the core accepts (a null is an absent field): `present` alone,
     // `equals` alone, or `equals` with `present: true`. Spelled as whole objects, since
     // utoipa's object schema has no `anyOf` of its own (it would be dropped).
@@ -266,9 +298,20 @@ fn rule_spec_schema() -> serde_json::Value {
                                    "description": "A regular expression (Rust `regex` syntax) that must match the whole path"},
                     "methods": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z]+$"}},
                     "headers": {"type": "array", "items": header_condition},
+                    "values": {"type": "array", "items": value_match},
                 },
             },
             "key": key,
+            "key_missing": {
+                "description": "A matching request without a client key: `skip` the rule (the default), or `{fallback: CLIENT}`: draw from that client's bucket. Both are counted",
+                "oneOf": [
+                    {"type": "string", "enum": ["skip"]},
+                    {"type": "object", "additionalProperties": false, "required": ["fallback"],
+                     "properties": {"fallback": {"type": "string", "minLength": 1, "maxLength": 1024}}},
+                ],
+            },
+            "enforce_percent": {"type": "integer", "minimum": 0, "maximum": 100, "default": 100,
+                                "description": "Enforce-mode rules only: the share of clients the rule is enforced for, chosen by a stable hash of the client key (a client is always on the same side, on every Envoy); the others are in shadow mode"},
             "limits": limits,
             "cost": {
                 "description": "Tokens per request: `{fixed: N}` (default `{fixed: 1}`) or read from a header",
@@ -428,8 +471,11 @@ mod tests {
             "id": "i", "name": "n", "description": "d", "enabled": false, "priority": 3,
             "mode": "shadow",
             "match": {"host": "h", "path_exact": "/a", "path_prefix": "/", "path_regex": ".*",
-                      "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}]},
+                      "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}],
+                      "values": [{"value": {"cookie": "plan"}, "present": true, "equals": "pro"}]},
             "key": {"composite": [{"header": "x"}, {"client_ip": {"trusted_hops": 1}}]},
+            "key_missing": {"fallback": "anonymous"},
+            "enforce_percent": 10,
             "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"},
                        {"tokens": 100, "period": 60, "burst": 200, "count": "output"}],
             "cost": {"header": {"name": "c", "max": 5, "default": 2}},

@@ -48,6 +48,24 @@ pub fn client_fingerprint(rule_id: &str, client: &str) -> u64 {
     h.digest().max(1)
 }
 
+/// Points of a rollout: a client's [`rollout_point`] is below `percent × 100` when a
+/// rule rolled out to `percent` is enforced for it.
+pub const ROLLOUT_POINTS: u32 = 10_000;
+
+/// Where one client of one rule falls in a percentage rollout, in `0..ROLLOUT_POINTS`:
+/// the same on every proxy and after every restart, so a client is consistently in or
+/// out, and raising the percentage only adds clients. Keyed by the rule's id, so two
+/// rules rolled out to 10% do not pick the same 10% of clients.
+pub fn rollout_point(rule_id: &str, client: &str) -> u32 {
+    let mut h = Xxh3::new();
+    h.update(b"rollout\0");
+    h.update(rule_id.as_bytes());
+    h.update(&[0]);
+    h.update(client.as_bytes());
+    // The remainder's bias is below 2^-50: negligible.
+    (h.digest() % u64::from(ROLLOUT_POINTS)) as u32
+}
+
 /// Identifies one client's bucket of one global limit across the fleet: the coordinator's
 /// key, the same on every proxy.
 pub fn global_bucket(limit_identity: u64, client_fingerprint: u64) -> u64 {
@@ -71,6 +89,9 @@ mod tests {
         // The fleet's proxies (and the coordinator's stored buckets) must agree on this one.
         assert_eq!(global_bucket(1, 2), 0x122a_dd1a_5aac_5a9b);
         assert_ne!(global_bucket(1, 2), global_bucket(2, 1));
+        // Every proxy must put a client on the same side of a rollout.
+        assert_eq!(rollout_point("api", "alice"), rollout_point("api", "alice"));
+        assert_eq!(rollout_point("api", "alice"), 2846);
         assert_ne!(
             client_fingerprint("api", "alice"),
             client_fingerprint("api", "bob")

@@ -3,6 +3,8 @@
 //! * [`spec`]: the rule model as users write it (JSON/YAML), shared with the admin API.
 //! * [`rule`] and [`ruleset`]: validation at the edge, compiled matchers, client keys,
 //!   and the per-request [`ruleset::Ruleset::decide`].
+//! * [`identity`]: who the caller is, as other filters verified it (dynamic metadata such
+//!   as JWT claims, the TLS peer's certificate), read for keys and match conditions.
 //! * [`validation`]: the field errors every check at the edge reports.
 //! * [`time`]: [`time::Nanos`], the one type of every `now`, bucket state and duration.
 //! * [`gcra`]: token buckets as one theoretical-arrival-time per bucket.
@@ -43,6 +45,7 @@ pub mod gcra;
 pub mod global;
 pub mod grpc;
 pub mod hash;
+pub mod identity;
 pub mod limiter;
 pub mod listening;
 pub mod report;

@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+use crate::identity::MetadataValue;
+use crate::spec::PeerCertificateField;
 use crate::tokens::BodyFacts;
 
 /// The parts of a request that rules can look at.
@@ -24,6 +26,17 @@ pub trait RequestAttributes {
     /// What the request body said, when the host read it before deciding (a rule with
     /// token limits reserves from it); `None` when it was not read.
     fn body_facts(&self) -> Option<BodyFacts> {
+        None
+    }
+
+    /// One namespace of the request's dynamic metadata (what other filters verified),
+    /// decoded; `None` when the request has none or the host did not read it.
+    fn metadata(&self, _namespace: &str) -> Option<&MetadataValue> {
+        None
+    }
+
+    /// A field of the TLS peer's certificate as Envoy verified it; `None` without mTLS.
+    fn peer_certificate(&self, _field: PeerCertificateField) -> Option<&str> {
         None
     }
 
@@ -63,6 +76,31 @@ pub struct HttpRequest {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub peer_ip: Option<IpAddr>,
+    pub identity: Identity,
+}
+
+/// What other filters verified about the caller: dynamic metadata namespaces (decoded)
+/// and TLS peer certificate fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub metadata: Vec<(String, MetadataValue)>,
+    pub peer_certificate: Vec<(PeerCertificateField, String)>,
+}
+
+impl Identity {
+    pub fn metadata(&self, namespace: &str) -> Option<&MetadataValue> {
+        self.metadata
+            .iter()
+            .find(|(n, _)| n == namespace)
+            .map(|(_, v)| v)
+    }
+
+    pub fn peer_certificate(&self, field: PeerCertificateField) -> Option<&str> {
+        self.peer_certificate
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 impl HttpRequest {
@@ -124,6 +162,14 @@ impl RequestAttributes for HttpRequest {
     fn peer_ip(&self) -> Option<IpAddr> {
         self.peer_ip
     }
+
+    fn metadata(&self, namespace: &str) -> Option<&MetadataValue> {
+        self.identity.metadata(namespace)
+    }
+
+    fn peer_certificate(&self, field: PeerCertificateField) -> Option<&str> {
+        self.identity.peer_certificate(field)
+    }
 }
 
 /// A request with what its body said: the body-reading half of a host, for tests and
@@ -158,6 +204,14 @@ impl<R: RequestAttributes> RequestAttributes for WithBody<R> {
     fn body_facts(&self) -> Option<BodyFacts> {
         Some(self.facts)
     }
+
+    fn metadata(&self, namespace: &str) -> Option<&MetadataValue> {
+        self.request.metadata(namespace)
+    }
+
+    fn peer_certificate(&self, field: PeerCertificateField) -> Option<&str> {
+        self.request.peer_certificate(field)
+    }
 }
 
 /// What the rules of a ruleset can look at, so a host reads only that from a request
@@ -170,12 +224,29 @@ pub struct RequestNeeds {
     pub peer_ip: bool,
     /// Lowercase header names, without duplicates.
     pub headers: Vec<String>,
+    /// Dynamic metadata namespaces, without duplicates: each is one host call (a
+    /// property read) per request that asks, so rules that read none cost nothing.
+    pub metadata: Vec<String>,
+    /// Peer certificate fields, without duplicates; one property read each.
+    pub peer_certificate: Vec<PeerCertificateField>,
 }
 
 impl RequestNeeds {
     pub(crate) fn header(&mut self, name: &str) {
         if !self.headers.iter().any(|h| h == name) {
             self.headers.push(name.to_string());
+        }
+    }
+
+    pub(crate) fn metadata(&mut self, namespace: &str) {
+        if !self.metadata.iter().any(|n| n == namespace) {
+            self.metadata.push(namespace.to_string());
+        }
+    }
+
+    pub(crate) fn peer_certificate(&mut self, field: PeerCertificateField) {
+        if !self.peer_certificate.contains(&field) {
+            self.peer_certificate.push(field);
         }
     }
 }

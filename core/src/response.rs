@@ -133,12 +133,14 @@ pub struct RenderedLimits {
 struct RenderedTier {
     /// The limit's name as a structured-field string: `"api/1"`.
     name: Box<str>,
+    /// The same name bare, for [`LIMIT_HEADER`]: `api/1`.
+    bare_name: Box<str>,
     /// `X-RateLimit-Limit`: the capacity.
     limit: Box<str>,
     /// The capacity as a number, to bound `remaining`.
     burst: u64,
     /// The denial body around its numbers: `,"detail":"Rate limit … retry in `, then the
-    /// wait, then this: ` s.","rule":"…","retry_after":`, then the wait again.
+    /// wait, then this: ` s.","rule":"…","limit":"…","retry_after":`, then the wait again.
     body_detail: Box<str>,
     body_rule: Box<str>,
 }
@@ -175,8 +177,15 @@ impl RenderedLimits {
                 "Rate limit '{rule}' ({} {unit} per {} s) is exhausted; retry in ",
                 limit.requests, limit.period_seconds
             ));
+            let bare_name = name.trim_matches('"').to_string();
+            let body_rule = format!(
+                " s.\",\"rule\":{},\"limit\":{},\"retry_after\":",
+                json_string(rule),
+                json_string(&bare_name)
+            );
             tiers.push(RenderedTier {
                 name: name.into(),
+                bare_name: bare_name.into(),
                 limit: limit.burst.to_string().into(),
                 burst: limit.burst,
                 // The detail string stays open: the wait and ` s."` follow.
@@ -185,7 +194,7 @@ impl RenderedLimits {
                     detail.strip_suffix('"').unwrap_or(&detail)
                 )
                 .into(),
-                body_rule: format!(" s.\",\"rule\":{},\"retry_after\":", json_string(rule)).into(),
+                body_rule: body_rule.into(),
             });
         }
         Self {
@@ -417,8 +426,16 @@ pub fn retry_after_seconds(limited: &Limited<'_>) -> u64 {
 /// The content type of every local reply's body (RFC 9457).
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
-/// Calls `send` with a denial's header fields (`Retry-After`, the body's content type,
-/// then the rate-limit fields `format` asks for), formatted on the stack.
+/// The header of a denial that names the rule that decided it, for clients and access
+/// logs (`%RESP(x-sluice-rule)%`).
+pub const RULE_HEADER: &str = "x-sluice-rule";
+/// The header of a denial that names the limit that decided it, as `RateLimit-Policy`
+/// names it: the rule's name, and `/N` for its Nth limit when it has several.
+pub const LIMIT_HEADER: &str = "x-sluice-limit";
+
+/// Calls `send` with a denial's header fields (`Retry-After`, the body's content type, the
+/// rule and limit that decided, then the rate-limit fields `format` asks for), formatted
+/// on the stack.
 pub fn with_denial_headers<R>(
     limited: &Limited<'_>,
     format: RateLimitHeaders,
@@ -427,11 +444,18 @@ pub fn with_denial_headers<R>(
     let mut retry_after = StackText::new();
     let _ = write!(retry_after, "{}", retry_after_seconds(limited));
     RateLimitFields::of(limited, true).with_fields(format, |fields| {
-        let mut headers: [(&'static str, &str); 7] = [("", ""); 7];
+        let mut headers: [(&'static str, &str); 9] = [("", ""); 9];
         let mut len = 0;
+        let limit = limited
+            .rendered
+            .tiers
+            .get(limited.tier.tier)
+            .map_or(limited.rule.name.as_str(), |t| &t.bare_name);
         for field in [
             ("retry-after", retry_after.as_str()),
             ("content-type", PROBLEM_JSON),
+            (RULE_HEADER, limited.rule.name.as_str()),
+            (LIMIT_HEADER, limit),
         ]
         .iter()
         .chain(fields)
@@ -450,7 +474,8 @@ pub fn with_denial_headers<R>(
 pub fn problem_body(limited: &Limited<'_>, status: u16) -> String {
     let retry_after = retry_after_seconds(limited);
     let Some(tier) = limited.rendered.tiers.get(limited.tier.tier) else {
-        return problem_body_of(&limited.rule.name, None, status, retry_after);
+        let name = &limited.rule.name;
+        return problem_body_of(name, name, None, status, retry_after);
     };
     let mut body = String::with_capacity(
         PROBLEM_HEAD.len() + tier.body_detail.len() + tier.body_rule.len() + 32,
@@ -468,7 +493,13 @@ const PROBLEM_HEAD: &str =
     r#"{"type":"urn:sluice:rate-limited","title":"Too Many Requests","status":"#;
 
 /// The denial body built field by field: the definition [`problem_body`] renders ahead.
-fn problem_body_of(rule: &str, limit: Option<&Limit>, status: u16, retry_after: u64) -> String {
+fn problem_body_of(
+    rule: &str,
+    limit_name: &str,
+    limit: Option<&Limit>,
+    status: u16,
+    retry_after: u64,
+) -> String {
     let (requests, period) = limit.map_or((0, 0), |l| (l.requests, l.period_seconds));
     let unit = if limit.is_some_and(|l| l.counts.is_tokens()) {
         "tokens"
@@ -483,6 +514,7 @@ fn problem_body_of(rule: &str, limit: Option<&Limit>, status: u16, retry_after: 
             "Rate limit '{rule}' ({requests} {unit} per {period} s) is exhausted; retry in {retry_after} s."
         ),
         "rule": rule,
+        "limit": limit_name,
         "retry_after": retry_after,
     })
     .to_string()
@@ -647,6 +679,8 @@ mod tests {
             let mut expected = vec![
                 ("retry-after", "2".to_string()),
                 ("content-type", PROBLEM_JSON.to_string()),
+                ("x-sluice-rule", "api".to_string()),
+                ("x-sluice-limit", "api".to_string()),
             ];
             expected.extend(RateLimitFields::of(&limited, true).to_list(format));
             assert_eq!(sent, expected, "{format:?}");
@@ -691,6 +725,7 @@ mod tests {
             let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
             let expected: serde_json::Value = serde_json::from_str(&problem_body_of(
                 "api",
+                &format!("api/{}", tier + 1),
                 r.rule.limits.get(tier),
                 status,
                 retry_after_seconds(&limited),
@@ -700,8 +735,34 @@ mod tests {
         }
         assert_eq!(
             problem_body(&r.allowed(0, 0), 429),
-            r#"{"type":"urn:sluice:rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit 'api' (5 requests per 1 s) is exhausted; retry in 1 s.","rule":"api","retry_after":1}"#
+            r#"{"type":"urn:sluice:rate-limited","title":"Too Many Requests","status":429,"detail":"Rate limit 'api' (5 requests per 1 s) is exhausted; retry in 1 s.","rule":"api","limit":"api/1","retry_after":1}"#
         );
+    }
+
+    #[test]
+    fn a_denial_names_the_rule_and_the_limit_that_decided() {
+        let r = Rendered::new(rule(
+            r#"[{"requests":5,"period":1,"burst":10},{"requests":100,"period":60}]"#,
+        ));
+        for tier in [0, 1] {
+            let mut limited = r.allowed(tier, 0);
+            limited.tier.verdict.allowed = false;
+            let sent = with_denial_headers(&limited, RateLimitHeaders::None, |headers| {
+                headers
+                    .iter()
+                    .map(|(n, v)| (*n, v.to_string()))
+                    .collect::<Vec<_>>()
+            });
+            let limit = format!("api/{}", tier + 1);
+            assert!(sent.contains(&(RULE_HEADER, "api".to_string())), "{sent:?}");
+            assert!(sent.contains(&(LIMIT_HEADER, limit.clone())), "{sent:?}");
+            let body: serde_json::Value =
+                serde_json::from_str(&problem_body(&limited, 429)).unwrap();
+            assert_eq!(
+                (body["rule"].as_str(), body["limit"].as_str()),
+                (Some("api"), Some(limit.as_str()))
+            );
+        }
     }
 
     #[test]

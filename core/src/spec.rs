@@ -31,6 +31,14 @@ pub struct RuleSpec {
     #[serde(default, rename = "match")]
     pub matcher: MatchSpec,
     pub key: KeySpec,
+    /// What happens when a matching request carries no client key: the rule is skipped
+    /// (the default), or the request draws from one named fallback bucket.
+    #[serde(default, skip_serializing_if = "KeyMissingSpec::is_skip")]
+    pub key_missing: KeyMissingSpec,
+    /// The share of clients (0 to 100) an enforce-mode rule is enforced for, chosen by a
+    /// stable hash of the client key; the others are in shadow mode (a gradual rollout).
+    #[serde(default = "hundred", skip_serializing_if = "is_hundred")]
+    pub enforce_percent: u8,
     pub limits: Vec<LimitSpec>,
     #[serde(default)]
     pub cost: CostSpec,
@@ -52,6 +60,31 @@ pub struct RuleSpec {
 
 fn yes() -> bool {
     true
+}
+
+fn hundred() -> u8 {
+    100
+}
+
+fn is_hundred(percent: &u8) -> bool {
+    *percent == 100
+}
+
+/// What a matching request without a client key gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum KeyMissingSpec {
+    /// The rule does not apply to the request (counted).
+    #[default]
+    Skip,
+    /// The request draws from the bucket of this client key (counted), e.g. `anonymous`.
+    Fallback(String),
+}
+
+impl KeyMissingSpec {
+    pub fn is_skip(&self) -> bool {
+        *self == KeyMissingSpec::Skip
+    }
 }
 
 /// `enforce` denies over-limit requests; `shadow` only counts what it would deny.
@@ -94,6 +127,24 @@ pub struct MatchSpec {
     pub methods: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderMatchSpec>,
+    /// Conditions on values read as keys are (a JWT claim, a cookie, a certificate
+    /// field...), e.g. `{value: {metadata: {...}}, equals: pro}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<ValueMatchSpec>,
+}
+
+/// A condition on one value read as a client key is. For a list (an array claim),
+/// `equals` holds when any of its values equals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueMatchSpec {
+    pub value: KeySpec,
+    /// `true`: the value must be present; `false`: it must be absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+    /// The value must equal this exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<String>,
 }
 
 /// A condition on one request header.
@@ -125,6 +176,38 @@ pub enum KeySpec {
     Global,
     /// Several keys joined with `|`; missing when any part is missing.
     Composite(Vec<KeySpec>),
+    /// A value another filter verified and left in the request's dynamic metadata, e.g.
+    /// a JWT claim from `jwt_authn`'s `payload_in_metadata`, or what ext_authz or Lua set.
+    Metadata(MetadataKeySpec),
+    /// A field of the TLS peer's certificate, as Envoy verified it (mTLS).
+    PeerCertificate(PeerCertificateField),
+    /// The value of a cookie, by name.
+    Cookie(String),
+}
+
+/// Where in the request's dynamic metadata a key is read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataKeySpec {
+    /// The metadata namespace, usually the name of the filter that wrote it, e.g.
+    /// `envoy.filters.http.jwt_authn`.
+    pub filter: String,
+    /// The field's path inside the namespace, e.g. `[payload, sub]` (`payload` being
+    /// `jwt_authn`'s `payload_in_metadata`). A segment of digits indexes a list. A list
+    /// at the end of the path gives its values joined with `,`.
+    pub path: Vec<String>,
+}
+
+/// A field of the verified TLS peer certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerCertificateField {
+    /// The first URI subject alternative name, e.g. a SPIFFE id.
+    UriSan,
+    /// The first DNS subject alternative name.
+    DnsSan,
+    /// The subject, e.g. `CN=client,O=Example`.
+    Subject,
 }
 
 /// How to find the client's IP address.

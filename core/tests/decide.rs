@@ -276,6 +276,7 @@ fn a_ruleset_lists_exactly_the_request_attributes_its_rules_read() {
             path: true,
             peer_ip: true,
             headers: vec!["x-t".into(), "x-forwarded-for".into(), "x-cost".into()],
+            ..RequestNeeds::default()
         },
         "disabled rules read nothing"
     );

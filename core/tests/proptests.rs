@@ -192,6 +192,7 @@ proptest! {
                 ("host".into(), values[3].clone()),
             ],
             peer_ip: None,
+            identity: Default::default(),
         };
         let store = MemoryStore::new();
         let leases = MemoryStore::new();

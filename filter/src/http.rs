@@ -344,6 +344,10 @@ fn record(metrics: &Metrics, decision: &Decision<'_>) {
     metrics.record_limiter(&decision.counters);
     metrics.fail_open.add(u64::from(decision.failed_open));
     metrics.key_missing.add(u64::from(decision.keys_missing));
+    metrics.key_fallback.add(u64::from(decision.keys_fallback));
+    metrics
+        .rollout_shadow
+        .add(u64::from(decision.rollout_shadowed));
     metrics
         .shadow_denied
         .add(u64::from(!decision.shadow_denied.is_empty()));

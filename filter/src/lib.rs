@@ -40,6 +40,7 @@ pub mod election;
 pub mod global_channel;
 pub mod host_store;
 pub mod http;
+pub mod identity;
 pub mod metrics;
 pub mod report_channel;
 pub mod request;

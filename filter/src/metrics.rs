@@ -248,6 +248,11 @@ pub struct Metrics {
     pub denials_remembered: Counter,
     /// Matching rules skipped because the request carried no client key.
     pub key_missing: Counter,
+    /// Matching rules whose client key was missing and that used their fallback key.
+    pub key_fallback: Counter,
+    /// Enforce-mode rules run in shadow mode for a client outside their rollout
+    /// (`enforce_percent`).
+    pub rollout_shadow: Counter,
     /// Configurations refused (the filter then passes all traffic).
     pub config_errors: Counter,
     /// Pushed rulesets a worker swapped in (summed over workers).
@@ -374,6 +379,8 @@ impl Metrics {
             slot_corrupt: Counter::define("sluice_slot_corrupt_total"),
             denials_remembered: Counter::define("sluice_denials_remembered_total"),
             key_missing: Counter::define("sluice_key_missing_total"),
+            key_fallback: Counter::define("sluice_key_fallback_total"),
+            rollout_shadow: Counter::define("sluice_rollout_shadow_total"),
             config_errors: Counter::define("sluice_config_errors_total"),
             rulesets_applied: Counter::define("sluice_rulesets_applied_total"),
             batches_dropped: Counter::define("sluice_report_batches_dropped_total"),
@@ -401,6 +408,8 @@ impl Metrics {
             &self.slot_corrupt,
             &self.denials_remembered,
             &self.key_missing,
+            &self.key_fallback,
+            &self.rollout_shadow,
             &self.config_errors,
             &self.rulesets_applied,
             &self.batches_dropped,

@@ -11,9 +11,13 @@ use std::net::IpAddr;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
+use sluice_core::identity::MetadataValue;
 use sluice_core::request::{HttpRequest, RequestAttributes, RequestNeeds, parse_socket_ip};
+use sluice_core::spec::PeerCertificateField;
 use sluice_core::tokens::BodyFacts;
 use smallvec::SmallVec;
+
+use crate::identity::LazyIdentity;
 
 /// One request's attributes, each fetched from the host on first use.
 #[derive(Debug)]
@@ -28,6 +32,8 @@ pub struct LazyRequest<'n> {
     needs: &'n RequestNeeds,
     /// What the body said, when it was read before deciding (token budgets).
     body: Option<BodyFacts>,
+    /// Dynamic metadata and peer certificate fields.
+    identity: LazyIdentity<'n>,
 }
 
 impl<'n> LazyRequest<'n> {
@@ -40,6 +46,7 @@ impl<'n> LazyRequest<'n> {
             headers: needs.headers.iter().map(|_| OnceCell::new()).collect(),
             needs,
             body: None,
+            identity: LazyIdentity::new(needs),
         }
     }
 
@@ -68,6 +75,7 @@ impl<'n> LazyRequest<'n> {
             } else {
                 None
             },
+            identity: self.identity.snapshot(),
         }
     }
 }
@@ -112,6 +120,14 @@ impl RequestAttributes for LazyRequest<'_> {
 
     fn body_facts(&self) -> Option<BodyFacts> {
         self.body
+    }
+
+    fn metadata(&self, namespace: &str) -> Option<&MetadataValue> {
+        self.identity.metadata(namespace)
+    }
+
+    fn peer_certificate(&self, field: PeerCertificateField) -> Option<&str> {
+        self.identity.peer_certificate(field)
     }
 
     fn peer_ip(&self) -> Option<IpAddr> {

@@ -60,6 +60,9 @@ pub struct EnvoyOptions {
     /// Envoy's native rate limit filter asking Sluice's rate limit service instead of the
     /// wasm filter (set `wasm_filter: false` too).
     pub rls: Option<RlsService>,
+    /// HTTP filters placed ahead of every other (as Envoy configuration, JSON), e.g.
+    /// `jwt_authn` verifying tokens before Sluice reads their claims.
+    pub filters_before: Vec<Value>,
 }
 
 impl Default for EnvoyOptions {
@@ -80,6 +83,7 @@ impl Default for EnvoyOptions {
             control_mode: ControlMode::Singleton,
             filter_discovery: false,
             rls: None,
+            filters_before: Vec::new(),
         }
     }
 }
@@ -185,6 +189,12 @@ impl Envoy {
         } else {
             None
         };
+        if !options.filters_before.is_empty() {
+            let filters = bootstrap
+                .http_filters_mut()
+                .context("the generated config has no HTTP filter chain")?;
+            filters.splice(0..0, options.filters_before.iter().cloned());
+        }
         if !options.wasm_filter {
             bootstrap
                 .http_filters_mut()

@@ -194,3 +194,52 @@ fn an_envoy_started_without_an_admin_api_enforces_its_static_rules_until_one_ans
         "the pushed rule (burst 7: a new limit, so a fresh bucket) replaced the static one"
     );
 }
+
+#[test]
+fn a_rollout_percentage_change_reaches_every_worker_and_splits_clients_by_their_hash() {
+    let s = stack();
+    let rollout = |percent: u8| {
+        json!({"name": "rollout", "key": {"header": "x-api-key"}, "enforce_percent": percent,
+               "limits": [{"requests": 1, "period": "hour"}]})
+    };
+    let keys: Vec<String> = (0..40).map(|i| format!("client-{i}")).collect();
+    let passed_per_key = |key: &str| {
+        s.client
+            .passed(&Req::get("/anything").header("x-api-key", key), 2)
+    };
+    let (status, body) = s
+        .admin
+        .call(Method::POST, "/api/v1/rules", Some(rollout(0)));
+    assert_eq!(status, 201, "{body}");
+    after_propagation(Instant::now());
+    for key in &keys {
+        assert_eq!(passed_per_key(key), 2, "enforced for nobody: shadow mode");
+    }
+    let shadowed = s.envoy.counter("wasmcustom.sluice_rollout_shadow_total");
+    assert_eq!(shadowed, 2 * keys.len() as u64);
+
+    let (status, body) = s
+        .admin
+        .call(Method::PUT, "/api/v1/rules/rollout", Some(rollout(50)));
+    let saved = Instant::now();
+    assert_eq!(status, 200, "{body}");
+    after_propagation(saved);
+    // Every key drained its bucket in shadow mode (the limits did not change, so neither
+    // did the buckets): an enforced key now gets nothing, a shadowed one everything. Which
+    // is which is the hash every Envoy computes.
+    let mut enforced = 0;
+    for key in &keys {
+        let in_rollout = sluice_core::hash::rollout_point("rollout", key) < 5_000;
+        enforced += usize::from(in_rollout);
+        let expected = if in_rollout { 0 } else { 2 };
+        assert_eq!(
+            passed_per_key(key),
+            expected,
+            "{key} (in rollout: {in_rollout})"
+        );
+    }
+    assert!(
+        (8..=32).contains(&enforced),
+        "about half of 40 keys are in a 50% rollout: {enforced}"
+    );
+}

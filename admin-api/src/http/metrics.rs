@@ -12,6 +12,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use sluice_core::rule::Rule;
+use sluice_core::spec::{Mode, RuleSpec};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -29,6 +31,101 @@ struct RouteLabels {
 
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
+/// A limit of a rule: both come from the ruleset (names are validated identifiers, at most
+/// one label set per limit of a stored rule), never from a request.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    rule: String,
+    /// As `RateLimit-Policy` and `x-sluice-limit` name it: the rule's name, with `/N` for
+    /// its Nth limit when it has several.
+    limit: String,
+    /// `requests` or `tokens`.
+    unit: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabel {
+    rule: String,
+}
+
+/// The configured limits of the enabled rules, as gauges rebuilt at every scrape from the
+/// current ruleset (so a deleted rule's series disappear).
+#[derive(Debug, Default)]
+struct ConfiguredLimits {
+    amount: Family<LimitLabels, Gauge>,
+    period: Family<LimitLabels, Gauge>,
+    burst: Family<LimitLabels, Gauge>,
+    enforce_percent: Family<RuleLabel, Gauge>,
+}
+
+impl ConfiguredLimits {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "sluice_rule_limit",
+            "Configured requests (or tokens) per period of each limit of each enabled rule",
+            self.amount.clone(),
+        );
+        registry.register(
+            "sluice_rule_limit_period_seconds",
+            "Configured period of each limit of each enabled rule",
+            self.period.clone(),
+        );
+        registry.register(
+            "sluice_rule_limit_burst",
+            "Configured capacity (burst) of each limit of each enabled rule, as enforced",
+            self.burst.clone(),
+        );
+        registry.register(
+            "sluice_rule_enforce_percent",
+            "Share of clients each enabled enforce-mode rule is enforced for (the rest: shadow mode)",
+            self.enforce_percent.clone(),
+        );
+    }
+
+    fn set(&self, rules: &[RuleSpec]) {
+        self.amount.clear();
+        self.period.clear();
+        self.burst.clear();
+        self.enforce_percent.clear();
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for spec in rules.iter().filter(|r| r.enabled) {
+            // Stored rules were validated when written; one that no longer is shows nothing.
+            let Ok(rule) = Rule::try_from(spec.clone()) else {
+                continue;
+            };
+            if rule.mode == Mode::Enforce {
+                self.enforce_percent
+                    .get_or_create(&RuleLabel {
+                        rule: rule.name.clone(),
+                    })
+                    .set(i64::from(rule.enforce_percent));
+            }
+            for (i, limit) in rule.limits.iter().enumerate() {
+                let labels = LimitLabels {
+                    rule: rule.name.clone(),
+                    limit: if rule.limits.len() > 1 {
+                        format!("{}/{}", rule.name, i + 1)
+                    } else {
+                        rule.name.clone()
+                    },
+                    unit: if limit.counts.is_tokens() {
+                        "tokens"
+                    } else {
+                        "requests"
+                    },
+                };
+                self.amount
+                    .get_or_create(&labels)
+                    .set(gauge(limit.requests));
+                self.period
+                    .get_or_create(&labels)
+                    .set(gauge(limit.period_seconds));
+                self.burst.get_or_create(&labels).set(gauge(limit.burst));
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct Metrics {
     registry: Registry,
@@ -38,6 +135,7 @@ pub(super) struct Metrics {
     connected_proxies: Gauge,
     ruleset_version: Gauge,
     pub(super) long_polls: Gauge,
+    configured: ConfiguredLimits,
     /// Open connections and connections refused over the cap, by [`crate::conn`].
     pub(super) connections: ConnectionMetrics,
     /// Envoy's rate limit service (`--rls-listen`, [`crate::rls`]).
@@ -136,6 +234,8 @@ impl Metrics {
         let connections = ConnectionMetrics::default();
         let rls = RlsMetrics::default();
         rls.register(&mut registry);
+        let configured = ConfiguredLimits::default();
+        configured.register(&mut registry);
         registry.register(
             "sluice_admin_open_connections",
             "HTTP connections open now, on every listener (handshaking, idle or busy)",
@@ -180,6 +280,7 @@ impl Metrics {
             connected_proxies,
             ruleset_version,
             long_polls,
+            configured,
             connections,
             rls,
         }
@@ -218,12 +319,14 @@ impl Metrics {
     /// time (so they are exact when read and cost nothing between scrapes).
     pub(super) fn encode(
         &self,
-        rules: u64,
+        rules: &[RuleSpec],
         connected_proxies: u64,
         ruleset_version: u64,
     ) -> Result<String, std::fmt::Error> {
         let to_gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        self.rules.set(to_gauge(rules));
+        self.rules
+            .set(i64::try_from(rules.len()).unwrap_or(i64::MAX));
+        self.configured.set(rules);
         self.connected_proxies.set(to_gauge(connected_proxies));
         self.ruleset_version.set(to_gauge(ruleset_version));
         let mut text = String::new();

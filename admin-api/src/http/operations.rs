@@ -91,7 +91,8 @@ pub(super) async fn observe(
 /// `/metrics`: the admin API's own metrics, its gauges read from the database now.
 pub(super) async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
     let store = state.store();
-    let rules = store.rule_count().await?;
+    // The stored rules, for their count and their configured limits.
+    let rules = store.document().await?.rules;
     let connected = store
         .proxies_seen_since(now_ms() - CONNECTED_WITHIN_MS)
         .await?;
@@ -99,7 +100,7 @@ pub(super) async fn render(State(state): State<AppState>) -> Result<Response, Ap
     let text = state
         .inner
         .metrics
-        .encode(rules, connected, version)
+        .encode(&rules, connected, version)
         .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
     Ok((
         [(

@@ -3,8 +3,9 @@
 
 use regex::Regex;
 
+use super::ClientKey;
 use crate::request::{RequestAttributes, RequestNeeds};
-use crate::spec::{HeaderMatchSpec, MatchSpec};
+use crate::spec::{HeaderMatchSpec, MatchSpec, ValueMatchSpec};
 use crate::validation::{Problems, is_header_name};
 
 /// Longest regular expression source accepted.
@@ -21,6 +22,21 @@ pub struct RequestMatcher {
     path_regex: Option<Regex>,
     methods: Vec<String>,
     headers: Vec<HeaderCondition>,
+    /// Conditions on values read as keys are (claims, cookies, certificate fields).
+    values: Vec<ValueCondition>,
+}
+
+#[derive(Debug, Clone)]
+struct ValueCondition {
+    value: ClientKey,
+    test: ValueTest,
+}
+
+#[derive(Debug, Clone)]
+enum ValueTest {
+    Present,
+    Absent,
+    Equals(String),
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +126,12 @@ impl RequestMatcher {
                 headers.push(condition);
             }
         }
+        let values = spec
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| ValueCondition::build(v, &format!("match.values[{i}]"), problems))
+            .collect();
         RequestMatcher {
             host,
             path_exact: spec.path_exact.clone(),
@@ -117,6 +139,7 @@ impl RequestMatcher {
             path_regex,
             methods,
             headers,
+            values,
         }
     }
 
@@ -131,6 +154,9 @@ impl RequestMatcher {
                 | HeaderCondition::Absent(n)
                 | HeaderCondition::Equals(n, _) => needs.header(n),
             }
+        }
+        for condition in &self.values {
+            condition.value.add_needs(needs);
         }
     }
 
@@ -165,10 +191,45 @@ impl RequestMatcher {
         if !self.methods.is_empty() && !self.methods.iter().any(|m| m == request.method()) {
             return false;
         }
-        self.headers.iter().all(|c| match c {
+        let headers_hold = self.headers.iter().all(|c| match c {
             HeaderCondition::Present(n) => request.header(n).is_some(),
             HeaderCondition::Absent(n) => request.header(n).is_none(),
             HeaderCondition::Equals(n, v) => request.header(n) == Some(v.as_str()),
+        });
+        // Last: these may be host calls (metadata, certificates) that cheaper conditions
+        // above can spare.
+        headers_hold
+            && self.values.iter().all(|c| match &c.test {
+                ValueTest::Present => c.value.extract(request).is_some(),
+                ValueTest::Absent => c.value.extract(request).is_none(),
+                ValueTest::Equals(v) => c.value.value_equals(request, v),
+            })
+    }
+}
+
+impl ValueCondition {
+    fn build(spec: &ValueMatchSpec, field: &str, problems: &mut Problems) -> Option<Self> {
+        let value = ClientKey::build(&spec.value, &format!("{field}.value"), false, problems);
+        let test = match (spec.present, &spec.equals) {
+            (None, Some(v)) | (Some(true), Some(v)) => ValueTest::Equals(v.clone()),
+            (Some(true), None) => ValueTest::Present,
+            (Some(false), None) => ValueTest::Absent,
+            (None, None) => {
+                problems.add(field, "needs `present` or `equals`");
+                return None;
+            }
+            (Some(false), Some(_)) => {
+                problems.add(field, "`present: false` cannot be combined with `equals`");
+                return None;
+            }
+        };
+        if value == Some(ClientKey::Global) {
+            problems.add(format!("{field}.value"), "`global` is always present");
+            return None;
+        }
+        Some(ValueCondition {
+            value: value?,
+            test,
         })
     }
 }
@@ -263,6 +324,7 @@ mod tests {
             path: "/v2/items?page=3".into(),
             headers: vec![("x-tier".into(), "free".into())],
             peer_ip: None,
+            identity: Default::default(),
         };
         assert!(r.matcher.matches(&base));
         let mut other_host = base.clone();

@@ -27,7 +27,7 @@ pub use matcher::RequestMatcher;
 pub use tokens::{MAX_ESTIMATE, TokenBudget};
 
 use crate::request::RequestNeeds;
-use crate::spec::{FailureMode, GrpcStatus, Mode, OverrideSpec, RuleSpec};
+use crate::spec::{FailureMode, GrpcStatus, KeyMissingSpec, Mode, OverrideSpec, RuleSpec};
 use crate::validation::{Problems, ValidationErrors};
 
 /// Most per-client overrides on one rule.
@@ -43,6 +43,10 @@ pub struct Rule {
     pub mode: Mode,
     pub matcher: RequestMatcher,
     pub key: ClientKey,
+    /// The client key of a matching request that carries none; `None` skips the rule.
+    pub key_fallback: Option<String>,
+    /// The share of clients, in percent, an enforce-mode rule is enforced for.
+    pub enforce_percent: u8,
     pub limits: Vec<Limit>,
     pub cost: Cost,
     pub overrides: HashMap<String, Vec<Limit>>,
@@ -83,6 +87,18 @@ impl TryFrom<RuleSpec> for Rule {
         }
         let matcher = RequestMatcher::build(&spec.matcher, &mut problems);
         let key = ClientKey::build(&spec.key, "key", false, &mut problems);
+        let key_fallback = match &spec.key_missing {
+            KeyMissingSpec::Skip => None,
+            KeyMissingSpec::Fallback(client) => {
+                if client.is_empty() || client.chars().count() > 1_024 {
+                    problems.add("key_missing.fallback", "must be 1 to 1024 characters");
+                }
+                Some(client.clone())
+            }
+        };
+        if spec.enforce_percent > 100 {
+            problems.add("enforce_percent", "must be from 0 to 100");
+        }
         let limits = Limit::build_all(&id, &spec.limits, "limits", &mut problems);
         let cost = Cost::build(&spec.cost, &mut problems);
         let overrides = build_overrides(&id, &spec.overrides, &mut problems);
@@ -104,6 +120,8 @@ impl TryFrom<RuleSpec> for Rule {
             mode: spec.mode,
             matcher,
             key,
+            key_fallback,
+            enforce_percent: spec.enforce_percent,
             limits,
             cost,
             overrides,
@@ -182,6 +200,19 @@ impl Rule {
     /// The limits that apply to `client`: its override, or the rule's own.
     pub fn limits_for(&self, client: &str) -> &[Limit] {
         self.overrides.get(client).unwrap_or(&self.limits)
+    }
+
+    /// The mode this rule has for `client`: an enforce-mode rule rolled out to fewer than
+    /// 100% of clients is in shadow mode for the others (see
+    /// [`crate::hash::rollout_point`]).
+    pub fn mode_for(&self, client: &str) -> Mode {
+        if self.mode == Mode::Enforce && self.enforce_percent < 100 {
+            let point = crate::hash::rollout_point(&self.id, client);
+            if point >= u32::from(self.enforce_percent) * 100 {
+                return Mode::Shadow;
+            }
+        }
+        self.mode
     }
 
     /// The failure mode in force, given the proxy's default.
@@ -280,6 +311,56 @@ mod tests {
                 r#"{"name":"a","key":"global","limits":[{"requests":1,"period":"fortnight"}]}"#
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn a_rollout_enforces_its_share_of_clients_and_each_always_on_the_same_side() {
+        let at = |percent: u8| {
+            rule(&format!(
+                r#"{{"name":"r","key":{{"header":"k"}},"limits":[{{"requests":1,"period":1}}],"enforce_percent":{percent}}}"#
+            ))
+        };
+        let clients: Vec<String> = (0..10_000).map(|i| format!("client-{i}")).collect();
+        let enforced = |r: &Rule| {
+            clients
+                .iter()
+                .filter(|c| r.mode_for(c) == Mode::Enforce)
+                .count()
+        };
+        for percent in [0u8, 1, 10, 25, 50, 90, 99, 100] {
+            let share = enforced(&at(percent)) as f64 / 100.0;
+            assert!(
+                (share - f64::from(percent)).abs() <= 1.0,
+                "{percent}%: {share}% enforced"
+            );
+        }
+        assert_eq!(enforced(&at(0)), 0);
+        assert_eq!(enforced(&at(100)), clients.len());
+        // Raising the percentage only adds clients; the same key is always on one side.
+        let (ten, twenty) = (at(10), at(20));
+        for c in &clients {
+            assert_eq!(ten.mode_for(c), ten.mode_for(c));
+            if ten.mode_for(c) == Mode::Enforce {
+                assert_eq!(twenty.mode_for(c), Mode::Enforce, "{c}");
+            }
+        }
+        // A shadow-mode rule stays in shadow mode whatever its percentage.
+        let shadow = rule(
+            r#"{"name":"s","mode":"shadow","key":{"header":"k"},"limits":[{"requests":1,"period":1}],"enforce_percent":100}"#,
+        );
+        assert_eq!(shadow.mode_for("client-1"), Mode::Shadow);
+        assert_eq!(
+            errors(
+                r#"{"name":"r","key":{"header":"k"},"limits":[{"requests":1,"period":1}],"enforce_percent":101}"#
+            ),
+            ["enforce_percent: must be from 0 to 100"]
+        );
+        assert_eq!(
+            errors(
+                r#"{"name":"r","key":{"header":"k"},"limits":[{"requests":1,"period":1}],"key_missing":{"fallback":""}}"#
+            ),
+            ["key_missing.fallback: must be 1 to 1024 characters"]
         );
     }
 

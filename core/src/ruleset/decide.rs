@@ -132,10 +132,17 @@ impl Ruleset {
             .filter(|(r, _)| r.enabled && r.descriptor.is_none() && r.matcher.matches(request));
         for (rule, rendered) in matching {
             decision.matched_rules += 1;
-            let Some(client) = rule.key.extract(request) else {
-                decision.keys_missing += 1;
-                sink.record(rule, RuleOutcome::KeyMissing, "");
-                continue;
+            let client = match (rule.key.extract(request), &rule.key_fallback) {
+                (Some(client), _) => client,
+                (None, Some(fallback)) => {
+                    decision.keys_fallback += 1;
+                    Cow::Owned(fallback.clone())
+                }
+                (None, None) => {
+                    decision.keys_missing += 1;
+                    sink.record(rule, RuleOutcome::KeyMissing, "");
+                    continue;
+                }
             };
             let bucket = BucketRequest {
                 fingerprint: client_fingerprint(&rule.id, &client),
@@ -149,7 +156,11 @@ impl Ruleset {
                         TokenEstimate::of(b, &request.body_facts().unwrap_or_default())
                     }),
             };
-            match rule.mode {
+            let mode = rule.mode_for(&client);
+            if mode != rule.mode {
+                decision.rollout_shadowed += 1;
+            }
+            match mode {
                 Mode::Enforce => enforced.push(Enforced {
                     rule,
                     rendered,

@@ -186,6 +186,10 @@ pub struct Decision<'r> {
     pub matched_rules: u32,
     /// Matching rules skipped because the request carried no client key.
     pub keys_missing: u32,
+    /// Matching rules whose client key was missing and whose fallback key was used.
+    pub keys_fallback: u32,
+    /// Enforce-mode rules run in shadow mode for this client by a percentage rollout.
+    pub rollout_shadowed: u32,
     /// Buckets that could not be evaluated and let the request through.
     pub failed_open: u32,
     /// Whether an allowed request left some limit at least [`NEAR_LIMIT_PERCENT`] used.

@@ -2,7 +2,8 @@
 //! no browser (clock times, which need the browser's time zone, stay in the dashboard).
 
 use sluice_core::spec::{
-    KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeriodSpec, RuleSpec, Scope, UsageMeasure,
+    KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeerCertificateField, PeriodSpec, RuleSpec, Scope,
+    UsageMeasure,
 };
 
 /// `1234` → `1,234`; `1_234_567` → `1.23M`.
@@ -140,6 +141,13 @@ pub fn key(k: &KeySpec) -> String {
         KeySpec::Path => "path".to_string(),
         KeySpec::Global => "everyone (global)".to_string(),
         KeySpec::Composite(parts) => parts.iter().map(key).collect::<Vec<_>>().join(" + "),
+        KeySpec::Metadata(m) => format!("{} {}", m.filter, m.path.join(".")),
+        KeySpec::PeerCertificate(field) => match field {
+            PeerCertificateField::UriSan => "peer certificate URI SAN".to_string(),
+            PeerCertificateField::DnsSan => "peer certificate DNS SAN".to_string(),
+            PeerCertificateField::Subject => "peer certificate subject".to_string(),
+        },
+        KeySpec::Cookie(c) => format!("cookie {c}"),
     }
 }
 
@@ -166,6 +174,14 @@ pub fn matcher(m: &MatchSpec) -> String {
             (Some(v), _) => format!("{}={v}", h.name),
             (None, Some(false)) => format!("no {}", h.name),
             _ => format!("has {}", h.name),
+        });
+    }
+    for v in &m.values {
+        let name = key(&v.value);
+        parts.push(match (&v.equals, v.present) {
+            (Some(e), _) => format!("{name}={e}"),
+            (None, Some(false)) => format!("no {name}"),
+            _ => format!("has {name}"),
         });
     }
     if parts.is_empty() {

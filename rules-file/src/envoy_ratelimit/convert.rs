@@ -324,6 +324,8 @@ fn rule_for(
         },
         matcher,
         key,
+        key_missing: Default::default(),
+        enforce_percent: 100,
         limits,
         cost: Default::default(),
         overrides,
@@ -344,6 +346,7 @@ fn merge(into: &mut MatchSpec, conditions: MatchSpec) -> Result<(), String> {
         path_regex,
         methods,
         headers,
+        values,
     } = conditions;
     for (mine, theirs, what) in [
         (&mut into.host, host, "host"),
@@ -368,6 +371,7 @@ fn merge(into: &mut MatchSpec, conditions: MatchSpec) -> Result<(), String> {
         into.methods = methods;
     }
     into.headers.extend(headers);
+    into.values.extend(values);
     Ok(())
 }
 

@@ -54,6 +54,8 @@ pub(super) fn convert_for_rls(domain: &str, limits: Vec<LimitAt>, out: &mut Impo
             },
             matcher: Default::default(),
             key: KeySpec::Global,
+            key_missing: Default::default(),
+            enforce_percent: 100,
             limits: vec![limit(requests, period_seconds)],
             cost: Default::default(),
             overrides: Vec::new(),

@@ -24,6 +24,7 @@ mod decide;
 mod filter_config;
 mod fleet_view;
 mod lease_entry;
+mod metadata_struct;
 mod report_json;
 mod rls_decide;
 mod rule_batch;
@@ -41,6 +42,7 @@ pub use decide::decide;
 pub use filter_config::filter_config;
 pub use fleet_view::fleet_view;
 pub use lease_entry::lease_entry;
+pub use metadata_struct::metadata_struct;
 pub use report_json::report_json;
 pub use rls_decide::rls_decide;
 pub use rule_batch::rule_batch;
@@ -74,4 +76,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("decide", decide),
     ("usage_reader", usage_reader),
     ("rls_decide", rls_decide),
+    ("metadata_struct", metadata_struct),
 ];

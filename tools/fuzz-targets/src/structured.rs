@@ -11,11 +11,13 @@ use std::num::NonZeroU32;
 use arbitrary::{Arbitrary, Result, Unstructured};
 use sluice_core::gcra::MAX_CAPACITY_NS;
 use sluice_core::global::lease::FleetView;
-use sluice_core::request::HttpRequest;
+use sluice_core::identity::MetadataValue;
+use sluice_core::request::{HttpRequest, Identity};
 use sluice_core::spec::{
-    ClientIpSpec, CostSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec, KeySpec,
-    LimitSpec, MatchSpec, Mode, NamedPeriod, OverrideSpec, PeriodSpec, ResponseSpec, RuleSpec,
-    Scope, TokensSpec, UsageMeasure, UsageSpec,
+    ClientIpSpec, CostSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec,
+    KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, MetadataKeySpec, Mode, NamedPeriod,
+    OverrideSpec, PeerCertificateField, PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
+    UsageMeasure, UsageSpec, ValueMatchSpec,
 };
 
 const RULE_NAMES: &[&str] = &["api", "per-key", "login", "tenant", "everyone"];
@@ -152,6 +154,17 @@ pub fn rule(u: &mut Unstructured<'_>) -> Result<RuleSpec> {
         },
         matcher: matcher(u)?,
         key: key(u, true)?,
+        key_missing: if u.ratio(1, 4)? {
+            KeyMissingSpec::Fallback(word(u, VALUES)?)
+        } else {
+            KeyMissingSpec::Skip
+        },
+        // Mostly whole rollouts; sometimes a share, now and then out of range (refused).
+        enforce_percent: if u.ratio(1, 4)? {
+            u.int_in_range(0..=110)?
+        } else {
+            100
+        },
         limits: limits(u)?,
         cost: if u.ratio(1, 3)? {
             CostSpec::Header(HeaderCostSpec {
@@ -230,11 +243,18 @@ fn matcher(u: &mut Unstructured<'_>) -> Result<MatchSpec> {
                 equals,
             })
         })?,
+        values: list(u, 1, |u| {
+            Ok(ValueMatchSpec {
+                value: key(u, false)?,
+                present: None,
+                equals: Some(word(u, VALUES)?),
+            })
+        })?,
     })
 }
 
 fn key(u: &mut Unstructured<'_>, composite_allowed: bool) -> Result<KeySpec> {
-    let kinds = if composite_allowed { 6 } else { 5 };
+    let kinds = if composite_allowed { 9 } else { 8 };
     Ok(match u.int_in_range(0..=kinds - 1)? {
         0 => KeySpec::Header(word(u, HEADER_NAMES)?),
         1 => KeySpec::ClientIp(ClientIpSpec {
@@ -243,6 +263,12 @@ fn key(u: &mut Unstructured<'_>, composite_allowed: bool) -> Result<KeySpec> {
         2 => KeySpec::Query(word(u, QUERY_KEYS)?),
         3 => KeySpec::Path,
         4 => KeySpec::Global,
+        5 => KeySpec::Cookie(word(u, QUERY_KEYS)?),
+        6 => KeySpec::PeerCertificate(PeerCertificateField::UriSan),
+        7 => KeySpec::Metadata(MetadataKeySpec {
+            filter: "envoy.filters.http.jwt_authn".into(),
+            path: list(u, 3, |u| word(u, QUERY_KEYS))?,
+        }),
         _ => KeySpec::Composite(list(u, 3, |u| key(u, false))?),
     })
 }
@@ -318,6 +344,36 @@ pub fn request(u: &mut Unstructured<'_>) -> Result<HttpRequest> {
             ))
         })?,
         peer_ip: u.arbitrary()?,
+        identity: identity(u)?,
+    })
+}
+
+/// Verified claims (as `jwt_authn` leaves them) and a peer certificate, sometimes.
+fn identity(u: &mut Unstructured<'_>) -> Result<Identity> {
+    let claims = list(u, 3, |u| {
+        let value = if u.ratio(1, 4)? {
+            MetadataValue::List(list(u, 3, |u| Ok(MetadataValue::Text(word(u, VALUES)?)))?)
+        } else {
+            MetadataValue::Text(word(u, VALUES)?)
+        };
+        Ok((word(u, QUERY_KEYS)?, value))
+    })?;
+    let metadata = if claims.is_empty() {
+        Vec::new()
+    } else {
+        vec![(
+            "envoy.filters.http.jwt_authn".to_string(),
+            MetadataValue::Object(claims.into_iter().collect()),
+        )]
+    };
+    let peer_certificate = if u.ratio(1, 4)? {
+        vec![(PeerCertificateField::UriSan, word(u, VALUES)?)]
+    } else {
+        Vec::new()
+    };
+    Ok(Identity {
+        metadata,
+        peer_certificate,
     })
 }
 

@@ -82,6 +82,7 @@ targets!(
     decide,
     usage_reader,
     rls_decide,
+    metadata_struct,
 );
 
 /// The names in a folder, without their extension `ext` (any extension when empty).

@@ -21,6 +21,7 @@ use sluice_core::control::election::{Lease, Role};
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Usage};
 use sluice_core::global::lease::{FleetView, LeaseEntry};
+use sluice_core::identity::encode_struct;
 use sluice_core::global::sync::{BucketUsage, SyncRequest, SyncResponse};
 use sluice_core::report::{ClientCount, Report, RuleBatch, RuleCounts, RuleReport};
 use sluice_core::slot::SlotValue;
@@ -78,6 +79,21 @@ fn main() {
 
     corpus.write("fleet_view", "alone", &FleetView::ALONE.encode());
     corpus.write("fleet_view", "three-proxies", &view.encode());
+
+    // Dynamic metadata as jwt_authn leaves a verified token's payload.
+    corpus.write(
+        "metadata_struct",
+        "jwt-payload",
+        &encode_struct(&serde_json::json!({"claims": {
+            "sub": "alice", "exp": 4102444800u64, "groups": ["eng", "ops"],
+            "org": {"id": "acme", "plan": "pro"}, "admin": false, "none": null,
+        }})),
+    );
+    corpus.write(
+        "metadata_struct",
+        "ext-authz",
+        &encode_struct(&serde_json::json!({"tenant": "t-1", "ratio": 0.25})),
+    );
 
     // The control lease: a worker's, fresh, and the singleton's, released; each with the
     // 8 bytes of the time that follow the lease in the target's input.

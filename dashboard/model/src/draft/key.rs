@@ -49,6 +49,20 @@ pub struct KeyDraft {
     pub hops: Number<u32>,
 }
 
+/// Whether the form's inputs can show `spec`: composite keys and keys from verified
+/// identity (metadata, certificates) and cookies are edited as JSON, since the form would
+/// save them as global.
+pub fn form_shows(spec: &KeySpec) -> bool {
+    matches!(
+        spec,
+        KeySpec::Header(_)
+            | KeySpec::ClientIp(_)
+            | KeySpec::Query(_)
+            | KeySpec::Path
+            | KeySpec::Global
+    )
+}
+
 impl KeyDraft {
     pub(super) fn from_spec(spec: &KeySpec) -> KeyDraft {
         let (kind, name, hops) = match spec {
@@ -56,7 +70,11 @@ impl KeyDraft {
             KeySpec::ClientIp(ip) => (KeyKind::ClientIp, String::new(), ip.trusted_hops),
             KeySpec::Query(q) => (KeyKind::Query, q.clone(), 0),
             KeySpec::Path => (KeyKind::Path, String::new(), 0),
-            KeySpec::Global | KeySpec::Composite(_) => (KeyKind::Global, String::new(), 0),
+            KeySpec::Global
+            | KeySpec::Composite(_)
+            | KeySpec::Metadata(_)
+            | KeySpec::PeerCertificate(_)
+            | KeySpec::Cookie(_) => (KeyKind::Global, String::new(), 0),
         };
         KeyDraft {
             kind,
@@ -149,5 +167,14 @@ mod tests {
         let key: KeySpec =
             serde_json::from_str(r#"{"composite":[{"header":"x-tenant"},"path"]}"#).unwrap();
         assert_eq!(KeyDraft::from_spec(&key).kind, KeyKind::Global);
+        assert!(!form_shows(&key));
+        for json in [
+            r#"{"metadata":{"filter":"envoy.filters.http.jwt_authn","path":["payload","sub"]}}"#,
+            r#"{"peer_certificate":"uri_san"}"#,
+            r#"{"cookie":"session"}"#,
+        ] {
+            assert!(!form_shows(&serde_json::from_str(json).unwrap()), "{json}");
+        }
+        assert!(form_shows(&KeySpec::Path));
     }
 }

@@ -1,7 +1,7 @@
 //! The inputs that choose which requests a rule applies to: host, paths, methods and
 //! header conditions.
 
-use sluice_core::spec::{HeaderMatchSpec, MatchSpec};
+use sluice_core::spec::{HeaderMatchSpec, MatchSpec, ValueMatchSpec};
 
 use super::choice::Choice;
 
@@ -78,6 +78,9 @@ pub struct MatchDraft {
     /// Comma- or space-separated.
     pub methods: String,
     pub headers: Vec<HeaderDraft>,
+    /// Conditions on claims, cookies and certificate fields: no input shows them yet;
+    /// kept as loaded, so saving the form does not drop them.
+    pub values: Vec<ValueMatchSpec>,
 }
 
 impl MatchDraft {
@@ -90,6 +93,7 @@ impl MatchDraft {
             path_regex: text(&spec.path_regex),
             methods: spec.methods.join(", "),
             headers: spec.headers.iter().map(HeaderDraft::from_spec).collect(),
+            values: spec.values.clone(),
         }
     }
 
@@ -101,6 +105,7 @@ impl MatchDraft {
             path_regex: nonempty(&self.path_regex),
             methods: methods(&self.methods),
             headers: self.headers.iter().map(HeaderDraft::to_spec).collect(),
+            values: self.values.clone(),
         }
     }
 }

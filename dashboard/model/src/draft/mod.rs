@@ -21,8 +21,8 @@ pub mod number;
 
 use sluice_core::rule::Rule;
 use sluice_core::spec::{
-    CostSpec, FailureMode, GrpcStatus, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod,
-    PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
+    CostSpec, FailureMode, GrpcStatus, KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode,
+    NamedPeriod, PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
 };
 
 pub use choice::Choice;
@@ -63,6 +63,10 @@ pub struct Draft {
     pub descriptor: Option<sluice_core::rls::DescriptorSpec>,
     /// Not an input of the form yet: a token budget's settings as loaded, kept.
     pub tokens: Option<TokensSpec>,
+    /// Not an input of the form yet: what a request without a key gets, kept as loaded.
+    pub key_missing: KeyMissingSpec,
+    /// Not an input of the form yet: the rule's rollout percentage, kept as loaded.
+    pub enforce_percent: u8,
 }
 
 impl Draft {
@@ -90,6 +94,8 @@ impl Draft {
             grpc_status: spec.response.grpc_status,
             descriptor: spec.descriptor.clone(),
             tokens: spec.tokens.clone(),
+            key_missing: spec.key_missing.clone(),
+            enforce_percent: spec.enforce_percent,
         }
     }
 
@@ -135,6 +141,8 @@ impl Draft {
             mode: self.mode,
             matcher: self.matcher.to_spec(),
             key,
+            key_missing: self.key_missing.clone(),
+            enforce_percent: self.enforce_percent,
             limits,
             cost,
             overrides,
@@ -178,6 +186,8 @@ pub fn blank() -> RuleSpec {
         mode: Mode::Enforce,
         matcher: MatchSpec::default(),
         key: KeySpec::Header("x-api-key".to_string()),
+        key_missing: Default::default(),
+        enforce_percent: 100,
         limits: vec![LimitSpec {
             requests: Some(10),
             period: PeriodSpec::Named(NamedPeriod::Second),

@@ -6,7 +6,8 @@ use leptos::task::spawn_local;
 use leptos_router::NavigateOptions;
 use leptos_router::components::A;
 use leptos_router::hooks::use_navigate;
-use sluice_core::spec::{KeySpec, RuleSpec};
+use sluice_core::spec::RuleSpec;
+use sluice_dashboard_model::draft::key::form_shows;
 use sluice_dashboard_model::draft::{Draft, validate};
 
 use super::inputs::{Field, FormCtx};
@@ -58,8 +59,7 @@ pub(super) fn RuleEditor(
     // The form's inputs; switching back from JSON replaces them with fresh ones.
     let form = RwSignal::new(FormState::new(plain));
     // JSON mode: for what the form cannot express (composite keys), or by choice.
-    let composite = matches!(initial.key, KeySpec::Composite(_));
-    let json_mode = RwSignal::new(composite);
+    let json_mode = RwSignal::new(!form_shows(&initial.key));
     let json_text = RwSignal::new(serde_json::to_string_pretty(&initial).unwrap_or_default());
 
     let built = Memo::new(move |_| {
@@ -184,8 +184,11 @@ pub(super) fn RuleEditor(
             json_mode.set(true);
         } else {
             match serde_json::from_str::<RuleSpec>(&json_text.get_untracked()) {
-                Ok(spec) if matches!(spec.key, KeySpec::Composite(_)) => {
-                    ctx.flash(false, "Composite keys can only be edited as JSON.");
+                Ok(spec) if !form_shows(&spec.key) => {
+                    ctx.flash(
+                        false,
+                        "Composite, metadata, certificate and cookie keys can only be edited as JSON.",
+                    );
                 }
                 Ok(spec) => {
                     form.set(FormState::new(Draft::from_spec(&spec)));

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leptos::prelude::*;
 use sluice_core::rls::DescriptorSpec;
-use sluice_core::spec::{FailureMode, GrpcStatus, Mode, Scope, TokensSpec};
+use sluice_core::spec::{
+    FailureMode, GrpcStatus, KeyMissingSpec, Mode, Scope, TokensSpec, ValueMatchSpec,
+};
 use sluice_dashboard_model::draft::{
     CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, LimitDraft,
     MatchDraft, Number, OverrideDraft, PeriodChoice, TokenCount,
@@ -128,6 +130,8 @@ pub(super) struct MatchInputs {
     pub path_regex: RwSignal<String>,
     pub methods: RwSignal<String>,
     pub headers: RwSignal<Vec<HeaderRow>>,
+    /// No input shows them; kept so that saving the form does not drop them.
+    pub values: RwSignal<Vec<ValueMatchSpec>>,
 }
 
 impl MatchInputs {
@@ -139,6 +143,7 @@ impl MatchInputs {
             path_regex: RwSignal::new(d.path_regex),
             methods: RwSignal::new(d.methods),
             headers: RwSignal::new(d.headers.into_iter().map(HeaderRow::new).collect()),
+            values: RwSignal::new(d.values),
         }
     }
 
@@ -152,6 +157,7 @@ impl MatchInputs {
             headers: self
                 .headers
                 .with(|hs| hs.iter().map(HeaderRow::read).collect()),
+            values: self.values.get(),
         }
     }
 }
@@ -237,6 +243,10 @@ pub(super) struct FormState {
     pub descriptor: RwSignal<Option<DescriptorSpec>>,
     /// No input shows it yet (a token budget's settings); kept like `grpc_status`.
     pub tokens: RwSignal<Option<TokensSpec>>,
+    /// No input shows it yet; kept like `grpc_status`.
+    pub key_missing: RwSignal<KeyMissingSpec>,
+    /// No input shows it yet; kept like `grpc_status`.
+    pub enforce_percent: RwSignal<u8>,
 }
 
 impl FormState {
@@ -260,6 +270,8 @@ impl FormState {
             grpc_status: RwSignal::new(d.grpc_status),
             descriptor: RwSignal::new(d.descriptor),
             tokens: RwSignal::new(d.tokens),
+            key_missing: RwSignal::new(d.key_missing),
+            enforce_percent: RwSignal::new(d.enforce_percent),
         }
     }
 
@@ -285,6 +297,8 @@ impl FormState {
             grpc_status: self.grpc_status.get(),
             descriptor: self.descriptor.get(),
             tokens: self.tokens.get(),
+            key_missing: self.key_missing.get(),
+            enforce_percent: self.enforce_percent.get(),
         }
     }
 }

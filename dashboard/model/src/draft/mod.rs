@@ -180,11 +180,12 @@ pub fn blank() -> RuleSpec {
         key: KeySpec::Header("x-api-key".to_string()),
         limits: vec![LimitSpec {
             requests: Some(10),
-            period: PeriodSpec::Named(NamedPeriod::Second),
+            period: Some(PeriodSpec::Named(NamedPeriod::Second)),
             burst: None,
             scope: Scope::Proxy,
             tokens: None,
             count: None,
+            concurrent: None,
         }],
         cost: CostSpec::default(),
         overrides: Vec::new(),

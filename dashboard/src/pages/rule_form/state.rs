@@ -31,6 +31,8 @@ pub(super) struct LimitRow {
     pub scope: RwSignal<Scope>,
     /// A token limit as loaded (no input of its own yet).
     pub tokens: Option<TokenCount>,
+    /// An in-flight limit as loaded (no input of its own yet).
+    pub in_flight: bool,
 }
 
 impl LimitRow {
@@ -43,6 +45,7 @@ impl LimitRow {
             burst: RwSignal::new(d.burst),
             scope: RwSignal::new(d.scope),
             tokens: d.tokens,
+            in_flight: d.in_flight,
         }
     }
 
@@ -54,6 +57,7 @@ impl LimitRow {
             burst: self.burst.get(),
             scope: self.scope.get(),
             tokens: self.tokens,
+            in_flight: self.in_flight,
         }
     }
 }

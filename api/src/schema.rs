@@ -11,7 +11,9 @@ use std::borrow::Cow;
 use serde_json::json;
 use sluice_core::identity::{MAX_METADATA_NAME, MAX_METADATA_PATH};
 use sluice_core::rls;
-use sluice_core::rule::{MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES};
+use sluice_core::rule::{
+    MAX_CONCURRENT, MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES, NO_GLOBAL_IN_FLIGHT,
+};
 use sluice_core::spec::RuleSpec;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
 
@@ -187,17 +189,24 @@ fn rule_spec_schema() -> serde_json::Value {
     // Two whole forms, as for header conditions below: a request limit, or a token limit
     // (LLM usage read from the response, `count` saying which).
     let limit = json!({
-        "description": "`requests` per `period`, or `tokens` of LLM usage per `period` (a token limit: the rule's `tokens` section says where usage is read)",
+        "description": "`requests` per `period`, or `tokens` of LLM usage per `period` (a token limit: the rule's `tokens` section says where usage is read), or `concurrent` alone (an in-flight limit)",
         "oneOf": [
             {"type": "object", "additionalProperties": false, "required": ["requests", "period"],
              "properties": {"requests": amount, "period": period, "burst": burst, "scope": scope,
-                            "tokens": absent, "count": absent}},
+                            "tokens": absent, "count": absent, "concurrent": absent}},
             {"type": "object", "additionalProperties": false, "required": ["tokens", "period"],
              "properties": {"tokens": amount, "period": period, "burst": burst, "scope": scope,
-                            "requests": absent,
+                            "requests": absent, "concurrent": absent,
                             "count": {"type": ["string", "null"], "enum": ["input", "output", "total", null],
                                       "default": "total",
                                       "description": "Which usage the limit counts"}}},
+            {"type": "object", "additionalProperties": false, "required": ["concurrent"],
+             "properties": {"concurrent": {"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENT,
+                                           "description": "At most this many of the client's requests in flight in this Envoy at once (all workers together); a request holds its place until its stream ends, however it ends"},
+                            "scope": {"type": "string", "enum": ["proxy"], "default": "proxy",
+                                      "description": NO_GLOBAL_IN_FLIGHT},
+                            "requests": absent, "tokens": absent, "period": absent,
+                            "burst": absent, "count": absent}},
         ],
     });
     let limits = json!({"type": "array", "minItems": 1, "maxItems": MAX_LIMITS_PER_RULE,
@@ -477,7 +486,8 @@ mod tests {
             "key_missing": {"fallback": "anonymous"},
             "enforce_percent": 10,
             "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"},
-                       {"tokens": 100, "period": 60, "burst": 200, "count": "output"}],
+                       {"tokens": 100, "period": 60, "burst": 200, "count": "output"},
+                       {"concurrent": 10}],
             "cost": {"header": {"name": "c", "max": 5, "default": 2}},
             "tokens": {"usage": {"json_pointer": {"input": "/u/i", "output": "/u/o", "total": "/u/t"}},
                        "default_estimate": 10, "estimate_input_from_body": true,

@@ -179,7 +179,7 @@ fn time(
                 let body = response::problem_body(&limited, limited.rule.status);
                 sink += headers.iter().map(|(_, v)| v.len()).sum::<usize>() + body.len();
             }
-            Outcome::FailedClosed(_) => {}
+            Outcome::FailedClosed(_) | Outcome::InFlightFull(_) => {}
         }
     }
     let elapsed = started.elapsed();

@@ -95,6 +95,24 @@ pub fn denial(limited: &Limited<'_>, format: RateLimitHeaders) -> GrpcAnswer {
     }
 }
 
+/// The answer to a gRPC call that `rule`'s in-flight limit of `max` requests denies: the
+/// rule's gRPC status, with the same one-second hint as `Retry-After`
+/// ([`response::IN_FLIGHT_RETRY_AFTER_SECONDS`]).
+pub fn in_flight_full(rule: &Rule, max: u32) -> GrpcAnswer {
+    let retry_after = response::IN_FLIGHT_RETRY_AFTER_SECONDS;
+    GrpcAnswer {
+        status: rule.grpc_status,
+        message: format!(
+            "rate limit '{}' allows {max} calls in flight at once; retry when one has ended",
+            rule.name
+        ),
+        metadata: vec![
+            (RETRY_PUSHBACK_HEADER, (retry_after * 1_000).to_string()),
+            ("retry-after", retry_after.to_string()),
+        ],
+    }
+}
+
 /// The answer to a gRPC call that a fail-closed `rule` could not check.
 pub fn failed_closed(rule: &Rule) -> GrpcAnswer {
     GrpcAnswer {

@@ -13,6 +13,8 @@
 //!   worker remembers, so a throttled client is denied again without a read; [`bucket`]:
 //!   the bucket set to charge and what charging it gives back, the words they share.
 //! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
+//! * [`in_flight`]: in-flight limits: places held in shared data while requests are in
+//!   flight, let go when their streams end, lapsing if nobody can let them go.
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
 //! * [`listening`]: the line `sluice serve` announces its address with.
@@ -46,6 +48,7 @@ pub mod global;
 pub mod grpc;
 pub mod hash;
 pub mod identity;
+pub mod in_flight;
 pub mod limiter;
 pub mod listening;
 pub mod report;

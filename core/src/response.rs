@@ -520,6 +520,35 @@ fn problem_body_of(
     .to_string()
 }
 
+/// The `Retry-After` of an in-flight denial, in seconds: a hint, not a prediction. A
+/// place frees when one of the client's requests ends, which nothing here can foresee;
+/// one second keeps a client from retrying in a tight loop while costing a client whose
+/// requests are short at most that second.
+pub const IN_FLIGHT_RETRY_AFTER_SECONDS: u64 = 1;
+
+/// The `application/problem+json` body of a request denied by an in-flight limit of
+/// `max` requests.
+pub fn in_flight_body(rule: &str, max: u32, status: u16) -> String {
+    serde_json::json!({
+        "type": "urn:sluice:too-many-in-flight",
+        "title": "Too Many Requests",
+        "status": status,
+        "detail": format!(
+            "Rate limit '{rule}' allows {max} requests in flight at once; retry when one of yours has ended."
+        ),
+        "rule": rule,
+        "in_flight_limit": max,
+        "retry_after": IN_FLIGHT_RETRY_AFTER_SECONDS,
+    })
+    .to_string()
+}
+
+/// The header fields of an in-flight denial: `Retry-After` (a hint,
+/// [`IN_FLIGHT_RETRY_AFTER_SECONDS`]) and the body's content type. No rate-limit fields:
+/// they describe token buckets, and an in-flight limit has no window or reset.
+pub const IN_FLIGHT_HEADERS: [(&str, &str); 2] =
+    [("retry-after", "1"), ("content-type", PROBLEM_JSON)];
+
 /// The body for a fail-closed rule that could not be evaluated.
 pub fn failed_closed_body(rule: &str, status: u16) -> String {
     serde_json::json!({
@@ -777,5 +806,21 @@ mod tests {
         limited.tier.verdict.reset_ns = u64::MAX;
         let list = RateLimitFields::of(&limited, false).to_list(RateLimitHeaders::Ietf);
         assert_eq!(list[1].1, format!(r#""{name}/2";r=2;t=18446744074"#));
+    }
+
+    #[test]
+    fn an_in_flight_denial_names_its_limit_and_hints_one_second() {
+        let body: serde_json::Value =
+            serde_json::from_str(&in_flight_body("llm", 10, 429)).unwrap();
+        assert_eq!(body["type"], "urn:sluice:too-many-in-flight");
+        assert_eq!(body["in_flight_limit"], 10);
+        assert_eq!(body["retry_after"], IN_FLIGHT_RETRY_AFTER_SECONDS);
+        assert_eq!(
+            IN_FLIGHT_HEADERS[0],
+            (
+                "retry-after",
+                IN_FLIGHT_RETRY_AFTER_SECONDS.to_string().as_str()
+            )
+        );
     }
 }

@@ -221,13 +221,16 @@ pub struct ClientIpSpec {
 }
 
 /// One token bucket: `requests` per `period` (or, for a token limit, `tokens` of LLM usage
-/// per `period`), holding at most `burst`. Exactly one of `requests` and `tokens` is given.
+/// per `period`), holding at most `burst`; or an in-flight limit, `concurrent` alone.
+/// Exactly one of `requests`, `tokens` and `concurrent` is given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
-    pub period: PeriodSpec,
+    /// Required with `requests` or `tokens`; an in-flight limit (`concurrent`) has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<PeriodSpec>,
     /// The bucket's capacity; defaults to `requests` (or `tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
@@ -243,6 +246,12 @@ pub struct LimitSpec {
     /// inside each Envoy from leases (see `docs/global-limits.md`).
     #[serde(default, skip_serializing_if = "Scope::is_proxy")]
     pub scope: Scope,
+    /// An in-flight limit instead of a token bucket: at most this many of the client's
+    /// requests in flight in this Envoy at once (all workers together), each holding its
+    /// place until its stream ends. Given alone: no `requests`, `tokens`, `period`,
+    /// `burst` or `count`, and `scope: proxy` (see `docs/shaping.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent: Option<u64>,
 }
 
 /// Whose bucket a limit is: one per Envoy, or one for the fleet.

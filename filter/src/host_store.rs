@@ -1,7 +1,8 @@
 //! The core's [`SharedStore`] over proxy-wasm shared data.
 //!
 //! Slot `n` of the bucket table is the shared-data key `sluice.slot.<n>`; entry `n` of the
-//! lease table (global buckets) is `sluice.lease.<n>`. Keys can never be deleted, so the
+//! lease table (global buckets) is `sluice.lease.<n>`; key `n` of the in-flight table is
+//! `sluice.inflight.<n>`. Keys can never be deleted, so the
 //! tables' sizes (configuration values) bound how many keys Envoy ever holds.
 //!
 //! The first-write race: a key that was never set has no CAS, and CAS 0 means an
@@ -40,6 +41,11 @@ impl HostStore {
     /// The lease table's entries.
     pub fn leases() -> Self {
         Self::with_prefix("sluice.lease.")
+    }
+
+    /// The in-flight table's keys (places of requests in flight).
+    pub fn in_flight() -> Self {
+        Self::with_prefix("sluice.inflight.")
     }
 
     fn with_prefix(prefix: &'static str) -> Self {

@@ -27,6 +27,11 @@ use crate::{clock, global_channel};
 #[derive(Debug)]
 pub struct SluiceHttp {
     shared: Rc<Shared>,
+    /// Envoy's id of this request's context: its places under in-flight limits are kept
+    /// under it.
+    context_id: u32,
+    /// Whether the request holds places under in-flight limits, to let go at its end.
+    holds_places: bool,
     /// Rate-limit fields to add to the upstream's response, and which of them to send.
     response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
     /// A rule with token limits matched: the decision waits for the request body, with
@@ -40,9 +45,11 @@ pub struct SluiceHttp {
 }
 
 impl SluiceHttp {
-    pub fn new(shared: Rc<Shared>) -> Self {
+    pub fn new(shared: Rc<Shared>, context_id: u32) -> Self {
         Self {
             shared,
+            context_id,
+            holds_places: false,
             response_fields: None,
             awaiting_body: None,
             grpc_at_headers: None,
@@ -150,11 +157,20 @@ impl SluiceHttp {
             now,
             default_failure: config.failure_mode,
         };
-        let mut decision =
+        let mut statistics = self.shared.statistics.borrow_mut();
+        let mut decision = if config.ruleset.has_in_flight_rules() {
+            let in_flight = self.shared.in_flight.context();
             config
                 .ruleset
-                .decide_observed(request, &cx, &mut *self.shared.statistics.borrow_mut());
+                .decide_in_flight(request, &cx, &in_flight, &mut *statistics)
+        } else {
+            config
+                .ruleset
+                .decide_observed(request, &cx, &mut *statistics)
+        };
+        drop(statistics);
         record(metrics, &decision);
+        self.keep_places(metrics, &mut decision);
         let reservations = std::mem::take(&mut decision.reservations);
         metrics
             .tokens
@@ -204,6 +220,25 @@ impl SluiceHttp {
                     send_local_response(metrics, status, headers, &body)
                 })
             }
+            Outcome::InFlightFull(denial) => {
+                metrics.denied.inc();
+                metrics.in_flight.denied.inc();
+                if let Some((flavour, content_type)) = self.grpc_request() {
+                    return send_grpc_error(
+                        metrics,
+                        flavour,
+                        &content_type,
+                        &grpc::in_flight_full(denial.rule, denial.max),
+                    );
+                }
+                let status = denial.rule.status;
+                send_local_response(
+                    metrics,
+                    status,
+                    &response::IN_FLIGHT_HEADERS,
+                    &response::in_flight_body(&denial.rule.name, denial.max, status),
+                )
+            }
             Outcome::FailedClosed(rule) => {
                 metrics.fail_closed.inc();
                 if let Some((flavour, content_type)) = self.grpc_request() {
@@ -228,11 +263,39 @@ impl SluiceHttp {
 impl Context for SluiceHttp {
     fn on_done(&mut self) -> bool {
         self.abandon_tokens();
+        self.let_go_of_places();
         true
     }
 }
 
 impl SluiceHttp {
+    /// Keeps the places an allowed request took under in-flight limits until its stream
+    /// ends (a denied one took none), and counts what the table's writes found.
+    fn keep_places(&mut self, metrics: &Metrics, decision: &mut Decision<'_>) {
+        let counts = &metrics.in_flight;
+        counts.lapsed.add(u64::from(decision.in_flight.lapsed));
+        counts.failures.add(u64::from(
+            decision.in_flight_failures + decision.in_flight.corrupt,
+        ));
+        metrics
+            .cas_contention
+            .add(u64::from(decision.in_flight.cas_conflicts));
+        let holds = std::mem::take(&mut decision.holds);
+        self.holds_places |= self.shared.in_flight.keep(self.context_id, holds, counts);
+    }
+
+    /// Lets go of the request's places: its stream ended, however it ended (`on_log`
+    /// comes first, `on_done` also for a context torn down without a log). Once only.
+    fn let_go_of_places(&mut self) {
+        if std::mem::take(&mut self.holds_places) {
+            let now = clock::now().unwrap_or_default();
+            let metrics = self.shared.metrics();
+            self.shared
+                .in_flight
+                .let_go(self.context_id, now, &metrics.in_flight);
+        }
+    }
+
     /// The request's gRPC flavour and content type: read at its headers when it was
     /// decided after its body, else read now.
     fn grpc_request(&mut self) -> Option<(GrpcFlavour, String)> {
@@ -337,6 +400,7 @@ impl HttpContext for SluiceHttp {
 
     fn on_log(&mut self) {
         self.abandon_tokens();
+        self.let_go_of_places();
     }
 }
 

@@ -12,6 +12,8 @@
 //! * [`http`]: one per request; asks the core for a decision and answers or forwards.
 //! * [`tokens`]: a request's token reservations until its response ends: the response
 //!   body read as it passes, the usage committed, or a refund.
+//! * [`in_flight`]: a worker's requests' places under in-flight limits: kept while
+//!   they live, let go when their streams end, refreshed from the tick.
 //! * [`shared`]: what a worker's root and its requests share (configuration, stores,
 //!   metrics, statistics).
 //! * [`clock`]: the host's wall clock, read in one place.
@@ -41,6 +43,7 @@ pub mod global_channel;
 pub mod host_store;
 pub mod http;
 pub mod identity;
+pub mod in_flight;
 pub mod metrics;
 pub mod report_channel;
 pub mod request;

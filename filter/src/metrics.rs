@@ -268,6 +268,47 @@ pub struct Metrics {
     pub global_table_full: Counter,
     /// Token budgets: reservations and how they were settled.
     pub tokens: TokenMetrics,
+    pub in_flight: InFlightMetrics,
+}
+
+/// In-flight limits' counters (`sluice_core::in_flight`).
+#[derive(Debug, Default)]
+pub struct InFlightMetrics {
+    /// Requests denied because their client had its limit in flight (also in `denied`).
+    pub denied: Counter,
+    /// Places taken by admitted requests.
+    pub held: Counter,
+    /// Places let go when their request's stream ended.
+    pub released: Counter,
+    /// Places dropped because they lapsed: held by a request whose worker neither let
+    /// them go nor refreshed them (a failed VM). Zero while every worker lives.
+    pub lapsed: Counter,
+    /// The in-flight table could not be used (contention, a full key, a host error):
+    /// taking a place (the rule's failure mode decided), letting go or refreshing one.
+    pub failures: Counter,
+}
+
+impl InFlightMetrics {
+    fn define() -> InFlightMetrics {
+        InFlightMetrics {
+            denied: Counter::define("sluice_in_flight_denied_total"),
+            held: Counter::define("sluice_in_flight_held_total"),
+            released: Counter::define("sluice_in_flight_released_total"),
+            lapsed: Counter::define("sluice_in_flight_lapsed_total"),
+            failures: Counter::define("sluice_in_flight_failures_total"),
+        }
+    }
+
+    fn counters(&self) -> impl Iterator<Item = &Counter> {
+        [
+            &self.denied,
+            &self.held,
+            &self.released,
+            &self.lapsed,
+            &self.failures,
+        ]
+        .into_iter()
+    }
 }
 
 /// Token budgets' counters (`sluice_core::tokens`).
@@ -388,6 +429,7 @@ impl Metrics {
             global_failures: Counter::define("sluice_global_failures_total"),
             global_table_full: Counter::define("sluice_global_table_full_total"),
             tokens: TokenMetrics::define(),
+            in_flight: InFlightMetrics::define(),
         }
     }
 
@@ -419,6 +461,7 @@ impl Metrics {
         ]
         .into_iter()
         .chain(self.tokens.counters())
+        .chain(self.in_flight.counters())
         {
             counter.flush();
         }

@@ -127,9 +127,12 @@ impl RootContext for SluiceRoot {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         match &self.part {
-            Part::Filter(filter) => Some(Box::new(SluiceHttp::new(Rc::clone(&filter.shared)))),
+            Part::Filter(filter) => Some(Box::new(SluiceHttp::new(
+                Rc::clone(&filter.shared),
+                context_id,
+            ))),
             // Only reachable if Envoy were misconfigured to run the control root as an
             // HTTP filter: pass traffic rather than fail.
             _ => None,
@@ -179,6 +182,11 @@ impl FilterRoot {
         self.follow_pushed_ruleset();
         self.follow_fleet_view();
         self.flush_statistics();
+        if let Some(now) = clock::now() {
+            self.shared
+                .in_flight
+                .refresh(now, &self.shared.metrics().in_flight);
+        }
         self.shared.metrics().flush();
         if let Some(seat) = &mut self.seat {
             seat.on_tick();

@@ -12,6 +12,7 @@ use sluice_core::global::lease::FleetView;
 use sluice_core::report::Aggregate;
 
 use crate::host_store::HostStore;
+use crate::in_flight::InFlight;
 use crate::metrics::Metrics;
 
 /// State shared by a worker's root context and its request contexts (one VM, one
@@ -29,6 +30,8 @@ pub struct Shared {
     pub view: Cell<FleetView>,
     /// Decision statistics since the last flush: per-rule counts and throttled clients.
     pub statistics: RefCell<Aggregate>,
+    /// This worker's requests' places under in-flight limits.
+    pub in_flight: InFlight,
 }
 
 impl Default for Shared {
@@ -40,6 +43,8 @@ impl Default for Shared {
             leases: HostStore::leases(),
             view: Cell::new(FleetView::ALONE),
             statistics: RefCell::default(),
+            // The clock at start-up tells this worker's holder ids from other workers'.
+            in_flight: InFlight::new(crate::clock::now().map_or(0, |t| t.get())),
         }
     }
 }

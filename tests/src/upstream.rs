@@ -32,4 +32,18 @@ impl Upstream {
     pub fn requests_seen(&self) -> u64 {
         self.0.requests_seen()
     }
+
+    /// Requests being worked on now (see [`EchoUpstream::in_flight`]).
+    pub fn in_flight(&self) -> u64 {
+        self.0.in_flight()
+    }
+
+    /// The most requests worked on at once since the start or the last reset.
+    pub fn in_flight_high_water(&self) -> u64 {
+        self.0.in_flight_high_water()
+    }
+
+    pub fn reset_high_water(&self) {
+        self.0.reset_high_water();
+    }
 }

@@ -3,7 +3,7 @@
 use std::num::NonZeroU64;
 
 use crate::gcra::{Gcra, GcraError, MAX_CAPACITY_NS};
-use crate::spec::{LimitSpec, Scope, UsageMeasure};
+use crate::spec::{LimitSpec, PeriodSpec, Scope, UsageMeasure};
 use crate::time::NANOS_PER_SECOND;
 use crate::validation::Problems;
 
@@ -93,9 +93,13 @@ impl Limit {
                 return None;
             }
         };
-        let period_seconds = spec.period.seconds();
+        let period_seconds = spec.period.map_or(0, PeriodSpec::seconds);
         let burst = spec.burst.unwrap_or(requests);
         let mut ok = true;
+        if spec.period.is_none() {
+            problems.add(format!("{field}.period"), "is required");
+            return None;
+        }
         if spec.count.is_some() && counts == Counts::Requests {
             problems.add(
                 format!("{field}.count"),
@@ -178,9 +182,11 @@ impl Limit {
                 format!("at most {MAX_LIMITS_PER_RULE} limits are allowed"),
             );
         }
+        // In-flight limits (`concurrent`) are no token buckets: `InFlightLimit` builds them.
         let limits: Vec<Limit> = specs
             .iter()
             .enumerate()
+            .filter(|(_, s)| s.concurrent.is_none())
             .filter_map(|(i, s)| Limit::build(rule_id, s, &format!("{field}[{i}]"), problems))
             .collect();
         for (i, a) in limits.iter().enumerate() {

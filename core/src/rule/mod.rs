@@ -11,6 +11,7 @@
 //! `sluice_core::rule::X` is the one path to each.
 
 mod cost;
+mod in_flight;
 mod key;
 mod limit;
 mod matcher;
@@ -19,6 +20,7 @@ mod tokens;
 use std::collections::HashMap;
 
 pub use cost::{Cost, MAX_COST};
+pub use in_flight::{InFlightLimit, MAX_CONCURRENT, NO_GLOBAL_IN_FLIGHT};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
 pub use limit::{
     Counts, Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst,
@@ -50,6 +52,11 @@ pub struct Rule {
     pub limits: Vec<Limit>,
     pub cost: Cost,
     pub overrides: HashMap<String, Vec<Limit>>,
+    /// The rule's in-flight limit (`{concurrent: N}` among its limits), if any.
+    pub in_flight: Option<InFlightLimit>,
+    /// The in-flight limits of overrides that have one (an override without one has none:
+    /// its limits replace all of the rule's).
+    pub in_flight_overrides: HashMap<String, InFlightLimit>,
     /// `None` follows the proxy's default failure mode.
     pub failure_mode: Option<FailureMode>,
     pub status: u16,
@@ -102,6 +109,15 @@ impl TryFrom<RuleSpec> for Rule {
         let limits = Limit::build_all(&id, &spec.limits, "limits", &mut problems);
         let cost = Cost::build(&spec.cost, &mut problems);
         let overrides = build_overrides(&id, &spec.overrides, &mut problems);
+        let in_flight = InFlightLimit::build_from(&spec.limits, "limits", &mut problems);
+        let in_flight_overrides = in_flight_overrides(&spec.overrides, &mut problems);
+        if spec.descriptor.is_some() && (in_flight.is_some() || !in_flight_overrides.is_empty()) {
+            problems.add(
+                "limits",
+                "a rule with a `descriptor` cannot limit requests in flight (`concurrent`): \
+                 Envoy's rate limit service is never told when a request ends",
+            );
+        }
         let descriptor = crate::rls::descriptor::for_rule(&spec, &mut problems);
         let has_token_limits = limits
             .iter()
@@ -125,6 +141,8 @@ impl TryFrom<RuleSpec> for Rule {
             limits,
             cost,
             overrides,
+            in_flight,
+            in_flight_overrides,
             failure_mode: spec.failure_mode,
             status: spec.response.status,
             rate_limit_headers: spec.response.rate_limit_headers,
@@ -162,6 +180,21 @@ fn build_overrides(
         }
     }
     overrides
+}
+
+/// The in-flight limits of the overrides that have one.
+fn in_flight_overrides(
+    specs: &[OverrideSpec],
+    problems: &mut Problems,
+) -> HashMap<String, InFlightLimit> {
+    specs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            let field = format!("overrides[{i}].limits");
+            InFlightLimit::build_from(&o.limits, &field, problems).map(|l| (o.client.clone(), l))
+        })
+        .collect()
 }
 
 /// Names and ids appear in response headers as structured-field strings and in URLs, so
@@ -213,6 +246,20 @@ impl Rule {
             }
         }
         self.mode
+    }
+
+    /// The in-flight limit that applies to `client`: its override's, or the rule's own.
+    pub fn in_flight_for(&self, client: &str) -> Option<InFlightLimit> {
+        if self.overrides.contains_key(client) {
+            self.in_flight_overrides.get(client).copied()
+        } else {
+            self.in_flight
+        }
+    }
+
+    /// Whether the rule or one of its overrides limits requests in flight.
+    pub fn has_in_flight_limits(&self) -> bool {
+        self.in_flight.is_some() || !self.in_flight_overrides.is_empty()
     }
 
     /// The failure mode in force, given the proxy's default.

@@ -3,6 +3,10 @@
 //! 1. `match_rules`: the enabled rules that match, each with its client's bucket set. A
 //!    shadow-mode rule is charged there and then, on its own: it never denies, and its
 //!    outcome says what it would have done.
+//!    With in-flight limits (`Ruleset::decide_in_flight`), a shadow-mode rule also
+//!    takes a place for the request there (`in_flight.rs`); then
+//!    `take_enforced_places` takes one under each enforce-mode in-flight limit, and a
+//!    full one decides the request (`Early`) before any token is charged.
 //! 2. `GlobalSpends::charge_enforced`: every enforce-mode rule's global limits, from the
 //!    lease table. A denial (or a fail-closed failure) here decides the request (`Early`)
 //!    and undoes every global spend: nothing is charged.
@@ -12,6 +16,9 @@
 //! 6. `reserve_tokens`: for an allowed request, what each rule's token limits took, to
 //!    be settled when the response ends (`crate::tokens`).
 //!
+//! A denied request, however it was denied, lets its in-flight places go before the
+//! decision returns (`in_flight::let_go_if_denied`).
+//!
 //! So a denied request consumes no tokens: all enforce-mode limits must allow, and none
 //! is charged when one denies. Global spends that were undone stay counted at the lease
 //! table: they are demand.
@@ -20,6 +27,7 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
+use super::in_flight::{self, InFlightContext, Place, take_place};
 use super::{Decision, DecisionSink, NEAR_LIMIT_PERCENT, Outcome, RuleOutcome, Ruleset};
 use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, TierVerdict};
 use crate::gcra::Verdict;
@@ -82,16 +90,57 @@ impl Ruleset {
         cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
         sink: &mut impl DecisionSink,
     ) -> Decision<'r> {
+        self.decide_counting(request, cx, None, sink)
+    }
+
+    /// [`Ruleset::decide_observed`] for a ruleset with in-flight limits
+    /// ([`Ruleset::has_in_flight_rules`]): an allowed request also holds a place under
+    /// each matching one (`Decision::holds`), which the caller lets go when its stream
+    /// ends; a denied one holds none.
+    pub fn decide_in_flight<'r>(
+        &'r self,
+        request: &impl RequestAttributes,
+        cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+        in_flight: &InFlightContext<'_>,
+        sink: &mut impl DecisionSink,
+    ) -> Decision<'r> {
+        self.decide_counting(request, cx, Some(in_flight), sink)
+    }
+
+    fn decide_counting<'r>(
+        &'r self,
+        request: &impl RequestAttributes,
+        cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+        in_flight: Option<&InFlightContext<'_>>,
+        sink: &mut impl DecisionSink,
+    ) -> Decision<'r> {
         let mut decision = Decision::default();
+        self.decide_into(request, cx, in_flight, sink, &mut decision);
+        in_flight::let_go_if_denied(in_flight, cx.now, &mut decision);
+        decision
+    }
+
+    fn decide_into<'r>(
+        &'r self,
+        request: &impl RequestAttributes,
+        cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+        in_flight: Option<&InFlightContext<'_>>,
+        sink: &mut impl DecisionSink,
+        decision: &mut Decision<'r>,
+    ) {
         let mut enforced = EnforcedRules::new();
-        self.match_rules(request, cx, &mut decision, &mut enforced, sink);
+        self.match_rules(request, cx, in_flight, decision, &mut enforced, sink);
         if enforced.is_empty() {
-            return decision;
+            return;
+        }
+        if let Err(early) = take_enforced_places(&enforced, in_flight, cx, decision) {
+            early.finish(decision, &enforced, sink);
+            return;
         }
         let mut spends = GlobalSpends::default();
-        if let Err(early) = spends.charge_enforced(&mut enforced, cx, &mut decision) {
-            early.finish(&mut decision, &enforced, sink);
-            return decision;
+        if let Err(early) = spends.charge_enforced(&mut enforced, cx, decision) {
+            early.finish(decision, &enforced, sink);
+            return;
         }
         let acquisition = acquire_local(&enforced, cx);
         decision.absorb_counters(&acquisition);
@@ -99,17 +148,10 @@ impl Ruleset {
             // Step 4: what the slot table denied keeps no global tokens either.
             spends.undo_all(&cx.global, cx.now);
         }
-        record_outcomes(&mut decision, &enforced, &acquisition, sink);
+        record_outcomes(decision, &enforced, &acquisition, sink);
         if acquisition.allowed && decision.is_allowed() {
-            reserve_tokens(
-                &mut decision,
-                &enforced,
-                &acquisition,
-                &spends,
-                request.path(),
-            );
+            reserve_tokens(decision, &enforced, &acquisition, &spends, request.path());
         }
-        decision
     }
 
     /// Step 1: the enabled rules that match `request`, in order, each with its client's
@@ -121,6 +163,7 @@ impl Ruleset {
         &'r self,
         request: &'q impl RequestAttributes,
         cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+        in_flight: Option<&InFlightContext<'_>>,
         decision: &mut Decision<'r>,
         enforced: &mut EnforcedRules<'r, 'q>,
         sink: &mut impl DecisionSink,
@@ -169,7 +212,26 @@ impl Ruleset {
                     global: None,
                 }),
                 Mode::Shadow => {
-                    let outcome = charge_shadow(rule, &bucket, request.path(), cx, decision);
+                    // A shadow rule's place is kept while the request is in flight (it
+                    // is), unless another rule denies the request.
+                    let place = take_place(
+                        rule,
+                        bucket.fingerprint,
+                        &client,
+                        in_flight,
+                        cx.now,
+                        decision,
+                    );
+                    let outcome = match place {
+                        Place::Full { .. } => RuleOutcome::ShadowDenied,
+                        Place::Failed => {
+                            decision.failed_open += 1;
+                            RuleOutcome::FailedOpen
+                        }
+                        Place::Unlimited | Place::Held => {
+                            charge_shadow(rule, &bucket, request.path(), cx, decision)
+                        }
+                    };
                     match outcome {
                         RuleOutcome::ShadowDenied => decision.shadow_denied.push(rule),
                         RuleOutcome::FailedOpen => decision.failed_open += 1,
@@ -237,6 +299,40 @@ impl<'r> Early<'r> {
             sink.record(e.rule, outcome, &e.client);
         }
     }
+}
+
+/// Step 1, with in-flight limits: a place under the in-flight limit of every enforce-mode rule that has one.
+/// A full limit (or a fail-closed failure) decides the request before any token is
+/// charged; the places already taken are let go with the decision.
+fn take_enforced_places<'r>(
+    enforced: &[Enforced<'r, '_>],
+    in_flight: Option<&InFlightContext<'_>>,
+    cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+    decision: &mut Decision<'r>,
+) -> Result<(), Early<'r>> {
+    if in_flight.is_none() {
+        return Ok(());
+    }
+    for (at, e) in enforced.iter().enumerate() {
+        let place = take_place(
+            e.rule,
+            e.bucket.fingerprint,
+            &e.client,
+            in_flight,
+            cx.now,
+            decision,
+        );
+        if let Some((outcome, reported)) =
+            in_flight::enforced_outcome(place, e.rule, e.bucket.on_failure, decision)
+        {
+            return Err(Early {
+                at,
+                outcome,
+                reported,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Step 3: the proxy limits of every enforce-mode rule, all-or-nothing, in the slot

@@ -4,10 +4,13 @@
 //! [`Ruleset::decide_observed`] over a [`DecisionContext`].
 
 mod decide;
+mod in_flight;
 
 use std::collections::HashSet;
 
 use crate::bucket::LimiterCounters;
+use crate::in_flight::InFlightCounters;
+use crate::in_flight::live::RequestHolds;
 use crate::request::{RequestAttributes, RequestNeeds};
 use crate::response::RenderedRule;
 use crate::rule::Rule;
@@ -16,6 +19,7 @@ use crate::tokens::Reservation;
 use crate::validation::{Problems, ValidationErrors};
 
 pub use decide::{DecisionContext, GlobalBuckets};
+pub use in_flight::InFlightContext;
 // What a decision's limits are presented with; it kept this path when it moved there.
 pub use crate::response::Limited;
 
@@ -36,6 +40,8 @@ pub struct Ruleset {
     needs: RequestNeeds,
     /// Whether an enabled rule has token limits (then the host may read request bodies).
     has_token_rules: bool,
+    /// Whether an enabled rule limits requests in flight (then requests take places).
+    has_in_flight_rules: bool,
 }
 
 /// What a request's body is needed for, before it is decided.
@@ -97,11 +103,15 @@ impl Ruleset {
             let needs = needs_of(&rules);
             let rendered = rules.iter().map(RenderedRule::new).collect();
             let has_token_rules = rules.iter().any(|r| r.enabled && r.tokens.is_some());
+            let has_in_flight_rules = rules
+                .iter()
+                .any(|r| r.enabled && r.descriptor.is_none() && r.has_in_flight_limits());
             Ruleset {
                 rules,
                 rendered,
                 needs,
                 has_token_rules,
+                has_in_flight_rules,
             }
         })
     }
@@ -118,6 +128,12 @@ impl Ruleset {
     /// Whether any enabled rule has token limits.
     pub fn has_token_rules(&self) -> bool {
         self.has_token_rules
+    }
+
+    /// Whether any enabled rule limits requests in flight: only then does a request need
+    /// an [`InFlightContext`] ([`Ruleset::decide_in_flight`]).
+    pub fn has_in_flight_rules(&self) -> bool {
+        self.has_in_flight_rules
     }
 
     /// Whether `request` should be decided after its body: some enabled rule with token
@@ -171,6 +187,17 @@ pub enum Outcome<'r> {
     Denied(Limited<'r>),
     /// A fail-closed rule could not be evaluated.
     FailedClosed(&'r Rule),
+    /// An enforce-mode in-flight limit is reached: the client has that many requests in
+    /// flight already.
+    InFlightFull(InFlightDenial<'r>),
+}
+
+/// An in-flight limit that denied a request: the rule, and how many requests of the
+/// client it lets be in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct InFlightDenial<'r> {
+    pub rule: &'r Rule,
+    pub max: u32,
 }
 
 /// Everything the filter needs to answer a request and count it.
@@ -206,6 +233,13 @@ pub struct Decision<'r> {
     /// The tokens reserved by rules with token limits, to settle when the response ends
     /// (`crate::tokens`); empty for a denied request.
     pub reservations: Vec<Reservation>,
+    /// The places an allowed request holds under in-flight limits, to let go when its
+    /// stream ends; empty for a denied request (its places were let go at once).
+    pub holds: RequestHolds,
+    /// What the in-flight table's writes found (lapsed holds, conflicts).
+    pub in_flight: InFlightCounters,
+    /// In-flight limits that could not be evaluated (the rule's failure mode decided).
+    pub in_flight_failures: u32,
 }
 
 impl<'r> Decision<'r> {

@@ -106,6 +106,9 @@ pub fn period(p: &PeriodSpec) -> String {
 
 /// `5/s, burst 10`; a token limit `100,000 tokens/min`.
 pub fn limit(l: &LimitSpec) -> String {
+    if let Some(n) = l.concurrent {
+        return format!("{} in flight", count(n));
+    }
     let amount = l.requests.or(l.tokens).unwrap_or(0);
     let unit = match (l.tokens, l.count) {
         (None, _) => "",
@@ -113,9 +116,10 @@ pub fn limit(l: &LimitSpec) -> String {
         (Some(_), Some(UsageMeasure::Output)) => " output tokens",
         (Some(_), _) => " tokens",
     };
-    let base = match l.period {
-        PeriodSpec::Seconds(_) => format!("{}{unit} per {}", count(amount), period(&l.period)),
-        _ => format!("{}{unit}/{}", count(amount), period(&l.period)),
+    let every = l.period.unwrap_or(PeriodSpec::Seconds(0));
+    let base = match every {
+        PeriodSpec::Seconds(_) => format!("{}{unit} per {}", count(amount), period(&every)),
+        _ => format!("{}{unit}/{}", count(amount), period(&every)),
     };
     let base = match l.burst {
         Some(b) if b != amount => format!("{base}, burst {}", count(b)),

@@ -387,11 +387,12 @@ pub(super) fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
     };
     LimitSpec {
         requests: Some(requests),
-        period,
+        period: Some(period),
         burst: None,
         scope: Scope::Proxy,
         tokens: None,
         count: None,
+        concurrent: None,
     }
 }
 

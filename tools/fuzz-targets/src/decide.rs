@@ -97,6 +97,8 @@ fn check(scenario: Scenario) {
                 rule.id,
                 outcomes.0
             ),
+            // `decide` counts no requests in flight: only `decide_in_flight` answers this.
+            Outcome::InFlightFull(denial) => panic!("in flight without a table: {denial:?}"),
         }
 
         evicted |= decision.counters.evictions > 0;

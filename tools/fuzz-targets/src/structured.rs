@@ -286,13 +286,13 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Vec<LimitSpec>> {
 fn limit(u: &mut Unstructured<'_>) -> Result<LimitSpec> {
     let mut limit = LimitSpec {
         requests: Some(number(u, REQUESTS)?),
-        period: match u.int_in_range(0..=4)? {
+        period: Some(match u.int_in_range(0..=4)? {
             0 => PeriodSpec::Named(NamedPeriod::Second),
             1 => PeriodSpec::Named(NamedPeriod::Minute),
             2 => PeriodSpec::Named(NamedPeriod::Hour),
             3 => PeriodSpec::Named(NamedPeriod::Day),
             _ => PeriodSpec::Seconds(number(u, SECONDS)?),
-        },
+        }),
         burst: sometimes(u, |u| number(u, REQUESTS))?,
         scope: if u.ratio(1, 4)? {
             Scope::Global
@@ -301,6 +301,7 @@ fn limit(u: &mut Unstructured<'_>) -> Result<LimitSpec> {
         },
         tokens: None,
         count: None,
+        concurrent: None,
     };
     // Sometimes a token limit instead (decided last, so older corpus inputs keep
     // meaning what they meant).

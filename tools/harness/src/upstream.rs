@@ -1,7 +1,6 @@
 //! An HTTP/1.1 echo server standing in for the protected service behind Envoy, in the
 //! end-to-end tests and in `cargo xtask demo`.
 
-use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,14 +23,55 @@ use crate::background::Background;
 /// lowercased; repeated headers joined with ", "). Lets a test, or a person trying the
 /// demo, see what got past Envoy and what the filter added or removed on the way.
 ///
+/// A request may ask for a slower or a broken answer, to stand in for a slow service:
+/// [`DELAY_HEADER`] (milliseconds, at most [`MAX_DELAY`]) delays the answer, and
+/// [`RESET_HEADER`] closes the connection instead of answering, after any delay. The
+/// server counts the requests it is working on at once ([`EchoUpstream::in_flight`]) and
+/// the most it ever was ([`EchoUpstream::in_flight_high_water`]); a request stops counting
+/// when it is answered or its connection goes.
+///
 /// It runs on its own thread and runtime ([`Background`]), so it works the same under
 /// `#[test]`, `#[tokio::test]` and in a tokio program, and stops when dropped (its open
 /// connections with it).
 #[derive(Debug)]
 pub struct EchoUpstream {
     addr: SocketAddr,
-    requests: Arc<AtomicU64>,
+    counts: Arc<Counts>,
     _background: Background,
+}
+
+/// The request header asking the echo upstream to wait this many milliseconds first.
+pub const DELAY_HEADER: &str = "x-echo-delay-ms";
+/// The request header asking the echo upstream to close the connection, unanswered.
+pub const RESET_HEADER: &str = "x-echo-reset";
+/// The longest delay a request can ask for.
+pub const MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// What the server counts.
+#[derive(Debug, Default)]
+struct Counts {
+    requests: AtomicU64,
+    in_flight: AtomicU64,
+    high_water: AtomicU64,
+}
+
+/// One request being worked on; it stops counting when dropped (answered, or its
+/// connection closed under it).
+struct InFlight(Arc<Counts>);
+
+impl InFlight {
+    fn start(counts: &Arc<Counts>) -> InFlight {
+        counts.requests.fetch_add(1, Ordering::Relaxed);
+        let now = counts.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        counts.high_water.fetch_max(now, Ordering::SeqCst);
+        InFlight(Arc::clone(counts))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl EchoUpstream {
@@ -51,17 +91,17 @@ impl EchoUpstream {
             .local_addr()
             .context("the echo upstream's address")?;
         let background = Background::start(&format!("echo-upstream-{}", addr.port()))?;
-        let requests = Arc::new(AtomicU64::new(0));
+        let counts = Arc::new(Counts::default());
         let listener = background
             .block_on(
                 async move { tokio::net::TcpListener::from_std(listener) },
                 Duration::from_secs(10),
             )?
             .context("the echo upstream's listener")?;
-        background.spawn(serve(listener, Arc::clone(&requests)));
+        background.spawn(serve(listener, Arc::clone(&counts)));
         Ok(EchoUpstream {
             addr,
-            requests,
+            counts,
             _background: background,
         })
     }
@@ -72,11 +112,29 @@ impl EchoUpstream {
 
     /// Requests answered so far: how many got past Envoy.
     pub fn requests_seen(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.counts.requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests being worked on now.
+    pub fn in_flight(&self) -> u64 {
+        self.counts.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most requests ever worked on at once, since the start or the last
+    /// [`EchoUpstream::reset_high_water`].
+    pub fn in_flight_high_water(&self) -> u64 {
+        self.counts.high_water.load(Ordering::SeqCst)
+    }
+
+    /// Starts the high-water mark again from the requests in flight now.
+    pub fn reset_high_water(&self) {
+        self.counts
+            .high_water
+            .store(self.in_flight(), Ordering::SeqCst);
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, requests: Arc<AtomicU64>) {
+async fn serve(listener: tokio::net::TcpListener, counts: Arc<Counts>) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -84,11 +142,15 @@ async fn serve(listener: tokio::net::TcpListener, requests: Arc<AtomicU64>) {
             Err(_) => continue,
         };
         let _ = stream.set_nodelay(true);
-        let requests = Arc::clone(&requests);
+        let counts = Arc::clone(&counts);
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
-                requests.fetch_add(1, Ordering::Relaxed);
-                async move { Ok::<_, Infallible>(echo_response(&request)) }
+                let in_flight = InFlight::start(&counts);
+                async move {
+                    let answer = answer(&request).await;
+                    drop(in_flight);
+                    answer
+                }
             });
             // Envoy closing a pooled connection is routine, not an error worth reporting.
             let _ = http1::Builder::new()
@@ -97,6 +159,32 @@ async fn serve(listener: tokio::net::TcpListener, requests: Arc<AtomicU64>) {
         });
     }
 }
+
+/// The echo, after the delay the request asks for; an error (hyper then closes the
+/// connection) when it asks for a reset.
+async fn answer<B>(request: &Request<B>) -> Result<Response<Full<Bytes>>, ResetAsked> {
+    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+    if let Some(ms) = header(DELAY_HEADER).and_then(|v| v.parse::<u64>().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms).min(MAX_DELAY)).await;
+    }
+    if header(RESET_HEADER).is_some() {
+        // hyper closes the connection unanswered: what Envoy sees of a service that crashed.
+        return Err(ResetAsked);
+    }
+    Ok(echo_response(request))
+}
+
+/// The request asked for its connection to be closed unanswered ([`RESET_HEADER`]).
+#[derive(Debug)]
+struct ResetAsked;
+
+impl std::fmt::Display for ResetAsked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request asked for a reset")
+    }
+}
+
+impl std::error::Error for ResetAsked {}
 
 fn echo_response<B>(request: &Request<B>) -> Response<Full<Bytes>> {
     let mut headers = Map::new();

@@ -48,6 +48,9 @@ pub struct LimitDraft {
     /// Not an input of the form yet: a token limit as loaded (`requests` then holds its
     /// tokens), kept so that saving the form does not turn it into a request limit.
     pub tokens: Option<TokenCount>,
+    /// Not an input of the form yet either: an in-flight limit as loaded (`requests` then
+    /// holds its `concurrent`), kept so that saving the form keeps it one.
+    pub in_flight: bool,
 }
 
 /// What a loaded token limit counts (`count` as written: `None` is the default, total).
@@ -66,6 +69,7 @@ impl Default for LimitDraft {
             burst: Number::empty(),
             scope: Scope::Proxy,
             tokens: None,
+            in_flight: false,
         }
     }
 }
@@ -74,13 +78,15 @@ impl LimitDraft {
     /// The inputs that show `spec`.
     pub fn from_spec(spec: &LimitSpec) -> LimitDraft {
         let (period, seconds) = match spec.period {
-            PeriodSpec::Named(n) => (PeriodChoice::Named(n), Number::empty()),
-            PeriodSpec::Seconds(s) => (PeriodChoice::Custom, Number::from(s)),
+            Some(PeriodSpec::Named(n)) => (PeriodChoice::Named(n), Number::empty()),
+            Some(PeriodSpec::Seconds(s)) => (PeriodChoice::Custom, Number::from(s)),
+            None => (PeriodChoice::Named(NamedPeriod::Second), Number::empty()),
         };
         LimitDraft {
             requests: spec
                 .requests
                 .or(spec.tokens)
+                .or(spec.concurrent)
                 .map(Number::from)
                 .unwrap_or_default(),
             period,
@@ -88,6 +94,7 @@ impl LimitDraft {
             burst: spec.burst.map(Number::from).unwrap_or_default(),
             scope: spec.scope,
             tokens: spec.tokens.map(|_| TokenCount { count: spec.count }),
+            in_flight: spec.concurrent.is_some(),
         }
     }
 
@@ -110,6 +117,21 @@ impl LimitDraft {
 
     /// The limit the inputs describe; `field` is its path (`limits[0]`).
     fn to_spec(&self, numbers: &mut Numbers, field: &str) -> LimitSpec {
+        if self.in_flight {
+            return LimitSpec {
+                concurrent: Some(
+                    numbers
+                        .required(&self.requests, &format!("{field}.concurrent"))
+                        .unwrap_or(0),
+                ),
+                requests: None,
+                period: None,
+                burst: None,
+                scope: self.scope,
+                tokens: None,
+                count: None,
+            };
+        }
         let requests = numbers
             .required(&self.requests, &format!("{field}.requests"))
             .unwrap_or(0);
@@ -128,11 +150,12 @@ impl LimitDraft {
         };
         LimitSpec {
             requests,
-            period,
+            period: Some(period),
             burst,
             scope: self.scope,
             tokens,
             count,
+            concurrent: None,
         }
     }
 }
@@ -244,7 +267,7 @@ mod tests {
         draft.period = PeriodChoice::Named(NamedPeriod::Hour);
         draft.seconds = Number::parse("not read");
         let hourly = draft.to_spec(&mut numbers, "limits[0]");
-        assert_eq!(hourly.period, PeriodSpec::Named(NamedPeriod::Hour));
+        assert_eq!(hourly.period, Some(PeriodSpec::Named(NamedPeriod::Hour)));
         assert!(numbers.problems.is_empty(), "{:?}", numbers.problems);
     }
 }

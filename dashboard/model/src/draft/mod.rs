@@ -190,11 +190,12 @@ pub fn blank() -> RuleSpec {
         enforce_percent: 100,
         limits: vec![LimitSpec {
             requests: Some(10),
-            period: PeriodSpec::Named(NamedPeriod::Second),
+            period: Some(PeriodSpec::Named(NamedPeriod::Second)),
             burst: None,
             scope: Scope::Proxy,
             tokens: None,
             count: None,
+            concurrent: None,
         }],
         cost: CostSpec::default(),
         overrides: Vec::new(),

@@ -31,6 +31,8 @@ fn expressible() -> Vec<RuleSpec> {
         r#"{"name":"fleet","key":{"header":"x-api-key"},
             "limits":[{"requests":100,"period":"minute","scope":"global"},{"requests":10,"period":"second"}],
             "overrides":[{"client":"acme","limits":[{"requests":1000,"period":"minute","scope":"global"}]}]}"#,
+        r#"{"name":"llm","key":{"header":"x-api-key"},"limits":[{"requests":5,"period":"second"},{"concurrent":10}],
+            "overrides":[{"client":"acme","limits":[{"concurrent":50}]}]}"#,
     ] {
         rules.push(spec(json));
     }
@@ -117,6 +119,7 @@ fn inputs_that_are_not_numbers_are_named_by_field_path() {
         burst: Number::parse("x"),
         scope: Scope::Proxy,
         tokens: None,
+        in_flight: false,
     });
     draft.overrides.push(OverrideDraft {
         client: "acme".into(),

@@ -33,6 +33,8 @@ pub(super) struct LimitRow {
     pub scope: RwSignal<Scope>,
     /// A token limit as loaded (no input of its own yet).
     pub tokens: Option<TokenCount>,
+    /// An in-flight limit as loaded (no input of its own yet).
+    pub in_flight: bool,
 }
 
 impl LimitRow {
@@ -45,6 +47,7 @@ impl LimitRow {
             burst: RwSignal::new(d.burst),
             scope: RwSignal::new(d.scope),
             tokens: d.tokens,
+            in_flight: d.in_flight,
         }
     }
 
@@ -56,6 +59,7 @@ impl LimitRow {
             burst: self.burst.get(),
             scope: self.scope.get(),
             tokens: self.tokens,
+            in_flight: self.in_flight,
         }
     }
 }

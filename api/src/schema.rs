@@ -227,7 +227,7 @@ fn rule_spec_schema() -> serde_json::Value {
         {"type": "object", "additionalProperties": false, "required": ["metadata"],
          "properties": {"metadata": {"type": "object", "additionalProperties": false,
             "required": ["filter", "path"],
-            "description": "A value another filter verified and left in the request's dynamic metadata: a JWT claim from `jwt_authn`'s `payload_in_metadata` (`filter: envoy.filters.http.jwt_authn`, `path: [PAYLOAD_NAME, CLAIM, ...]`), or what ext_authz or Lua set. A segment of digits indexes a list; a list at the end gives its values joined with `,`",
+            "description": "A value another filter verified and left in the request's dynamic metadata: a JWT claim from `jwt_authn`'s `payload_in_metadata` (`filter: envoy.filters.http.jwt_authn`, `path: [PAYLOAD_NAME, CLAIM, ...]`), or what ext_authz or Lua set. Key on string values: Envoy hands numbers, booleans and lists over in a binary encoding",
             "properties": {
                 "filter": {"type": "string", "minLength": 1, "maxLength": MAX_METADATA_NAME,
                            "description": "The metadata namespace (usually the filter's name)"},
@@ -257,7 +257,7 @@ fn rule_spec_schema() -> serde_json::Value {
                "properties": {"value": {"oneOf": value_forms}, "present": present, "equals": equals}})
     };
     let value_match = json!({
-        "description": "A condition on a value read as a key is (a claim, a cookie, a certificate field): `present`, `equals` (for a list, any of its values), or both with `present: true`",
+        "description": "A condition on a value read as a key is (a claim, a cookie, a certificate field): `present`, `equals`, or both with `present: true`",
         "anyOf": [
             value_condition(json!({"type": "boolean"}), json!({"type": "null"}), &["value", "present"]),
             value_condition(json!({"type": "null"}), json!({"type": "string"}), &["value", "equals"]),

@@ -2,11 +2,12 @@
 //! `jwt_authn`'s `payload_in_metadata`, what ext_authz or Lua set) and the TLS peer's
 //! certificate.
 //!
-//! The host reads one metadata namespace with one property read
-//! (`metadata.filter_metadata.NAMESPACE`), which Envoy answers with the namespace's
-//! `google.protobuf.Struct` serialized as protobuf; [`MetadataValue::decode_struct`] turns
-//! those bytes into a tree the key sources walk ([`MetadataValue::at`]), so several rules
-//! reading claims of one token cost one host call. Decoding is bounded: at most
+//! The filter reads each metadata value a rule names with one property read
+//! (`metadata.filter_metadata.NAMESPACE.PATH...`): Envoy 1.40 answers a string leaf with
+//! its bytes, but a whole namespace (a map) with its own pairs encoding, which loses the
+//! values' types. [`metadata_tree`] puts the values read into the tree the key sources
+//! walk ([`MetadataValue::at`]). [`MetadataValue::decode_struct`] reads a serialized
+//! `google.protobuf.Struct` (as older Envoys answer a namespace read), bounded: at most
 //! [`MAX_METADATA_BYTES`] are parsed, and prost refuses nesting deeper than 100.
 
 use std::collections::BTreeMap;
@@ -82,9 +83,35 @@ impl MetadataValue {
     }
 }
 
-/// The Envoy property path that reads a metadata namespace.
-pub fn metadata_property(namespace: &str) -> [&str; 3] {
-    ["metadata", "filter_metadata", namespace]
+/// The Envoy property path that reads one value of a metadata namespace. Envoy 1.40
+/// answers a string leaf with its bytes (a map, as pairs of its own encoding), so the
+/// filter reads each value a rule names rather than the whole namespace.
+pub fn metadata_property<'a>(namespace: &'a str, path: &'a [String]) -> Vec<&'a str> {
+    let mut property = vec!["metadata", "filter_metadata", namespace];
+    property.extend(path.iter().map(String::as_str));
+    property
+}
+
+/// The namespace holding `values` (each a path and its text) as the tree keys walk.
+pub fn metadata_tree<'p>(
+    values: impl IntoIterator<Item = (&'p [String], String)>,
+) -> MetadataValue {
+    let mut root = MetadataValue::Object(BTreeMap::new());
+    for (path, text) in values {
+        let mut node = &mut root;
+        for segment in path {
+            let MetadataValue::Object(fields) = node else {
+                break;
+            };
+            node = fields
+                .entry(segment.clone())
+                .or_insert_with(|| MetadataValue::Object(BTreeMap::new()));
+        }
+        if matches!(node, MetadataValue::Object(f) if f.is_empty()) {
+            *node = MetadataValue::Text(text);
+        }
+    }
+    root
 }
 
 /// The Envoy property path (attribute) of a peer certificate field.
@@ -234,6 +261,22 @@ mod tests {
         assert_eq!(text(&["missing"]), None);
         let groups = tree.at(&path(&["payload", "groups"])).unwrap();
         assert!(groups.equals("ops") && groups.equals("eng") && !groups.equals("eng,ops"));
+    }
+
+    #[test]
+    fn values_read_one_by_one_make_the_tree_keys_walk() {
+        let (sub, org) = (path(&["claims", "sub"]), path(&["claims", "org", "id"]));
+        let tree = metadata_tree([
+            (&sub[..], "alice".to_string()),
+            (&org[..], "acme".to_string()),
+        ]);
+        assert_eq!(tree.at(&sub), Some(&MetadataValue::Text("alice".into())));
+        assert_eq!(tree.at(&org), Some(&MetadataValue::Text("acme".into())));
+        assert_eq!(tree.at(&path(&["claims", "other"])), None);
+        assert_eq!(
+            metadata_property("ns", &sub),
+            ["metadata", "filter_metadata", "ns", "claims", "sub"]
+        );
     }
 
     #[test]

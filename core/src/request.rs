@@ -224,9 +224,9 @@ pub struct RequestNeeds {
     pub peer_ip: bool,
     /// Lowercase header names, without duplicates.
     pub headers: Vec<String>,
-    /// Dynamic metadata namespaces, without duplicates: each is one host call (a
-    /// property read) per request that asks, so rules that read none cost nothing.
-    pub metadata: Vec<String>,
+    /// Dynamic metadata values (namespace, path), without duplicates: each is one host
+    /// call (a property read) per request that asks, so rules that read none cost nothing.
+    pub metadata: Vec<(String, Vec<String>)>,
     /// Peer certificate fields, without duplicates; one property read each.
     pub peer_certificate: Vec<PeerCertificateField>,
 }
@@ -238,9 +238,13 @@ impl RequestNeeds {
         }
     }
 
-    pub(crate) fn metadata(&mut self, namespace: &str) {
-        if !self.metadata.iter().any(|n| n == namespace) {
-            self.metadata.push(namespace.to_string());
+    pub(crate) fn metadata(&mut self, namespace: &str, path: &[String]) {
+        if !self
+            .metadata
+            .iter()
+            .any(|(n, p)| n == namespace && p == path)
+        {
+            self.metadata.push((namespace.to_string(), path.to_vec()));
         }
     }
 

@@ -133,8 +133,8 @@ pub struct MatchSpec {
     pub values: Vec<ValueMatchSpec>,
 }
 
-/// A condition on one value read as a client key is. For a list (an array claim),
-/// `equals` holds when any of its values equals.
+/// A condition on one value read as a client key is. For a list in a decoded namespace
+/// (see `identity::MetadataValue`), `equals` holds when any of its values equals.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ValueMatchSpec {
@@ -193,8 +193,9 @@ pub struct MetadataKeySpec {
     /// `envoy.filters.http.jwt_authn`.
     pub filter: String,
     /// The field's path inside the namespace, e.g. `[payload, sub]` (`payload` being
-    /// `jwt_authn`'s `payload_in_metadata`). A segment of digits indexes a list. A list
-    /// at the end of the path gives its values joined with `,`.
+    /// `jwt_authn`'s `payload_in_metadata`). The filter reads each such value from Envoy
+    /// (one property read per request); key on string values, since Envoy 1.40 hands
+    /// numbers, booleans and lists over in a binary encoding.
     pub path: Vec<String>,
 }
 

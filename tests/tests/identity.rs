@@ -113,9 +113,9 @@ fn verified_claims_key_buckets_and_forged_or_unsigned_tokens_spend_no_one_s() {
             {"name": "per-subject", "key": claim(&["sub"]),
              "key_missing": {"fallback": "anonymous"},
              "limits": [{"requests": 3, "period": "hour"}]},
-            // A match condition on an array claim: only members of `beta` are limited here.
+            // A match condition on a claim: only the `beta` plan is limited here.
             {"name": "beta-group", "match": {"path_prefix": "/strict/beta",
-               "values": [{"value": claim(&["groups"]), "equals": "beta"}]},
+               "values": [{"value": claim(&["plan"]), "equals": "beta"}]},
              "key": {"composite": [claim(&["org", "id"]), "path"]},
              "limits": [{"requests": 1, "period": "hour"}]},
         ]),
@@ -184,13 +184,11 @@ fn verified_claims_key_buckets_and_forged_or_unsigned_tokens_spend_no_one_s() {
     );
     assert_eq!(envoy.counter("wasmcustom.sluice_key_fallback_total"), 5);
 
-    // Nested claims and an array claim as a match condition.
+    // A nested claim in a composite key, and a claim as a match condition.
     let beta = |org: &str| {
-        signer.token(
-            json!({"sub": format!("beta-{org}"), "groups": ["staff", "beta"], "org": {"id": org}}),
-        )
+        signer.token(json!({"sub": format!("beta-{org}"), "plan": "beta", "org": {"id": org}}))
     };
-    let staff_only = signer.token(json!({"sub": "dave", "groups": ["staff"], "org": {"id": "o1"}}));
+    let staff_only = signer.token(json!({"sub": "dave", "plan": "pro", "org": {"id": "o1"}}));
     assert_eq!(
         statuses(&bearer("/strict/beta", &beta("o1")), 2),
         [200, 429]

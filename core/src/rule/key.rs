@@ -119,7 +119,7 @@ impl ClientKey {
             ClientKey::Query(_) | ClientKey::Path => needs.path = true,
             ClientKey::Global => {}
             ClientKey::Composite(parts) => parts.iter().for_each(|p| p.add_needs(needs)),
-            ClientKey::Metadata { namespace, .. } => needs.metadata(namespace),
+            ClientKey::Metadata { namespace, path } => needs.metadata(namespace, path),
             ClientKey::PeerCertificate(field) => needs.peer_certificate(*field),
             ClientKey::Cookie(_) => needs.header("cookie"),
         }

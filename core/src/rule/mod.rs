@@ -83,7 +83,11 @@ impl TryFrom<RuleSpec> for Rule {
         }
         let matcher = RequestMatcher::build(&spec.matcher, &mut problems);
         let key = ClientKey::build(&spec.key, "key", false, &mut problems);
-        let limits = Limit::build_all(&id, &spec.limits, "limits", &mut problems);
+        let limits = if crate::rls::descriptor::answers_without_limits(&spec) {
+            Vec::new()
+        } else {
+            Limit::build_all(&id, &spec.limits, "limits", &mut problems)
+        };
         let cost = Cost::build(&spec.cost, &mut problems);
         let overrides = build_overrides(&id, &spec.overrides, &mut problems);
         let descriptor = crate::rls::descriptor::for_rule(&spec, &mut problems);

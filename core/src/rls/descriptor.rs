@@ -30,7 +30,7 @@ pub(crate) fn for_rule(spec: &RuleSpec, problems: &mut Problems) -> Option<Descr
             "a rule with a `descriptor` costs the request's `hits_addend`: leave `cost` out",
         );
     }
-    if !descriptor.answer.is_limit() && !(spec.limits.is_empty() && spec.overrides.is_empty()) {
+    if !descriptor.answer.is_limit() && (!spec.limits.is_empty() || !spec.overrides.is_empty()) {
         problems.add(
             "limits",
             "a rule whose `descriptor.answer` is `unlimited` or `deny` has no buckets: leave `limits` and `overrides` out",

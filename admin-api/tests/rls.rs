@@ -623,3 +623,135 @@ async fn a_store_that_hangs_is_cut_off_by_the_calls_timeout() {
     }
     held.abort();
 }
+
+/// The answers of envoyproxy/ratelimit's fixed behaviours, as that service gives them: a
+/// deny list (its limit of 0) is over the limit with `requests_per_unit` 0, an unlimited
+/// value is `OK` with the most `limit_remaining` and no limit, and a shadow (quota-mode)
+/// rule that would have denied passes, naming itself in a header Envoy adds upstream and
+/// in ratelimit's quota-mode dynamic metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_lists_unlimited_values_and_shadow_denials_answer_as_ratelimit_does() {
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    let app = TestApp::new(&db).await;
+    app.create(&json!({
+        "name": "banned", "key": "global", "limits": [],
+        "descriptor": {"domain": "edge", "answer": "deny",
+                       "entries": [{"key": "api_key", "value": "mallory"}]}
+    }))
+    .await;
+    app.create(&json!({
+        "name": "ops", "key": "global", "limits": [],
+        "descriptor": {"domain": "edge", "answer": "unlimited",
+                       "entries": [{"key": "api_key", "value": "ops"}]}
+    }))
+    .await;
+    app.create(&json!({
+        "name": "soft", "key": "global", "mode": "shadow",
+        "limits": [{"requests": 1, "period": "minute"}],
+        "descriptor": {"domain": "edge", "entries": [{"key": "tenant"}]}
+    }))
+    .await;
+    let server = TestServer::start_with(&db, options(RlsLimits::default())).await;
+    let mut rls = client(server.server.rls_addr().unwrap()).await;
+
+    let banned = ask(&mut rls, key("mallory")).await;
+    assert_eq!(code(&banned), Code::OverLimit);
+    let limit = banned.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.requests_per_unit, limit.name.as_str()),
+        (0, "banned")
+    );
+
+    for _ in 0..5 {
+        let ops = ask(&mut rls, key("ops")).await;
+        assert_eq!(code(&ops), Code::Ok);
+        assert_eq!(ops.statuses[0].limit_remaining, u32::MAX);
+        assert!(ops.statuses[0].current_limit.is_none());
+    }
+
+    let tenant = || request("edge", vec![descriptor(&[("tenant", "t1")])]);
+    let first = ask(&mut rls, tenant()).await;
+    assert!(first.request_headers_to_add.is_empty() && first.dynamic_metadata.is_none());
+    let second = ask(&mut rls, tenant()).await;
+    assert_eq!(code(&second), Code::Ok, "shadow never denies");
+    let header = &second.request_headers_to_add[0];
+    assert_eq!(
+        (header.key.as_str(), header.value.as_str()),
+        ("x-sluice-shadow-denied", "soft")
+    );
+    let metadata = second.dynamic_metadata.unwrap();
+    assert!(metadata.fields.contains_key("quotaModeViolations"));
+}
+
+/// Per key, failing closed: a call the bucket bound turns away is `OVER_LIMIT`.
+fn per_key_failing_closed() -> Value {
+    let mut rule = per_key();
+    rule["failure_mode"] = json!("closed");
+    rule
+}
+
+/// `--quota-max-buckets 3`: three keys get buckets, the fourth (a new bucket past the
+/// bound) is decided by the rule's failure mode and counted, while the first three keep
+/// being charged.
+async fn check_the_bucket_bound(state: &AppState, server: &TestServer) {
+    state.set_quota_bounds(sluice_coordinator::guard::Bounds {
+        max_buckets: 3,
+        max_buckets_per_proxy: 3,
+    });
+    let mut rls = client(server.server.rls_addr().unwrap()).await;
+    for k in ["k1", "k2", "k3"] {
+        let answer = ask(&mut rls, key(k)).await;
+        assert_eq!(code(&answer), Code::Ok, "{k}: at the bound");
+        assert_eq!(answer.statuses[0].limit_remaining, 1, "{k}: charged");
+    }
+    assert_eq!(
+        code(&ask(&mut rls, key("k4")).await),
+        Code::OverLimit,
+        "past it"
+    );
+    assert_eq!(
+        ask(&mut rls, key("k1")).await.statuses[0].limit_remaining,
+        0
+    );
+    let metrics = server
+        .http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sluice_rls_failures_total{reason=\"max_buckets\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_rls_buckets_count_against_the_bucket_bound() {
+    let db = db_with(&per_key_failing_closed()).await;
+    let state = AppState::new(db.store.clone()).await.unwrap();
+    let server = TestServer::over(&db, state.clone(), options(RlsLimits::default())).await;
+    check_the_bucket_bound(&state, &server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_rls_buckets_count_against_the_bucket_bound() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let db = db_with(&per_key_failing_closed()).await;
+    let buckets = RedisBuckets::connect(&redis.url()).await.expect("redis");
+    let state = AppState::with_options(
+        db.store.clone(),
+        MetricsConfig::default(),
+        sluice_coordinator::Backend::Redis(buckets),
+        sluice_admin::http::failed_auth::FailureLimit::default(),
+    )
+    .await
+    .expect("state");
+    let server = TestServer::over(&db, state.clone(), options(RlsLimits::default())).await;
+    check_the_bucket_bound(&state, &server).await;
+}

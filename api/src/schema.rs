@@ -209,7 +209,9 @@ fn rule_spec_schema() -> serde_json::Value {
                             "burst": absent, "count": absent}},
         ],
     });
-    let limits = json!({"type": "array", "minItems": 1, "maxItems": MAX_LIMITS_PER_RULE,
+    // At least one, except in a descriptor rule whose `answer` is `unlimited` or `deny`
+    // (none there), which the API checks.
+    let limits = json!({"type": "array", "minItems": 0, "maxItems": MAX_LIMITS_PER_RULE,
                         "items": limit});
     // As `sluice_core::rule` checks them: token characters of RFC 9110, at most 256.
     let header_name = json!({"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+^_`|~.-]{1,256}$"});
@@ -375,8 +377,15 @@ fn rule_spec_schema() -> serde_json::Value {
                             "key": {"type": "string", "minLength": 1, "maxLength": rls::MAX_KEY_LEN},
                             "value": {"type": ["string", "null"], "minLength": 1, "maxLength": rls::MAX_VALUE_LEN,
                                       "description": "Absent: any value, and the value is (part of) the client key"},
+                            "value_prefix": {"type": ["string", "null"], "maxLength": rls::MAX_VALUE_LEN,
+                                      "description": "Values starting with this (envoyproxy/ratelimit's `value: abc*`); the value is (part of) the client key"},
                         },
                     }},
+                    "answer": {"type": "string", "enum": ["limit", "unlimited", "deny"],
+                               "description": "`limit` (default): the limits decide; `unlimited`: always OK; `deny`: always OVER_LIMIT (both without `limits`)"},
+                    "replaces": {"type": "array", "maxItems": rls::descriptor::MAX_REPLACES,
+                                 "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                                 "description": "Rule names whose descriptors in the same request this rule's match leaves unlimited"},
                 },
             },
         },

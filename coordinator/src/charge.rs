@@ -56,10 +56,14 @@ impl Coordinator {
                     })
                     .ok_or(ChargeError::Full)
             }
-            State::Redis(redis) => redis
-                .charge(ids, decide)
-                .await?
-                .ok_or(ChargeError::Contended),
+            State::Redis(redis) => {
+                let max_buckets = lock(&self.bounds).max_buckets;
+                match redis.charge(ids, max_buckets, decide).await? {
+                    crate::redis::Charged::Done(answer) => Ok(answer),
+                    crate::redis::Charged::Contended => Err(ChargeError::Contended),
+                    crate::redis::Charged::Full => Err(ChargeError::Full),
+                }
+            }
         }
     }
 }

@@ -107,6 +107,18 @@ impl std::fmt::Debug for RedisBuckets {
     }
 }
 
+/// What one charge of the rate limit service got from Redis.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Charged<T> {
+    /// Decided, and every bucket written.
+    Done(T),
+    /// Other replicas kept changing the buckets; nothing was taken.
+    Contended,
+    /// The request needs buckets new to Redis and Redis holds its most buckets
+    /// (`--quota-max-buckets`); nothing was taken.
+    Full,
+}
+
 /// What one sync got from Redis.
 #[derive(Debug)]
 pub struct Settled {
@@ -189,8 +201,9 @@ impl RedisBuckets {
     pub async fn charge<T>(
         &self,
         ids: &[u64],
+        max_buckets: usize,
         decide: impl Fn(Nanos, &[Nanos]) -> (T, Vec<(u64, Nanos)>),
-    ) -> RedisResult<Option<T>> {
+    ) -> RedisResult<Charged<T>> {
         let mut con = self.connection.clone();
         // In ascending order, so two charges never wait for each other's stripes.
         let mut stripes: Vec<usize> = ids.iter().map(|id| (id % STRIPES) as usize).collect();
@@ -201,7 +214,7 @@ impl RedisBuckets {
             turns.push(self.stripes[stripe].lock().await);
         }
         for _ in 0..RLS_ROUNDS {
-            let (now, olds) = read_buckets(&mut con, ids).await?;
+            let (now, olds, held) = read_buckets_held(&mut con, ids).await?;
             let states: Vec<BucketState> = olds
                 .iter()
                 .map(|old| {
@@ -213,7 +226,19 @@ impl RedisBuckets {
             let tats: Vec<Nanos> = states.iter().map(|s| Nanos::new(s.tat)).collect();
             let (answer, writes) = decide(Nanos::new(now), &tats);
             if writes.is_empty() {
-                return Ok(Some(answer));
+                return Ok(Charged::Done(answer));
+            }
+            // New buckets count against the same bound as the fleet's syncs' buckets.
+            let new = writes
+                .iter()
+                .filter(|(id, _)| {
+                    ids.iter()
+                        .position(|x| x == id)
+                        .is_some_and(|i| olds[i].is_none())
+                })
+                .count();
+            if new > 0 && held as usize + new > max_buckets {
+                return Ok(Charged::Full);
             }
             let mut planned: Vec<(u64, Option<Vec<u8>>, BucketState, u64)> = Vec::new();
             for (id, tat) in &writes {
@@ -225,9 +250,11 @@ impl RedisBuckets {
                 let keep_ms = tat.get().saturating_sub(now) / 1_000_000 + RLS_KEEP_MS;
                 planned.push((*id, olds[i].clone(), state, keep_ms));
             }
-            let written = self.compare_and_set_all(&mut con, &planned).await?;
+            let written = self
+                .compare_and_set_all(&mut con, &planned, Some(now / 1_000_000))
+                .await?;
             if written.iter().all(|ok| *ok) {
-                return Ok(Some(answer));
+                return Ok(Charged::Done(answer));
             }
             // Give back what this round wrote, then decide again.
             for ((id, old, state, _), ok) in planned.iter().zip(written) {
@@ -241,15 +268,19 @@ impl RedisBuckets {
                 }
             }
         }
-        Ok(None)
+        Ok(Charged::Contended)
     }
 
     /// Writes each planned bucket `(id, what was read, new state, keep ms)` if it still
-    /// holds what was read; says which were written.
+    /// holds what was read; says which were written. With `counted_at_ms` (Redis's clock),
+    /// also records them in [`BUCKETS_KEY`] until their keys expire, dropping the members
+    /// expired by then, in the same pipeline (a bucket not written is recorded anyway and
+    /// dropped when its time comes: an overcount, never an undercount).
     async fn compare_and_set_all(
         &self,
         con: &mut ConnectionManager,
         planned: &[(u64, Option<Vec<u8>>, BucketState, u64)],
+        counted_at_ms: Option<u64>,
     ) -> RedisResult<Vec<bool>> {
         let ids: Vec<u64> = planned.iter().map(|p| p.0).collect();
         let groups = by_group(&ids);
@@ -268,6 +299,19 @@ impl RedisBuckets {
                     .arg(*keep_ms);
             }
             write.invoke_script(&invocation);
+        }
+        if let Some(now_ms) = counted_at_ms {
+            write
+                .cmd("ZREMRANGEBYSCORE")
+                .arg(BUCKETS_KEY)
+                .arg("-inf")
+                .arg(now_ms)
+                .ignore();
+            let record = write.cmd("ZADD").arg(BUCKETS_KEY);
+            for (id, _, _, keep_ms) in planned {
+                record.arg(now_ms + keep_ms).arg(member(*id));
+            }
+            write.ignore();
         }
         let replies: Vec<Vec<i64>> = write.query_async(con).await?;
         let mut written: HashMap<u64, bool> = HashMap::new();
@@ -302,7 +346,7 @@ impl RedisBuckets {
             state.tat = state.tat.saturating_sub(backlog_ns).max(now.min(state.tat));
             let keep_ms = state.tat.saturating_sub(now) / 1_000_000 + RLS_KEEP_MS;
             let written = self
-                .compare_and_set_all(con, &[(id, Some(old), state, keep_ms)])
+                .compare_and_set_all(con, &[(id, Some(old), state, keep_ms)], None)
                 .await?;
             if written.first().copied().unwrap_or(false) {
                 return Ok(());
@@ -348,6 +392,18 @@ async fn read_buckets(
     con: &mut ConnectionManager,
     ids: &[u64],
 ) -> RedisResult<(u64, Vec<Option<Vec<u8>>>)> {
+    read_buckets_held(con, ids)
+        .await
+        .map(|(now, olds, _)| (now, olds))
+}
+
+/// [`read_buckets`], and how many buckets [`BUCKETS_KEY`] counts (in the same pipeline:
+/// members whose keys expired since the last prune still count, which errs toward fewer
+/// new buckets).
+async fn read_buckets_held(
+    con: &mut ConnectionManager,
+    ids: &[u64],
+) -> RedisResult<(u64, Vec<Option<Vec<u8>>>, u64)> {
     let groups = by_group(ids);
     let mut read = redis::pipe();
     read.cmd("TIME");
@@ -357,7 +413,12 @@ async fn read_buckets(
             get.arg(key(*id));
         }
     }
+    read.cmd("ZCARD").arg(BUCKETS_KEY);
     let mut replies: Vec<redis::Value> = read.query_async(con).await?;
+    let held: u64 = match replies.pop() {
+        Some(reply) => redis::from_redis_value(reply)?,
+        None => 0,
+    };
     let rest = replies.split_off(1);
     let (seconds, micros): (u64, u64) = redis::from_redis_value(replies.remove(0))?;
     let now = seconds * 1_000_000_000 + micros * 1_000;
@@ -371,6 +432,7 @@ async fn read_buckets(
     Ok((
         now,
         ids.iter().map(|id| found.remove(id).flatten()).collect(),
+        held,
     ))
 }
 

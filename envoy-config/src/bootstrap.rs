@@ -207,6 +207,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::rls::RlsAction;
     use crate::testing::*;
 
     #[test]
@@ -246,9 +247,12 @@ mod tests {
         opts.rls = Some(RlsService {
             addr: "127.0.0.1:8082".parse().unwrap(),
             domain: "edge".into(),
-            actions: vec![
-                "generic:path=/login".parse().unwrap(),
-                "remote_address".parse().unwrap(),
+            descriptors: vec![
+                vec![
+                    "generic:path=/login".parse().unwrap(),
+                    "remote_address".parse().unwrap(),
+                ],
+                RlsAction::parse_list("header:x-tenant=tenant").unwrap(),
             ],
             timeout_ms: 250,
             fail_closed: false,
@@ -271,10 +275,15 @@ mod tests {
         let route = route(&config);
         assert_eq!(
             route["route"]["rate_limits"],
-            json!([{"actions": [
-                {"generic_key": {"descriptor_key": "path", "descriptor_value": "/login"}},
-                {"remote_address": {}},
-            ]}])
+            json!([
+                {"actions": [
+                    {"generic_key": {"descriptor_key": "path", "descriptor_value": "/login"}},
+                    {"remote_address": {}},
+                ]},
+                {"actions": [
+                    {"request_headers": {"header_name": "x-tenant", "descriptor_key": "tenant"}},
+                ]},
+            ])
         );
         let cluster = &config["static_resources"]["clusters"][1];
         assert_loopback_cluster(cluster, crate::RLS_CLUSTER, 8082);

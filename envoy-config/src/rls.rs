@@ -18,8 +18,8 @@ pub struct RlsService {
     pub addr: SocketAddr,
     /// The `domain` every request names (a rule's `descriptor.domain`).
     pub domain: String,
-    /// The actions of the one descriptor each request sends, in order (its entries).
-    pub actions: Vec<RlsAction>,
+    /// The descriptors each request sends, each the actions of its entries in order.
+    pub descriptors: Vec<Vec<RlsAction>>,
     /// How long Envoy waits for an answer before its failure mode applies.
     pub timeout_ms: u32,
     /// Deny when the service cannot answer (`failure_mode_deny`); by default traffic
@@ -110,22 +110,33 @@ impl RlsService {
         })
     }
 
-    /// The route's `rate_limits`: one descriptor made of the actions in order.
+    /// The route's `rate_limits`: one entry per descriptor, its actions in order.
     pub(crate) fn rate_limits(&self) -> Value {
-        let actions: Vec<Value> = self
-            .actions
+        let entries: Vec<Value> = self
+            .descriptors
             .iter()
-            .map(|action| match action {
-                RlsAction::RemoteAddress => json!({ "remote_address": {} }),
-                RlsAction::Header { name, key } => json!({ "request_headers": {
+            .map(|actions| json!({ "actions": actions.iter().map(RlsAction::to_json).collect::<Vec<_>>() }))
+            .collect();
+        Value::Array(entries)
+    }
+}
+
+impl RlsAction {
+    /// Parses a comma-separated list of actions: one descriptor (`--rls-descriptor`).
+    pub fn parse_list(s: &str) -> Result<Vec<RlsAction>, String> {
+        s.split(',').map(str::parse).collect()
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            RlsAction::RemoteAddress => json!({ "remote_address": {} }),
+            RlsAction::Header { name, key } => json!({ "request_headers": {
                     "header_name": name, "descriptor_key": key,
                 } }),
-                RlsAction::Generic { key, value } => json!({ "generic_key": {
+            RlsAction::Generic { key, value } => json!({ "generic_key": {
                     "descriptor_key": key, "descriptor_value": value,
                 } }),
-            })
-            .collect();
-        json!([{ "actions": actions }])
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_envoy_config::RlsService;
+use sluice_envoy_config::{RlsAction, RlsService};
 use sluice_harness::load::Load;
 use sluice_harness::{RedisServer, redis_available};
 use sluice_tests::{
@@ -45,10 +45,11 @@ impl Setup {
             admin.metrics_text().contains("sluice_rls_rules 1")
         });
         let actions = vec!["header:x-api-key=api_key".parse().unwrap()];
-        Setup::with_envoy(admin, actions)
+        Setup::with_envoy(admin, vec![actions])
     }
 
-    fn with_envoy(admin: AdminServer, actions: Vec<sluice_envoy_config::RlsAction>) -> Setup {
+    /// An Envoy whose requests send `descriptors` (each the actions of its entries).
+    fn with_envoy(admin: AdminServer, descriptors: Vec<Vec<RlsAction>>) -> Setup {
         let upstream = Upstream::start();
         let envoy = Envoy::start(EnvoyOptions {
             wasm_filter: false,
@@ -56,7 +57,7 @@ impl Setup {
             rls: Some(RlsService {
                 addr: admin.rls_addr(),
                 domain: "edge".into(),
-                actions,
+                descriptors,
                 // Generous: a decision that times out fails open, which the ceiling
                 // below would catch as over-admission on a slow machine.
                 timeout_ms: 2_000,
@@ -183,8 +184,13 @@ fn rls_on_redis_a_limit_binds_exactly_and_far_above_denies_nothing() {
     check_a_limit_far_above_denies_nothing(&setup);
 }
 
-/// An envoyproxy/ratelimit configuration with nested descriptors, a value's own limit, an
-/// unlimited value and a value in shadow mode.
+/// An envoyproxy/ratelimit configuration using every behaviour of its format, each on
+/// descriptors of its own so that the scripted traffic below shows each one apart:
+/// nested descriptors and "most specific value wins" (`slowpath` → `api_key`), a value's
+/// own limit (`acme`), `unlimited` (`ops`), `shadow_mode` on one value (`beta`),
+/// `detailed_metric` (accepted; metrics only), wildcard values (`/api/*`, a bucket per
+/// path), a limit of 0 (`/api/banned`), `quota_mode` (`/api/soft`), and `replaces`
+/// (a promotion's limit replacing a user's own within one request).
 const RATELIMIT_CONFIG: &str = "\
 domain: edge
 descriptors:
@@ -192,6 +198,7 @@ descriptors:
     value: slowpath
     descriptors:
       - key: api_key
+        detailed_metric: true
         rate_limit: {unit: minute, requests_per_unit: 5}
       - key: api_key
         value: acme
@@ -203,7 +210,43 @@ descriptors:
         value: beta
         shadow_mode: true
         rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /api/banned
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: path
+    value: /api/soft
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    descriptors:
+      - key: plan
+        value: basic
+        rate_limit: {name: user_limit, unit: minute, requests_per_unit: 5}
+  - key: promo
+    value: spring
+    descriptors:
+      - key: user
+        rate_limit: {replaces: [{name: user_limit}], unit: minute, requests_per_unit: 10}
 ";
+
+/// The descriptors Envoy sends (each only when its headers are present): the API key
+/// under `slowpath`; the path; the user and their plan; a promotion and the user; the
+/// tenant (for a Sluice rule with two limits).
+fn ratelimit_descriptors() -> Vec<Vec<RlsAction>> {
+    [
+        "generic:generic_key=slowpath,header:x-api-key=api_key",
+        "header:x-path=path",
+        "header:x-user=user,header:x-plan=plan",
+        "header:x-promo=promo,header:x-user=user",
+        "header:x-tenant=tenant",
+    ]
+    .iter()
+    .map(|d| RlsAction::parse_list(d).unwrap())
+    .collect()
+}
 
 /// `sluice ARGS...`, which must succeed; its standard error.
 fn sluice(args: &[&str]) -> String {
@@ -216,12 +259,13 @@ fn sluice(args: &[&str]) -> String {
     stderr
 }
 
-/// The configuration imported with `--for rls` and applied as written, behind the same
-/// Envoy `rate_limits` actions (`generic_key` slowpath, then the API key header): within
-/// one minute each client gets what that configuration gives it (the fixed window's count
-/// is the bucket's burst; a refill of a few a minute adds at most one over the test).
+/// The configuration imported with `--for rls` and applied as written, behind Envoy's
+/// `rate_limits` actions, plus one Sluice rule with two limits on one descriptor: within
+/// a minute each client gets what that configuration gives it (a fixed window's count is
+/// the bucket's burst; a refill of a few a minute adds at most one over the test), the
+/// statuses Envoy turns into headers, and what shadow rules add upstream.
 #[test]
-fn rls_imported_ratelimit_configuration_serves_the_same_traffic_unchanged() {
+fn rls_imported_ratelimit_configuration_serves_every_behaviour_of_its_format() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, RATELIMIT_CONFIG).unwrap();
@@ -239,7 +283,7 @@ fn rls_imported_ratelimit_configuration_serves_the_same_traffic_unchanged() {
         &rules,
     ]);
     assert!(
-        stderr.contains("converted 4 rule(s); 0 part(s) skipped"),
+        stderr.contains("converted 9 rule(s); 0 part(s) skipped"),
         "{stderr}"
     );
     let admin = AdminServer::start_rls(None);
@@ -254,41 +298,100 @@ fn rls_imported_ratelimit_configuration_serves_the_same_traffic_unchanged() {
         "--token",
         ADMIN_TOKEN,
     ]);
-    wait_for(
-        "the imported rules in force",
-        Duration::from_secs(5),
-        || admin.metrics_text().contains("sluice_rls_rules 4"),
-    );
-    let setup = Setup::with_envoy(
-        admin,
-        vec![
-            "generic:generic_key=slowpath".parse().unwrap(),
-            "header:x-api-key=api_key".parse().unwrap(),
-        ],
-    );
+    let two_limits = json!({
+        "name": "tenant", "key": "global",
+        "limits": [{"requests": 4, "period": "minute"}, {"requests": 3, "period": "hour"}],
+        "descriptor": {"domain": "edge", "entries": [{"key": "tenant"}]}
+    });
+    let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(two_limits));
+    assert_eq!(status, 201, "{body}");
+    wait_for("the rules in force", Duration::from_secs(5), || {
+        admin.metrics_text().contains("sluice_rls_rules 10")
+    });
+    let setup = Setup::with_envoy(admin, ratelimit_descriptors());
     let client = Client::connect(setup.envoy.listener_addr(), 2);
     let started = std::time::Instant::now();
-    let passed = |key: &str, n: usize| client.passed(&keyed(key), n);
-    let alice = passed("alice", 10);
-    let acme = passed("acme", 30);
-    let ops = passed("ops", 30);
-    let beta = passed("beta", 5);
-    let unkeyed = client.passed(&Req::get("/rls"), 5);
-    // Refills over the test's own duration, at 5 and 20 a minute.
+    let with = |headers: &[(&str, &str)]| {
+        headers
+            .iter()
+            .fold(Req::get("/rls"), |r, (name, value)| r.header(*name, *value))
+    };
+    let passed = |headers: &[(&str, &str)], n: usize| client.passed(&with(headers), n);
+
+    // Nested descriptors; the most specific value wins; unlimited; shadow per value.
+    let alice = passed(&[("x-api-key", "alice")], 10);
+    let acme = passed(&[("x-api-key", "acme")], 30);
+    let ops = passed(&[("x-api-key", "ops")], 30);
+    let beta = passed(&[("x-api-key", "beta")], 5);
+    let unkeyed = passed(&[], 5);
+    // Wildcard values, a bucket per value; a limit of 0 beats the wildcard; quota mode.
+    let items = passed(&[("x-path", "/api/items")], 6);
+    let orders = passed(&[("x-path", "/api/orders")], 6);
+    let banned = passed(&[("x-path", "/api/banned")], 3);
+    let soft = passed(&[("x-path", "/api/soft")], 4);
+    let elsewhere = passed(&[("x-path", "/static")], 5);
+    // Replaces: the user's own limit, then a promotion's replacing it in the same request.
+    let basic = [("x-user", "bob"), ("x-plan", "basic")];
+    let own = passed(&basic, 8);
+    let promoted = passed(&[basic[0], basic[1], ("x-promo", "spring")], 12);
+    // Several limits on one descriptor: the hour's 3 binds before the minute's 4.
+    let tenant = passed(&[("x-tenant", "t1")], 6);
+
     let slack =
         |per_minute: f64| (per_minute * started.elapsed().as_secs_f64() / 60.0).ceil() as usize;
-    assert!(
-        (5..=5 + slack(5.0)).contains(&alice),
-        "alice (5 a minute): {alice}"
-    );
-    assert!(
-        (20..=20 + slack(20.0)).contains(&acme),
-        "acme (its own 20 a minute): {acme}"
-    );
+    let within = |got: usize, burst: usize, per_minute: f64| {
+        (burst..=burst + slack(per_minute)).contains(&got)
+    };
+    assert!(within(alice, 5, 5.0), "alice (5 a minute): {alice}");
+    assert!(within(acme, 20, 20.0), "acme (its own 20 a minute): {acme}");
     assert_eq!(ops, 30, "ops is unlimited");
     assert_eq!(beta, 5, "beta's limit is in shadow mode");
     assert_eq!(unkeyed, 5, "no API key: no descriptor, no limit");
-    assert!(setup.metric("sluice_rls_descriptors_total{outcome=\"shadow_denied\"} ") >= 4.0);
+    assert!(within(items, 3, 3.0), "/api/items: {items}");
+    assert!(
+        within(orders, 3, 3.0),
+        "/api/orders has its own bucket: {orders}"
+    );
+    assert_eq!(banned, 0, "a limit of 0 denies everything");
+    assert_eq!(soft, 4, "quota mode never denies");
+    assert_eq!(elsewhere, 5, "no rule for /static");
+    assert!(within(own, 5, 5.0), "bob's own limit: {own}");
+    assert!(
+        within(promoted, 10, 10.0),
+        "the promotion replaces it: {promoted}"
+    );
+    assert_eq!(tenant, 3, "the hour's limit binds");
+
+    // What Envoy made of the statuses: the headers a denied client sees, and the header a
+    // shadow (quota-mode) denial adds to the request upstream.
+    let denied = client.send(with(&[("x-path", "/api/banned")]));
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied
+            .header("x-ratelimit-limit")
+            .map(|l| l.starts_with('0')),
+        Some(true),
+        "{denied:?}"
+    );
+    let unlimited = client.send(with(&[("x-api-key", "ops")]));
+    assert_eq!(unlimited.status, 200);
+    let over_hour = client.send(with(&[("x-tenant", "t1")]));
+    assert_eq!(
+        over_hour
+            .header("x-ratelimit-limit")
+            .map(|l| l.starts_with("3, 3;w=3600")),
+        Some(true),
+        "{over_hour:?}"
+    );
+    let quota = client.send(with(&[("x-path", "/api/soft")]));
+    assert_eq!(quota.status, 200);
+    assert!(
+        quota
+            .upstream_header("x-sluice-shadow-denied")
+            .is_some_and(|rule| rule.contains("soft")),
+        "{quota:?}"
+    );
+    assert!(setup.metric("sluice_rls_descriptors_total{outcome=\"shadow_denied\"} ") >= 7.0);
 }
 
 /// Two `sluice serve` replicas on one Redis, each asked by its own Envoy, one API key

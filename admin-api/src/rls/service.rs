@@ -6,13 +6,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as PbCode, DescriptorStatus, RateLimit, rate_limit::Unit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{
+    Duration as PbDuration, ListValue, Struct as PbStruct, Value as PbValue,
+};
 use sluice_core::gcra::ceil_seconds;
 use sluice_core::rls::{Code, Plan, RlsDescriptor, RlsRequest, Status, decide, failed};
 use sluice_core::rule::Limit;
@@ -105,24 +109,87 @@ fn duration(ns: u64) -> PbDuration {
     }
 }
 
+/// The request header naming the shadow rules that would have denied the request (the
+/// rule names, comma-separated), added to the request Envoy forwards.
+pub(crate) const SHADOW_DENIED_HEADER: &str = "x-sluice-shadow-denied";
+
+/// What Envoy learns of shadow rules that would have denied: [`SHADOW_DENIED_HEADER`] on
+/// the forwarded request, and envoyproxy/ratelimit's quota-mode dynamic metadata
+/// (`quotaModeEnabled`, `quotaModeViolations`: the descriptors' indices) for the filters
+/// after the rate limit filter. Nothing when none would have.
+fn shadow_denials(plan: &Plan, statuses: &[Status]) -> (Vec<HeaderValue>, Option<PbStruct>) {
+    let denied: Vec<(usize, &str)> = statuses
+        .iter()
+        .zip(&plan.descriptors)
+        .enumerate()
+        .filter(|(_, (s, _))| s.shadow_denied)
+        .filter_map(|(i, (_, p))| p.rule.as_ref().map(|m| (i, m.rule_name.as_str())))
+        .collect();
+    if denied.is_empty() {
+        return (Vec::new(), None);
+    }
+    let mut names: Vec<&str> = denied.iter().map(|(_, name)| *name).collect();
+    names.dedup();
+    let header = HeaderValue {
+        key: SHADOW_DENIED_HEADER.into(),
+        value: names.join(","),
+        ..HeaderValue::default()
+    };
+    let number = |n: f64| PbValue {
+        kind: Some(Kind::NumberValue(n)),
+    };
+    let violations = denied.iter().map(|(i, _)| number(*i as f64)).collect();
+    let metadata = PbStruct {
+        fields: [
+            (
+                "quotaModeEnabled".to_string(),
+                PbValue {
+                    kind: Some(Kind::BoolValue(true)),
+                },
+            ),
+            (
+                "quotaModeViolations".to_string(),
+                PbValue {
+                    kind: Some(Kind::ListValue(ListValue { values: violations })),
+                },
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    (vec![header], Some(metadata))
+}
+
 fn response(plan: &Plan, statuses: &[Status]) -> RateLimitResponse {
     let statuses_pb = statuses
         .iter()
         .zip(&plan.descriptors)
         .map(|(s, planned)| DescriptorStatus {
             code: code(s.code),
-            current_limit: s.limit.as_ref().map(|limit| {
+            current_limit: {
                 let name = planned.rule.as_ref().map_or("", |m| m.rule_name.as_str());
-                rate_limit(limit, name)
-            }),
+                match (s.limit.as_ref(), s.deny_listed) {
+                    (Some(limit), _) => Some(rate_limit(limit, name)),
+                    // A deny list reads as ratelimit's limit of 0.
+                    (None, true) => Some(RateLimit {
+                        name: name.to_string(),
+                        requests_per_unit: 0,
+                        unit: Unit::Second as i32,
+                    }),
+                    (None, false) => None,
+                }
+            },
             limit_remaining: u32::try_from(s.remaining).unwrap_or(u32::MAX),
             duration_until_reset: s.limit.map(|_| duration(s.reset_ns)),
             ..DescriptorStatus::default()
         })
         .collect();
+    let (request_headers_to_add, dynamic_metadata) = shadow_denials(plan, statuses);
     RateLimitResponse {
         overall_code: code(sluice_core::rls::verdict::overall(statuses)),
         statuses: statuses_pb,
+        request_headers_to_add,
+        dynamic_metadata,
         ..RateLimitResponse::default()
     }
 }
@@ -167,7 +234,11 @@ impl Rls {
         let request_denied = sluice_core::rls::verdict::overall(statuses) == Code::OverLimit;
         for (s, planned) in statuses.iter().zip(&plan.descriptors) {
             let shadow = planned.rule.as_ref().is_some_and(|m| m.shadow);
-            let outcome = match (planned.rule.is_some(), s.failed, s.code, s.shadow_denied) {
+            let unlimited = planned
+                .rule
+                .as_ref()
+                .is_none_or(|m| m.answer == sluice_core::rls::Answer::Unlimited);
+            let outcome = match (!unlimited, s.failed, s.code, s.shadow_denied) {
                 (false, ..) => "unlimited",
                 (true, true, Code::Ok, _) => "failed_open",
                 (true, true, Code::OverLimit, _) => "failed_closed",

@@ -141,6 +141,11 @@ pub struct EnvoyConfigArgs {
     /// header:NAME=KEY or generic:KEY=VALUE (repeat the flag) [default: remote_address].
     #[arg(long, value_name = "ACTION", requires = "rls")]
     rls_action: Vec<RlsAction>,
+    /// One more descriptor each request sends, its actions comma-separated in order
+    /// (`generic:route=slow,header:x-api-key=api_key`); repeat for several. The
+    /// `--rls-action`s, when given, are the first descriptor.
+    #[arg(long, value_name = "ACTION,...", requires = "rls", value_parser = RlsAction::parse_list)]
+    rls_descriptor: Vec<Vec<RlsAction>>,
     /// How long Envoy waits for the rate limit service before letting the request through.
     #[arg(long, value_name = "MS", default_value_t = 100, requires = "rls")]
     rls_timeout_ms: u32,
@@ -158,15 +163,18 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         options.upstream_protocol = args.upstream_protocol;
         options.envoy_admin = args.envoy_admin;
         options.config_path = args.output.clone();
-        let actions = if args.rls_action.is_empty() {
-            vec![RlsAction::RemoteAddress]
-        } else {
-            args.rls_action.clone()
-        };
+        let mut descriptors = Vec::new();
+        if !args.rls_action.is_empty() {
+            descriptors.push(args.rls_action.clone());
+        }
+        descriptors.extend(args.rls_descriptor.iter().cloned());
+        if descriptors.is_empty() {
+            descriptors.push(vec![RlsAction::RemoteAddress]);
+        }
         options.rls = Some(RlsService {
             addr,
             domain: args.rls_domain.clone(),
-            actions,
+            descriptors,
             timeout_ms: args.rls_timeout_ms,
             fail_closed: args.rls_fail_closed,
         });

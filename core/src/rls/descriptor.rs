@@ -1,6 +1,6 @@
 //! A rule's `descriptor` section: which RLS descriptors the rule decides.
 
-use super::spec::DescriptorSpec;
+use super::spec::{Answer, DescriptorSpec};
 use super::{MAX_DOMAIN_LEN, MAX_ENTRIES, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::rule::COMPOSITE_SEPARATOR;
 use crate::spec::{CostSpec, KeySpec, MatchSpec, RuleSpec};
@@ -30,20 +30,62 @@ pub(crate) fn for_rule(spec: &RuleSpec, problems: &mut Problems) -> Option<Descr
             "a rule with a `descriptor` costs the request's `hits_addend`: leave `cost` out",
         );
     }
+    if !descriptor.answer.is_limit() && (!spec.limits.is_empty() || !spec.overrides.is_empty()) {
+        problems.add(
+            "limits",
+            "a rule whose `descriptor.answer` is `unlimited` or `deny` has no buckets: leave `limits` and `overrides` out",
+        );
+    }
     DescriptorMatch::build(descriptor, "descriptor", problems)
+}
+
+/// Whether `spec` is a descriptor rule that answers without limits (`unlimited`, `deny`),
+/// so that an empty `limits` is what it must have.
+pub(crate) fn answers_without_limits(spec: &RuleSpec) -> bool {
+    spec.descriptor
+        .as_ref()
+        .is_some_and(|d| !d.answer.is_limit())
 }
 
 /// A validated [`DescriptorSpec`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescriptorMatch {
     pub domain: String,
-    pub entries: Vec<(String, Option<String>)>,
+    pub entries: Vec<(String, ValueMatch)>,
+    pub answer: Answer,
+    pub replaces: Vec<String>,
+}
+
+/// Which values an entry of a rule matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueMatch {
+    /// Any value; it is (part of) the client key.
+    Any,
+    /// This value only.
+    Exact(String),
+    /// Values starting with this; the value is (part of) the client key, so each value
+    /// has its own buckets, as in envoyproxy/ratelimit.
+    Prefix(String),
+}
+
+impl ValueMatch {
+    /// Whether the request's `value` is one this entry matches.
+    pub fn admits(&self, value: &str) -> bool {
+        match self {
+            ValueMatch::Any => true,
+            ValueMatch::Exact(v) => v == value,
+            ValueMatch::Prefix(p) => value.starts_with(p.as_str()),
+        }
+    }
 }
 
 /// Whether `s` is 1 to `max` characters.
 fn length_ok(s: &str, max: usize) -> bool {
     !s.is_empty() && s.chars().count() <= max
 }
+
+/// Most rule names in `replaces`.
+pub const MAX_REPLACES: usize = 16;
 
 impl DescriptorMatch {
     /// Checks `spec`, reporting problems under `field` (`descriptor`).
@@ -78,6 +120,38 @@ impl DescriptorMatch {
                     format!("must be 1 to {MAX_VALUE_LEN} characters"),
                 );
             }
+            // An empty prefix is ratelimit's `value: "*"`: any value, preferred over a
+            // key alone.
+            if entry
+                .value_prefix
+                .as_deref()
+                .is_some_and(|v| v.chars().count() > MAX_VALUE_LEN)
+            {
+                problems.add(
+                    format!("{field}.entries[{i}].value_prefix"),
+                    format!("must be at most {MAX_VALUE_LEN} characters"),
+                );
+            }
+            if entry.value.is_some() && entry.value_prefix.is_some() {
+                problems.add(
+                    format!("{field}.entries[{i}]"),
+                    "give `value` or `value_prefix`, not both",
+                );
+            }
+        }
+        if spec.replaces.len() > MAX_REPLACES {
+            problems.add(
+                format!("{field}.replaces"),
+                format!("at most {MAX_REPLACES} rule names"),
+            );
+        }
+        for (i, name) in spec.replaces.iter().enumerate().take(MAX_REPLACES) {
+            if !length_ok(name, 64) {
+                problems.add(
+                    format!("{field}.replaces[{i}]"),
+                    "must be a rule name (1 to 64 characters)",
+                );
+            }
         }
         let ok = problems.is_empty();
         outer.nest_top(problems.into_errors());
@@ -86,44 +160,30 @@ impl DescriptorMatch {
             entries: spec
                 .entries
                 .iter()
-                .map(|e| (e.key.clone(), e.value.clone()))
+                .map(|e| {
+                    let matcher = match (&e.value, &e.value_prefix) {
+                        (Some(v), _) => ValueMatch::Exact(v.clone()),
+                        (None, Some(p)) => ValueMatch::Prefix(p.clone()),
+                        (None, None) => ValueMatch::Any,
+                    };
+                    (e.key.clone(), matcher)
+                })
                 .collect(),
+            answer: spec.answer,
+            replaces: spec.replaces.clone(),
         })
     }
 
-    /// Whether a request's descriptor (its entries in order) is one this rule decides: the
-    /// same keys in the same order, with the values the rule fixes.
-    pub fn matches(&self, entries: &[(String, String)]) -> bool {
-        self.entries.len() == entries.len()
-            && self
-                .entries
-                .iter()
-                .zip(entries)
-                .all(|((key, value), (k, v))| key == k && value.as_ref().is_none_or(|x| x == v))
-    }
-
-    /// How specific the rule is, for choosing among rules that match one descriptor: at
-    /// the first level where two rules differ, the one fixing a value is greater (as
-    /// envoyproxy/ratelimit prefers `key_value` over `key` at each level).
-    pub fn specificity(&self) -> u32 {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, value))| value.is_some())
-            .fold(0, |bits, (i, _)| {
-                bits | 1u32 << (MAX_ENTRIES as u32 - 1).saturating_sub(i as u32)
-            })
-    }
-
     /// The client key a matching descriptor names: the values of the entries the rule
-    /// leaves open, joined with `|`; empty when the rule fixes every value (one bucket).
+    /// does not fix (any value, or a prefix), joined with `|`; empty when the rule fixes
+    /// every value (one bucket).
     pub fn client(&self, entries: &[(String, String)]) -> String {
         let mut client = String::new();
         let open = self
             .entries
             .iter()
             .zip(entries)
-            .filter(|((_, value), _)| value.is_none());
+            .filter(|((_, value), _)| !matches!(value, ValueMatch::Exact(_)));
         for (i, (_, (_, value))) in open.enumerate() {
             if i > 0 {
                 client.push(COMPOSITE_SEPARATOR);
@@ -160,39 +220,6 @@ mod tests {
     }
 
     #[test]
-    fn a_descriptor_matches_the_same_keys_in_order_with_the_fixed_values() {
-        let m = built(r#"{"domain":"edge","entries":[{"key":"path","value":"/login"},{"key":"remote_address"}]}"#).unwrap();
-        assert!(m.matches(&entries(&[
-            ("path", "/login"),
-            ("remote_address", "1.2.3.4")
-        ])));
-        assert!(!m.matches(&entries(&[
-            ("path", "/other"),
-            ("remote_address", "1.2.3.4")
-        ])));
-        assert!(!m.matches(&entries(&[
-            ("remote_address", "1.2.3.4"),
-            ("path", "/login")
-        ])));
-        assert!(!m.matches(&entries(&[("path", "/login")])), "shorter");
-        assert!(
-            !m.matches(&entries(&[
-                ("path", "/login"),
-                ("remote_address", "a"),
-                ("x", "y")
-            ])),
-            "longer"
-        );
-        assert_eq!(
-            m.client(&entries(&[
-                ("path", "/login"),
-                ("remote_address", "1.2.3.4")
-            ])),
-            "1.2.3.4"
-        );
-    }
-
-    #[test]
     fn open_entries_make_the_client_key_and_fixed_ones_one_bucket() {
         let two = built(r#"{"domain":"d","entries":[{"key":"a"},{"key":"b"}]}"#).unwrap();
         assert_eq!(two.client(&entries(&[("a", "x"), ("b", "y")])), "x|y");
@@ -201,14 +228,18 @@ mod tests {
     }
 
     #[test]
-    fn a_value_at_an_earlier_level_is_more_specific() {
-        let s = |json| built(json).unwrap().specificity();
-        let open = s(r#"{"domain":"d","entries":[{"key":"a"},{"key":"b"}]}"#);
-        let last = s(r#"{"domain":"d","entries":[{"key":"a"},{"key":"b","value":"y"}]}"#);
-        let first = s(r#"{"domain":"d","entries":[{"key":"a","value":"x"},{"key":"b"}]}"#);
-        let both =
-            s(r#"{"domain":"d","entries":[{"key":"a","value":"x"},{"key":"b","value":"y"}]}"#);
-        assert!(open < last && last < first && first < both);
+    fn a_prefix_entrys_value_is_part_of_the_client_key() {
+        let m = built(
+            r#"{"domain":"d","entries":[{"key":"a","value_prefix":"v"},{"key":"b","value":"y"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(m.client(&entries(&[("a", "v1"), ("b", "y")])), "v1");
+        assert!(m.entries[0].1.admits("v2") && !m.entries[0].1.admits("w"));
+        assert_eq!(
+            built(r#"{"domain":"d","entries":[{"key":"a","value":"x","value_prefix":"x"}]}"#)
+                .unwrap_err(),
+            ["descriptor.entries[0]"]
+        );
     }
 
     #[test]

@@ -5,13 +5,14 @@
 //!
 //! A rule with a `descriptor` section applies to RLS requests only (the filter never
 //! matches it): it names a domain and a descriptor's entries in order, each a key with an
-//! optional value. A request's descriptor matches a rule when it has the same keys in the
-//! same order and the values the rule fixes; among the rules that match, the most specific
-//! wins as in envoyproxy/ratelimit (at the first level where they differ, a fixed value
-//! beats a key alone), then the higher priority. The values of the entries the rule leaves
+//! optional value. A request's descriptor is decided as envoyproxy/ratelimit decides it:
+//! walking its entries level by level, a fixed value beats a value prefix beats a key
+//! alone, and the choice made at one level holds for the levels below ([`select`]). The values of the entries the rule leaves
 //! open are the client key (joined with `|` when several), so per-client overrides apply to
 //! them, and every limit of the rule is a token bucket (GCRA) of that client, kept where
-//! fleet-wide buckets live.
+//! fleet-wide buckets live. A rule may instead answer without buckets (`unlimited`,
+//! `deny`), match values by prefix, and replace other rules within one request: every
+//! behaviour of envoyproxy/ratelimit's configuration format (`docs/rls.md`).
 //!
 //! The parts, each using only those before it: [`spec`] (the rule's section as written),
 //! [`descriptor`] (it validated, and how it matches), [`request`] (what Envoy asks, and
@@ -25,10 +26,10 @@ pub mod select;
 pub mod spec;
 pub mod verdict;
 
-pub use descriptor::DescriptorMatch;
+pub use descriptor::{DescriptorMatch, ValueMatch};
 pub use request::{RequestError, RlsDescriptor, RlsRequest};
 pub use select::{Charge, Matched, Plan, Planned, RlsRules};
-pub use spec::{DescriptorSpec, EntrySpec};
+pub use spec::{Answer, DescriptorSpec, EntrySpec};
 pub use verdict::{Code, Decided, Status, decide, failed};
 
 /// Longest domain, in a rule or a request (characters).

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::select::{Matched, Plan};
+use super::spec::Answer;
 use crate::gcra::Verdict;
 use crate::rule::Limit;
 use crate::spec::FailureMode;
@@ -33,6 +34,8 @@ pub struct Status {
     pub shadow_denied: bool,
     /// Decided by the rule's failure mode: the buckets could not be read or written.
     pub failed: bool,
+    /// Denied by a rule whose answer is `deny`, without a bucket (`current_limit` says 0).
+    pub deny_listed: bool,
 }
 
 impl Status {
@@ -43,7 +46,25 @@ impl Status {
         reset_ns: 0,
         shadow_denied: false,
         failed: false,
+        deny_listed: false,
     };
+
+    /// A fixed answer's status: `unlimited` passes with the most left, `deny` denies
+    /// (in a shadow rule: passes, saying it would have denied).
+    fn fixed(answer: Answer, shadow: bool) -> Status {
+        match answer {
+            Answer::Deny => Status {
+                code: if shadow { Code::Ok } else { Code::OverLimit },
+                shadow_denied: shadow,
+                deny_listed: true,
+                ..Status::UNLIMITED
+            },
+            Answer::Unlimited | Answer::Limit => Status {
+                remaining: u64::MAX,
+                ..Status::UNLIMITED
+            },
+        }
+    }
 }
 
 /// What deciding a plan gives: a status per descriptor and the buckets to write.
@@ -87,6 +108,11 @@ pub fn decide(plan: &Plan, tats: &[Nanos], now: Nanos) -> Decided {
         let Some(matched) = planned.rule.as_ref().filter(|m| !m.shadow) else {
             continue;
         };
+        if !matched.answer.is_limit() {
+            *status = Status::fixed(matched.answer, false);
+            denied |= status.code == Code::OverLimit;
+            continue;
+        }
         let (verdicts, fits) = charge(matched, planned.cost, &mut working, now);
         *status = status_of(matched, &verdicts, false);
         denied |= !fits;
@@ -98,6 +124,10 @@ pub fn decide(plan: &Plan, tats: &[Nanos], now: Nanos) -> Decided {
         let Some(matched) = planned.rule.as_ref().filter(|m| m.shadow) else {
             continue;
         };
+        if !matched.answer.is_limit() {
+            *status = Status::fixed(matched.answer, true);
+            continue;
+        }
         let (verdicts, _) = charge(matched, planned.cost, &mut working, now);
         *status = status_of(matched, &verdicts, true);
     }
@@ -172,6 +202,7 @@ fn status_of(matched: &Matched, verdicts: &[Verdict], shadow: bool) -> Status {
         },
         shadow_denied: shadow && !verdict.allowed,
         failed: false,
+        deny_listed: false,
     }
 }
 
@@ -182,6 +213,7 @@ pub fn failed(plan: &Plan, default: FailureMode) -> Vec<Status> {
         .iter()
         .map(|planned| match &planned.rule {
             None => Status::UNLIMITED,
+            Some(m) if !m.answer.is_limit() => Status::fixed(m.answer, m.shadow),
             Some(m) => Status {
                 code: match (m.shadow, m.failure_mode.unwrap_or(default)) {
                     (false, FailureMode::Closed) => Code::OverLimit,
@@ -324,6 +356,47 @@ mod tests {
             buckets.run(&rules.plan(&req), T0).overall(),
             Code::Ok,
             "a check that takes nothing"
+        );
+    }
+
+    const UNLIMITED: &str = r#"{"name":"ops","key":"global","limits":[],"descriptor":{"answer":"unlimited","domain":"edge","entries":[{"key":"user","value":"ops"}]}}"#;
+    const BANNED: &str = r#"{"name":"banned","key":"global","limits":[],"descriptor":{"answer":"deny","domain":"edge","entries":[{"key":"user","value":"mallory"}]}}"#;
+    const BANNED_SHADOW: &str = r#"{"name":"banned-shadow","key":"global","mode":"shadow","limits":[],"descriptor":{"answer":"deny","domain":"edge","entries":[{"key":"user","value":"eve"}]}}"#;
+
+    #[test]
+    fn fixed_answers_pass_or_deny_without_a_bucket() {
+        let rules = rules(&[TWO_LIMITS, UNLIMITED, BANNED, BANNED_SHADOW]);
+        let mut buckets = Buckets(HashMap::new());
+        let ops = rules.plan(&request("edge", &[&[("user", "ops")]]));
+        for _ in 0..10 {
+            let d = buckets.run(&ops, T0);
+            assert_eq!(d.overall(), Code::Ok);
+            assert_eq!(d.statuses[0].remaining, u64::MAX);
+            assert!(d.writes.is_empty());
+        }
+        let mallory = rules.plan(&request(
+            "edge",
+            &[&[("user", "mallory")], &[("user", "u")]],
+        ));
+        let d = buckets.run(&mallory, T0);
+        assert_eq!(d.overall(), Code::OverLimit);
+        assert!(d.statuses[0].deny_listed);
+        assert!(
+            d.writes.is_empty(),
+            "the denied request charged no other descriptor"
+        );
+        let eve = rules.plan(&request("edge", &[&[("user", "eve")]]));
+        let d = buckets.run(&eve, T0);
+        assert_eq!(d.overall(), Code::Ok);
+        assert!(d.statuses[0].shadow_denied);
+        let failed_codes: Vec<Code> = failed(&mallory, FailureMode::Open)
+            .iter()
+            .map(|s| s.code)
+            .collect();
+        assert_eq!(
+            failed_codes,
+            [Code::OverLimit, Code::Ok],
+            "a deny list needs no bucket"
         );
     }
 

@@ -106,7 +106,11 @@ impl TryFrom<RuleSpec> for Rule {
         if spec.enforce_percent > 100 {
             problems.add("enforce_percent", "must be from 0 to 100");
         }
-        let limits = Limit::build_all(&id, &spec.limits, "limits", &mut problems);
+        let limits = if crate::rls::descriptor::answers_without_limits(&spec) {
+            Vec::new()
+        } else {
+            Limit::build_all(&id, &spec.limits, "limits", &mut problems)
+        };
         let cost = Cost::build(&spec.cost, &mut problems);
         let overrides = build_overrides(&id, &spec.overrides, &mut problems);
         let in_flight = InFlightLimit::build_from(&spec.limits, "limits", &mut problems);

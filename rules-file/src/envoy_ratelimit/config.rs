@@ -27,6 +27,10 @@ struct Descriptor {
     descriptors: Vec<Descriptor>,
     #[serde(default)]
     shadow_mode: bool,
+    /// Over the limit still answers `OK`, and says so in dynamic metadata: Sluice's
+    /// shadow mode.
+    #[serde(default)]
+    quota_mode: bool,
     /// Only changes ratelimit's metric names; Sluice reports per client anyway.
     #[serde(default)]
     #[allow(dead_code)]
@@ -47,9 +51,15 @@ struct RateLimit {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
-    replaces: Vec<serde_json::Value>,
+    replaces: Vec<Replaces>,
     #[serde(flatten)]
     unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// One entry of `replaces`.
+#[derive(Debug, Deserialize)]
+struct Replaces {
+    name: String,
 }
 
 /// Reads the configuration (YAML, as that service reads it).
@@ -69,14 +79,55 @@ pub(super) struct Entry {
 pub(super) struct LimitAt {
     pub(super) path: Vec<Entry>,
     pub(super) allowance: Allowance,
+    /// `shadow_mode` or `quota_mode`: over the limit still answers `OK`.
     pub(super) shadow: bool,
     pub(super) name: Option<String>,
+    /// The `name`s of the limits this one replaces.
+    pub(super) replaces: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Allowance {
-    Limited { requests: u64, period_seconds: u64 },
+    Limited {
+        requests: u64,
+        period_seconds: u64,
+    },
     Unlimited,
+    /// `requests_per_unit: 0`: every request is over the limit.
+    Deny,
+}
+
+impl Entry {
+    /// The prefix of a wildcard value (`abc*` matches values starting with `abc`).
+    pub(super) fn wildcard(&self) -> Option<&str> {
+        self.value.as_deref().and_then(|v| v.strip_suffix('*'))
+    }
+}
+
+impl LimitAt {
+    /// Why the wasm filter's conversion cannot carry this limit (the rate limit service's
+    /// can): a wildcard value, a limit of 0, `replaces`.
+    pub(super) fn beyond_the_filter(&self) -> Option<String> {
+        if let Some(e) = self.path.iter().find(|e| e.wildcard().is_some()) {
+            return Some(format!(
+                "the wildcard value `{}` matches by prefix, which a filter rule's client key cannot; import with `--for rls`",
+                e.value.as_deref().unwrap_or_default()
+            ));
+        }
+        if self.allowance == Allowance::Deny {
+            return Some(
+                "a limit of 0 denies every request, which a filter rule cannot; import with `--for rls`"
+                    .into(),
+            );
+        }
+        if !self.replaces.is_empty() {
+            return Some(
+                "`replaces` drops another limit within one request's descriptors, which the filter has not; import with `--for rls`"
+                    .into(),
+            );
+        }
+        None
+    }
 }
 
 /// Every descriptor in the configuration with a `rate_limit`, in the order of the file,
@@ -101,30 +152,16 @@ fn collect_limits(
             value: d.value.clone().filter(|v| !v.is_empty()),
         });
         unknown_fields(&path, "", &d.unknown, skipped);
-        if let Some(value) = d.value.as_deref().filter(|v| v.ends_with('*')) {
-            skipped.push(skipped_at(
-                &path,
-                format!(
-                    "the wildcard value `{value}` matches by prefix; Sluice matches values exactly"
-                ),
-            ));
-            continue;
-        }
         if let Some(limit) = &d.rate_limit {
             match allowance(limit) {
                 Ok(allowance) => {
-                    if !limit.replaces.is_empty() {
-                        skipped.push(Skipped {
-                            what: format!("{}: `replaces`", describe(&path)),
-                            why: "Sluice applies every matching rule; the limit was converted without replacing the other".into(),
-                        });
-                    }
                     unknown_fields(&path, "rate_limit.", &limit.unknown, skipped);
                     out.push(LimitAt {
                         path: path.clone(),
                         allowance,
-                        shadow: d.shadow_mode,
-                        name: limit.name.clone(),
+                        shadow: d.shadow_mode || d.quota_mode,
+                        name: limit.name.clone().filter(|n| !n.is_empty()),
+                        replaces: limit.replaces.iter().map(|r| r.name.clone()).collect(),
                     });
                 }
                 Err(why) => skipped.push(skipped_at(&path, why)),
@@ -172,9 +209,7 @@ fn allowance(limit: &RateLimit) -> Result<Allowance, String> {
     };
     match limit.requests_per_unit {
         None => Err("the rate_limit has no `requests_per_unit`".into()),
-        Some(0) => {
-            Err("a limit of 0 denies every request; Sluice limits always admit their burst".into())
-        }
+        Some(0) => Ok(Allowance::Deny),
         Some(requests) if requests > MAX_REQUESTS => Err(format!(
             "{requests} requests per unit is over Sluice's {MAX_REQUESTS}"
         )),

@@ -26,6 +26,16 @@ pub(super) fn convert(
     out: &mut Import,
 ) {
     let mut names = BTreeSet::new();
+    let limits = limits
+        .into_iter()
+        .filter(|found| match found.beyond_the_filter() {
+            Some(why) => {
+                out.skipped.push(skipped_at(&found.path, why));
+                false
+            }
+            None => true,
+        })
+        .collect();
     for group in group_overrides(limits, out) {
         let chains = chains(&group, sites, bindings, out);
         let several = chains.len() > 1;
@@ -268,11 +278,14 @@ fn rule_for(
     if composite && !group.overrides.is_empty() {
         return Err("per-value limits for one part of a composite key cannot be overrides (an override names the whole key)".into());
     }
+    let deny =
+        "a limit of 0 denies every request, which a filter rule cannot; import with `--for rls`";
     let limits = match group.allowance {
         Allowance::Limited {
             requests,
             period_seconds,
         } => vec![limit(requests, period_seconds)],
+        Allowance::Deny => return Err(deny.into()),
         Allowance::Unlimited if group.overrides.is_empty() => {
             return Err("`unlimited: true`: nothing to enforce, so no rule is needed".into());
         }
@@ -281,6 +294,9 @@ fn rule_for(
             vec![limit(MAX_REQUESTS, 1)]
         }
     };
+    if group.overrides.iter().any(|(_, a)| *a == Allowance::Deny) {
+        return Err(deny.into());
+    }
     let overrides = group
         .overrides
         .iter()
@@ -291,7 +307,8 @@ fn rule_for(
                     requests,
                     period_seconds,
                 } => limit(requests, period_seconds),
-                Allowance::Unlimited => {
+                // A deny was refused above.
+                Allowance::Unlimited | Allowance::Deny => {
                     notes.push(format!(
                         "client {client} is unlimited in envoy-ratelimit; its override is the most Sluice allows"
                     ));

@@ -142,7 +142,7 @@ mod tests {
             import.skipped,
             vec![Skipped {
                 what: "descriptor (remote_address, 50.0.0.6)".into(),
-                why: "a limit of 0 denies every request; Sluice limits always admit their burst"
+                why: "a limit of 0 denies every request, which a filter rule cannot; import with `--for rls`"
                     .into()
             }]
         );
@@ -240,23 +240,27 @@ mod tests {
             &[("tenant", "t"), ("user", "root")],
             &[("tenant", "t"), ("user", "u")],
         ]));
-        let decided: Vec<(u64, bool)> = plan
+        let decided: Vec<(Option<u64>, bool)> = plan
             .descriptors
             .iter()
             .map(|d| {
                 let m = d.rule.as_ref().unwrap();
-                (m.charges[0].limit.requests, m.shadow)
+                (m.charges.first().map(|c| c.limit.requests), m.shadow)
             })
             .collect();
         assert_eq!(
             decided,
             [
-                (5, false),
-                (100, false),
-                (1, true),
-                (MAX_REQUESTS, false),
-                (50, false)
+                (Some(5), false),
+                (Some(100), false),
+                (Some(1), true),
+                (None, false),
+                (Some(50), false)
             ]
+        );
+        assert_eq!(
+            plan.descriptors[3].rule.as_ref().unwrap().answer,
+            sluice_core::rls::Answer::Unlimited
         );
         let rule = json(&import.rules[0]);
         assert_eq!(rule["key"], "global");
@@ -264,7 +268,36 @@ mod tests {
             rule["descriptor"],
             serde_json::json!({"domain": "messaging", "entries": [{"key": "message_type", "value": "marketing"}, {"key": "to_number"}]})
         );
-        assert_eq!(import.notes.len(), 1, "{:?}", import.notes);
+        assert!(import.notes.is_empty(), "{:?}", import.notes);
+    }
+
+    #[test]
+    fn for_the_rate_limit_service_wildcards_zero_limits_replaces_and_quota_mode_are_kept() {
+        // ratelimit's README examples 3, 7 and 9, with `quota_mode`.
+        let config = "domain: d\ndescriptors:\n  - key: remote_address\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: path\n    value: /api/*\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 20}\n  - key: key_1\n    value: value_1\n    descriptors:\n      - key: user\n        value: bkthomps\n        rate_limit: {name: specific_limit, unit: second, requests_per_unit: 5}\n  - key: key_2\n    value: value_2\n    descriptors:\n      - key: user\n        value: bkthomps\n        rate_limit: {replaces: [{name: specific_limit}, {name: nobody}], unit: second, requests_per_unit: 10}\n";
+        let import = import_for_rls(config).unwrap();
+        let rules: Vec<_> = import.rules.iter().map(json).collect();
+        assert_eq!(rules.len(), 4, "{rules:#?}");
+        assert_eq!(rules[0]["descriptor"]["answer"], "deny");
+        assert_eq!(rules[0]["limits"], serde_json::json!([]));
+        assert_eq!(
+            rules[1]["descriptor"]["entries"],
+            serde_json::json!([{"key": "path", "value_prefix": "/api/"}])
+        );
+        assert_eq!(rules[1]["mode"], "shadow");
+        assert_eq!(rules[2]["name"], "specific_limit");
+        assert_eq!(
+            rules[3]["descriptor"]["replaces"],
+            serde_json::json!(["specific_limit"])
+        );
+        let skipped: Vec<String> = import
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.what, s.why))
+            .collect();
+        assert_eq!(skipped.len(), 1, "{skipped:#?}");
+        assert!(skipped[0].contains("replaces: nobody"), "{skipped:#?}");
+        Ruleset::from_specs(import.rules).unwrap();
     }
 
     const ENVOY: &str = r#"

@@ -349,8 +349,8 @@ mod tests {
         };
         assert_eq!(missing(br#"{"name":"a","limits":[]}"#), "key");
         assert_eq!(
-            missing(br#"{"name":"a","key":"global","limits":[{"requests":1}]}"#),
-            "limits[0].period"
+            missing(br#"{"name":"a","key":"global","limits":[{"requests":"1"}]}"#),
+            "limits[0].requests"
         );
         assert!(matches!(
             parse_json::<Value>(b"{\"a\":"),

@@ -123,12 +123,15 @@ fn verified_claims_key_buckets_and_forged_or_unsigned_tokens_spend_no_one_s() {
         ..Default::default()
     });
     let client = Client::connect(envoy.listener_addr(), 2);
+    // Sorted: the client's two connections answer in either order.
     let statuses = |req: &Req, n: usize| -> Vec<u16> {
-        client
+        let mut statuses: Vec<u16> = client
             .run((0..n).map(|_| req.clone()))
             .iter()
             .map(|r| r.status)
-            .collect()
+            .collect();
+        statuses.sort_unstable();
+        statuses
     };
 
     // A claim-keyed rule limits per claim value.

@@ -218,6 +218,17 @@ mod tests {
     }
 
     #[test]
+    fn the_revoked_ids_kept_against_racing_lookups_are_bounded() {
+        let cache = TokenCache::default();
+        for i in 0..=MAX_ENTRIES {
+            cache.forget_id(&format!("tok_{i}"));
+        }
+        assert!(cache.lock_revoked().len() <= MAX_ENTRIES);
+        let newest = format!("tok_{MAX_ENTRIES}");
+        assert!(cache.lock_revoked().contains(&newest), "the newest is kept");
+    }
+
+    #[test]
     fn at_most_max_entries_are_remembered_and_old_ones_make_room() {
         let cache = TokenCache::default();
         let t0 = Instant::now();

@@ -111,7 +111,10 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
         end,
         json!([{"rule": "api", "allowed": 90, "denied": 8, "shadow_denied": 2, "near_limit": 5,
                 "fail_open": 0, "key_missing": 3,
-                "top_clients": [{"client": "acme", "throttled": 6, "error": 0},
+                // Tokens: more than the request ceiling of a 2 s report (2,000,000) allows
+                // for requests, which token counts are not held to.
+                "tokens_used": 5_000_000, "tokens_throttled": 900,
+                "top_clients": [{"client": "acme", "throttled": 6, "error": 0, "tokens": 700},
                                 {"client": "a b/c", "throttled": 4, "error": 1}]},
                {"rule": "deleted-since", "denied": 1, "top_clients": [{"client": "acme", "throttled": 1}]}]),
     );
@@ -132,6 +135,14 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 .clone();
             assert_eq!(point["t"], Resolution::TenSeconds.bucket(end), "{label}");
             assert_eq!(point["near_limit"], 5);
+            assert_eq!(
+                (
+                    point["tokens_used"].as_u64(),
+                    point["tokens_throttled"].as_u64()
+                ),
+                (Some(5_000_000), Some(900)),
+                "{label}"
+            );
             let one = api
                 .read(&format!("/api/v1/metrics/series?{range}&rule=api"))
                 .await;
@@ -158,6 +169,11 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 (Some(90), Some(8))
             );
             assert!((r["throttle_ratio"].as_f64().unwrap() - 0.1).abs() < 1e-9);
+            assert_eq!(
+                (r["tokens_used"].as_u64(), r["tokens_throttled"].as_u64()),
+                (Some(5_000_000), Some(900)),
+                "{label}"
+            );
             let spark = r["sparkline"].as_array().unwrap();
             assert_eq!(spark.len(), 30);
             assert_eq!(spark.iter().map(|v| v.as_u64().unwrap()).sum::<u64>(), 10);
@@ -178,8 +194,10 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 ),
                 (&json!("acme"), &json!("api"), &json!(6))
             );
+            assert_eq!(clients[0]["tokens"], 700, "{label}");
             assert_eq!(clients[1]["client"], "a b/c");
             assert_eq!(clients[1]["error"], 1);
+            assert_eq!(clients[1]["tokens"], 0, "{label}");
             let limited = api
                 .read(&format!("/api/v1/metrics/clients?{range}&rule=api&limit=1"))
                 .await;
@@ -203,6 +221,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 (overview["allowed"].as_u64(), overview["denied"].as_u64()),
                 (Some(90), Some(9))
             );
+            assert_eq!(overview["tokens_used"], 5_000_000, "{label}");
             assert_eq!(overview["ruleset_version"], 4);
             assert_eq!(
                 overview["proxies"]["connected"], 1,
@@ -283,6 +302,19 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
             422,
             "rules[0].top_clients[0].client",
         ),
+        // Token counts have the absolute bound every count has.
+        (
+            with(json!({"rules": [{"rule": "api", "tokens_used": 1_000_000_000_001_u64}]})),
+            422,
+            "rules[0].tokens_used",
+        ),
+        (
+            with(
+                json!({"rules": [{"rule": "api", "top_clients": [{"client": "c", "throttled": 1, "tokens": 1_000_000_000_001_u64}]}]}),
+            ),
+            422,
+            "rules[0].top_clients[0].tokens",
+        ),
         (
             with(
                 json!({"rules": [{"rule": "api", "top_clients": (0..101).map(|i| json!({"client": format!("c{i}"), "throttled": 1})).collect::<Vec<_>>()}]}),
@@ -357,7 +389,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
     assert_contains(&metrics, "sluice_admin_reports_ingested_total 0");
     assert_contains(
         &metrics,
-        r#"sluice_admin_reports_rejected_total{reason="invalid"} 13"#,
+        r#"sluice_admin_reports_rejected_total{reason="invalid"} 15"#,
     );
     assert_contains(
         &metrics,
@@ -1234,6 +1266,7 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
                 client: format!("c{c}"),
                 throttled: 1,
                 error: 0,
+                tokens: 0,
             });
         }
     }
@@ -1272,6 +1305,7 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
             client: format!("c{c}"),
             throttled: 1,
             error: 0,
+            tokens: 0,
         });
     }
     db.store.load_metrics(&batch).await.unwrap();

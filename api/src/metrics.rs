@@ -60,6 +60,13 @@ pub struct SeriesPoint {
     pub near_limit: u64,
     pub fail_open: u64,
     pub key_missing: u64,
+    /// LLM tokens the allowed requests used, as their responses reported (rules with
+    /// token limits).
+    #[serde(default)]
+    pub tokens_used: u64,
+    /// LLM tokens the throttled requests asked for (their estimates).
+    #[serde(default)]
+    pub tokens_throttled: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +115,13 @@ pub struct RuleMetrics {
     pub near_limit: u64,
     pub fail_open: u64,
     pub key_missing: u64,
+    /// LLM tokens the allowed requests used, as their responses reported (rules with
+    /// token limits).
+    #[serde(default)]
+    pub tokens_used: u64,
+    /// LLM tokens the throttled requests asked for (their estimates).
+    #[serde(default)]
+    pub tokens_throttled: u64,
     /// (denied + shadow_denied) / (allowed + denied + shadow_denied + fail_open); 0
     /// without traffic.
     pub throttle_ratio: f64,
@@ -165,6 +179,9 @@ pub struct ClientMetrics {
     pub throttled: u64,
     /// How much of `throttled` may belong to other clients (Space-Saving summaries).
     pub error: u64,
+    /// LLM tokens its throttled requests asked for, an upper bound like `throttled`.
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,6 +276,13 @@ pub struct Overview {
     pub near_limit: u64,
     pub fail_open: u64,
     pub key_missing: u64,
+    /// LLM tokens the allowed requests used, as their responses reported (rules with
+    /// token limits).
+    #[serde(default)]
+    pub tokens_used: u64,
+    /// LLM tokens the throttled requests asked for (their estimates).
+    #[serde(default)]
+    pub tokens_throttled: u64,
     pub throttle_ratio: f64,
     /// Decided requests (allowed, denied, shadow-denied, failed open) per second.
     pub requests_per_second: f64,
@@ -278,6 +302,17 @@ pub struct StreamRule {
     pub allowed: u64,
     pub denied: u64,
     pub shadow_denied: u64,
+    /// LLM tokens the allowed requests used, as their responses reported; left out when 0
+    /// (rules without token limits).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_used: u64,
+    /// LLM tokens the throttled requests asked for (their estimates); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_throttled: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The data of an `event: metrics`: what reports brought in the last 2 s.
@@ -292,6 +327,13 @@ pub struct StreamEvent {
     pub near_limit: u64,
     pub fail_open: u64,
     pub key_missing: u64,
+    /// LLM tokens the allowed requests used, as their responses reported (rules with
+    /// token limits).
+    #[serde(default)]
+    pub tokens_used: u64,
+    /// LLM tokens the throttled requests asked for (their estimates).
+    #[serde(default)]
+    pub tokens_throttled: u64,
     /// The rules with reported traffic in the last 2 s, by id.
     pub rules: BTreeMap<String, StreamRule>,
 }

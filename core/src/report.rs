@@ -38,6 +38,20 @@ pub struct RuleCounts {
     pub fail_open: u64,
     #[serde(default)]
     pub key_missing: u64,
+    /// Tokens the rule's allowed requests used, as their responses reported (or their
+    /// reservation when the usage was unreadable; nothing for a refunded call). Counted
+    /// when a response ends, so in the interval it ends in. Rules without token limits
+    /// send none (an admin API older than this field still takes their reports).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_used: u64,
+    /// Tokens the rule's throttled (denied or shadow-denied) requests asked for: their
+    /// estimates.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_throttled: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RuleCounts {
@@ -50,6 +64,8 @@ impl RuleCounts {
         self.near_limit = self.near_limit.saturating_add(other.near_limit);
         self.fail_open = self.fail_open.saturating_add(other.fail_open);
         self.key_missing = self.key_missing.saturating_add(other.key_missing);
+        self.tokens_used = self.tokens_used.saturating_add(other.tokens_used);
+        self.tokens_throttled = self.tokens_throttled.saturating_add(other.tokens_throttled);
     }
 
     pub fn is_zero(&self) -> bool {
@@ -67,6 +83,29 @@ pub struct ClientCount {
     /// How much of `throttled` may belong to clients this entry replaced.
     #[serde(default)]
     pub error: u64,
+    /// Tokens the client's throttled requests asked for (rules with token limits), an
+    /// upper bound like `throttled`: an entry that replaced another inherits its tokens
+    /// too.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
+}
+
+/// What one record adds to a client's entry.
+#[derive(Debug, Clone, Copy)]
+struct Throttled {
+    requests: u64,
+    error: u64,
+    tokens: u64,
+}
+
+impl Throttled {
+    fn of(entry: &ClientCount) -> Throttled {
+        Throttled {
+            requests: entry.throttled,
+            error: entry.error,
+            tokens: entry.tokens,
+        }
+    }
 }
 
 /// The most throttled clients of one rule (Space-Saving).
@@ -76,35 +115,46 @@ pub struct TopClients {
 }
 
 impl TopClients {
-    /// Counts `weight` throttled requests for `client`.
-    pub fn record(&mut self, client: &str, weight: u64) {
-        self.record_with_error(client, weight, 0);
+    /// Counts `weight` throttled requests for `client`, which asked for `tokens` tokens.
+    pub fn record(&mut self, client: &str, weight: u64, tokens: u64) {
+        self.add(
+            client,
+            Throttled {
+                requests: weight,
+                error: 0,
+                tokens,
+            },
+        );
     }
 
-    fn record_with_error(&mut self, client: &str, weight: u64, error: u64) {
+    fn add(&mut self, client: &str, added: Throttled) {
         let client = truncate(client);
         // Saturating, like `RuleCounts::add`: merged summaries come from shared data.
         if let Some(entry) = self.entries.iter_mut().find(|e| e.client == client) {
-            entry.throttled = entry.throttled.saturating_add(weight);
-            entry.error = entry.error.saturating_add(error);
+            entry.throttled = entry.throttled.saturating_add(added.requests);
+            entry.error = entry.error.saturating_add(added.error);
+            entry.tokens = entry.tokens.saturating_add(added.tokens);
             return;
         }
         if self.entries.len() < TOP_CLIENTS {
             self.entries.push(ClientCount {
                 client: client.to_string(),
-                throttled: weight,
-                error,
+                throttled: added.requests,
+                error: added.error,
+                tokens: added.tokens,
             });
             return;
         }
         // Full: the newcomer takes over the smallest entry and inherits its count as
-        // possible error. This is what bounds memory.
+        // possible error (and its tokens, so they stay an upper bound). This is what
+        // bounds memory.
         if let Some(min) = self.entries.iter_mut().min_by_key(|e| e.throttled) {
             let inherited = min.throttled;
             *min = ClientCount {
                 client: client.to_string(),
-                throttled: inherited.saturating_add(weight),
-                error: inherited.saturating_add(error),
+                throttled: inherited.saturating_add(added.requests),
+                error: inherited.saturating_add(added.error),
+                tokens: min.tokens.saturating_add(added.tokens),
             };
         }
     }
@@ -112,7 +162,7 @@ impl TopClients {
     /// Folds another summary in.
     pub fn merge(&mut self, other: &TopClients) {
         for e in &other.entries {
-            self.record_with_error(&e.client, e.throttled, e.error);
+            self.add(&e.client, Throttled::of(e));
         }
     }
 
@@ -129,8 +179,8 @@ impl TopClients {
 
     pub fn from_entries(entries: Vec<ClientCount>) -> TopClients {
         let mut top = TopClients::default();
-        for e in entries {
-            top.record_with_error(&e.client, e.throttled, e.error);
+        for e in &entries {
+            top.add(&e.client, Throttled::of(e));
         }
         top
     }
@@ -165,7 +215,7 @@ pub struct Aggregate {
 }
 
 impl DecisionSink for Aggregate {
-    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str) {
+    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str, tokens: u64) {
         let Some(stats) = self.stats_for(&rule.id) else {
             return;
         };
@@ -177,11 +227,13 @@ impl DecisionSink for Aggregate {
             }
             RuleOutcome::Denied | RuleOutcome::FailedClosed => {
                 c.denied += 1;
-                stats.top.record(client, 1);
+                c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
+                stats.top.record(client, 1, tokens);
             }
             RuleOutcome::ShadowDenied => {
                 c.shadow_denied += 1;
-                stats.top.record(client, 1);
+                c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
+                stats.top.record(client, 1, tokens);
             }
             RuleOutcome::FailedOpen => c.fail_open += 1,
             RuleOutcome::KeyMissing => c.key_missing += 1,
@@ -201,6 +253,14 @@ impl Aggregate {
             self.rules.insert(id.to_string(), RuleStats::default());
         }
         self.rules.get_mut(id)
+    }
+
+    /// Counts the tokens an allowed request of rule `rule_id` used, when its response
+    /// ended (see [`crate::tokens::Reservation::tokens_used`]).
+    pub fn record_tokens_used(&mut self, rule_id: &str, tokens: u64) {
+        if let Some(stats) = self.stats_for(rule_id) {
+            stats.counts.tokens_used = stats.counts.tokens_used.saturating_add(tokens);
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -329,15 +389,16 @@ mod tests {
         let mut top = TopClients::default();
         let mut truth = BTreeMap::new();
         // Ten heavy clients (200 each) among a thousand light ones: 3,000 in all, so
-        // anyone above 3000 / 20 = 150 is guaranteed a place.
+        // anyone above 3000 / 20 = 150 is guaranteed a place. Each throttled request
+        // asked for 7 tokens.
         for round in 0..200u64 {
             for heavy in 0..10u64 {
-                top.record(&format!("heavy-{heavy}"), 1);
+                top.record(&format!("heavy-{heavy}"), 1, 7);
                 *truth.entry(format!("heavy-{heavy}")).or_insert(0u64) += 1;
             }
             for light in 0..5u64 {
                 let name = format!("light-{}", round * 5 + light);
-                top.record(&name, 1);
+                top.record(&name, 1, 7);
                 *truth.entry(name).or_insert(0u64) += 1;
             }
         }
@@ -353,13 +414,18 @@ mod tests {
                 e.throttled - e.error <= truth[&name] && truth[&name] <= e.throttled,
                 "{e:?}"
             );
+            // Tokens are an upper bound in the same way: every request here asked for 7.
+            assert!(
+                7 * truth[&name] <= e.tokens && e.tokens <= 7 * e.throttled,
+                "{e:?}"
+            );
         }
     }
 
     #[test]
     fn long_client_keys_are_cut_on_a_character_boundary() {
         let mut top = TopClients::default();
-        top.record(&"é".repeat(100), 1);
+        top.record(&"é".repeat(100), 1, 0);
         assert!(top.sorted()[0].client.len() <= MAX_CLIENT_LEN);
     }
 
@@ -371,12 +437,15 @@ mod tests {
                 counts: RuleCounts {
                     allowed: 3,
                     denied: 1,
+                    tokens_used: 900,
+                    tokens_throttled: 250,
                     ..RuleCounts::default()
                 },
                 top_clients: vec![ClientCount {
                     client: "c".into(),
                     throttled: 1,
                     error: 0,
+                    tokens: 250,
                 }],
             }],
             overflow: 0,
@@ -389,8 +458,60 @@ mod tests {
         agg.merge(&batch);
         let merged = agg.take();
         assert_eq!(merged.rules[0].counts.allowed, 6);
+        assert_eq!(merged.rules[0].counts.tokens_used, 1_800);
+        assert_eq!(merged.rules[0].counts.tokens_throttled, 500);
         assert_eq!(merged.rules[0].top_clients[0].throttled, 2);
+        assert_eq!(merged.rules[0].top_clients[0].tokens, 500);
         assert!(agg.is_empty());
+    }
+
+    #[test]
+    fn rules_without_tokens_report_no_token_fields() {
+        // An admin API older than the token fields refuses unknown fields: a proxy that
+        // runs no token limit must send it exactly what it sent before.
+        let report = RuleReport {
+            rule: "r".into(),
+            counts: RuleCounts {
+                denied: 1,
+                ..RuleCounts::default()
+            },
+            top_clients: vec![ClientCount {
+                client: "c".into(),
+                throttled: 1,
+                error: 0,
+                tokens: 0,
+            }],
+        };
+        let json = serde_json::to_string(&report).unwrap();
+        assert!(!json.contains("tokens"), "{json}");
+        let with_tokens = RuleReport {
+            counts: RuleCounts {
+                tokens_used: 5,
+                ..report.counts.clone()
+            },
+            ..report
+        };
+        let json = serde_json::to_string(&with_tokens).unwrap();
+        assert!(json.contains(r#""tokens_used":5"#), "{json}");
+        assert_eq!(
+            serde_json::from_str::<RuleReport>(&json).unwrap(),
+            with_tokens
+        );
+    }
+
+    #[test]
+    fn tokens_used_are_counted_per_rule() {
+        let mut agg = Aggregate::default();
+        agg.record_tokens_used("a", 120);
+        agg.record_tokens_used("a", 30);
+        agg.record_tokens_used("b", 1);
+        let batch = agg.take();
+        let used: Vec<_> = batch
+            .rules
+            .iter()
+            .map(|r| (r.rule.as_str(), r.counts.tokens_used))
+            .collect();
+        assert_eq!(used, [("a", 150), ("b", 1)]);
     }
 
     #[test]
@@ -402,12 +523,14 @@ mod tests {
                 rule: "r".into(),
                 counts: RuleCounts {
                     allowed: u64::MAX,
+                    tokens_used: u64::MAX,
                     ..RuleCounts::default()
                 },
                 top_clients: vec![ClientCount {
                     client: "c".into(),
                     throttled: u64::MAX,
                     error: u64::MAX,
+                    tokens: u64::MAX,
                 }],
             }],
             overflow: u64::MAX,
@@ -420,5 +543,7 @@ mod tests {
         assert_eq!(merged.rules[0].counts.allowed, u64::MAX);
         assert_eq!(merged.rules[0].top_clients[0].throttled, u64::MAX);
         assert_eq!(merged.rules[0].top_clients[0].error, u64::MAX);
+        assert_eq!(merged.rules[0].top_clients[0].tokens, u64::MAX);
+        assert_eq!(merged.rules[0].counts.tokens_used, u64::MAX);
     }
 }

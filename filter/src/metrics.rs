@@ -81,28 +81,35 @@ impl Gauge {
 /// `_` (Envoy's tag extraction splits names on dots).
 #[derive(Debug, Default)]
 pub struct RuleCounters {
+    /// The rule id as it appears in the names.
+    id: String,
     pub allowed: Counter,
     pub denied: Counter,
     pub shadow_denied: Counter,
     pub near_limit: Counter,
     pub fail_open: Counter,
+    /// `tokens_used_total` and `tokens_throttled_total`, defined when the rule first
+    /// reports tokens: a rule without token limits adds nothing to Envoy's `/stats`.
+    tokens: Option<[Counter; 2]>,
 }
 
 impl RuleCounters {
     pub fn define(rule_id: &str) -> RuleCounters {
         let id = rule_id.replace('.', "_");
-        let counter = |outcome: &str| Counter::define(&format!("sluice_rule.{id}.{outcome}_total"));
+        let counter = |outcome: &str| counter_of(&id, outcome);
         RuleCounters {
             allowed: counter("allowed"),
             denied: counter("denied"),
             shadow_denied: counter("shadow_denied"),
             near_limit: counter("near_limit"),
             fail_open: counter("fail_open"),
+            tokens: None,
+            id,
         }
     }
 
     /// Adds one flush interval's counts and hands them to Envoy.
-    pub fn add(&self, counts: &RuleCounts) {
+    pub fn add(&mut self, counts: &RuleCounts) {
         for (counter, n) in [
             (&self.allowed, counts.allowed),
             (&self.denied, counts.denied),
@@ -113,7 +120,26 @@ impl RuleCounters {
             counter.add(n);
             counter.flush();
         }
+        if counts.tokens_used == 0 && counts.tokens_throttled == 0 && self.tokens.is_none() {
+            return;
+        }
+        let id = &self.id;
+        let counter = |outcome: &str| counter_of(id, outcome);
+        let tokens = self
+            .tokens
+            .get_or_insert_with(|| [counter("tokens_used"), counter("tokens_throttled")]);
+        for (counter, n) in tokens
+            .iter()
+            .zip([counts.tokens_used, counts.tokens_throttled])
+        {
+            counter.add(n);
+            counter.flush();
+        }
     }
+}
+
+fn counter_of(id: &str, outcome: &str) -> Counter {
+    Counter::define(&format!("sluice_rule.{id}.{outcome}_total"))
 }
 
 /// The control service's metrics (one instance, on the main thread).

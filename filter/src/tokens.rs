@@ -145,12 +145,18 @@ fn settle(
         now,
     };
     let mut global_created = 0;
+    let mut statistics = shared.statistics.borrow_mut();
     for (reservation, settlement) in reservations.iter().zip(settlements) {
         let settled = reservation.settle(*settlement, &cx);
         metrics.record_limiter(&settled.counters);
         metrics.tokens.record(*settlement, &settled);
         global_created += settled.global_created;
+        let used = reservation.tokens_used(*settlement);
+        if used > 0 {
+            statistics.record_tokens_used(&reservation.rule_id, used);
+        }
     }
+    drop(statistics);
     if global_created > 0 {
         global_channel::note_new_buckets(now);
     }

@@ -190,6 +190,20 @@ fn tokens_charged_equal_the_usage_reported_over_mixed_requests() {
         envoy.counter("wasmcustom.sluice_token_body_unread_total"),
         0
     );
+    // Each rule's statistics count the tokens its upstream reported, exactly (the probes
+    // were answered 500 and used nothing), and nothing throttled.
+    let used = |rule: &str| {
+        envoy
+            .stat(&format!("wasmcustom.sluice_rule.{rule}.tokens_used_total"))
+            .unwrap_or(0)
+    };
+    wait_for("token statistics flushed", Duration::from_secs(5), || {
+        used("openai") == openai.total() && used("anthropic") == anthropic.total()
+    });
+    for rule in ["openai", "anthropic"] {
+        let throttled = format!("wasmcustom.sluice_rule.{rule}.tokens_throttled_total");
+        assert_eq!(envoy.counter(&throttled), 0, "{rule}");
+    }
     eprintln!(
         "{answered} answers; charged OpenAI {openai_charged}, Anthropic {anthropic_charged} tokens"
     );

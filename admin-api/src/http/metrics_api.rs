@@ -65,7 +65,7 @@ fn filter(value: Option<&str>) -> Option<&str> {
     value.filter(|v| !v.is_empty())
 }
 
-/// `$wire { fields }` with a rule's six outcome counts from `$counts` (a `&Counts`): the
+/// `$wire { fields }` with a rule's eight counts from `$counts` (a `&Counts`): the
 /// wire types carry them as fields of their own, so this is the one place that lists them.
 macro_rules! with_counts {
     ($wire:ident { $($field:ident $(: $value:expr)?),* $(,)? }, $counts:expr) => {{
@@ -77,6 +77,8 @@ macro_rules! with_counts {
             near_limit: counts.near_limit,
             fail_open: counts.fail_open,
             key_missing: counts.key_missing,
+            tokens_used: counts.tokens_used,
+            tokens_throttled: counts.tokens_throttled,
             $($field $(: $value)?),*
         }
     }};
@@ -203,6 +205,7 @@ pub async fn metrics_clients(
                 rule: c.rule,
                 throttled: c.throttled,
                 error: c.error,
+                tokens: c.tokens,
             })
             .collect(),
     }))
@@ -326,6 +329,8 @@ fn stream_event(t: i64, delta: LiveDelta) -> StreamEvent {
                 allowed: d.allowed,
                 denied: d.denied,
                 shadow_denied: d.shadow_denied,
+                tokens_used: d.tokens_used,
+                tokens_throttled: d.tokens_throttled,
             };
             (id, rule)
         })

@@ -27,7 +27,7 @@ use super::openapi::{AuthErrors, WriteErrors};
 use super::proxy_ids::{IdPath, IdRefusal};
 use super::report_guard::{SeqRefusal, ceiling};
 use crate::pipeline::{RejectReason, Tally, ValidReport, ValidRule};
-use crate::store::{Counts, now_ms};
+use crate::store::{Counts, REQUEST_COUNTS, now_ms};
 
 /// How far in the future a report may end (clock skew).
 pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
@@ -112,6 +112,15 @@ pub struct RuleBody {
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
     pub key_missing: u64,
+    /// LLM tokens the rule's allowed requests used, as their responses reported (rules
+    /// with token limits; counted when a response ends).
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub tokens_used: u64,
+    /// LLM tokens the rule's throttled requests asked for (their estimates).
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub tokens_throttled: u64,
     /// Most throttled first, at most 100 (proxies send 20).
     #[serde(default)]
     #[schema(max_items = 100)]
@@ -134,6 +143,11 @@ pub struct ClientBody {
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
     pub error: u64,
+    /// LLM tokens the client's throttled requests asked for, an upper bound like
+    /// `throttled`.
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub tokens: u64,
 }
 
 impl BodyInput for ReportBody {
@@ -217,6 +231,8 @@ impl ReportBody {
                 near_limit: rule.near_limit,
                 fail_open: rule.fail_open,
                 key_missing: rule.key_missing,
+                tokens_used: rule.tokens_used,
+                tokens_throttled: rule.tokens_throttled,
             };
             for (name, value) in counts.named() {
                 problems.count(|| at(name), value);
@@ -238,6 +254,7 @@ impl ReportBody {
                 }
                 problems.count(|| at("throttled"), c.throttled);
                 problems.count(|| at("error"), c.error);
+                problems.count(|| at("tokens"), c.tokens);
                 // A client key is whatever a request carried, and a query parameter can
                 // carry %00: refusing the report would let any client hide a proxy's
                 // statistics, so NUL (which PostgreSQL cannot store) is replaced instead.
@@ -251,6 +268,7 @@ impl ReportBody {
                 let tally = Tally {
                     throttled: c.throttled,
                     error: c.error.min(c.throttled),
+                    tokens: c.tokens,
                 };
                 match clients.iter_mut().find(|(known, _)| *known == client) {
                     Some((_, t)) => t.add(tally),
@@ -473,12 +491,14 @@ fn within_ceiling(report: &ValidReport, window_ms: i64) -> Result<(), Refused> {
     let most = ceiling(window_ms);
     let mut over = Vec::new();
     for rule in &report.rules {
-        let counts = rule.counts.named();
+        // Requests only: a request can use thousands of tokens, and token counts are held
+        // to the absolute bound every count has.
+        let counts = rule.counts.named().into_iter().take(REQUEST_COUNTS);
         let clients = rule
             .clients
             .iter()
             .map(|(_, t)| ("top_clients", t.throttled));
-        for (name, value) in counts.into_iter().chain(clients) {
+        for (name, value) in counts.chain(clients) {
             if value > most && over.len() < MAX_PROBLEMS {
                 over.push(FieldError {
                     field: format!("rules[{}].{name}", rule.index),
@@ -521,11 +541,14 @@ mod tests {
                         near_limit: 4,
                         fail_open: 5,
                         key_missing: 6,
+                        tokens_used: 7,
+                        tokens_throttled: 8,
                     },
                     top_clients: vec![ClientCount {
                         client: "acme".into(),
                         throttled: 5,
                         error: 1,
+                        tokens: 9,
                     }],
                 }],
                 overflow: 8,
@@ -551,9 +574,11 @@ mod tests {
                 r.counts.shadow_denied,
                 r.counts.near_limit,
                 r.counts.fail_open,
-                r.counts.key_missing
+                r.counts.key_missing,
+                r.counts.tokens_used,
+                r.counts.tokens_throttled,
             ),
-            (1, 2, 3, 4, 5, 6)
+            (1, 2, 3, 4, 5, 6, 7, 8)
         );
         assert_eq!(
             r.clients,
@@ -561,7 +586,8 @@ mod tests {
                 "acme".to_string(),
                 Tally {
                     throttled: 5,
-                    error: 1
+                    error: 1,
+                    tokens: 9,
                 }
             )]
         );
@@ -574,8 +600,8 @@ mod tests {
             7,
             "the core's Report changed: update ReportBody"
         );
-        assert_eq!(keys(&full["rules"][0]).len(), 8, "RuleReport changed");
-        assert_eq!(keys(&full["rules"][0]["top_clients"][0]).len(), 3);
+        assert_eq!(keys(&full["rules"][0]).len(), 10, "RuleReport changed");
+        assert_eq!(keys(&full["rules"][0]["top_clients"][0]).len(), 4);
         // The smallest report the core accepts, the mirror accepts too; and vice versa
         // for what it refuses.
         for (body, core_ok) in [

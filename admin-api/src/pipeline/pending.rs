@@ -14,17 +14,20 @@ use crate::store::{
 const MAX_CLIENTS_IN_MEMORY: usize = 2_000;
 const CLIENTS_KEPT_ON_TRIM: usize = 500;
 
-/// A client's throttled count (an upper bound) and how much of it may belong to others.
+/// A client's throttled count (an upper bound), how much of it may belong to others, and
+/// the tokens its throttled requests asked for (an upper bound too).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Tally {
     pub(crate) throttled: u64,
     pub(crate) error: u64,
+    pub(crate) tokens: u64,
 }
 
 impl Tally {
     pub(crate) fn add(&mut self, other: Tally) {
         self.throttled = self.throttled.saturating_add(other.throttled);
         self.error = self.error.saturating_add(other.error);
+        self.tokens = self.tokens.saturating_add(other.tokens);
     }
 }
 
@@ -182,6 +185,7 @@ impl Pending {
                         client: client.to_string(),
                         throttled: tally.throttled,
                         error: tally.error,
+                        tokens: tally.tokens,
                     });
                 }
             }
@@ -253,7 +257,7 @@ mod tests {
                 &format!("c{i:02}"),
                 Tally {
                     throttled: i,
-                    error: 0,
+                    ..Tally::default()
                 },
             );
         }
@@ -282,7 +286,7 @@ mod tests {
                 &format!("c{i}"),
                 Tally {
                     throttled: i,
-                    error: 0,
+                    ..Tally::default()
                 },
             );
         }

@@ -360,13 +360,15 @@ impl Pipeline {
             rule,
             throttled,
             error,
+            tokens,
         } in top.into_iter().chain(extra)
         {
             if seen.insert((client.clone(), rule.clone())) {
-                totals
-                    .entry((client, rule))
-                    .or_default()
-                    .add(Tally { throttled, error });
+                totals.entry((client, rule)).or_default().add(Tally {
+                    throttled,
+                    error,
+                    tokens,
+                });
             }
         }
         let mut clients: Vec<ClientTotal> = totals
@@ -376,6 +378,7 @@ impl Pipeline {
                 rule,
                 throttled: t.throttled,
                 error: t.error,
+                tokens: t.tokens,
             })
             .collect();
         clients.sort_by(|a, b| {
@@ -727,6 +730,7 @@ mod tests {
             rule: "r".into(),
             throttled,
             error: 0,
+            tokens: 0,
         };
         let pair = |c: &str| (c.to_string(), "r".to_string());
         let top = [total("a", 100), total("b", 50)];

@@ -43,11 +43,11 @@ impl Stats {
                 (true, Code::Ok, _) => counts.fail_open += 1,
                 (_, Code::OverLimit, _) => {
                     counts.denied += 1;
-                    top.record(&matched.client, 1);
+                    top.record(&matched.client, 1, 0);
                 }
                 (false, Code::Ok, true) => {
                     counts.shadow_denied += 1;
-                    top.record(&matched.client, 1);
+                    top.record(&matched.client, 1, 0);
                 }
                 // Fitted, but another descriptor denied the request: nothing was charged.
                 (false, Code::Ok, false) if request_denied && !matched.shadow => {}

@@ -31,11 +31,11 @@ use sqlx::{AnyPool, ConnectOptions as _};
 
 pub use audit::{Action, AuditEntry};
 pub use edit::{Edited, Working};
-pub(crate) use metrics::ProxyBeat;
 pub use metrics::{
     ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBucket, Resolution, RuleBucket, Span,
     TOP_CLIENTS_PER_BUCKET,
 };
+pub(crate) use metrics::{ProxyBeat, REQUEST_COUNTS};
 pub use notify::VersionNotices;
 pub use proxies::{ProxyRecord, ProxySeen};
 pub(crate) use rules::canonical;

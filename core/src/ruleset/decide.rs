@@ -183,7 +183,7 @@ impl Ruleset {
                 }
                 (None, None) => {
                     decision.keys_missing += 1;
-                    sink.record(rule, RuleOutcome::KeyMissing, "");
+                    sink.record(rule, RuleOutcome::KeyMissing, "", 0);
                     continue;
                 }
             };
@@ -237,7 +237,7 @@ impl Ruleset {
                         RuleOutcome::FailedOpen => decision.failed_open += 1,
                         _ => {}
                     }
-                    sink.record(rule, outcome, &client);
+                    sink.record(rule, outcome, &client, bucket.tokens.total());
                 }
             }
         }
@@ -296,7 +296,7 @@ impl<'r> Early<'r> {
             } else {
                 RuleOutcome::NotCharged
             };
-            sink.record(e.rule, outcome, &e.client);
+            sink.record(e.rule, outcome, &e.client, e.bucket.tokens.total());
         }
     }
 }
@@ -366,7 +366,7 @@ fn record_outcomes<'r>(
             None
         };
         let outcome = decision.rule_outcome(e, result, acquisition.allowed);
-        sink.record(e.rule, outcome, &e.client);
+        sink.record(e.rule, outcome, &e.client, e.bucket.tokens.total());
     }
 }
 
@@ -512,6 +512,7 @@ fn reservation(
         format: budget.format_for(path),
         limits,
         shadow: rule.mode == Mode::Shadow,
+        estimate: bucket.tokens,
     })
 }
 

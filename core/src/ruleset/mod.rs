@@ -270,11 +270,13 @@ pub enum RuleOutcome {
 /// Receives per-rule outcomes during [`Ruleset::decide_observed`]. Called on the request
 /// path: implementations must be cheap and must not block.
 pub trait DecisionSink {
-    /// `client` is the rule's client key for this request ("" when missing).
-    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str);
+    /// `client` is the rule's client key for this request ("" when missing); `tokens`
+    /// what the request asked the rule's token limits for (its total estimate; 0 for a
+    /// rule without token limits).
+    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str, tokens: u64);
 }
 
 /// Ignores everything.
 impl DecisionSink for () {
-    fn record(&mut self, _: &Rule, _: RuleOutcome, _: &str) {}
+    fn record(&mut self, _: &Rule, _: RuleOutcome, _: &str, _: u64) {}
 }

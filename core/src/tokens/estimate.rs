@@ -36,6 +36,11 @@ impl TokenEstimate {
         }
     }
 
+    /// The whole estimate, input and output (what a throttled request's statistics count).
+    pub fn total(&self) -> u64 {
+        self.count(UsageMeasure::Total)
+    }
+
     /// What a token limit reserves: the estimate, at least 1 (so an empty bucket refuses)
     /// and at most the limit's burst (so a large request still fits a full bucket; the
     /// rest is charged as debt when its usage is known).

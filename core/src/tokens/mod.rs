@@ -67,6 +67,8 @@ pub struct Reservation {
     pub limits: SmallVec<[Reserved; 2]>,
     /// A shadow-mode rule's reservation (never denies, settled all the same).
     pub shadow: bool,
+    /// The request's estimate (what its statistics count when its usage is unknown).
+    pub estimate: TokenEstimate,
 }
 
 /// How a request ended, for its reservation.
@@ -117,6 +119,19 @@ pub struct SettleContext<'a, S, L> {
 }
 
 impl Reservation {
+    /// The tokens the request used, for statistics: its reported total (input + output
+    /// when the total is not reported), its estimate when the usage is unknown, none when
+    /// refunded.
+    pub fn tokens_used(&self, settlement: Settlement) -> u64 {
+        match settlement {
+            Settlement::Refund => 0,
+            Settlement::Unknown => self.estimate.total(),
+            Settlement::Used(usage) => usage
+                .count(UsageMeasure::Total)
+                .unwrap_or_else(|| self.estimate.total()),
+        }
+    }
+
     /// Commits `settlement`: each bucket goes from its reservation to the usage (proxy
     /// limits in one compare-and-swap of the client's slot, global ones in the lease
     /// table).

@@ -77,6 +77,7 @@ pub fn Clients() -> impl IntoView {
                                             <td><A href=format!("/rules/{}", enc(&c.rule))>{rule_name}</A></td>
                                             <td class="num">{format::count(c.throttled)}
                                                 {(c.error > 0).then(|| view! { <span class="muted small">" ±"{format::count(c.error)}</span> })}
+                                                {(c.tokens > 0).then(|| view! { <div class="muted small" data-test="client-tokens">{format::count(c.tokens)}" tokens"</div> })}
                                             </td>
                                             <td class="hide-sm"><div class="bar"><div class="bar-fill" style=width></div></div></td>
                                         </tr>

@@ -36,17 +36,20 @@ pub fn bucket_seconds(t: i64, step_seconds: i64, now: i64) -> Option<f64> {
     }
 }
 
+/// `f` of each of the series' points, per second of its bucket.
+fn per_second(s: &Series, f: fn(&api::SeriesPoint) -> u64) -> Vec<(i64, f64)> {
+    let now = now_ms();
+    s.points
+        .iter()
+        .filter_map(|p| {
+            bucket_seconds(p.t, s.step_seconds, now).map(|secs| (p.t, f(p) as f64 / secs))
+        })
+        .collect()
+}
+
 /// Requests per second over the series' points.
 pub fn series_lines(s: &Series) -> Vec<Line> {
-    let now = now_ms();
-    let pick = |f: fn(&api::SeriesPoint) -> u64| -> Vec<(i64, f64)> {
-        s.points
-            .iter()
-            .filter_map(|p| {
-                bucket_seconds(p.t, s.step_seconds, now).map(|secs| (p.t, f(p) as f64 / secs))
-            })
-            .collect()
-    };
+    let pick = |f| per_second(s, f);
     let mut lines = vec![
         Line {
             label: "Allowed",
@@ -73,6 +76,35 @@ pub fn series_lines(s: &Series) -> Vec<Line> {
         });
     }
     lines
+}
+
+/// LLM tokens per second over the series' points: used by allowed requests, asked for by
+/// throttled ones. Empty when no rule with token limits saw traffic (the chart is then
+/// not shown).
+pub fn token_lines(s: &Series) -> Vec<Line> {
+    if !s
+        .points
+        .iter()
+        .any(|p| p.tokens_used > 0 || p.tokens_throttled > 0)
+    {
+        return Vec::new();
+    }
+    vec![
+        Line {
+            label: "Tokens used",
+            color: ALLOWED,
+            points: per_second(s, |p| p.tokens_used),
+            fill: true,
+            dashed: false,
+        },
+        Line {
+            label: "Tokens throttled",
+            color: THROTTLED,
+            points: per_second(s, |p| p.tokens_throttled),
+            fill: true,
+            dashed: false,
+        },
+    ]
 }
 
 /// Live rates from the server-sent metrics stream.
@@ -182,6 +214,8 @@ pub fn Overview() -> impl IntoView {
 
     let lines =
         Signal::derive(move || series.ready().map(|s| series_lines(&s)).unwrap_or_default());
+    let tokens =
+        Signal::derive(move || series.ready().map(|s| token_lines(&s)).unwrap_or_default());
     let window = Signal::derive(move || {
         series
             .ready()
@@ -250,6 +284,16 @@ pub fn Overview() -> impl IntoView {
                     Load::Ready(_) => view! { <TimeChart lines=lines unit="requests / s" window=window /> }.into_any(),
                 }}
             </section>
+
+            {move || (!tokens.with(Vec::is_empty)).then(|| view! {
+                <section class="card" data-test="token-chart">
+                    <div class="card-head">
+                        <h2>"LLM tokens per second"</h2>
+                        <Legend lines=tokens unit="tokens/s" />
+                    </div>
+                    <TimeChart lines=tokens unit="tokens / s" window=window height=180.0 />
+                </section>
+            })}
 
             <div class="columns">
                 <section class="card">
@@ -350,7 +394,11 @@ fn rules_table(m: RuleMetricsList, window: String) -> AnyView {
                             <td class="num bad-text">{format::count(r.denied)}
                                 {(r.shadow_denied > 0).then(|| view! { <span class="muted small">" +"{format::count(r.shadow_denied)}" shadow"</span> })}
                             </td>
-                            <td class="num">{format::percent(r.throttle_ratio)}</td>
+                            <td class="num">{format::percent(r.throttle_ratio)}
+                                {(r.tokens_used + r.tokens_throttled > 0).then(|| view! {
+                                    <span class="muted small" data-test="rule-tokens">" · "{format::count(r.tokens_used)}" tokens used, "{format::count(r.tokens_throttled)}" throttled"</span>
+                                })}
+                            </td>
                             <td class="hide-sm"><Sparkline values=r.sparkline color=color /></td>
                         </tr>
                     }

@@ -1,6 +1,7 @@
 //! Envoy bootstraps for the benchmark, all from `sluice envoy-config`, so every variant
 //! shares the product's listener, route and settings and differs only in its HTTP filter.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -61,7 +62,7 @@ impl Generator {
         let rules_path = self.dir.join(format!("{name}.rules.json"));
         write_file(&rules_path, &serde_json::to_string_pretty(rules)?)?;
         let yaml_path = self.dir.join(format!("{name}.yaml"));
-        let mut generate = self.generator(concurrency, &yaml_path);
+        let mut generate = self.generator(concurrency, &yaml_path, "direct");
         generate
             .arg("--rules")
             .arg(&rules_path)
@@ -86,6 +87,24 @@ impl Generator {
         })
     }
 
+    /// Writes `<name>.rules.json` and `<name>.yaml`: Sluice with `rules` in front of the
+    /// upstream at `upstream` (the generator's output, untouched).
+    pub fn write_proxying(
+        &self,
+        name: &str,
+        rules: &Value,
+        concurrency: u32,
+        upstream: SocketAddr,
+    ) -> Result<Bootstrap> {
+        let rules_path = self.dir.join(format!("{name}.rules.json"));
+        write_file(&rules_path, &serde_json::to_string_pretty(rules)?)?;
+        let path = self.dir.join(format!("{name}.yaml"));
+        let mut generate = self.generator(concurrency, &path, &upstream.to_string());
+        generate.arg("--rules").arg(&rules_path);
+        let command = run_generator(&mut generate)?;
+        Ok(Bootstrap { path, command })
+    }
+
     /// Writes a bootstrap at `path` for an Envoy that follows the admin API at `admin_url`
     /// (rules, reports and global syncs) as `proxy_id`, answering requests itself.
     pub fn write_following(
@@ -96,21 +115,21 @@ impl Generator {
         proxy_id: &str,
         concurrency: u32,
     ) -> Result<String> {
-        let mut generate = self.generator(concurrency, path);
+        let mut generate = self.generator(concurrency, path, "direct");
         generate
             .args(["--admin-url", admin_url, "--proxy-token", proxy_token])
             .args(["--proxy-id", proxy_id]);
         run_generator(&mut generate)
     }
 
-    /// `sluice envoy-config` for a loopback listener that answers requests itself, the
-    /// filter, `concurrency` workers and an admin interface on a free port, written to
-    /// `output`.
-    fn generator(&self, concurrency: u32, output: &Path) -> Command {
+    /// `sluice envoy-config` for a loopback listener in front of `upstream` (`direct`: Envoy
+    /// answers requests itself), the filter, `concurrency` workers and an admin interface
+    /// on a free port, written to `output`.
+    fn generator(&self, concurrency: u32, output: &Path, upstream: &str) -> Command {
         let mut generate = Command::new(&self.sluice_bin);
         generate
             .arg("envoy-config")
-            .args(["--listen", "127.0.0.1:0", "--upstream", "direct"])
+            .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .arg("--filter")
             .arg(&self.filter_wasm)
             .args(["--concurrency", &concurrency.to_string()])

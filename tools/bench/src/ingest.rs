@@ -170,6 +170,7 @@ async fn prefill(store: &Store, options: &BenchOptions, now: i64) -> Result<u64>
         near_limit: rng.random_range(0..50) * scale,
         fail_open: 0,
         key_missing: rng.random_range(0..5) * scale,
+        ..Counts::default()
     };
     // Two hours per transaction keeps batches to a few tens of thousands of rows.
     let chunk = 2 * 3_600_000;
@@ -215,6 +216,7 @@ async fn prefill(store: &Store, options: &BenchOptions, now: i64) -> Result<u64>
                             client: format!("client-{c:06}"),
                             throttled,
                             error: throttled / 10,
+                            tokens: 0,
                         });
                     }
                 }

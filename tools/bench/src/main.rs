@@ -16,7 +16,8 @@
 //!    tracked client;
 //! 4. profile ([`profile`]): the core's hot path natively and under callgrind;
 //! 5. soak ([`soak`], only when named): a real `sluice serve` and Envoy under churning
-//!    load and a rule edit every second for `--soak-minutes`, memory and reports checked.
+//!    load and a rule edit every second for `--soak-minutes`, memory and reports checked;
+//! 6. tokens ([`tokens`], only when named): LLM token budgets' cost to streams.
 //!
 //! The machine is shared and noisy: the report gives ratios and differences from one
 //! interleaved run, medians with min–max over rounds, never absolute claims.
@@ -37,6 +38,7 @@ mod report;
 mod setup;
 mod soak;
 mod stats;
+mod tokens;
 mod wrk;
 
 use std::process::ExitCode;
@@ -124,7 +126,8 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             | Section::Global
             | Section::FleetScale
             | Section::Soak
-            | Section::Hostcalls => None,
+            | Section::Hostcalls
+            | Section::Tokens => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
@@ -198,6 +201,13 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             note(format!("section FleetScale failed: {err:#}"));
         }
     }
+    let mut tokens_failed = false;
+    if sections.contains(&Section::Tokens) {
+        if let Err(err) = tokens::run(&bench, &out_dir, &name) {
+            note(format!("section Tokens failed: {err:#}"));
+            tokens_failed = true;
+        }
+    }
     let mut hostcalls_failed = false;
     if sections.contains(&Section::Hostcalls) {
         if let Err(err) = hostcalls::run(&bench, &out_dir, &name) {
@@ -244,6 +254,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
         ),
         ("soak", soak_failed),
         ("hostcalls", hostcalls_failed),
+        ("tokens", tokens_failed),
     ]
     .into_iter()
     .filter_map(|(name, failed)| failed.then_some(name))

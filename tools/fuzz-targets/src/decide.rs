@@ -175,7 +175,7 @@ struct Charged {
 struct Outcomes(Vec<(String, RuleOutcome, String)>);
 
 impl DecisionSink for Outcomes {
-    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str) {
+    fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str, _tokens: u64) {
         self.0.push((rule.id.clone(), outcome, client.to_string()));
     }
 }

@@ -57,6 +57,10 @@ pub enum Section {
     /// The price of each host call the request path makes, from a probe module beside the
     /// pass-through filter (only when named; written beside the report).
     Hostcalls,
+    /// LLM token budgets: stream latency, Envoy's CPU per MB and per request, and memory
+    /// under a 50 MB stream, with and without a token limit (only when named; written
+    /// beside the report).
+    Tokens,
 }
 
 impl BenchArgs {

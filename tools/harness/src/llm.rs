@@ -15,7 +15,10 @@
 //! the connection is reset), `status-500`, `broken-json`, `negative`, `huge` (10^15) and
 //! `string` (usage figures that cannot be believed), `no-usage`, `endless` (a stream that
 //! keeps sending deltas for [`LlmOptions::endless_for`] and then stops without its final
-//! event). Only well-formed usage is entered in the [`Ledger`].
+//! event). Only well-formed usage is entered in the [`Ledger`]. The `x-llm-deltas` header
+//! asks one stream for that many content deltas instead of [`LlmOptions::deltas`] (at most
+//! [`MAX_DELTAS`]: the benchmark's 50 MB stream), and `x-llm-gap-ms` for that many
+//! milliseconds between writes instead of [`LlmOptions::chunk_gap`] (at most one second).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -36,6 +39,15 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::background::Background;
+
+/// Most content deltas `x-llm-deltas` may ask for (about 150 MB of events).
+pub const MAX_DELTAS: usize = 1_000_000;
+
+/// Bytes of one content delta event of a stream from `path` (the benchmark sizes its
+/// streams with it).
+pub fn delta_event_bytes(path: &str) -> usize {
+    event_for_delta(Api::of(path)).len()
+}
 
 /// How the fake answers.
 #[derive(Debug, Clone)]
@@ -246,6 +258,16 @@ async fn answer(
     let api = Api::of(request.uri().path());
     let path = request.uri().path().to_string();
     let fault = Fault::of(request.headers().get("x-llm-fault"));
+    let deltas = request
+        .headers()
+        .get("x-llm-deltas")
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .map_or(options.deltas, |n| n.min(MAX_DELTAS));
+    let chunk_gap = request
+        .headers()
+        .get("x-llm-gap-ms")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .map_or(options.chunk_gap, |ms| Duration::from_millis(ms.min(1_000)));
     let key = request
         .headers()
         .get("x-api-key")
@@ -299,11 +321,14 @@ async fn answer(
     let pieces = if fault == Fault::Status500 {
         vec![json!({"error": {"message": "upstream failed"}}).to_string()]
     } else if stream {
-        events(api, &draw, fault, include_usage, options.deltas)
+        events(api, &draw, fault, include_usage, deltas)
     } else {
         vec![whole(api, &draw, fault)]
     };
-    let options = options.clone();
+    let options = LlmOptions {
+        chunk_gap,
+        ..options.clone()
+    };
     tokio::spawn(async move {
         if fault == Fault::Endless {
             // Deltas until the time is up, then the stream stops without its last event.
@@ -581,5 +606,20 @@ mod tests {
         let reported = llm.reported("k");
         assert_eq!(reported.responses, 1);
         assert!((1..=50).contains(&reported.output));
+        // A stream asked for more deltas is that much longer.
+        let deltas = |n: &str| {
+            let (_, body) = crate::http::http_request(
+                llm.addr(),
+                "POST",
+                "/v1/messages",
+                &[("x-llm-deltas", n)],
+                r#"{"stream":true}"#,
+            )
+            .unwrap();
+            body.matches("content_block_delta").count()
+        };
+        // Each delta event names its type twice (event line and data).
+        assert_eq!(deltas("300"), 600);
+        assert_eq!(deltas("1"), 2);
     }
 }

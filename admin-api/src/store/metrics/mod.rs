@@ -20,8 +20,8 @@ mod rows;
 mod write;
 
 pub use buckets::{Resolution, Span};
-pub(crate) use rows::ProxyBeat;
 pub use rows::{
     ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBucket, RuleBucket,
     TOP_CLIENTS_PER_BUCKET,
 };
+pub(crate) use rows::{ProxyBeat, REQUEST_COUNTS};

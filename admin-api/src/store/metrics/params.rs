@@ -2,9 +2,9 @@
 
 use crate::store::Backend;
 
-/// Rows per multi-row statement (an `INSERT`, or a list of clients): 500 × 10 columns
-/// stays far below both databases' limits on bound parameters (SQLite 32,766, PostgreSQL
-/// 65,535).
+/// Rows per multi-row statement (an `INSERT`, or a list of clients): 500 × 12 columns (the
+/// widest table) stays far below both databases' limits on bound parameters (SQLite
+/// 32,766, PostgreSQL 65,535).
 pub(super) const ROWS_PER_STATEMENT: usize = 500;
 
 /// Placeholders for a statement with many parameters, bound in the order they appear:

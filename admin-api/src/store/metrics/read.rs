@@ -33,7 +33,8 @@ fn in_range(sql: &str, span: Span) -> AnyQuery<'_> {
 fn client_sums(pieces: &str, rest: &str) -> String {
     format!(
         "SELECT client, rule_id, CAST(SUM(throttled) AS BIGINT) AS throttled, \
-         CAST(SUM(error) AS BIGINT) AS error FROM ({pieces}) AS pieces {rest}"
+         CAST(SUM(error) AS BIGINT) AS error, CAST(SUM(tokens) AS BIGINT) AS tokens \
+         FROM ({pieces}) AS pieces {rest}"
     )
 }
 
@@ -161,7 +162,7 @@ impl Store {
         client: &str,
     ) -> Result<Vec<ClientBucket>, StoreError> {
         let sql = format!(
-            "SELECT bucket_ms, client, rule_id, throttled, error FROM {} \
+            "SELECT bucket_ms, client, rule_id, throttled, error, tokens FROM {} \
              WHERE {IN_RANGE} AND client = $4",
             ClientBucket::TABLE,
         );
@@ -179,6 +180,7 @@ impl Store {
                     client: total.client,
                     throttled: total.throttled,
                     error: total.error,
+                    tokens: total.tokens,
                 })
             })
             .collect()
@@ -207,7 +209,7 @@ fn client_pieces(spans: &[Span], rule: Option<&str>, params: &mut Params) -> Str
                 None => String::new(),
             };
             format!(
-                "SELECT client, rule_id, throttled, error FROM metric_clients \
+                "SELECT client, rule_id, throttled, error, tokens FROM metric_clients \
                  WHERE resolution = {r} AND bucket_ms >= {from} AND bucket_ms < {to}{rule_filter}"
             )
         })
@@ -234,5 +236,6 @@ fn client_total(row: &AnyRow) -> Result<ClientTotal, StoreError> {
         rule: row.try_get("rule_id")?,
         throttled: to_u64(row.try_get("throttled")?),
         error: to_u64(row.try_get("error")?),
+        tokens: to_u64(row.try_get("tokens")?),
     })
 }

@@ -11,15 +11,22 @@ use crate::store::{AnyQuery, to_i64, to_u64};
 pub const TOP_CLIENTS_PER_BUCKET: usize = 50;
 
 /// The count columns of `metric_rule_buckets` and `metric_proxy_buckets`, in the order of
-/// [`Counts::values`].
-pub(super) const COUNT_COLUMNS: [&str; 6] = [
+/// [`Counts::values`]: requests by outcome, then tokens.
+pub(super) const COUNT_COLUMNS: [&str; COUNTS] = [
     "allowed",
     "denied",
     "shadow_denied",
     "near_limit",
     "fail_open",
     "key_missing",
+    "tokens_used",
+    "tokens_throttled",
 ];
+
+/// How many counts a rule has; the first [`REQUEST_COUNTS`] count requests.
+const COUNTS: usize = 8;
+/// Counts of requests (the rest count LLM tokens).
+pub(crate) const REQUEST_COUNTS: usize = 6;
 
 /// Exact counts of one rule's outcomes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +37,10 @@ pub struct Counts {
     pub near_limit: u64,
     pub fail_open: u64,
     pub key_missing: u64,
+    /// Tokens the rule's allowed requests used (`sluice_core::report::RuleCounts`).
+    pub tokens_used: u64,
+    /// Tokens the rule's throttled requests asked for.
+    pub tokens_throttled: u64,
 }
 
 impl Counts {
@@ -45,7 +56,7 @@ impl Counts {
     }
 
     /// Each count with its name: the report's field and the table's column.
-    pub(crate) fn named(&self) -> [(&'static str, u64); 6] {
+    pub(crate) fn named(&self) -> [(&'static str, u64); COUNTS] {
         let values = [
             self.allowed,
             self.denied,
@@ -53,6 +64,8 @@ impl Counts {
             self.near_limit,
             self.fail_open,
             self.key_missing,
+            self.tokens_used,
+            self.tokens_throttled,
         ];
         std::array::from_fn(|i| (COUNT_COLUMNS[i], values[i]))
     }
@@ -92,19 +105,14 @@ impl Counts {
             near_limit: f(self.near_limit, other.near_limit),
             fail_open: f(self.fail_open, other.fail_open),
             key_missing: f(self.key_missing, other.key_missing),
+            tokens_used: f(self.tokens_used, other.tokens_used),
+            tokens_throttled: f(self.tokens_throttled, other.tokens_throttled),
         }
     }
 
     /// The values of [`COUNT_COLUMNS`], as stored.
-    pub(super) fn values(&self) -> [i64; 6] {
-        [
-            to_i64(self.allowed),
-            to_i64(self.denied),
-            to_i64(self.shadow_denied),
-            to_i64(self.near_limit),
-            to_i64(self.fail_open),
-            to_i64(self.key_missing),
-        ]
+    pub(super) fn values(&self) -> [i64; COUNTS] {
+        self.named().map(|(_, v)| to_i64(v))
     }
 
     /// Reads [`COUNT_COLUMNS`] from a row.
@@ -117,6 +125,8 @@ impl Counts {
             near_limit: count("near_limit")?,
             fail_open: count("fail_open")?,
             key_missing: count("key_missing")?,
+            tokens_used: count("tokens_used")?,
+            tokens_throttled: count("tokens_throttled")?,
         })
     }
 }
@@ -168,6 +178,8 @@ pub struct ClientBucket {
     pub client: String,
     pub throttled: u64,
     pub error: u64,
+    /// Tokens its throttled requests asked for (an upper bound, like `throttled`).
+    pub tokens: u64,
 }
 
 /// A proxy that sent a report: a sign of life.
@@ -204,6 +216,7 @@ pub struct ClientTotal {
     pub(crate) rule: String,
     pub throttled: u64,
     pub(crate) error: u64,
+    pub(crate) tokens: u64,
 }
 
 /// The metrics tables, each written by one [`AdditiveRow`] type.
@@ -269,7 +282,7 @@ impl AdditiveRow for ProxyBucket {
 impl AdditiveRow for ClientBucket {
     const TABLE: &'static str = "metric_clients";
     const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id", "client"];
-    const COUNTERS: &'static [&'static str] = &["throttled", "error"];
+    const COUNTERS: &'static [&'static str] = &["throttled", "error", "tokens"];
 
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
         query
@@ -279,6 +292,7 @@ impl AdditiveRow for ClientBucket {
             .bind(&self.client)
             .bind(to_i64(self.throttled))
             .bind(to_i64(self.error))
+            .bind(to_i64(self.tokens))
     }
 }
 

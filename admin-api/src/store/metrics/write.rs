@@ -224,34 +224,39 @@ mod tests {
              shadow_denied = metric_rule_buckets.shadow_denied + excluded.shadow_denied, \
              near_limit = metric_rule_buckets.near_limit + excluded.near_limit, \
              fail_open = metric_rule_buckets.fail_open + excluded.fail_open, \
-             key_missing = metric_rule_buckets.key_missing + excluded.key_missing";
+             key_missing = metric_rule_buckets.key_missing + excluded.key_missing, \
+             tokens_used = metric_rule_buckets.tokens_used + excluded.tokens_used, \
+             tokens_throttled = metric_rule_buckets.tokens_throttled + excluded.tokens_throttled";
         assert_eq!(
             upsert_sql::<RuleBucket>(Backend::Postgres, 1),
             format!(
                 "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, allowed, denied, \
-                 shadow_denied, near_limit, fail_open, key_missing) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 shadow_denied, near_limit, fail_open, key_missing, tokens_used, tokens_throttled) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET {rule_sets}"
             )
         );
-        // The per-proxy table adds the same six counts to its own row.
+        // The per-proxy table adds the same eight counts to its own row.
         let proxy_sets = rule_sets.replace("metric_rule_buckets", "metric_proxy_buckets");
         assert_eq!(
             upsert_sql::<ProxyBucket>(Backend::Sqlite, 1),
             format!(
                 "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, allowed, \
-                 denied, shadow_denied, near_limit, fail_open, key_missing) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 denied, shadow_denied, near_limit, fail_open, key_missing, tokens_used, \
+                 tokens_throttled) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET {proxy_sets}"
             )
         );
         assert_eq!(
             upsert_sql::<ClientBucket>(Backend::Postgres, 2),
-            "INSERT INTO metric_clients (resolution, bucket_ms, rule_id, client, throttled, error) \
-             VALUES ($1, $2, $3, $4, $5, $6), ($7, $8, $9, $10, $11, $12) \
+            "INSERT INTO metric_clients (resolution, bucket_ms, rule_id, client, throttled, error, \
+             tokens) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7), ($8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (resolution, bucket_ms, rule_id, client) DO UPDATE SET \
              throttled = metric_clients.throttled + excluded.throttled, \
-             error = metric_clients.error + excluded.error"
+             error = metric_clients.error + excluded.error, \
+             tokens = metric_clients.tokens + excluded.tokens"
         );
     }
 }

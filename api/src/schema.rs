@@ -12,7 +12,8 @@ use serde_json::json;
 use sluice_core::identity::{MAX_METADATA_NAME, MAX_METADATA_PATH};
 use sluice_core::rls;
 use sluice_core::rule::{
-    MAX_CONCURRENT, MAX_COST, MAX_LIMITS_PER_RULE, MAX_OVERRIDES, NO_GLOBAL_IN_FLIGHT,
+    MAX_CONCURRENT, MAX_COST, MAX_DELAY_MS, MAX_LIMITS_PER_RULE, MAX_OVERRIDES,
+    MAX_QUEUE_PER_WORKER, NO_GLOBAL_IN_FLIGHT,
 };
 use sluice_core::spec::RuleSpec;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
@@ -347,6 +348,21 @@ fn rule_spec_schema() -> serde_json::Value {
                                "limits": limits},
             }},
             "tokens": tokens_section(),
+            "on_limit": {"type": "string", "enum": ["refuse", "delay"], "default": "refuse",
+                         "description": "What an over-limit request gets (enforce mode): `refuse` answers it at once with the rule's response; `delay` holds it until its tokens are due, if that is within `delay.max_delay_ms` and the queues have room, and refuses it otherwise. Only with `scope: proxy` limits"},
+            "delay": {
+                "type": ["object", "null"], "additionalProperties": false,
+                "required": ["max_delay_ms"],
+                "description": "With `on_limit: delay` (and only then): how long a request may wait for its tokens and how many may wait",
+                "properties": {
+                    "max_delay_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DELAY_MS,
+                                     "description": "The longest a request is held, in milliseconds; one whose tokens are due later is refused"},
+                    "queue_per_key": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_QUEUE_PER_WORKER,
+                                      "description": "The most requests of one client waiting at once on one Envoy worker; at most `queue_per_worker` (default 16, or `queue_per_worker` if smaller)"},
+                    "queue_per_worker": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_QUEUE_PER_WORKER,
+                                         "description": "The most requests of this rule waiting at once on one Envoy worker (default 1,024)"},
+                },
+            },
             "failure_mode": {"type": ["string", "null"], "enum": ["open", "closed", null],
                              "description": "Defaults to the proxy's"},
             "response": {
@@ -505,6 +521,8 @@ mod tests {
             "failure_mode": "closed",
             "response": {"status": 503, "rate_limit_headers": false, "grpc_status": "unavailable"},
             "descriptor": {"domain": "d", "entries": [{"key": "k", "value": "v"}]},
+            "on_limit": "delay",
+            "delay": {"max_delay_ms": 500, "queue_per_key": 4, "queue_per_worker": 64},
         }))
         .unwrap();
         let written = serde_json::to_value(&full).unwrap();
@@ -516,6 +534,7 @@ mod tests {
         for (section, value) in [
             ("match", &written["match"]),
             ("response", &written["response"]),
+            ("delay", &written["delay"]),
         ] {
             for key in value.as_object().unwrap().keys() {
                 assert!(

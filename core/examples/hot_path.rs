@@ -155,6 +155,7 @@ fn time(
             },
             now: Nanos::new(now),
             default_failure: config.failure_mode,
+            queue: None,
         };
         let decision = config.ruleset.decide(&request, &cx);
         if decision.is_allowed() {

@@ -18,6 +18,10 @@ pub struct BucketRequest<'a> {
     pub on_failure: FailureMode,
     /// What the token limits reserve (all zero for a rule without token limits).
     pub tokens: TokenEstimate,
+    /// `None`: an over-limit request is refused. `Some(d)` (a rule with `on_limit:
+    /// delay`): one whose tokens are due within `d` is admitted ahead and waits
+    /// (`d` is zero while the delay queue is full: refused, but not remembered).
+    pub max_delay_ns: Option<u64>,
 }
 
 impl BucketRequest<'_> {
@@ -28,8 +32,10 @@ impl BucketRequest<'_> {
 
     /// The one cost every limit charges, when there is one: a set with token limits has
     /// several, so its denials are not remembered (a smaller estimate may fit).
+    /// A set that may delay has none either: its next request may fit the queue.
     pub fn uniform_cost(&self) -> Option<u64> {
-        (!self.limits.iter().any(|l| l.counts.is_tokens())).then_some(self.cost)
+        (self.max_delay_ns.is_none() && !self.limits.iter().any(|l| l.counts.is_tokens()))
+            .then_some(self.cost)
     }
 }
 
@@ -52,8 +58,9 @@ pub enum LimiterFailure {
 /// What happened to one bucket set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BucketResult {
-    /// Charged; `tightest` is the limit with the fewest tokens left.
-    Allowed { tightest: TierVerdict },
+    /// Charged; `tightest` is the limit with the fewest tokens left. `wait_ns` is
+    /// non-zero when the tokens were reserved ahead: the request must wait that long.
+    Allowed { tightest: TierVerdict, wait_ns: u64 },
     /// Over the limit; `binding` is the limit that must refill longest.
     Denied { binding: TierVerdict },
     /// Could not be evaluated and the failure mode let the request through.

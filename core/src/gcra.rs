@@ -129,6 +129,31 @@ impl Gcra {
         }
     }
 
+    /// [`Gcra::check`], but a request that does not fit now and whose tokens are due
+    /// within `max_delay_ns` is admitted *ahead*: its tokens are reserved now, the bucket
+    /// going up to `max_delay_ns` beyond its capacity, and the returned wait is the time
+    /// until they are due (the request must not pass before `now + wait`). Zero for a
+    /// request that fits now. Passing each admitted request at `now + wait` or later keeps
+    /// the passes within `burst + rate × elapsed`: at that instant the backlog is back
+    /// within the capacity, as if the request had arrived then. A cost that can never fit
+    /// is refused as by `check`, and so is one due later than `max_delay_ns`.
+    pub fn check_ahead(
+        &self,
+        tat: Nanos,
+        now: Nanos,
+        cost: u64,
+        max_delay_ns: u64,
+    ) -> (Verdict, u64) {
+        let verdict = self.check(tat, now, cost);
+        let never_fits = cost.saturating_mul(self.interval_ns) > self.capacity_ns;
+        if verdict.allowed || never_fits || verdict.retry_after_ns > max_delay_ns {
+            return (verdict, 0);
+        }
+        let wait = verdict.retry_after_ns;
+        let due = self.check(tat, now.saturating_add(Nanos::new(wait)), cost);
+        (due, if due.allowed { wait } else { 0 })
+    }
+
     /// The TAT after giving back `cost` tokens that were taken (used to undo a charge
     /// when another bucket of the same request denies it). Never moves the TAT below
     /// `now`, which would credit the bucket beyond full.
@@ -287,6 +312,56 @@ mod tests {
         assert!(verdict.allowed);
         assert_eq!(verdict.new_tat.get(), u64::MAX);
         assert!(!g.check(verdict.new_tat, end, 10).allowed);
+    }
+
+    #[test]
+    fn a_request_due_within_the_delay_is_reserved_ahead_and_waits_exactly_its_due_time() {
+        let g = gcra(5, 1, 2); // a token every 200 ms, two at most
+        let now = Nanos::from_secs(10);
+        let mut tat = Nanos::ZERO;
+        for _ in 0..2 {
+            let (v, wait) = g.check_ahead(tat, now, 1, 500_000_000);
+            assert!(v.allowed);
+            assert_eq!(wait, 0, "fits now: no wait");
+            tat = v.new_tat;
+        }
+        // Due in 200 ms, then 400 ms: both within 500 ms, reserved in turn.
+        let mut waits = Vec::new();
+        for _ in 0..2 {
+            let (v, wait) = g.check_ahead(tat, now, 1, 500_000_000);
+            assert!(v.allowed);
+            waits.push(wait);
+            tat = v.new_tat;
+        }
+        assert_eq!(waits, [200_000_000, 400_000_000]);
+        // The next is due in 600 ms: past the delay, refused and nothing reserved.
+        let (v, wait) = g.check_ahead(tat, now, 1, 500_000_000);
+        assert!(!v.allowed);
+        assert_eq!((wait, v.new_tat), (0, tat));
+        assert_eq!(v.retry_after_ns, 600_000_000);
+        // Exactly at the bound it is admitted: `max_delay` is inclusive.
+        let (v, wait) = g.check_ahead(tat, now, 1, 600_000_000);
+        assert!(v.allowed && wait == 600_000_000);
+        // Every reserved request passes its own due time within the plain check: at
+        // `now + wait` the bucket holds it, as if it had arrived then.
+        let (v, _) = g.check_ahead(Nanos::ZERO, now, 2, 0);
+        let (_, wait) = g.check_ahead(v.new_tat, now, 1, 1_000_000_000);
+        assert!(
+            g.check(v.new_tat, now.saturating_add(Nanos::new(wait)), 1)
+                .allowed
+        );
+        assert!(
+            !g.check(v.new_tat, now.saturating_add(Nanos::new(wait - 1)), 1)
+                .allowed
+        );
+    }
+
+    #[test]
+    fn a_cost_that_never_fits_is_not_delayed() {
+        let g = gcra(10, 1, 10);
+        let (v, wait) = g.check_ahead(Nanos::ZERO, Nanos::from_secs(1), 11, u64::MAX);
+        assert!(!v.allowed);
+        assert_eq!(wait, 0);
     }
 
     #[test]

@@ -48,6 +48,15 @@ pub fn client_fingerprint(rule_id: &str, client: &str) -> u64 {
     h.digest().max(1)
 }
 
+/// Identifies a rule among the rules whose requests wait in a worker's delay queue (its
+/// per-worker bound is counted under it).
+pub fn rule_identity(rule_id: &str) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(b"rule\0");
+    h.update(rule_id.as_bytes());
+    h.digest()
+}
+
 /// Points of a rollout: a client's [`rollout_point`] is below `percent × 100` when a
 /// rule rolled out to `percent` is enforced for it.
 pub const ROLLOUT_POINTS: u32 = 10_000;

@@ -15,6 +15,8 @@
 //! * [`response`]: the headers and body clients see; [`grpc`]: the same for gRPC calls.
 //! * [`in_flight`]: in-flight limits: places held in shared data while requests are in
 //!   flight, let go when their streams end, lapsing if nobody can let them go.
+//! * [`delay`]: a worker's queue of requests that wait for their tokens (`on_limit:
+//!   delay`) instead of being refused, with its bounds.
 //! * [`global`]: fleet-wide buckets: leases granted by a coordinator, spent locally.
 //! * [`config`]: the filter's plugin configuration.
 //! * [`listening`]: the line `sluice serve` announces its address with.
@@ -42,6 +44,7 @@
 pub mod bucket;
 pub mod config;
 pub mod control;
+pub mod delay;
 pub mod denials;
 pub mod gcra;
 pub mod global;

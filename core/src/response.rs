@@ -433,6 +433,14 @@ pub const RULE_HEADER: &str = "x-sluice-rule";
 /// names it: the rule's name, and `/N` for its Nth limit when it has several.
 pub const LIMIT_HEADER: &str = "x-sluice-limit";
 
+/// On the response to a request that waited for its tokens (`on_limit: delay`): the wait
+/// computed when it was queued, in milliseconds (`200.000`).
+pub const DELAY_WAIT_HEADER: &str = "x-sluice-delay-ms";
+
+/// Beside [`DELAY_WAIT_HEADER`]: the time the request spent queued, in milliseconds, as the
+/// worker's clock measured it (the wait plus up to one tick).
+pub const DELAY_QUEUED_HEADER: &str = "x-sluice-queued-ms";
+
 /// Calls `send` with a denial's header fields (`Retry-After`, the body's content type, the
 /// rule and limit that decided, then the rate-limit fields `format` asks for), formatted
 /// on the stack.

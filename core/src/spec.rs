@@ -56,6 +56,45 @@ pub struct RuleSpec {
     /// How a rule with token limits reads usage and reserves it (LLM token budgets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<TokensSpec>,
+    /// What an over-limit request gets: `refuse` (the default) answers it at once;
+    /// `delay` holds it until its tokens are due, within the rule's `delay` section.
+    #[serde(default, skip_serializing_if = "OnLimit::is_refuse")]
+    pub on_limit: OnLimit,
+    /// With `on_limit: delay`: how long a request may be held and how many may wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelaySpec>,
+}
+
+/// What an enforce-mode rule does with a request over its limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimit {
+    /// Answer at once with the rule's response (429).
+    #[default]
+    Refuse,
+    /// Hold the request until its tokens are due, if that is within `delay.max_delay_ms`
+    /// and the queues have room; refuse it otherwise (see `docs/shaping.md`).
+    Delay,
+}
+
+impl OnLimit {
+    pub fn is_refuse(&self) -> bool {
+        *self == OnLimit::Refuse
+    }
+}
+
+/// How long a delayed request may wait and how many may wait at once (`on_limit: delay`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelaySpec {
+    /// The longest a request is held, in milliseconds: one due later is refused.
+    pub max_delay_ms: u64,
+    /// The most requests of one client waiting at once on one worker (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_per_key: Option<u32>,
+    /// The most requests of this rule waiting at once on one worker (default 1,024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_per_worker: Option<u32>,
 }
 
 fn yes() -> bool {

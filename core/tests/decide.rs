@@ -40,6 +40,7 @@ impl Harness {
             },
             now: Nanos::new(now),
             default_failure: self.config.failure_mode,
+            queue: None,
         }
     }
 

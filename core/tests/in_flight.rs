@@ -44,6 +44,7 @@ impl Harness {
             },
             now: T0,
             default_failure: self.config.failure_mode,
+            queue: None,
         };
         let in_flight = InFlightContext {
             table: &self.table,

@@ -114,7 +114,7 @@ proptest! {
         let mut admitted: Vec<(u64, u64)> = Vec::new();
         for (gap, cost) in arrivals {
             now += gap;
-            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default() };
+            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default(), max_delay_ns: None };
             if table.acquire(&store, Nanos::new(now), &[request]).allowed {
                 admitted.push((now, cost));
             }
@@ -145,7 +145,7 @@ proptest! {
             now += gap;
             naive.iter_mut().for_each(|n| n.refill(now));
             let expected = naive.iter().all(|n| n.fits(cost));
-            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default() };
+            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default(), max_delay_ns: None };
             let outcome = table.acquire(&store, Nanos::new(now), &[request]);
             prop_assert_eq!(outcome.allowed, expected);
             let evaluated = matches!(outcome.buckets[0], BucketResult::Allowed { .. } | BucketResult::Denied { .. });
@@ -207,6 +207,7 @@ proptest! {
             global,
             now: Nanos::new(T0),
             default_failure: config.failure_mode,
+            queue: None,
         };
         let _ = config.ruleset.decide(&request, &cx);
     }

@@ -58,6 +58,7 @@ impl Harness {
             },
             now: Nanos::new(now),
             default_failure: self.config.failure_mode,
+            queue: None,
         };
         self.config.ruleset.decide(&request, &cx)
     }

@@ -10,9 +10,13 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, GrpcStatusCode, MapType};
 
 use sluice_core::config::FilterConfig;
+use sluice_core::delay::Delayed;
 use sluice_core::grpc::{self, GrpcAnswer, GrpcFlavour};
+use sluice_core::limiter::LimiterCounters;
 use sluice_core::request::{HttpRequest, RequestAttributes, WithBody};
-use sluice_core::response::{self, RateLimitFields, RateLimitHeaders};
+use sluice_core::response::{
+    self, DELAY_QUEUED_HEADER, DELAY_WAIT_HEADER, RateLimitFields, RateLimitHeaders,
+};
 use sluice_core::ruleset::{BodyNeed, Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::spec::GrpcStatus;
 use sluice_core::time::Nanos;
@@ -42,6 +46,9 @@ pub struct SluiceHttp {
     grpc_at_headers: Option<Option<(GrpcFlavour, String)>>,
     /// What the allowed request reserved, until its response ends.
     tokens: Option<TokenFlow>,
+    /// Set while the request was admitted to wait for its tokens (`on_limit: delay`):
+    /// what to give back, and where, if its stream ends before it passes.
+    delayed: Option<(Rc<FilterConfig>, Delayed)>,
 }
 
 impl SluiceHttp {
@@ -54,6 +61,7 @@ impl SluiceHttp {
             awaiting_body: None,
             grpc_at_headers: None,
             tokens: None,
+            delayed: None,
         }
     }
 
@@ -156,6 +164,16 @@ impl SluiceHttp {
             },
             now,
             default_failure: config.failure_mode,
+            queue: None,
+        };
+        // Only a ruleset that delays looks at the queue.
+        let queue = config
+            .ruleset
+            .has_delay_rules()
+            .then(|| self.shared.delay.queue());
+        let cx = DecisionContext {
+            queue: queue.as_deref(),
+            ..cx
         };
         let mut statistics = self.shared.statistics.borrow_mut();
         let mut decision = if config.ruleset.has_in_flight_rules() {
@@ -169,6 +187,7 @@ impl SluiceHttp {
                 .decide_observed(request, &cx, &mut *statistics)
         };
         drop(statistics);
+        drop(queue);
         record(metrics, &decision);
         self.keep_places(metrics, &mut decision);
         let reservations = std::mem::take(&mut decision.reservations);
@@ -196,7 +215,17 @@ impl SluiceHttp {
                         .tightest
                         .map(|t| (RateLimitFields::of(&t, false), format));
                 }
-                Action::Continue
+                match decision.delayed.take() {
+                    // Its tokens are reserved ahead: it waits for them here, and the
+                    // worker's tick resumes it when they are due.
+                    Some(delayed) => {
+                        metrics.delay.delayed.inc();
+                        self.shared.delay.hold(self.context_id, now, &delayed);
+                        self.delayed = Some((Rc::clone(config), delayed));
+                        Action::Pause
+                    }
+                    None => Action::Continue,
+                }
             }
             Outcome::Denied(limited) => {
                 metrics.denied.inc();
@@ -262,6 +291,7 @@ impl SluiceHttp {
 
 impl Context for SluiceHttp {
     fn on_done(&mut self) -> bool {
+        self.stop_waiting();
         self.abandon_tokens();
         self.let_go_of_places();
         true
@@ -300,6 +330,46 @@ impl SluiceHttp {
     /// decided after its body, else read now.
     fn grpc_request(&mut self) -> Option<(GrpcFlavour, String)> {
         self.grpc_at_headers.take().unwrap_or_else(grpc_request)
+    }
+
+    /// The request's stream ended: if it was still waiting for its tokens, it leaves the
+    /// queue and its request limits get back what it reserved (its token limits get
+    /// theirs from its token reservation). Once only.
+    fn stop_waiting(&mut self) {
+        let Some((config, delayed)) = self.delayed.take() else {
+            return;
+        };
+        if !self.shared.delay.give_up(self.context_id) {
+            return;
+        }
+        let metrics = self.shared.metrics();
+        metrics.delay.cancelled.inc();
+        let Some(now) = clock::now() else {
+            metrics.delay.failures.inc();
+            return;
+        };
+        let mut counters = LimiterCounters::default();
+        let failures = delayed.refund(&config.table, &self.shared.store, now, &mut counters);
+        metrics.record_limiter(&counters);
+        metrics.delay.failures.add(u64::from(failures));
+    }
+
+    /// Tells the client how long its request waited for its tokens, if it did: the wait
+    /// computed when it was queued and the time it spent queued (at most one tick more).
+    fn tell_delay(&self) {
+        let Some((wait, queued)) = self
+            .delayed
+            .as_ref()
+            .and_then(|_| self.shared.delay.take_passed(self.context_id))
+        else {
+            return;
+        };
+        for (name, ns) in [(DELAY_WAIT_HEADER, wait), (DELAY_QUEUED_HEADER, queued)] {
+            let millis = format!("{}.{:03}", ns / 1_000_000, ns / 1_000 % 1_000);
+            if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &millis).is_err() {
+                self.shared.metrics().errors.inc();
+            }
+        }
     }
 
     /// Refunds what is still reserved: the request ended before its response did.
@@ -372,6 +442,7 @@ impl HttpContext for SluiceHttp {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        self.tell_delay();
         if let Some((fields, format)) = self.response_fields.take() {
             fields.emit(format, |name, value| {
                 if hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value).is_err() {
@@ -399,6 +470,7 @@ impl HttpContext for SluiceHttp {
     }
 
     fn on_log(&mut self) {
+        self.stop_waiting();
         self.abandon_tokens();
         self.let_go_of_places();
     }

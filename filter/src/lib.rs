@@ -14,6 +14,9 @@
 //!   body read as it passes, the usage committed, or a refund.
 //! * [`in_flight`]: a worker's requests' places under in-flight limits: kept while
 //!   they live, let go when their streams end, refreshed from the tick.
+//! * [`delay`]: a worker's requests waiting for their tokens (`on_limit: delay`):
+//!   queued by their own context, resumed from the root's tick when due, refunded when
+//!   their stream ends first.
 //! * [`shared`]: what a worker's root and its requests share (configuration, stores,
 //!   metrics, statistics).
 //! * [`clock`]: the host's wall clock, read in one place.
@@ -38,6 +41,7 @@
 pub mod channel;
 pub mod clock;
 pub mod control;
+pub mod delay;
 pub mod election;
 pub mod global_channel;
 pub mod host_store;
@@ -56,5 +60,5 @@ use proxy_wasm::types::LogLevel;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_context_id| Box::new(root::SluiceRoot::default()));
+    proxy_wasm::set_root_context(|context_id| Box::new(root::SluiceRoot::new(context_id)));
 }}

@@ -295,6 +295,54 @@ pub struct Metrics {
     /// Token budgets: reservations and how they were settled.
     pub tokens: TokenMetrics,
     pub in_flight: InFlightMetrics,
+    pub delay: DelayMetrics,
+}
+
+/// The delay queue's counters (`on_limit: delay`, `sluice_core::delay`).
+#[derive(Debug, Default)]
+pub struct DelayMetrics {
+    /// Requests over a limit that were queued to wait for their tokens (also counted in
+    /// `allowed`: they were admitted, ahead).
+    pub delayed: Counter,
+    /// Queued requests resumed when their tokens were due.
+    pub passed: Counter,
+    /// Milliseconds the passed requests spent queued, summed (divide by `passed` for the
+    /// mean).
+    pub queued_ms: Counter,
+    /// Milliseconds past their due time the passed requests were resumed, summed: the
+    /// tick's part of their added latency.
+    pub late_ms: Counter,
+    /// Queued requests whose stream ended before they were due: taken out of the queue
+    /// and their tokens given back.
+    pub cancelled: Counter,
+    /// A queued request could not be resumed, or a cancelled one's tokens could not be
+    /// given back (their charge stands).
+    pub failures: Counter,
+}
+
+impl DelayMetrics {
+    fn define() -> DelayMetrics {
+        DelayMetrics {
+            delayed: Counter::define("sluice_delayed_total"),
+            passed: Counter::define("sluice_delay_passed_total"),
+            queued_ms: Counter::define("sluice_delay_queued_ms_total"),
+            late_ms: Counter::define("sluice_delay_late_ms_total"),
+            cancelled: Counter::define("sluice_delay_cancelled_total"),
+            failures: Counter::define("sluice_delay_failures_total"),
+        }
+    }
+
+    fn counters(&self) -> impl Iterator<Item = &Counter> {
+        [
+            &self.delayed,
+            &self.passed,
+            &self.queued_ms,
+            &self.late_ms,
+            &self.cancelled,
+            &self.failures,
+        ]
+        .into_iter()
+    }
 }
 
 /// In-flight limits' counters (`sluice_core::in_flight`).
@@ -456,6 +504,7 @@ impl Metrics {
             global_table_full: Counter::define("sluice_global_table_full_total"),
             tokens: TokenMetrics::define(),
             in_flight: InFlightMetrics::define(),
+            delay: DelayMetrics::define(),
         }
     }
 
@@ -488,6 +537,7 @@ impl Metrics {
         .into_iter()
         .chain(self.tokens.counters())
         .chain(self.in_flight.counters())
+        .chain(self.delay.counters())
         {
             counter.flush();
         }

@@ -20,6 +20,7 @@ use sluice_core::control::election::Role;
 
 use crate::clock;
 use crate::control;
+use crate::delay::DELAY_TICK;
 use crate::election::{self, ControlSeat};
 use crate::http::SluiceHttp;
 use crate::metrics::{Metrics, RuleCounters};
@@ -34,8 +35,11 @@ const WORKER_TICK: Duration = Duration::from_millis(100);
 /// How often a worker hands its statistics to Envoy's counters and the control service.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SluiceRoot {
+    /// Envoy's id of this root context: the effective context again after the tick
+    /// resumed a waiting request.
+    id: u32,
     part: Part,
 }
 
@@ -51,6 +55,13 @@ enum Part {
 }
 
 impl SluiceRoot {
+    pub fn new(id: u32) -> Self {
+        Self {
+            id,
+            part: Part::Unconfigured,
+        }
+    }
+
     /// This root's candidacy for running the control service, if it has one.
     fn seat(&mut self) -> Option<&mut ControlSeat> {
         match &mut self.part {
@@ -102,7 +113,11 @@ impl RootContext for SluiceRoot {
             return true;
         }
         if !matches!(self.part, Part::Filter(_)) {
-            self.part = Part::Filter(Box::default());
+            self.part = Part::Filter(Box::new(FilterRoot {
+                root_id: self.id,
+                period: WORKER_TICK,
+                ..FilterRoot::default()
+            }));
             let _ = hostcalls::set_tick_period(WORKER_TICK);
         }
         if let Part::Filter(filter) = &mut self.part {
@@ -165,20 +180,46 @@ struct FilterRoot {
     base: Option<FilterConfig>,
     /// The pushed ruleset version in force (or refused), to notice new ones cheaply.
     pushed_version: Option<u64>,
-    /// Time since the last statistics flush, counted in tick periods.
+    /// Time since the last statistics flush, counted in routine periods.
     since_flush: Duration,
     /// A candidate for running the control service (the plugin configuration has a
     /// `control` section).
     seat: Option<ControlSeat>,
     /// Ticking at the control service's pace (50 ms) because this root leads.
     fast_ticks: bool,
+    /// Envoy's id of this root context (see [`SluiceRoot::id`]).
+    root_id: u32,
+    /// The tick period in force.
+    period: Duration,
+    /// Time since the routine work last ran (it runs every [`Self::routine_period`],
+    /// whatever the tick).
+    since_routine: Duration,
     /// Envoy counters per rule id, defined when a rule first sees traffic.
     rule_counters: HashMap<String, RuleCounters>,
 }
 
 impl FilterRoot {
+    /// Resumes the requests whose tokens are due, then, at its own pace, the routine
+    /// work.
     fn on_tick(&mut self) {
-        self.since_flush += self.tick_period();
+        if let Some(now) = clock::now() {
+            let metrics = self.shared.metrics();
+            self.shared
+                .delay
+                .resume_due(self.root_id, now, &metrics.delay);
+        }
+        self.since_routine += self.period;
+        if self.since_routine >= self.routine_period() {
+            self.since_routine = Duration::ZERO;
+            self.routine();
+        }
+        self.follow_tick_period();
+    }
+
+    /// Follows the ruleset, the fleet view and the control service; flushes statistics
+    /// and metrics; refreshes in-flight places.
+    fn routine(&mut self) {
+        self.since_flush += self.routine_period();
         self.follow_pushed_ruleset();
         self.follow_fleet_view();
         self.flush_statistics();
@@ -191,20 +232,37 @@ impl FilterRoot {
         if let Some(seat) = &mut self.seat {
             seat.on_tick();
         }
-        // The leader ticks at the control service's pace, so polls, syncs and reports go
-        // out as promptly as from the singleton; the other workers stay at 100 ms.
-        let leads = self.seat.as_ref().is_some_and(ControlSeat::leads);
-        if leads != self.fast_ticks {
-            self.fast_ticks = leads;
-            let _ = hostcalls::set_tick_period(self.tick_period());
-        }
+        // The leader works at the control service's pace, so polls, syncs and reports
+        // go out as promptly as from the singleton; the other workers stay at 100 ms.
+        self.fast_ticks = self.seat.as_ref().is_some_and(ControlSeat::leads);
     }
 
-    fn tick_period(&self) -> Duration {
+    /// How often the routine work runs.
+    fn routine_period(&self) -> Duration {
         if self.fast_ticks {
             control::TICK
         } else {
             WORKER_TICK
+        }
+    }
+
+    /// Ticks at [`DELAY_TICK`] while the rules may delay requests or any still waits, so
+    /// each passes at most one such tick after it is due; at the routine's pace
+    /// otherwise.
+    fn follow_tick_period(&mut self) {
+        let delays = self
+            .shared
+            .config()
+            .is_some_and(|c| c.ruleset.has_delay_rules())
+            || !self.shared.delay.is_empty();
+        let period = if delays {
+            DELAY_TICK
+        } else {
+            self.routine_period()
+        };
+        if period != self.period {
+            self.period = period;
+            let _ = hostcalls::set_tick_period(period);
         }
     }
 
@@ -278,6 +336,7 @@ impl FilterRoot {
         self.pushed_version = None;
         self.follow_pushed_ruleset();
         self.follow_fleet_view();
+        self.follow_tick_period();
     }
 
     /// Once a second: adds the statistics gathered since the last flush to the per-rule

@@ -11,6 +11,7 @@ use sluice_core::config::FilterConfig;
 use sluice_core::global::lease::FleetView;
 use sluice_core::report::Aggregate;
 
+use crate::delay::DelayedRequests;
 use crate::host_store::HostStore;
 use crate::in_flight::InFlight;
 use crate::metrics::Metrics;
@@ -32,6 +33,8 @@ pub struct Shared {
     pub statistics: RefCell<Aggregate>,
     /// This worker's requests' places under in-flight limits.
     pub in_flight: InFlight,
+    /// This worker's requests waiting for their tokens (`on_limit: delay`).
+    pub delay: DelayedRequests,
 }
 
 impl Default for Shared {
@@ -45,6 +48,7 @@ impl Default for Shared {
             statistics: RefCell::default(),
             // The clock at start-up tells this worker's holder ids from other workers'.
             in_flight: InFlight::new(crate::clock::now().map_or(0, |t| t.get())),
+            delay: DelayedRequests::default(),
         }
     }
 }

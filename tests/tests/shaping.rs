@@ -1,5 +1,6 @@
-//! In-flight limits in a real Envoy with two workers, in front of the echo upstream, which
-//! counts the requests it works on at once.
+//! In-flight limits and delayed requests (`on_limit: delay`) in a real Envoy with two
+//! workers, in front of the echo upstream, which counts the requests it answers and those
+//! it works on at once.
 //!
 //! Load runs for a duration, not a count; every wait is for a condition. The limit is
 //! checked from both sides: the upstream never works on more than the limit of one key's
@@ -7,9 +8,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
+use sluice_core::response::{DELAY_QUEUED_HEADER, DELAY_WAIT_HEADER};
 use sluice_harness::upstream::{DELAY_HEADER, RESET_HEADER};
 use sluice_tests::{Client, Envoy, EnvoyOptions, Req, Upstream, wait_for};
 
@@ -163,4 +166,153 @@ fn places_come_back_however_requests_end() {
     assert_all_places_let_go(&envoy);
     assert_every_place_usable(&envoy, &upstream, key);
     assert_all_places_let_go(&envoy);
+}
+
+/// The worker's tick while its rules delay (`sluice_filter::delay::DELAY_TICK`).
+const DELAY_TICK_MS: f64 = 10.0;
+
+fn delaying_envoy(
+    upstream: &Upstream,
+    limit: serde_json::Value,
+    delay: serde_json::Value,
+) -> Envoy {
+    Envoy::start(EnvoyOptions {
+        rules: json!([{
+            "name": "smooth", "key": {"header": "x-api-key"},
+            "limits": [limit], "on_limit": "delay", "delay": delay
+        }]),
+        upstream: upstream.target(),
+        ..Default::default()
+    })
+}
+
+/// A delayed response's computed wait and time queued, in milliseconds.
+fn delay_of(resp: &sluice_tests::Resp) -> Option<(f64, f64)> {
+    let ms = |name| resp.header(name)?.parse::<f64>().ok();
+    Some((ms(DELAY_WAIT_HEADER)?, ms(DELAY_QUEUED_HEADER)?))
+}
+
+#[test]
+fn delayed_requests_pass_within_the_rate_and_wait_their_computed_time_plus_a_tick() {
+    const RATE: u64 = 20;
+    const BURST: u64 = 5;
+    let upstream = Upstream::start();
+    let envoy = delaying_envoy(
+        &upstream,
+        json!({"requests": RATE, "period": "second", "burst": BURST}),
+        json!({"max_delay_ms": 1000, "queue_per_key": 1000, "queue_per_worker": 1000}),
+    );
+    let client = Client::connect(envoy.listener_addr(), 30)
+        .with_timeouts(Duration::from_secs(20), Duration::from_secs(60));
+    let start = Instant::now();
+    let done = AtomicBool::new(false);
+    let responses = std::thread::scope(|s| {
+        // The upstream never sees more than `burst + rate × elapsed` of the key's
+        // requests, measured from before the first was sent.
+        let watcher = s.spawn(|| {
+            let mut samples = 0;
+            while !done.load(Ordering::Relaxed) {
+                let seen = upstream.requests_seen();
+                let bound = BURST + (RATE as f64 * start.elapsed().as_secs_f64()) as u64;
+                assert!(seen <= bound, "{seen} seen, {bound} allowed");
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            samples
+        });
+        let responses = client.run((0..150).map(|_| Req::get("/work").header("x-api-key", "k")));
+        done.store(true, Ordering::Relaxed);
+        assert!(watcher.join().unwrap() > 100);
+        responses
+    });
+    let passed: Vec<_> = responses.iter().filter(|r| r.status == 200).collect();
+    let refused = responses.iter().filter(|r| r.status == 429).count();
+    assert_eq!(passed.len() + refused, responses.len(), "only 200 and 429");
+    assert!(
+        refused > 0,
+        "past `max_delay`, requests are refused as ever"
+    );
+    let delays: Vec<(f64, f64)> = passed.iter().filter_map(|r| delay_of(r)).collect();
+    assert!(delays.len() as u64 > BURST, "{} delayed", delays.len());
+    // Never early: each waited at least its computed wait; the tick adds at most one
+    // period to most (the median; the slowest are printed, since a loaded machine can
+    // fire a timer late).
+    let mut late: Vec<f64> = delays
+        .iter()
+        .map(|(wait, queued)| {
+            assert!(queued >= wait, "passed early: waited {queued} of {wait} ms");
+            queued - wait
+        })
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let median = late[late.len() / 2];
+    let p99 = late[(late.len() * 99 / 100).min(late.len() - 1)];
+    eprintln!(
+        "{} delayed; past their due time: median {median:.3} ms, p99 {p99:.3} ms",
+        late.len()
+    );
+    assert!(median <= DELAY_TICK_MS, "median {median} ms past due");
+    // Every delayed request is counted, and none was left waiting.
+    wait_for("the delay counters", Duration::from_secs(5), || {
+        envoy.counter("wasmcustom.sluice_delay_passed_total") == delays.len() as u64
+    });
+    assert_eq!(
+        envoy.counter("wasmcustom.sluice_delayed_total"),
+        delays.len() as u64
+    );
+    assert_eq!(envoy.counter("wasmcustom.sluice_delay_cancelled_total"), 0);
+    assert_eq!(envoy.counter("wasmcustom.sluice_delay_failures_total"), 0);
+}
+
+#[test]
+fn queues_keep_their_bounds_and_waiters_that_give_up_are_refunded() {
+    const PER_KEY: u64 = 2;
+    let upstream = Upstream::start();
+    // A token every 6 s: nothing queued passes while the test counts.
+    let envoy = delaying_envoy(
+        &upstream,
+        json!({"requests": 10, "period": 60, "burst": 1}),
+        json!({"max_delay_ms": 60000, "queue_per_key": PER_KEY}),
+    );
+    let workers = envoy.concurrency() as u64;
+    let client = Client::connect(envoy.listener_addr(), 1)
+        .with_timeouts(Duration::from_secs(20), Duration::from_secs(60));
+    assert_eq!(client.send(slow("k", 0)).status, 200, "the burst");
+    // Eleven more on connections of their own, spread over the workers: each worker
+    // queues at most `PER_KEY` of them, and refuses the rest at once.
+    let pending: Vec<Pending> = (0..11)
+        .map(|_| Pending::send(envoy.listener_addr(), "k", 0))
+        .collect();
+    wait_for(
+        "every request queued or refused",
+        Duration::from_secs(10),
+        || {
+            let delayed = envoy.counter("wasmcustom.sluice_delayed_total");
+            delayed + envoy.counter("wasmcustom.sluice_denied_total") == 11
+        },
+    );
+    let delayed = envoy.counter("wasmcustom.sluice_delayed_total");
+    // One worker took at least six of the eleven: its key's queue is full.
+    assert!(
+        (PER_KEY..=PER_KEY * workers).contains(&delayed),
+        "{delayed} queued on {workers} workers"
+    );
+    assert_eq!(upstream.requests_seen(), 1, "nothing queued has passed");
+    // They all give up (the client resets): nothing stays queued, and their tokens go
+    // back, so the next request waits for the one token after the burst, not for theirs.
+    drop(pending);
+    wait_for(
+        "every waiter out of the queue",
+        Duration::from_secs(10),
+        || envoy.counter("wasmcustom.sluice_delay_cancelled_total") == delayed,
+    );
+    assert_eq!(envoy.counter("wasmcustom.sluice_delay_failures_total"), 0);
+    let next = client.send(slow("k", 0));
+    assert_eq!(next.status, 200);
+    let (wait, _) = delay_of(&next).expect("it waited");
+    assert!(
+        wait <= 6_000.0,
+        "waited {wait} ms: the cancelled reservations stand"
+    );
+    assert_eq!(envoy.counter("wasmcustom.sluice_delay_passed_total"), 1);
 }

@@ -54,6 +54,17 @@ pub struct Acquisition {
     /// One result per request, in order.
     pub buckets: Buckets,
     pub counters: LimiterCounters,
+    /// For an allowed request whose tokens were reserved ahead: how long it must wait
+    /// before it passes. Zero otherwise.
+    pub wait_ns: u64,
+}
+
+/// Phase 1's results: one per set so far, the plans to write, and each set's own wait.
+#[derive(Default)]
+struct Checked {
+    buckets: Buckets,
+    plans: SmallVec<[Option<Plan>; INLINE_BUCKETS]>,
+    waits: SmallVec<[u64; INLINE_BUCKETS]>,
 }
 
 impl Acquisition {
@@ -64,6 +75,7 @@ impl Acquisition {
             allowed: false,
             buckets,
             counters,
+            wait_ns: 0,
         }
     }
 }
@@ -79,7 +91,8 @@ struct Plan {
 
 #[derive(Debug, Clone, Copy)]
 enum PlanResult {
-    Allowed(TierVerdict),
+    /// The tightest limit, and how long the request must wait (zero: not at all).
+    Allowed(TierVerdict, u64),
     Denied(TierVerdict),
 }
 
@@ -96,6 +109,11 @@ impl SlotTable {
     }
 
     /// Charges `cost` to every bucket set of `requests`, or to none of them.
+    ///
+    /// A set that may delay ([`BucketRequest::max_delay_ns`]) and whose tokens are due
+    /// within its delay makes the request wait ([`Acquisition::wait_ns`]); then every
+    /// set is checked and charged as of the instant the request will pass, so no limit
+    /// of the request sees it earlier than its upstream does.
     pub fn acquire(
         &self,
         store: &impl SharedStore,
@@ -103,54 +121,45 @@ impl SlotTable {
         requests: &[BucketRequest<'_>],
     ) -> Acquisition {
         let mut counters = LimiterCounters::default();
-        let mut buckets = Buckets::new();
-        let mut plans: SmallVec<[Option<Plan>; INLINE_BUCKETS]> = SmallVec::new();
-
         // Phase 1: read and check everything. The common denial ends here, unwritten;
         // a denial still standing ends it before any read.
-        for request in requests {
-            let standing = request
-                .uniform_cost()
-                .and_then(|cost| self.denials.standing(request.fingerprint, cost, now));
-            if let Some(binding) = standing {
-                counters.remembered_denials += 1;
-                buckets.push(BucketResult::Denied { binding });
-                return Acquisition::denied(buckets, requests.len(), counters);
-            }
-            match self.plan(store, now, request, &mut counters) {
-                Ok(Plan {
-                    result: PlanResult::Denied(binding),
-                    ..
-                }) => {
-                    self.remember(request, now, binding);
-                    buckets.push(BucketResult::Denied { binding });
-                    return Acquisition::denied(buckets, requests.len(), counters);
-                }
-                Ok(plan) => {
-                    // Stays `Skipped` until phase 2 writes it.
-                    buckets.push(BucketResult::Skipped);
-                    plans.push(Some(plan));
-                }
-                Err(failure) => {
-                    buckets.push(fail(request.on_failure, failure));
-                    if request.on_failure == FailureMode::Closed {
-                        return Acquisition::denied(buckets, requests.len(), counters);
-                    }
-                    plans.push(None);
-                }
-            }
+        let mut first = Checked::default();
+        if !self.check_all(store, (now, now), requests, &mut counters, &mut first) {
+            return Acquisition::denied(first.buckets, requests.len(), counters);
         }
-
+        let waits = first.waits.clone();
+        let wait_ns = waits.iter().copied().max().unwrap_or(0);
+        let (
+            Checked {
+                mut buckets, plans, ..
+            },
+            at,
+        ) = if wait_ns == 0 {
+            (first, now)
+        } else {
+            // Checked again as of the pass, with no further delay: a race that pushed
+            // a bucket later in between is refused rather than passed early.
+            let at = now.saturating_add(Nanos::new(wait_ns));
+            let mut again = Checked::default();
+            if !self.check_all(store, (now, at), requests, &mut counters, &mut again) {
+                return Acquisition::denied(again.buckets, requests.len(), counters);
+            }
+            (again, at)
+        };
         // Phase 2: write each plan with compare-and-swap, re-planning on conflicts.
         let mut committed: SmallVec<[(&BucketRequest<'_>, u32); INLINE_BUCKETS]> = SmallVec::new();
         let mut allowed = true;
-        for ((request, plan), result) in requests.iter().zip(plans).zip(buckets.iter_mut()) {
+        let planned = requests.iter().zip(plans).zip(waits);
+        for (((request, plan), own_wait), result) in planned.zip(buckets.iter_mut()) {
             let Some(plan) = plan else { continue };
-            let (outcome, slot) = self.commit(store, now, request, plan, &mut counters);
+            let (outcome, slot) = self.commit(store, now, at, request, plan, &mut counters);
             *result = match outcome {
-                Ok(PlanResult::Allowed(tightest)) => {
+                Ok(PlanResult::Allowed(tightest, _)) => {
                     committed.push((request, slot));
-                    BucketResult::Allowed { tightest }
+                    BucketResult::Allowed {
+                        tightest,
+                        wait_ns: own_wait,
+                    }
                 }
                 Ok(PlanResult::Denied(binding)) => {
                     allowed = false;
@@ -175,7 +184,63 @@ impl SlotTable {
             allowed,
             buckets,
             counters,
+            wait_ns: if allowed { wait_ns } else { 0 },
         }
+    }
+
+    /// Phase 1: reads and checks every set as of `at` (`now`, or the instant a waiting
+    /// request will pass: then no set may delay it further) into `checked`. `false`: a
+    /// set decided a denial, and `checked` holds the results up to it.
+    fn check_all(
+        &self,
+        store: &impl SharedStore,
+        (now, at): (Nanos, Nanos),
+        requests: &[BucketRequest<'_>],
+        counters: &mut LimiterCounters,
+        checked: &mut Checked,
+    ) -> bool {
+        let first_pass = at == now;
+        for request in requests {
+            let standing = request
+                .uniform_cost()
+                .filter(|_| first_pass)
+                .and_then(|cost| self.denials.standing(request.fingerprint, cost, now));
+            if let Some(binding) = standing {
+                counters.remembered_denials += 1;
+                checked.buckets.push(BucketResult::Denied { binding });
+                return false;
+            }
+            match self.plan(store, now, at, request, counters) {
+                Ok(Plan {
+                    result: PlanResult::Denied(binding),
+                    ..
+                }) => {
+                    if first_pass {
+                        self.remember(request, now, binding);
+                    }
+                    checked.buckets.push(BucketResult::Denied { binding });
+                    return false;
+                }
+                Ok(plan) => {
+                    // Stays `Skipped` until phase 2 writes it.
+                    checked.buckets.push(BucketResult::Skipped);
+                    checked.waits.push(match plan.result {
+                        PlanResult::Allowed(_, wait) => wait,
+                        PlanResult::Denied(_) => 0,
+                    });
+                    checked.plans.push(Some(plan));
+                }
+                Err(failure) => {
+                    checked.buckets.push(fail(request.on_failure, failure));
+                    if request.on_failure == FailureMode::Closed {
+                        return false;
+                    }
+                    checked.waits.push(0);
+                    checked.plans.push(None);
+                }
+            }
+        }
+        true
     }
 
     /// Remembers a denial of a bucket set whose limits all charge one cost.
@@ -192,6 +257,7 @@ impl SlotTable {
         &self,
         store: &impl SharedStore,
         now: Nanos,
+        at: Nanos,
         request: &BucketRequest<'_>,
         mut plan: Plan,
         counters: &mut LimiterCounters,
@@ -204,9 +270,26 @@ impl SlotTable {
                 Ok(WriteOutcome::Conflict) => counters.cas_conflicts += 1,
                 Err(e) => return (Err(LimiterFailure::Store(e)), plan.slot),
             }
-            match self.plan(store, now, request, counters) {
+            match self.plan(store, now, at, request, counters) {
                 Ok(p) if matches!(p.result, PlanResult::Denied(_)) => {
                     return (Ok(p.result), p.slot);
+                }
+                // The race moved this bucket's tokens later than the request's other
+                // sets were planned for: refused rather than passed early.
+                Ok(Plan {
+                    result: PlanResult::Allowed(tier, wait @ 1..),
+                    slot,
+                    ..
+                }) => {
+                    let verdict = Verdict {
+                        allowed: false,
+                        retry_after_ns: wait,
+                        ..tier.verdict
+                    };
+                    return (
+                        Ok(PlanResult::Denied(TierVerdict { verdict, ..tier })),
+                        slot,
+                    );
                 }
                 Ok(p) => plan = p,
                 Err(e) => return (Err(e), plan.slot),
@@ -215,11 +298,14 @@ impl SlotTable {
         (Err(LimiterFailure::Contention), plan.slot)
     }
 
-    /// Reads the client's slot and checks every limit against it.
+    /// Reads the client's slot and checks every limit against it as of `at`: `now`, when
+    /// a set that delays may reserve ahead, or the instant a waiting request will pass,
+    /// when none may delay it further.
     fn plan(
         &self,
         store: &impl SharedStore,
         now: Nanos,
+        at: Nanos,
         request: &BucketRequest<'_>,
         counters: &mut LimiterCounters,
     ) -> Result<Plan, LimiterFailure> {
@@ -241,13 +327,23 @@ impl SlotTable {
         let mut tightest: Option<TierVerdict> = None;
         let mut binding: Option<TierVerdict> = None;
         let mut verdicts = [None; crate::rule::MAX_LIMITS_PER_RULE];
+        let mut wait_ns = 0;
         for (tier, limit) in request.limits.iter().enumerate() {
             if limit.global {
                 // Charged in the lease table by the caller, not in a slot.
                 continue;
             }
             let tat = Nanos::new(next.tat_of(limit.identity).unwrap_or(0));
-            let verdict = limit.gcra.check(tat, now, request.cost_of(limit));
+            let max_delay = if at == now {
+                request.max_delay_ns.unwrap_or(0)
+            } else {
+                0
+            };
+            let (verdict, wait) =
+                limit
+                    .gcra
+                    .check_ahead(tat, at, request.cost_of(limit), max_delay);
+            wait_ns = wait_ns.max(wait);
             let tv = TierVerdict { tier, verdict };
             if verdict.allowed {
                 if tightest.is_none_or(|t| tighter(&tv, &t)) {
@@ -273,20 +369,23 @@ impl SlotTable {
                         counters.evictions += 1;
                     }
                 }
-                PlanResult::Allowed(t)
+                PlanResult::Allowed(t, wait_ns)
             }
             // Validation guarantees at least one limit, but an empty set must not
             // panic: it admits everything.
-            (None, None) => PlanResult::Allowed(TierVerdict {
-                tier: 0,
-                verdict: Verdict {
-                    allowed: true,
-                    new_tat: now,
-                    remaining: u64::MAX,
-                    reset_ns: 0,
-                    retry_after_ns: 0,
+            (None, None) => PlanResult::Allowed(
+                TierVerdict {
+                    tier: 0,
+                    verdict: Verdict {
+                        allowed: true,
+                        new_tat: now,
+                        remaining: u64::MAX,
+                        reset_ns: 0,
+                        retry_after_ns: 0,
+                    },
                 },
-            }),
+                0,
+            ),
         };
         Ok(Plan {
             slot: located.slot,
@@ -446,6 +545,7 @@ mod test_support {
             cost: 1,
             on_failure: FailureMode::Open,
             tokens: Default::default(),
+            max_delay_ns: None,
         }
     }
 
@@ -553,7 +653,7 @@ mod tests {
         let both = [bucket(10, &roomy), bucket(20, &tight)];
         assert_eq!(admitted(&t, &store, T0, &both, 50), 1);
         let outcome = t.acquire(&store, Nanos::new(T0), &[bucket(10, &roomy)]);
-        let BucketResult::Allowed { tightest } = outcome.buckets[0] else {
+        let BucketResult::Allowed { tightest, .. } = outcome.buckets[0] else {
             panic!()
         };
         assert_eq!(

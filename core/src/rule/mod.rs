@@ -11,6 +11,7 @@
 //! `sluice_core::rule::X` is the one path to each.
 
 mod cost;
+mod delay;
 mod in_flight;
 mod key;
 mod limit;
@@ -20,6 +21,10 @@ mod tokens;
 use std::collections::HashMap;
 
 pub use cost::{Cost, MAX_COST};
+pub use delay::{
+    DEFAULT_QUEUE_PER_KEY, DEFAULT_QUEUE_PER_WORKER, DelayPolicy, MAX_DELAY_MS,
+    MAX_QUEUE_PER_WORKER, NO_GLOBAL_DELAY,
+};
 pub use in_flight::{InFlightLimit, MAX_CONCURRENT, NO_GLOBAL_IN_FLIGHT};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
 pub use limit::{
@@ -68,6 +73,9 @@ pub struct Rule {
     /// Where a rule with token limits reads usage and what it reserves; `None` when no
     /// limit counts tokens.
     pub tokens: Option<TokenBudget>,
+    /// Set (`on_limit: delay`): an over-limit request waits for its tokens, within these
+    /// bounds, instead of being refused.
+    pub delay: Option<DelayPolicy>,
     /// The spec this rule was built from, kept for export and diffs.
     pub spec: RuleSpec,
 }
@@ -128,6 +136,8 @@ impl TryFrom<RuleSpec> for Rule {
             .chain(overrides.values().flatten())
             .any(|l| l.counts.is_tokens());
         let tokens = TokenBudget::build(spec.tokens.as_ref(), has_token_limits, &mut problems);
+        let all_limits = limits.iter().chain(overrides.values().flatten());
+        let delay = DelayPolicy::build(&spec, &id, all_limits, &mut problems);
         let (Some(key), Some(cost)) = (key, cost) else {
             // Building either one failed, and that recorded why.
             return Err(problems.into_errors());
@@ -153,6 +163,7 @@ impl TryFrom<RuleSpec> for Rule {
             grpc_status: spec.response.grpc_status,
             descriptor,
             tokens,
+            delay,
             spec,
         })
     }

@@ -14,7 +14,9 @@
 //! 4. Settling: when the slot table denies, every global spend is undone too.
 //! 5. `record_outcomes`: each rule's outcome, the request's, and its tightest limit.
 //! 6. `reserve_tokens`: for an allowed request, what each rule's token limits took, to
-//!    be settled when the response ends (`crate::tokens`).
+//!    be settled when the response ends (`crate::tokens`); and `delayed`: for one whose
+//!    tokens a rule with `on_limit: delay` reserved ahead (step 3, while the worker's
+//!    delay queue had room), how long it waits and what to give back if it gives up.
 //!
 //! A denied request, however it was denied, lets its in-flight places go before the
 //! decision returns (`in_flight::let_go_if_denied`).
@@ -30,6 +32,7 @@ use smallvec::SmallVec;
 use super::in_flight::{self, InFlightContext, Place, take_place};
 use super::{Decision, DecisionSink, NEAR_LIMIT_PERCENT, Outcome, RuleOutcome, Ruleset};
 use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, TierVerdict};
+use crate::delay::{DelayQueue, Delayed, QueueKey, Refund};
 use crate::gcra::Verdict;
 use crate::global::lease::{FleetView, Spend};
 use crate::global::table::{LeaseFailure, LeaseTable, Spent};
@@ -41,7 +44,7 @@ use crate::rule::{Counts, Limit, Rule};
 use crate::spec::{FailureMode, Mode};
 use crate::store::SharedStore;
 use crate::time::Nanos;
-use crate::tokens::{Reservation, Reserved, TokenEstimate};
+use crate::tokens::{Reservation, Reserved, TokenChange, TokenEstimate};
 
 /// What a decision works with besides the request: the slot table and the shared data it
 /// lives in, the fleet-wide buckets, the time, and the failure mode of rules that set
@@ -55,6 +58,9 @@ pub struct DecisionContext<'a, S, L> {
     pub now: Nanos,
     /// The failure mode of rules that set none (the plugin configuration's).
     pub default_failure: FailureMode,
+    /// The worker's delay queue, for rules with `on_limit: delay`: whether it has room
+    /// decides whether such a rule may reserve ahead. `None`: every rule refuses.
+    pub queue: Option<&'a DelayQueue>,
 }
 
 /// The fleet-wide side of a decision: the lease table, the shared data it lives in, and
@@ -151,6 +157,9 @@ impl Ruleset {
         record_outcomes(decision, &enforced, &acquisition, sink);
         if acquisition.allowed && decision.is_allowed() {
             reserve_tokens(decision, &enforced, &acquisition, &spends, request.path());
+            if acquisition.wait_ns > 0 {
+                decision.delayed = Some(delayed(&enforced, &acquisition));
+            }
         }
     }
 
@@ -198,11 +207,16 @@ impl Ruleset {
                     .map_or_else(TokenEstimate::default, |b| {
                         TokenEstimate::of(b, &request.body_facts().unwrap_or_default())
                     }),
+                max_delay_ns: None,
             };
             let mode = rule.mode_for(&client);
             if mode != rule.mode {
                 decision.rollout_shadowed += 1;
             }
+            let bucket = BucketRequest {
+                max_delay_ns: delay_allowance(rule, mode, bucket.fingerprint, cx.queue),
+                ..bucket
+            };
             match mode {
                 Mode::Enforce => enforced.push(Enforced {
                     rule,
@@ -390,7 +404,7 @@ impl<'r> Decision<'r> {
                 }
             }
             None => RuleOutcome::NotCharged,
-            Some(BucketResult::Allowed { tightest }) if allowed => {
+            Some(BucketResult::Allowed { tightest, .. }) if allowed => {
                 let tightest = tighter_of(*tightest, e.global);
                 self.note_allowed(e, tightest);
                 RuleOutcome::Allowed {
@@ -445,6 +459,61 @@ impl<'r> Decision<'r> {
         if *failure == LeaseFailure::TableFull {
             self.global_table_full += 1;
         }
+    }
+}
+
+/// How long `rule` may make its client's request wait: `None` for a rule that refuses
+/// (or runs in shadow mode for this client), zero while the queue has no room for it.
+fn delay_allowance(
+    rule: &Rule,
+    mode: Mode,
+    fingerprint: u64,
+    queue: Option<&DelayQueue>,
+) -> Option<u64> {
+    let policy = rule.delay.filter(|_| mode == Mode::Enforce)?;
+    let room = queue.is_some_and(|q| q.has_room(&policy, fingerprint));
+    Some(if room { policy.max_delay_ns } else { 0 })
+}
+
+/// Step 6, for an allowed request that must wait: what it counts against in the delay
+/// queue (each delaying rule whose own tokens were due later) and what its rules' request
+/// limits took, to give back if it gives up first.
+fn delayed(enforced: &[Enforced<'_, '_>], acquisition: &Acquisition) -> Delayed {
+    let mut keys = SmallVec::new();
+    let mut refunds = SmallVec::new();
+    let mut results = acquisition.buckets.iter();
+    for e in enforced.iter().filter(|e| e.has_proxy_limits()) {
+        let Some(BucketResult::Allowed { wait_ns, .. }) = results.next() else {
+            continue;
+        };
+        if let (Some(policy), 1..) = (e.rule.delay, *wait_ns) {
+            keys.push(QueueKey {
+                rule: policy.rule,
+                client: e.bucket.fingerprint,
+            });
+        }
+        let changes: SmallVec<_> = e
+            .bucket
+            .limits
+            .iter()
+            .filter(|l| !l.global && !l.counts.is_tokens())
+            .map(|l| TokenChange {
+                limit: *l,
+                reserved: e.bucket.cost_of(l),
+                used: 0,
+            })
+            .collect();
+        if !changes.is_empty() {
+            refunds.push(Refund {
+                fingerprint: e.bucket.fingerprint,
+                changes,
+            });
+        }
+    }
+    Delayed {
+        wait_ns: acquisition.wait_ns,
+        keys,
+        refunds,
     }
 }
 
@@ -555,7 +624,7 @@ fn charge_shadow(
                 .extend(reservation(rule, bucket, path, false, &spends));
             RuleOutcome::FailedOpen
         }
-        Some(BucketResult::Allowed { tightest }) => {
+        Some(BucketResult::Allowed { tightest, .. }) => {
             decision
                 .reservations
                 .extend(reservation(rule, bucket, path, true, &spends));

@@ -42,6 +42,8 @@ pub struct Ruleset {
     has_token_rules: bool,
     /// Whether an enabled rule limits requests in flight (then requests take places).
     has_in_flight_rules: bool,
+    /// Whether an enabled rule delays over-limit requests (`on_limit: delay`).
+    has_delay_rules: bool,
 }
 
 /// What a request's body is needed for, before it is decided.
@@ -106,12 +108,16 @@ impl Ruleset {
             let has_in_flight_rules = rules
                 .iter()
                 .any(|r| r.enabled && r.descriptor.is_none() && r.has_in_flight_limits());
+            let has_delay_rules = rules
+                .iter()
+                .any(|r| r.enabled && r.descriptor.is_none() && r.delay.is_some());
             Ruleset {
                 rules,
                 rendered,
                 needs,
                 has_token_rules,
                 has_in_flight_rules,
+                has_delay_rules,
             }
         })
     }
@@ -134,6 +140,13 @@ impl Ruleset {
     /// an [`InFlightContext`] ([`Ruleset::decide_in_flight`]).
     pub fn has_in_flight_rules(&self) -> bool {
         self.has_in_flight_rules
+    }
+
+    /// Whether any enabled rule delays over-limit requests: only then does a decision
+    /// look at the worker's delay queue, and the worker tick fast enough to resume them
+    /// on time.
+    pub fn has_delay_rules(&self) -> bool {
+        self.has_delay_rules
     }
 
     /// Whether `request` should be decided after its body: some enabled rule with token
@@ -240,6 +253,9 @@ pub struct Decision<'r> {
     pub in_flight: InFlightCounters,
     /// In-flight limits that could not be evaluated (the rule's failure mode decided).
     pub in_flight_failures: u32,
+    /// Set for an allowed request whose tokens were reserved ahead (`on_limit: delay`):
+    /// it must wait before it passes.
+    pub delayed: Option<crate::delay::Delayed>,
 }
 
 impl<'r> Decision<'r> {

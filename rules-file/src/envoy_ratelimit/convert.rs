@@ -350,6 +350,8 @@ fn rule_for(
         response: Default::default(),
         descriptor: None,
         tokens: None,
+        on_limit: Default::default(),
+        delay: None,
     };
     Ok((rule, notes))
 }

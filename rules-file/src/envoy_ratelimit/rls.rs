@@ -86,6 +86,8 @@ pub(super) fn convert_for_rls(domain: &str, limits: Vec<LimitAt>, out: &mut Impo
             failure_mode: None,
             response: Default::default(),
             tokens: None,
+            on_limit: Default::default(),
+            delay: None,
             descriptor: Some(DescriptorSpec {
                 domain: domain.to_string(),
                 entries: found

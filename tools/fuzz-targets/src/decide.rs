@@ -67,6 +67,7 @@ fn check(scenario: Scenario) {
             },
             now: Nanos::new(now),
             default_failure: scenario.failure_mode,
+            queue: None,
         };
         let decision = ruleset.decide_observed(request, &cx, &mut outcomes);
 

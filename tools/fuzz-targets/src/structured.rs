@@ -206,6 +206,8 @@ pub fn rule(u: &mut Unstructured<'_>) -> Result<RuleSpec> {
         } else {
             None
         },
+        on_limit: Default::default(),
+        delay: None,
     })
 }
 

@@ -67,6 +67,10 @@ pub struct Draft {
     pub key_missing: KeyMissingSpec,
     /// Not an input of the form yet: the rule's rollout percentage, kept as loaded.
     pub enforce_percent: u8,
+    /// Not an input of the form yet: what an over-limit request gets, kept as loaded.
+    pub on_limit: sluice_core::spec::OnLimit,
+    /// Not an input of the form yet: the delay queue's settings, kept as loaded.
+    pub delay: Option<sluice_core::spec::DelaySpec>,
 }
 
 impl Draft {
@@ -96,6 +100,8 @@ impl Draft {
             tokens: spec.tokens.clone(),
             key_missing: spec.key_missing.clone(),
             enforce_percent: spec.enforce_percent,
+            on_limit: spec.on_limit,
+            delay: spec.delay.clone(),
         }
     }
 
@@ -154,6 +160,8 @@ impl Draft {
             },
             descriptor: self.descriptor.clone(),
             tokens: self.tokens.clone(),
+            on_limit: self.on_limit,
+            delay: self.delay.clone(),
         };
         (spec, numbers.problems)
     }
@@ -203,6 +211,8 @@ pub fn blank() -> RuleSpec {
         descriptor: None,
         response: ResponseSpec::default(),
         tokens: None,
+        on_limit: Default::default(),
+        delay: None,
     }
 }
 

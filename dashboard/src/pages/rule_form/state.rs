@@ -251,6 +251,10 @@ pub(super) struct FormState {
     pub key_missing: RwSignal<KeyMissingSpec>,
     /// No input shows it yet; kept like `grpc_status`.
     pub enforce_percent: RwSignal<u8>,
+    /// Not an input yet: what an over-limit request gets, kept as loaded.
+    pub on_limit: RwSignal<sluice_core::spec::OnLimit>,
+    /// Not an input yet: the delay queue's settings, kept as loaded.
+    pub delay: RwSignal<Option<sluice_core::spec::DelaySpec>>,
 }
 
 impl FormState {
@@ -276,6 +280,8 @@ impl FormState {
             tokens: RwSignal::new(d.tokens),
             key_missing: RwSignal::new(d.key_missing),
             enforce_percent: RwSignal::new(d.enforce_percent),
+            on_limit: RwSignal::new(d.on_limit),
+            delay: RwSignal::new(d.delay),
         }
     }
 
@@ -303,6 +309,8 @@ impl FormState {
             tokens: self.tokens.get(),
             key_missing: self.key_missing.get(),
             enforce_percent: self.enforce_percent.get(),
+            on_limit: self.on_limit.get(),
+            delay: self.delay.get(),
         }
     }
 }

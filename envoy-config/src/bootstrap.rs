@@ -11,7 +11,6 @@ use crate::error::EnvoyConfigError;
 use crate::options::{ControlMode, EnvoyConfigOptions, Upstream, UpstreamProtocol};
 use crate::output::{Bootstrap, header};
 use crate::plugin::{plugin_configuration, vm_config, wasm_filter};
-use crate::rls::RlsService;
 
 /// The listener that carries client traffic; also its stats prefix
 /// (`listener.sluice_ingress.worker_N.downstream_cx_total`), which would otherwise be the
@@ -37,8 +36,11 @@ pub fn render(options: &EnvoyConfigOptions) -> Result<String, EnvoyConfigError> 
 
 /// Validates the options and assembles the bootstrap.
 pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError> {
-    if let Some(rls) = &options.rls {
-        return Ok(with_rls(options, rls));
+    if let Some(rlqs) = &options.rlqs {
+        rlqs.check().map_err(EnvoyConfigError::InvalidRlqs)?;
+    }
+    if options.rls.is_some() || options.rlqs.is_some() {
+        return Ok(with_services(options));
     }
     if !options.filter_wasm.is_absolute() {
         return Err(EnvoyConfigError::RelativeFilterPath(
@@ -83,15 +85,26 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
 }
 
 /// The bootstrap with Envoy's native rate limit filter asking Sluice's rate limit service
-/// (no wasm filter, no control service).
-fn with_rls(options: &EnvoyConfigOptions, rls: &RlsService) -> Bootstrap {
+/// and/or its quota filter asking the quota service (no wasm filter, no control service).
+fn with_services(options: &EnvoyConfigOptions) -> Bootstrap {
     let mut clusters = Vec::new();
     let mut route = upstream_route(options, &mut clusters);
-    if let Some(action) = route.get_mut("route") {
-        action["rate_limits"] = rls.rate_limits();
+    let mut filters = Vec::new();
+    if let Some(rls) = &options.rls {
+        if let Some(action) = route.get_mut("route") {
+            action["rate_limits"] = rls.rate_limits();
+        }
+        clusters.push(rls.cluster());
+        filters.push(rls.filter());
     }
-    clusters.push(rls.cluster());
-    let listener = listener(options, route, vec![rls.filter(), router()]);
+    if let Some(rlqs) = &options.rlqs {
+        if options.rls.is_none() {
+            clusters.push(rlqs.cluster());
+        }
+        filters.push(rlqs.filter());
+    }
+    filters.push(router());
+    let listener = listener(options, route, filters);
     Bootstrap {
         header: header(options),
         config: config(options, listener, clusters),
@@ -207,7 +220,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::rls::RlsAction;
+    use crate::rls::{RlsAction, RlsService};
     use crate::testing::*;
 
     #[test]

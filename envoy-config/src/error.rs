@@ -39,6 +39,8 @@ pub enum EnvoyConfigError {
          http:// or all https://"
     )]
     MixedAdminSchemes(String, String),
+    #[error("{0}")]
+    InvalidRlqs(String),
     #[error("cannot serialise the bootstrap: {0}")]
     Serialise(String),
 }

@@ -14,6 +14,8 @@
 //!   `control` section of the plugin configuration: [`plugin_configuration`]).
 //! * `rls`: Envoy's native rate limit filter pointed at Sluice's rate limit service
 //!   ([`RlsService`]), its cluster and the route's `rate_limits`.
+//! * `rlqs`: Envoy's quota filter pointed at Sluice's quota service ([`RlqsService`]),
+//!   its bucket matcher and the same cluster.
 //! * `options`: [`EnvoyConfigOptions`], everything the bootstrap depends on.
 //! * `plugin`: the filter's `http_filters` entry, its VM and its plugin configuration.
 //! * `output`: [`Bootstrap`], written as YAML under a header that says how to run it.
@@ -31,6 +33,7 @@ mod options;
 mod output;
 mod plugin;
 pub mod render;
+mod rlqs;
 mod rls;
 #[cfg(test)]
 mod testing;
@@ -46,5 +49,6 @@ pub use options::{
 };
 pub use output::Bootstrap;
 pub use plugin::{PLUGIN_NAME, WASM_FILTER, plugin_configuration};
+pub use rlqs::{REUSE_EXPIRED_ASSIGNMENT_S, RlqsService};
 pub use rls::{RLS_CLUSTER, RlsAction, RlsService};
 pub use sluice_core::listening::Scheme;

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use sluice_core::config::FilterConfigSpec;
 
 use crate::admin::AdminConnection;
+use crate::rlqs::RlqsService;
 use crate::rls::RlsService;
 
 /// Envoy's usual admin address.
@@ -113,6 +114,9 @@ pub struct EnvoyConfigOptions {
     /// Set: Envoy's native rate limit filter asks Sluice's rate limit service instead of
     /// running the wasm filter (`filter_wasm`, `plugin` and `admin` are then not used).
     pub rls: Option<RlsService>,
+    /// Set: Envoy's quota filter (RLQS) asks Sluice's quota service instead of running
+    /// the wasm filter (and besides `rls` when both are set).
+    pub rlqs: Option<RlqsService>,
 }
 
 impl EnvoyConfigOptions {
@@ -129,6 +133,7 @@ impl EnvoyConfigOptions {
             upstream_protocol: UpstreamProtocol::default(),
             control_mode: ControlMode::default(),
             rls: None,
+            rlqs: None,
         }
     }
 }

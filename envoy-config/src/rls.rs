@@ -86,28 +86,9 @@ impl RlsService {
         })
     }
 
-    /// The service's cluster: HTTP/2 (gRPC), one static endpoint.
+    /// The service's cluster.
     pub(crate) fn cluster(&self) -> Value {
-        json!({
-            "name": RLS_CLUSTER,
-            "type": "STATIC",
-            "connect_timeout": "1s",
-            "typed_extension_protocol_options": {
-                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                    "explicit_http_config": { "http2_protocol_options": {} },
-                },
-            },
-            "load_assignment": {
-                "cluster_name": RLS_CLUSTER,
-                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": {
-                    "socket_address": {
-                        "address": self.addr.ip().to_string(),
-                        "port_value": self.addr.port(),
-                    },
-                } } }] }],
-            },
-        })
+        grpc_cluster(self.addr)
     }
 
     /// The route's `rate_limits`: one entry per descriptor, its actions in order.
@@ -119,6 +100,31 @@ impl RlsService {
             .collect();
         Value::Array(entries)
     }
+}
+
+/// The cluster of Sluice's gRPC listener (rate limit and quota services): HTTP/2, one
+/// static endpoint.
+pub(crate) fn grpc_cluster(addr: SocketAddr) -> Value {
+    json!({
+        "name": RLS_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": { "http2_protocol_options": {} },
+            },
+        },
+        "load_assignment": {
+            "cluster_name": RLS_CLUSTER,
+            "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": {
+                "socket_address": {
+                    "address": addr.ip().to_string(),
+                    "port_value": addr.port(),
+                },
+            } } }] }],
+        },
+    })
 }
 
 impl RlsAction {

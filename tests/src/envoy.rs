@@ -12,7 +12,7 @@ use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
 use sluice_envoy_config::{
     self as envoy_config, AdminConnection, ControlMode, EnvoyConfigOptions, LISTENER_NAME,
-    PluginConfig, RlsService, WASM_FILTER,
+    PluginConfig, RlqsService, RlsService, WASM_FILTER,
 };
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats};
 
@@ -60,6 +60,9 @@ pub struct EnvoyOptions {
     /// Envoy's native rate limit filter asking Sluice's rate limit service instead of the
     /// wasm filter (set `wasm_filter: false` too).
     pub rls: Option<RlsService>,
+    /// Envoy's quota filter (RLQS) asking Sluice's quota service instead of the wasm
+    /// filter (set `wasm_filter: false` too).
+    pub rlqs: Option<RlqsService>,
     /// HTTP filters placed ahead of every other (as Envoy configuration, JSON), e.g.
     /// `jwt_authn` verifying tokens before Sluice reads their claims.
     pub filters_before: Vec<Value>,
@@ -83,6 +86,7 @@ impl Default for EnvoyOptions {
             control_mode: ControlMode::Singleton,
             filter_discovery: false,
             rls: None,
+            rlqs: None,
             filters_before: Vec::new(),
         }
     }
@@ -180,6 +184,7 @@ impl Envoy {
         config.upstream_protocol = options.upstream_protocol;
         config.control_mode = options.control_mode;
         config.rls = options.rls.clone();
+        config.rlqs = options.rlqs.clone();
         let mut bootstrap = envoy_config::build(&config).context("generating the Envoy config")?;
         let discovered_filter = if options.filter_discovery {
             let path = dir.path().join("sluice-filter.json");

@@ -158,6 +158,13 @@ pub struct RlsMetrics {
     pub(crate) connections: ConnectionMetrics,
     /// RLS rules in force.
     pub(crate) rules: Gauge,
+    /// Quota service (RLQS) streams open now.
+    pub(crate) quota_streams: Gauge,
+    /// Usage reports answered on quota streams.
+    pub(crate) quota_reports: Counter,
+    /// What quota streams were refused, by reason (`max_streams`, `max_stream_buckets`,
+    /// `invalid`, `idle`).
+    pub(crate) quota_refused: Family<ReasonLabel, Counter>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -206,6 +213,21 @@ impl RlsMetrics {
             "sluice_rls_rules",
             "Rules with a descriptor section in force (RLS rules)",
             self.rules.clone(),
+        );
+        registry.register(
+            "sluice_rlqs_streams",
+            "Quota service (RLQS) streams open now",
+            self.quota_streams.clone(),
+        );
+        registry.register(
+            "sluice_rlqs_reports",
+            "Usage reports answered on quota service (RLQS) streams",
+            self.quota_reports.clone(),
+        );
+        registry.register(
+            "sluice_rlqs_refused",
+            "What the quota service (RLQS) refused, by reason (max_streams, max_stream_buckets: a bucket given no assignment, invalid, idle: a stream ended)",
+            self.quota_refused.clone(),
         );
     }
 }

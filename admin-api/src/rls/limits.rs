@@ -18,6 +18,18 @@ pub struct RlsLimits {
     /// How long a client may take to finish its TLS handshake (without TLS: to send its
     /// first bytes).
     pub tls_handshake_timeout: Duration,
+    /// Quota (RLQS) streams open at once, on all connections; more are refused
+    /// `RESOURCE_EXHAUSTED`.
+    pub max_quota_streams: usize,
+    /// Buckets one quota stream holds; a new bucket past it gets no assignment (Envoy
+    /// applies its no-assignment behaviour to it).
+    pub max_stream_buckets: usize,
+    /// Longest wait for a quota stream's next usage report (Envoy reports every
+    /// `reporting_interval`) before the stream is ended `DEADLINE_EXCEEDED`.
+    pub quota_idle_timeout: Duration,
+    /// A bucket Envoy reports no request for during this long is abandoned: Envoy drops
+    /// it (and its next request starts it again), and so does the stream.
+    pub abandon_after: Duration,
 }
 
 /// Largest `RateLimitRequest` decoded: 64 descriptors of 16 entries at the longest
@@ -37,6 +49,20 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// `--rlqs-max-streams`' default: one Envoy holds one stream per filter configuration.
+pub const MAX_QUOTA_STREAMS: usize = 1_024;
+/// `--rlqs-max-buckets`' default: a bucket id is at most 16 entries of 1 KiB values, so a
+/// stream holds at most about 17 MB of ids, usually far less.
+pub const MAX_STREAM_BUCKETS: usize = 1_000;
+/// `--rlqs-idle-timeout`' default: many reporting intervals (Envoy's are seconds).
+pub const QUOTA_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `--rlqs-abandon-after`' default.
+pub const ABANDON_AFTER: Duration = Duration::from_secs(300);
+/// How long an assignment holds in Envoy without being sent again. Every report renews
+/// it; when the service is gone for this long, Envoy's expired-assignment behaviour
+/// applies (the generated configuration keeps the last assignment a while longer).
+pub const ASSIGNMENT_TTL: Duration = Duration::from_secs(30);
+
 impl Default for RlsLimits {
     fn default() -> Self {
         RlsLimits {
@@ -44,6 +70,10 @@ impl Default for RlsLimits {
             max_streams: MAX_STREAMS,
             request_timeout: REQUEST_TIMEOUT,
             tls_handshake_timeout: crate::conn::TLS_HANDSHAKE_TIMEOUT,
+            max_quota_streams: MAX_QUOTA_STREAMS,
+            max_stream_buckets: MAX_STREAM_BUCKETS,
+            quota_idle_timeout: QUOTA_IDLE_TIMEOUT,
+            abandon_after: ABANDON_AFTER,
         }
     }
 }
@@ -57,8 +87,16 @@ impl RlsLimits {
         if self.max_streams == 0 {
             return Err("--rls-max-streams must be at least 1".into());
         }
+        if self.max_quota_streams == 0 {
+            return Err("--rlqs-max-streams must be at least 1".into());
+        }
+        if self.max_stream_buckets == 0 {
+            return Err("--rlqs-max-buckets must be at least 1".into());
+        }
         for (flag, value) in [
             ("--rls-request-timeout", self.request_timeout),
+            ("--rlqs-idle-timeout", self.quota_idle_timeout),
+            ("--rlqs-abandon-after", self.abandon_after),
             ("--tls-handshake-timeout", self.tls_handshake_timeout),
         ] {
             if value < Duration::from_millis(1) {

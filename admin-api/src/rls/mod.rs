@@ -8,8 +8,10 @@
 //! Its parts, each using only those before it: `limits` (every bound a client is held
 //! to), `rules` (the RLS rules in force, following the ruleset version), `stats` (the
 //! decisions' counts, handed to the metrics pipeline as a proxy's report), `service` (the
-//! call: convert, check, plan, charge, answer, count), `listener` (connections within the
-//! cap, TLS handshakes within their timeout).
+//! call: convert, check, plan, charge, answer, count), `quota` (the quota service's
+//! streams, RLQS, experimental: usage charged, assignments answered, every stream
+//! bounded), `listener` (connections within the cap, TLS handshakes within their
+//! timeout).
 //!
 //! Architecture Invariant: the listener authenticates no one (Envoy's rate limit filter
 //! sends no credentials by default): it belongs on loopback or a mesh-internal address,
@@ -17,6 +19,7 @@
 
 mod limits;
 mod listener;
+mod quota;
 mod rules;
 mod service;
 mod stats;
@@ -25,6 +28,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -32,8 +36,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 
 pub use limits::{
-    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_LIST_BYTES,
-    MAX_MESSAGE_BYTES, MAX_STREAMS, REQUEST_TIMEOUT, RlsLimits,
+    ABANDON_AFTER, ASSIGNMENT_TTL, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONNECTIONS,
+    MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES, MAX_QUOTA_STREAMS, MAX_STREAM_BUCKETS, MAX_STREAMS,
+    QUOTA_IDLE_TIMEOUT, REQUEST_TIMEOUT, RlsLimits,
 };
 
 use crate::http::AppState;
@@ -72,6 +77,9 @@ pub(crate) async fn start(
     let reporting = state.clone();
     let stats_task =
         tokio::spawn(async move { reporter.run(reporting, format!("rls@{addr}")).await });
+    let quota =
+        RateLimitQuotaServiceServer::new(quota::Rlqs::new(state.clone(), current.clone(), limits))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let service = RateLimitServiceServer::new(service::Rls {
         state: state.clone(),
         rules: current,
@@ -85,7 +93,8 @@ pub(crate) async fn start(
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
-        .add_service(service);
+        .add_service(service)
+        .add_service(quota);
     let task = tokio::spawn(async move {
         server
             .serve_with_incoming_shutdown(incoming, async move { state.shutting_down().await })

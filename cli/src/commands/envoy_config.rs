@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use sluice_core::config::DEFAULT_SLOTS;
 use sluice_envoy_config::{
     AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
-    EnvoyConfigOptions, PluginConfig, RlsAction, RlsService, Upstream, UpstreamProtocol,
+    EnvoyConfigOptions, PluginConfig, RlqsService, RlsAction, RlsService, Upstream,
+    UpstreamProtocol,
 };
 
 use super::{Failure, FailureModeArg, filter_spec, write_output};
@@ -31,12 +32,12 @@ pub struct EnvoyConfigArgs {
     upstream_protocol: UpstreamProtocol,
 
     /// The built filter (sluice_filter.wasm); written into the config as an absolute path.
-    /// Not with --rls.
+    /// Not with --rls or --rlqs.
     #[arg(
         long,
         value_name = "PATH.wasm",
-        required_unless_present = "rls",
-        conflicts_with = "rls"
+        required_unless_present_any = ["rls", "rlqs"],
+        conflicts_with_all = ["rls", "rlqs"]
     )]
     filter: Option<PathBuf>,
 
@@ -152,17 +153,55 @@ pub struct EnvoyConfigArgs {
     /// Refuse requests when the rate limit service does not answer in time.
     #[arg(long, requires = "rls")]
     rls_fail_closed: bool,
+    /// Instead of the wasm filter (or besides --rls), Envoy's quota filter
+    /// (envoy.filters.http.rate_limit_quota, experimental in Envoy) asking Sluice's quota
+    /// service at this address (`sluice serve --rls-listen`), failing open.
+    #[arg(long, value_name = "IP:PORT", conflicts_with_all = ["admin_url", "rules"])]
+    rlqs: Option<SocketAddr>,
+    /// The domain the quota filter reports (rules' `descriptor.domain`).
+    #[arg(
+        long,
+        value_name = "DOMAIN",
+        default_value = "sluice",
+        requires = "rlqs"
+    )]
+    rlqs_domain: String,
+    /// One entry of each request's quota bucket id: header:NAME=KEY or
+    /// generic:KEY=VALUE (repeat the flag; at least one header). A request without
+    /// every header is in no bucket and not limited.
+    #[arg(long, value_name = "ACTION", requires = "rlqs")]
+    rlqs_bucket: Vec<RlsAction>,
+    /// How often Envoy reports usage to the quota service and renews its assignments.
+    #[arg(long, value_name = "MS", default_value_t = 1_000, requires = "rlqs")]
+    rlqs_reporting_interval_ms: u32,
+    /// Deny a quota bucket's requests until the quota service has assigned it a quota.
+    #[arg(long, requires = "rlqs")]
+    rlqs_fail_closed: bool,
 }
 
 /// Renders the bootstrap to `--output` or standard output. Wrong rules, flags or files
 /// are [`Failure::BadInput`], each named where it must be fixed.
 pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
-    if let Some(addr) = args.rls {
+    if args.rls.is_some() || args.rlqs.is_some() {
         let mut options = EnvoyConfigOptions::new(args.listen, args.upstream, PathBuf::new());
         options.concurrency = args.concurrency;
         options.upstream_protocol = args.upstream_protocol;
         options.envoy_admin = args.envoy_admin;
         options.config_path = args.output.clone();
+        options.rlqs = args.rlqs.map(|addr| RlqsService {
+            addr,
+            domain: args.rlqs_domain.clone(),
+            bucket: args.rlqs_bucket.clone(),
+            reporting_interval_ms: args.rlqs_reporting_interval_ms,
+            fail_closed: args.rlqs_fail_closed,
+        });
+        if let Some(rlqs) = &options.rlqs {
+            rlqs.check().map_err(Failure::BadInput)?;
+        }
+        let Some(addr) = args.rls else {
+            let yaml = sluice_envoy_config::render(&options).map_err(anyhow::Error::from)?;
+            return write_output(args.output.as_deref(), &yaml);
+        };
         let mut descriptors = Vec::new();
         if !args.rls_action.is_empty() {
             descriptors.push(args.rls_action.clone());
@@ -183,7 +222,7 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     }
     let Some(filter) = &args.filter else {
         return Err(Failure::BadInput(
-            "--filter is required without --rls".into(),
+            "--filter is required without --rls or --rlqs".into(),
         ));
     };
     let filter = std::path::absolute(filter)

@@ -140,6 +140,22 @@ pub struct ServeArgs {
     /// DEADLINE_EXCEEDED.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     rls_request_timeout: Duration,
+
+    /// Quota service (RLQS) streams open at once on --rls-listen; more are refused.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::rls::MAX_QUOTA_STREAMS)]
+    rlqs_max_streams: usize,
+
+    /// Buckets one quota stream holds; a new one past it gets no assignment.
+    #[arg(long, value_name = "N", default_value_t = sluice_admin::rls::MAX_STREAM_BUCKETS)]
+    rlqs_max_buckets: usize,
+
+    /// How long a quota stream may go without a usage report before it is ended.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    rlqs_idle_timeout: Duration,
+
+    /// A quota bucket Envoy reports no request for during this long is abandoned.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    rlqs_abandon_after: Duration,
 }
 
 fn init_logging() {
@@ -198,6 +214,10 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         max_streams: args.rls_max_streams,
         request_timeout: args.rls_request_timeout,
         tls_handshake_timeout: args.tls_handshake_timeout,
+        max_quota_streams: args.rlqs_max_streams,
+        max_stream_buckets: args.rlqs_max_buckets,
+        quota_idle_timeout: args.rlqs_idle_timeout,
+        abandon_after: args.rlqs_abandon_after,
     };
     rls_limits.check().map_err(Failure::BadInput)?;
     let store = open_store(&args.db).await?;

@@ -52,6 +52,10 @@ pub struct GlobalSyncer {
     last_seq: u64,
     /// The lease keys holding entries, as far as this service knows.
     tracked: TrackedSlots,
+    /// The last answered sync carried no bucket and left no lease entry in the table:
+    /// nothing changes until a worker creates an entry (and notes it), so the proxy syncs
+    /// only to stay in the fleet ([`Pace::Idle`]), like one without global limits.
+    quiet: bool,
 }
 
 /// Every this many syncs, a collection visits the whole lease table even though no new
@@ -108,6 +112,9 @@ struct InFlight {
     sent_at: Nanos,
     /// The buckets sent, in the request's order.
     buckets: Vec<u64>,
+    /// The sync had nothing to say (it announced an idle gap): once answered, the proxy is
+    /// quiet.
+    quiet: bool,
 }
 
 /// A sync that failed.
@@ -145,6 +152,7 @@ impl GlobalSyncer {
             failing: false,
             last_seq: 0,
             tracked: TrackedSlots::default(),
+            quiet: false,
         }
     }
 
@@ -171,12 +179,13 @@ impl GlobalSyncer {
     /// global limits arrived, or a lease ran out before the last collection (only while
     /// coordinated: on fallback shares nothing sooner would come of it but load on a
     /// coordinator that is struggling); idle when the ruleset has no global limit and no
-    /// usage waits to be sent.
+    /// usage waits to be sent, or when the last answered sync found nothing to say
+    /// (`quiet`).
     fn pace(&self, new_buckets_mark: u64) -> Pace {
         let spent_out = self.spent_out && !self.view.fallback;
         if new_buckets_mark != self.new_mark || self.global_limits_arrived || spent_out {
             Pace::Hurry
-        } else if !self.global_limits && self.pending.is_empty() {
+        } else if (!self.global_limits || self.quiet) && self.pending.is_empty() {
             Pace::Idle
         } else {
             Pace::Interval
@@ -202,10 +211,13 @@ impl GlobalSyncer {
         let covers = self.schedule.covers(now);
         // No worker configured yet: nothing to collect, but the sync still tells the
         // coordinator this proxy is part of the fleet.
+        // A quiet proxy's sync (every `IDLE_SYNC_INTERVALS`) visits the whole table: a
+        // bucket whose note was lost is reported within that gap, as between whole visits.
+        let whole = anything_new || self.quiet;
         if let Some(table) = leases.table {
             let collection =
                 self.tracked
-                    .collect(table, leases.store, anything_new, now, covers, &self.view);
+                    .collect(table, leases.store, whole, now, covers, &self.view);
             for collected in collection.collected {
                 self.spent_out |= collected.spent_out;
                 let (latest, usage) = self
@@ -217,6 +229,9 @@ impl GlobalSyncer {
             }
         }
         let buckets: Vec<u64> = self.pending.keys().copied().collect();
+        // Nothing to report and no entry left: until a worker notes a new one, the next
+        // sync is only a keep-alive. (No table yet counts as no entry.)
+        let quiet = buckets.is_empty() && self.tracked.occupied.is_empty();
         // The wall clock in milliseconds, so that a restarted proxy (whose count starts
         // again) still goes on from where its id left off; never less than one more than
         // the last, so that a clock stepping back does not get this proxy's syncs refused.
@@ -233,9 +248,9 @@ impl GlobalSyncer {
                     BucketUsage::new(*bucket, c.interval_ns, c.burst, usage)
                 })
                 .collect(),
-            // Without a global limit the next sync may be an idle one: the coordinator
-            // must not take the silence until then for a failure.
-            next_sync_ms: if self.global_limits {
+            // Without a global limit, or with nothing to say, the next sync may be an idle
+            // one: the coordinator must not take the silence until then for a failure.
+            next_sync_ms: if self.global_limits && !quiet {
                 0
             } else {
                 self.schedule.interval().as_millis() * IDLE_SYNC_INTERVALS
@@ -244,6 +259,7 @@ impl GlobalSyncer {
         self.in_flight = Some(InFlight {
             sent_at: now,
             buckets,
+            quiet,
         });
         Some(request)
     }
@@ -314,6 +330,7 @@ impl GlobalSyncer {
             }
         }
         self.pending.clear();
+        self.quiet = call.quiet;
         let recovered = std::mem::replace(&mut self.failing, false);
         Ok(Synced { applied, recovered })
     }
@@ -321,6 +338,9 @@ impl GlobalSyncer {
     fn failed(&mut self, sent_at: Nanos, message: String) -> SyncFailure {
         self.schedule.record(sent_at, false);
         self.view.fallback = true;
+        // Retried every interval until answered: a coordinator that lost the proxy must
+        // count it again soon.
+        self.quiet = false;
         SyncFailure {
             message,
             started_failing: !std::mem::replace(&mut self.failing, true),
@@ -535,7 +555,8 @@ mod tests {
 
     /// Without a global limit in the ruleset, a proxy syncs only to stay in the fleet:
     /// every `IDLE_SYNC_INTERVALS` intervals, and not before usage it still holds is sent.
-    /// A ruleset with global limits brings the next sync forward.
+    /// A ruleset with global limits brings the next sync forward, and the first use of a
+    /// global bucket the interval.
     #[test]
     fn without_global_limits_a_proxy_syncs_rarely_until_they_arrive() {
         use crate::global::schedule::{EARLY_SYNC, IDLE_SYNC_INTERVALS};
@@ -576,15 +597,100 @@ mod tests {
         let woken = proxy
             .start(last + idle + early, 1)
             .expect("global limits arrived: at once");
-        assert_eq!(woken.next_sync_ms, 0, "next at the interval");
+        assert_eq!(
+            woken.next_sync_ms,
+            idle / 1_000_000,
+            "nothing spent yet: quiet until a worker uses a global bucket"
+        );
         proxy
             .answer(last + idle + early + 1, &grants(2, &[]))
             .unwrap();
+        assert!(proxy.start(last + idle + early + T, 1).is_none());
+        proxy.spend(8, last + idle + early + T);
+        let used = proxy
+            .start(last + idle + early + T, 2)
+            .expect("a new bucket: at once");
+        assert_eq!((used.buckets.len(), used.next_sync_ms), (1, 0));
+        proxy
+            .answer(last + idle + early + T + 1, &grants(2, &[2]))
+            .unwrap();
         assert!(
-            proxy.start(last + idle + 2 * early, 1).is_none(),
+            proxy.start(last + idle + early + T + early, 2).is_none(),
             "then at the interval"
         );
-        assert!(proxy.start(last + idle + early + T, 1).is_some());
+        assert!(proxy.start(last + idle + early + 2 * T, 2).is_some());
+    }
+
+    /// A proxy whose syncs have nothing to say (no bucket to report, no entry left in the
+    /// table) syncs only every `IDLE_SYNC_INTERVALS` intervals, and says so; a worker's new
+    /// entry brings the next sync at once, and the interval back until the entries are
+    /// forgotten again. The keep-alive visits the whole table (a bucket whose note was
+    /// lost is reported by it), and one that fails is retried at the interval.
+    #[test]
+    fn a_proxy_with_nothing_to_say_sends_only_keep_alives() {
+        use crate::global::schedule::{EARLY_SYNC, IDLE_SYNC_INTERVALS};
+        let early = EARLY_SYNC.get();
+        let idle = T * IDLE_SYNC_INTERVALS;
+        let mut proxy = Proxy::new();
+        let first = proxy.start(START, 0).expect("the first sync is at once");
+        assert_eq!(first.next_sync_ms, idle / 1_000_000, "announces the gap");
+        proxy.answer(START + 1, &grants(2, &[])).unwrap();
+        assert!(
+            proxy.start(START + T, 0).is_none(),
+            "quiet: not every interval"
+        );
+        assert!(proxy.start(START + idle - 1, 0).is_none());
+
+        // A bucket spent without a note (a note is best effort): found by the keep-alive's
+        // visit of the whole table.
+        proxy.spend(9, START + T);
+        let before = proxy.store.reads();
+        let keep_alive = proxy.start(START + idle, 0).expect("the keep-alive");
+        assert!(proxy.store.reads() - before >= 64, "a whole visit");
+        assert_eq!(keep_alive.buckets.len(), 1);
+        assert_eq!(keep_alive.next_sync_ms, 0, "something to say: the interval");
+        proxy.answer(START + idle + 1, &grants(2, &[0])).unwrap();
+
+        // Entries in use keep the interval; once forgotten, the proxy is quiet again.
+        let mut now = START + idle;
+        let mut syncs = 0;
+        loop {
+            now += T;
+            let request = proxy
+                .start(now, 0)
+                .expect("an entry in the table: the interval");
+            syncs += 1;
+            let granted = vec![0; request.buckets.len()];
+            proxy.answer(now + 1, &grants(2, &granted)).unwrap();
+            if request.next_sync_ms > 0 {
+                break;
+            }
+            assert!(syncs < 20, "the idle entry is never forgotten");
+        }
+        assert!(proxy.start(now + T, 0).is_none(), "quiet again");
+
+        // A noted new bucket: at once, whatever the keep-alive's gap.
+        proxy.spend(7, now + T);
+        let woken = proxy.start(now + early, 1).expect("a new bucket: at once");
+        assert_eq!((woken.buckets.len(), woken.next_sync_ms), (1, 0));
+        proxy.answer(now + early + 1, &grants(2, &[2])).unwrap();
+        assert!(
+            proxy.start(now + early + T, 1).is_some(),
+            "then every interval"
+        );
+
+        // A keep-alive that fails is retried at the interval.
+        let mut quiet = Proxy::new();
+        quiet.start(START, 0).unwrap();
+        quiet.answer(START + 1, &grants(2, &[])).unwrap();
+        quiet.start(START + idle, 0).unwrap();
+        quiet
+            .reply(START + idle + 1, Answer::new(None, None))
+            .unwrap_err();
+        assert!(
+            quiet.start(START + idle + T, 0).is_some(),
+            "retried at the interval"
+        );
     }
 
     /// Between whole visits of the lease table (the first sync, a new bucket's note, every

@@ -88,21 +88,23 @@ pub struct BucketUsage {
         schema(minimum = 1, maximum = 4_611_686_018_427_387_904_u64)
     )]
     pub burst: u64,
-    /// Tokens requested, admitted or not.
-    #[serde(default)]
+    /// Tokens requested, admitted or not. This and the three counts after it are left out
+    /// of the body when 0 (most buckets of a sync have nothing unleased or returned), and
+    /// read as 0 when absent.
+    #[serde(default, skip_serializing_if = "is_zero")]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub attempts: u64,
     /// Tokens admitted without a lease. This and `returned` are at most twice what the
     /// bucket holds and refills over `covers_ms` and a lease's life (three intervals).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub unleased: u64,
     /// Lease tokens given back.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub returned: u64,
     /// Tokens the proxy would like to hold after this sync.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     #[cfg_attr(feature = "openapi", schema(maximum = 1_000_000_000_000_u64))]
     pub want: u64,
     /// How far into `covers_ms` the proxy first used the bucket, when it is new to it (sent
@@ -212,7 +214,6 @@ mod tests {
                     "burst": 100,
                     "attempts": 12,
                     "unleased": 3,
-                    "returned": 0,
                     "want": 18,
                     "first_use_ms": 31
                 }],
@@ -254,6 +255,31 @@ mod tests {
         let json = serde_json::to_value(known).unwrap();
         assert!(json.get("first_use_ms").is_none(), "{json}");
         assert_eq!(known.usage().first_use_ns, 0);
+    }
+
+    /// Zero counts are left out of the body, and an absent count reads as 0 (so coordinators
+    /// from before read these bodies, and these coordinators read theirs).
+    #[test]
+    fn zero_counts_are_left_out_and_read_back_as_zero() {
+        let usage = Usage {
+            attempts: 40,
+            want: 60,
+            ..Usage::default()
+        };
+        let bucket = BucketUsage::new(0x00ab_cdef_0123_4567, 10_000_000, 100, &usage);
+        let json = serde_json::to_value(bucket).unwrap();
+        for absent in ["unleased", "returned", "first_use_ms"] {
+            assert!(json.get(absent).is_none(), "{json}");
+        }
+        assert_eq!(json["attempts"], 40);
+        assert_eq!(serde_json::from_value::<BucketUsage>(json).unwrap(), bucket);
+        let idle = BucketUsage::new(1, 10_000_000, 100, &Usage::default());
+        let json = serde_json::to_value(idle).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"bucket": "0000000000000001", "interval_ns": 10_000_000, "burst": 100})
+        );
+        assert_eq!(serde_json::from_value::<BucketUsage>(json).unwrap(), idle);
     }
 
     #[test]

@@ -187,11 +187,13 @@ fn main() {
                         client: "alice".into(),
                         throttled: 5,
                         error: 0,
+                        tokens: 0,
                     },
                     ClientCount {
                         client: "bob".into(),
                         throttled: 2,
                         error: 1,
+                        tokens: 40,
                     },
                 ],
             },

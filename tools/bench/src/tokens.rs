@@ -256,32 +256,21 @@ fn cpu_per_mb(
     v: &Variant,
     duration: Duration,
 ) -> Result<f64> {
-    let ticks = v.envoy.cpu_ticks()?;
-    let bytes = runtime.block_on(async {
-        let stop = Instant::now() + duration;
-        let mut tasks = Vec::new();
-        for worker in 0..CONCURRENT {
-            let (client, url) = (client.clone(), v.url.clone());
-            tasks.push(tokio::spawn(async move {
-                let (mut bytes, mut n) = (0u64, 0u64);
-                while Instant::now() < stop {
-                    n += 1;
-                    let long = flat_out(LONG_DELTAS);
-                    let mut response = stream_request(&client, &url, worker, n, long).await?;
-                    while let Some(chunk) = response.chunk().await? {
-                        bytes += chunk.len() as u64;
-                    }
-                }
-                anyhow::Ok(bytes)
-            }));
-        }
-        let mut total = 0;
-        for task in tasks {
-            total += task.await??;
-        }
-        anyhow::Ok(total)
-    })?;
-    let cpu_ms = ticks_ms(v.envoy.cpu_ticks()? - ticks);
+    let (cpu_ms, bytes) = cpu_under_load(
+        runtime,
+        client,
+        v,
+        duration,
+        |client, url, worker, n| async move {
+            let long = flat_out(LONG_DELTAS);
+            let mut response = stream_request(&client, &url, worker, n, long).await?;
+            let mut bytes = 0u64;
+            while let Some(chunk) = response.chunk().await? {
+                bytes += chunk.len() as u64;
+            }
+            Ok(bytes)
+        },
+    )?;
     Ok(cpu_ms / (bytes as f64 / 1e6).max(1e-9))
 }
 
@@ -292,31 +281,57 @@ fn cpu_per_request(
     v: &Variant,
     duration: Duration,
 ) -> Result<f64> {
+    let (cpu_ms, requests) = cpu_under_load(
+        runtime,
+        client,
+        v,
+        duration,
+        |client, url, worker, n| async move {
+            let body =
+                json!({"model": "fake", "max_tokens": 100, "user": format!("w{worker}-{n}")});
+            let response = client
+                .post(format!("{url}{PATH}"))
+                .header("x-api-key", format!("client-{worker}"))
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await?;
+            if response.status() != 200 {
+                bail!("answered {}", response.status());
+            }
+            response.bytes().await?;
+            Ok(1)
+        },
+    )?;
+    Ok(cpu_ms * 1e3 / requests.max(1) as f64)
+}
+
+/// Runs `one(client, url, worker, n)` back to back from [`CONCURRENT`] clients for
+/// `duration`: Envoy's CPU milliseconds over the run, and what `one` counted, summed.
+fn cpu_under_load<F, Fut>(
+    runtime: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    v: &Variant,
+    duration: Duration,
+    one: F,
+) -> Result<(f64, u64)>
+where
+    F: Fn(reqwest::Client, String, usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<u64>> + Send,
+{
     let ticks = v.envoy.cpu_ticks()?;
-    let requests = runtime.block_on(async {
+    let counted = runtime.block_on(async {
         let stop = Instant::now() + duration;
         let mut tasks = Vec::new();
         for worker in 0..CONCURRENT {
-            let (client, url) = (client.clone(), v.url.clone());
+            let (client, url, one) = (client.clone(), v.url.clone(), one.clone());
             tasks.push(tokio::spawn(async move {
-                let mut n = 0u64;
+                let (mut counted, mut n) = (0u64, 0u64);
                 while Instant::now() < stop {
                     n += 1;
-                    let body = json!({"model": "fake", "max_tokens": 100,
-                                      "user": format!("w{worker}-{n}")});
-                    let response = client
-                        .post(format!("{url}{PATH}"))
-                        .header("x-api-key", format!("client-{worker}"))
-                        .header("content-type", "application/json")
-                        .body(body.to_string())
-                        .send()
-                        .await?;
-                    if response.status() != 200 {
-                        bail!("answered {}", response.status());
-                    }
-                    response.bytes().await?;
+                    counted += one(client.clone(), url.clone(), worker, n).await?;
                 }
-                anyhow::Ok(n)
+                anyhow::Ok(counted)
             }));
         }
         let mut total = 0;
@@ -325,8 +340,7 @@ fn cpu_per_request(
         }
         anyhow::Ok(total)
     })?;
-    let cpu_ms = ticks_ms(v.envoy.cpu_ticks()? - ticks);
-    Ok(cpu_ms * 1e3 / requests.max(1) as f64)
+    Ok((ticks_ms(v.envoy.cpu_ticks()? - ticks), counted))
 }
 
 /// One stream of at least 50 MB through `v`, Envoy's RSS sampled every 50 ms.

@@ -1,51 +1,23 @@
 //! Whole-request decisions over a ruleset, with the in-memory store and a fake clock.
 
-use sluice_core::config::FilterConfig;
 use sluice_core::global::lease::FleetView;
 use sluice_core::hash::{client_fingerprint, global_bucket};
 use sluice_core::request::HttpRequest;
 use sluice_core::response::{problem_body, rate_limit_headers, retry_after_seconds};
-use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
-use sluice_core::store::MemoryStore;
+use sluice_core::ruleset::{Decision, Outcome};
 use sluice_core::time::{NANOS_PER_SECOND, Nanos};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 
-struct Harness {
-    config: FilterConfig,
-    store: MemoryStore,
-    leases: MemoryStore,
-    view: FleetView,
-}
+mod support;
+
+use support::TestFilter as Harness;
 
 impl Harness {
-    fn new(rules: &str) -> Self {
-        let config = FilterConfig::from_json(format!(r#"{{"rules":{rules}}}"#).as_bytes()).unwrap();
-        Self {
-            config,
-            store: MemoryStore::new(),
-            leases: MemoryStore::new(),
-            view: FleetView::ALONE,
-        }
-    }
-
-    fn context(&self, now: u64) -> DecisionContext<'_, MemoryStore, MemoryStore> {
-        DecisionContext {
-            store: &self.store,
-            table: &self.config.table,
-            global: GlobalBuckets {
-                table: &self.config.lease_table,
-                store: &self.leases,
-                view: self.view,
-            },
-            now: Nanos::new(now),
-            default_failure: self.config.failure_mode,
-            queue: None,
-        }
-    }
-
     fn decide(&self, request: &HttpRequest, now: u64) -> Decision<'_> {
-        self.config.ruleset.decide(request, &self.context(now))
+        self.config
+            .ruleset
+            .decide(request, &self.context(now, None))
     }
 
     fn count_allowed(&self, request: &HttpRequest, now: u64, n: usize) -> usize {
@@ -223,7 +195,7 @@ fn statistics_count_each_rules_outcomes_and_its_throttled_clients() {
     let mut decide = |request: &HttpRequest| {
         h.config
             .ruleset
-            .decide_observed(request, &h.context(T0), &mut stats);
+            .decide_observed(request, &h.context(T0, None), &mut stats);
     };
     for _ in 0..4 {
         decide(&HttpRequest::get("/").with_header("x-api-key", "mallory"));

@@ -3,25 +3,33 @@
 //! minus the host (queue a waiting request, pass it from the tick, refund it if it gives
 //! up).
 
-use sluice_core::config::FilterConfig;
 use sluice_core::delay::{DelayQueue, Delayed};
-use sluice_core::global::lease::FleetView;
 use sluice_core::limiter::LimiterCounters;
 use sluice_core::request::{HttpRequest, WithBody};
-use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
-use sluice_core::store::MemoryStore;
+use sluice_core::ruleset::{Decision, Outcome};
 use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SECOND, Nanos};
 use sluice_core::tokens::BodyFacts;
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 const MS: u64 = NANOS_PER_MILLI;
 
+mod support;
+
+use support::TestFilter;
+
+/// The filter under test, with a worker's delay queue.
 struct Worker {
-    config: FilterConfig,
-    store: MemoryStore,
-    leases: MemoryStore,
+    filter: TestFilter,
     queue: DelayQueue,
     next_context: u32,
+}
+
+impl std::ops::Deref for Worker {
+    type Target = TestFilter;
+
+    fn deref(&self) -> &TestFilter {
+        &self.filter
+    }
 }
 
 /// What became of one request.
@@ -48,11 +56,8 @@ fn key(k: &str) -> HttpRequest {
 
 impl Worker {
     fn new(rules: &str) -> Self {
-        let config = FilterConfig::from_json(format!(r#"{{"rules":{rules}}}"#).as_bytes()).unwrap();
         Self {
-            config,
-            store: MemoryStore::new(),
-            leases: MemoryStore::new(),
+            filter: TestFilter::new(rules),
             queue: DelayQueue::default(),
             next_context: 2,
         }
@@ -63,18 +68,7 @@ impl Worker {
         request: &impl sluice_core::request::RequestAttributes,
         now: u64,
     ) -> Decision<'_> {
-        let cx = DecisionContext {
-            store: &self.store,
-            table: &self.config.table,
-            global: GlobalBuckets {
-                table: &self.config.lease_table,
-                store: &self.leases,
-                view: FleetView::ALONE,
-            },
-            now: Nanos::new(now),
-            default_failure: self.config.failure_mode,
-            queue: Some(&self.queue),
-        };
+        let cx = self.filter.context(now, Some(&self.queue));
         self.config.ruleset.decide(request, &cx)
     }
 

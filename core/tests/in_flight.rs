@@ -1,32 +1,39 @@
 //! In-flight limits in whole-request decisions: places taken at admission, let go by the
 //! caller at the stream's end, and never kept by a denied request.
 
-use sluice_core::config::FilterConfig;
-use sluice_core::global::lease::FleetView;
 use sluice_core::hash::client_fingerprint;
 use sluice_core::in_flight::{HolderIds, InFlightCounters, InFlightTable};
 use sluice_core::request::HttpRequest;
-use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, InFlightContext, Outcome};
+use sluice_core::ruleset::{Decision, InFlightContext, Outcome};
 use sluice_core::store::MemoryStore;
 use sluice_core::time::{NANOS_PER_SECOND, Nanos};
 
 const T0: Nanos = Nanos::new(1_700_000_000 * NANOS_PER_SECOND);
 
+mod support;
+
+use support::TestFilter;
+
+/// The filter under test, and the in-flight table's places.
 struct Harness {
-    config: FilterConfig,
-    store: MemoryStore,
-    leases: MemoryStore,
+    filter: TestFilter,
     places: MemoryStore,
     table: InFlightTable,
     ids: std::cell::RefCell<HolderIds>,
 }
 
+impl std::ops::Deref for Harness {
+    type Target = TestFilter;
+
+    fn deref(&self) -> &TestFilter {
+        &self.filter
+    }
+}
+
 impl Harness {
     fn new(rules: &str) -> Self {
         Self {
-            config: FilterConfig::from_json(format!(r#"{{"rules":{rules}}}"#).as_bytes()).unwrap(),
-            store: MemoryStore::new(),
-            leases: MemoryStore::new(),
+            filter: TestFilter::new(rules),
             places: MemoryStore::new(),
             table: InFlightTable::default(),
             ids: std::cell::RefCell::new(HolderIds::new(1)),
@@ -34,18 +41,7 @@ impl Harness {
     }
 
     fn decide(&self, request: &HttpRequest) -> Decision<'_> {
-        let cx = DecisionContext {
-            store: &self.store,
-            table: &self.config.table,
-            global: GlobalBuckets {
-                table: &self.config.lease_table,
-                store: &self.leases,
-                view: FleetView::ALONE,
-            },
-            now: T0,
-            default_failure: self.config.failure_mode,
-            queue: None,
-        };
+        let cx = self.context(T0.get(), None);
         let in_flight = InFlightContext {
             table: &self.table,
             store: &self.places,

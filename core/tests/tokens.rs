@@ -2,10 +2,9 @@
 //! the real decision path with the in-memory stores and a fake clock.
 
 use proptest::prelude::*;
-use sluice_core::config::FilterConfig;
 use sluice_core::global::lease::FleetView;
 use sluice_core::request::{HttpRequest, WithBody};
-use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
+use sluice_core::ruleset::{Decision, Outcome};
 use sluice_core::store::MemoryStore;
 use sluice_core::time::{NANOS_PER_SECOND, Nanos};
 use sluice_core::tokens::{BodyFacts, Reservation, SettleContext, Settled, Settlement};
@@ -13,11 +12,9 @@ use sluice_core::usage::{Usage, UsageFormat};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 
-struct Harness {
-    config: FilterConfig,
-    store: MemoryStore,
-    leases: MemoryStore,
-}
+mod support;
+
+use support::TestFilter as Harness;
 
 /// A rule of one token limit per API key: `tokens` per second, burst `burst`, reserving
 /// `default` output tokens unless the body names a maximum.
@@ -30,15 +27,6 @@ fn rule(tokens: u64, burst: u64, default: u64, scope: &str) -> String {
 }
 
 impl Harness {
-    fn new(rules: &str) -> Self {
-        let config = FilterConfig::from_json(format!(r#"{{"rules":{rules}}}"#).as_bytes()).unwrap();
-        Self {
-            config,
-            store: MemoryStore::new(),
-            leases: MemoryStore::new(),
-        }
-    }
-
     fn decide(&self, max_tokens: Option<u64>, now: u64) -> Decision<'_> {
         let request = WithBody {
             request: HttpRequest::get("/v1/chat/completions").with_header("x-api-key", "k"),
@@ -48,18 +36,7 @@ impl Harness {
                 read: max_tokens.is_some(),
             },
         };
-        let cx = DecisionContext {
-            store: &self.store,
-            table: &self.config.table,
-            global: GlobalBuckets {
-                table: &self.config.lease_table,
-                store: &self.leases,
-                view: FleetView::ALONE,
-            },
-            now: Nanos::new(now),
-            default_failure: self.config.failure_mode,
-            queue: None,
-        };
+        let cx = self.context(now, None);
         self.config.ruleset.decide(&request, &cx)
     }
 

@@ -1,8 +1,8 @@
 //! The dashboard end to end, in a real browser, against a real admin API and a real Envoy
 //! that follows it: sign in, create a rule in the form, throttle a client, watch it appear
 //! on the overview and clients pages, change the limit and see it enforced, roll back, and
-//! check that a viewer gets no edit controls. Screenshots of every page land in
-//! `target/screenshots/`.
+//! check that a viewer gets no edit controls; and the form's inputs for token budgets, keys
+//! from identity and rollouts. Screenshots of every page land in `target/screenshots/`.
 //!
 //! Needs the built `sluice` (with the dashboard embedded), the filter, Envoy, Chromium and
 //! chromedriver: `cargo xtask test` provides them all.
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use fantoccini::{Client as Web, Locator};
 use serde_json::Value;
+use sluice_core::spec::RuleSpec;
 use sluice_envoy_config::AdminConnection;
 use sluice_tests::browser::{AdminServer, Browser, browser_available};
 use sluice_tests::{Client, Envoy, EnvoyOptions, Req, TestPki};
@@ -252,6 +253,215 @@ async fn the_dashboard_over_https() -> Result<()> {
     .await;
     untrusting.close().await;
     refused
+}
+
+/// The rule form edits token limits and their budget, keys from verified identity, a
+/// missing key's fallback and the rollout percentage: a rule made with them in the form
+/// reads back from the API field for field, its token limit edits in place, and a viewer
+/// sees all of it in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rule_form_edits_token_budgets_identity_keys_and_rollouts() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test`"
+    );
+    let admin = AdminServer::start()?;
+    let viewer = admin.create_token("viewer", "form-viewer")?;
+    let browser = Browser::start().await?;
+    let web = browser.client();
+    let result = token_and_identity_form(&admin, &browser, web, &viewer).await;
+    if result.is_err() {
+        let _ = browser.screenshot("rule-form-tokens-failure").await;
+    }
+    browser.close().await;
+    result
+}
+
+/// The rule `id` as the API stores it.
+fn stored_spec(admin: &AdminServer, id: &str) -> Result<RuleSpec> {
+    let rule = admin.get_json(&format!("/api/v1/rules/{id}"))?;
+    Ok(serde_json::from_value(rule["spec"].clone())?)
+}
+
+async fn token_and_identity_form(
+    admin: &AdminServer,
+    browser: &Browser,
+    web: &Web,
+    viewer: &str,
+) -> Result<()> {
+    web.goto(&admin.url("/")).await?;
+    wait_for(web, "form.signin").await?;
+    sign_in(web, admin.admin_token()).await?;
+    nav(web, "Rules").await?;
+    click(web, "[data-test=new-rule]").await?;
+    type_into(web, "input[name=name]", "llm-per-tenant").await?;
+
+    // Whose bucket: a verified JWT claim, a fallback for requests without one, and a
+    // rollout to a quarter of the clients.
+    click(web, "select[name=key_kind] option[value=metadata]").await?;
+    type_into(
+        web,
+        "input[name='key.metadata.filter']",
+        "envoy.filters.http.jwt_authn",
+    )
+    .await?;
+    type_into(web, "input[name='key.metadata.path']", "claims, tenant").await?;
+    click(web, "select[name=key_missing] option[value=fallback]").await?;
+    type_into(web, "input[name='key_missing.fallback']", "anonymous").await?;
+    type_into(web, "input[name=enforce_percent]", "25").await?;
+
+    // 60 requests a minute, and 20,000 output tokens a minute beside it.
+    type_into(web, "input[name='limits[0].requests']", "60").await?;
+    click(web, "select[name='limits[0].period'] option[value=minute]").await?;
+    assert!(
+        !exists(web, "[data-test=token-budget]").await,
+        "no token budget without a token limit"
+    );
+    click(web, "[data-test=add-limit]").await?;
+    click(
+        web,
+        "select[name='limits[1].counts'] option[value=output_tokens]",
+    )
+    .await?;
+    type_into(web, "input[name='limits[1].tokens']", "20000").await?;
+    click(web, "select[name='limits[1].period'] option[value=minute]").await?;
+    type_into(web, "input[name='limits[1].burst']", "30000").await?;
+    wait_for(web, "[data-test=token-budget]").await?;
+
+    // Saving before saying where usage is read: the form shows the API's own refusal.
+    click(web, "[data-test=save]").await?;
+    let refused = wait_text(
+        web,
+        ".field-error[data-field=tokens]",
+        "is required when a limit counts tokens",
+    )
+    .await?;
+    let without_budget = serde_json::json!({
+        "name": "no-budget", "key": "global",
+        "limits": [{"tokens": 10, "period": "minute"}],
+    });
+    let (status, body) = admin.call("POST", "/api/v1/rules", Some(&without_budget))?;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.contains(&refused),
+        "the API says {body}; the form said {refused}"
+    );
+
+    // JSON pointers: one that does not parse is named at its input.
+    click(
+        web,
+        "select[name='tokens.usage'] option[value=json_pointer]",
+    )
+    .await?;
+    type_into(
+        web,
+        "input[name='tokens.usage.json_pointer.output']",
+        "usage/out",
+    )
+    .await?;
+    wait_text(
+        web,
+        ".field-error[data-field='tokens.usage.json_pointer.output']",
+        "must be empty or start with '/'",
+    )
+    .await?;
+    type_into(
+        web,
+        "input[name='tokens.usage.json_pointer.output']",
+        "/usage/out",
+    )
+    .await?;
+    type_into(
+        web,
+        "input[name='tokens.usage.json_pointer.input']",
+        "/usage/in",
+    )
+    .await?;
+    type_into(web, "input[name='tokens.default_estimate']", "500").await?;
+    click(web, "input[name='tokens.estimate_input_from_body']").await?;
+    // Asking streams for their usage is OpenAI's only: refused here, then taken back.
+    click(web, "input[name='tokens.include_usage']").await?;
+    wait_text(
+        web,
+        ".field-error[data-field='tokens.include_usage']",
+        "applies only to `usage: openai`",
+    )
+    .await?;
+    click(web, "input[name='tokens.include_usage']").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    browser.screenshot("rule-form-tokens").await?;
+    click(web, "[data-test=save]").await?;
+    wait_text(
+        web,
+        "[data-rule=llm-per-tenant] [data-test=limits]",
+        "20,000 output tokens/min",
+    )
+    .await?;
+
+    let expected = |tokens_limit: &str| -> Result<RuleSpec> {
+        Ok(serde_json::from_str(&format!(
+            r#"{{"name":"llm-per-tenant",
+                "key":{{"metadata":{{"filter":"envoy.filters.http.jwt_authn","path":["claims","tenant"]}}}},
+                "key_missing":{{"fallback":"anonymous"}},"enforce_percent":25,
+                "limits":[{{"requests":60,"period":"minute"}},{tokens_limit}],
+                "tokens":{{"usage":{{"json_pointer":{{"input":"/usage/in","output":"/usage/out"}}}},
+                          "default_estimate":500,"estimate_input_from_body":true}}}}"#
+        ))?)
+    };
+    assert_eq!(
+        stored_spec(admin, "llm-per-tenant")?,
+        expected(r#"{"tokens":20000,"period":"minute","burst":30000,"count":"output"}"#)?
+    );
+
+    // Edit the token limit in the form (the metadata key opens in the form, not as JSON):
+    // 40,000 tokens counting input and output alike.
+    click(web, "[data-rule=llm-per-tenant] [data-test=edit]").await?;
+    let path = wait_for(web, "input[name='key.metadata.path']").await?;
+    assert_eq!(path.prop("value").await?.as_deref(), Some("claims, tenant"));
+    let amount = wait_for(web, "input[name='limits[1].tokens']").await?;
+    assert_eq!(amount.prop("value").await?.as_deref(), Some("20000"));
+    let counts = wait_for(web, "select[name='limits[1].counts']").await?;
+    assert_eq!(
+        counts.prop("value").await?.as_deref(),
+        Some("output_tokens")
+    );
+    let pointer = wait_for(web, "input[name='tokens.usage.json_pointer.input']").await?;
+    assert_eq!(pointer.prop("value").await?.as_deref(), Some("/usage/in"));
+    type_into(web, "input[name='limits[1].tokens']", "40000").await?;
+    click(web, "select[name='limits[1].counts'] option[value=tokens]").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    browser.screenshot("rule-edit-tokens").await?;
+    click(web, "[data-test=save]").await?;
+    wait_text(
+        web,
+        "[data-rule=llm-per-tenant] [data-test=limits]",
+        "40,000 tokens/min",
+    )
+    .await?;
+    assert_eq!(
+        stored_spec(admin, "llm-per-tenant")?,
+        expected(r#"{"tokens":40000,"period":"minute","burst":30000}"#)?,
+        "only the token limit changed"
+    );
+
+    // A viewer reads the same settings in words.
+    click(web, ".who button").await?;
+    wait_for(web, "form.signin").await?;
+    sign_in(web, viewer).await?;
+    nav(web, "Rules").await?;
+    click(web, "[data-rule=llm-per-tenant] a.rule-name").await?;
+    wait_text(web, ".facts", "40,000 tokens/min").await?;
+    wait_text(web, ".facts", "envoy.filters.http.jwt_authn claims.tenant").await?;
+    wait_text(web, "[data-test=key-missing]", "the fallback key anonymous").await?;
+    wait_text(web, "[data-test=rollout]", "25% of clients").await?;
+    wait_text(
+        web,
+        "[data-test=token-budget]",
+        "JSON pointers (input /usage/in, output /usage/out)",
+    )
+    .await?;
+    browser.screenshot("viewer-rule-tokens").await?;
+    Ok(())
 }
 
 async fn scenario(

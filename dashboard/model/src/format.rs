@@ -2,8 +2,8 @@
 //! no browser (clock times, which need the browser's time zone, stay in the dashboard).
 
 use sluice_core::spec::{
-    KeySpec, LimitSpec, MatchSpec, NamedPeriod, PeerCertificateField, PeriodSpec, RuleSpec, Scope,
-    UsageMeasure,
+    KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod, PeerCertificateField,
+    PeriodSpec, RuleSpec, Scope, TokensSpec, UsageMeasure, UsageSpec,
 };
 
 /// `1234` → `1,234`; `1_234_567` → `1.23M`.
@@ -153,6 +153,57 @@ pub fn key(k: &KeySpec) -> String {
         },
         KeySpec::Cookie(c) => format!("cookie {c}"),
     }
+}
+
+/// What a matching request without a client key gets.
+pub fn key_missing(k: &KeyMissingSpec) -> String {
+    match k {
+        KeyMissingSpec::Skip => "the rule is skipped".to_string(),
+        KeyMissingSpec::Fallback(client) => format!("the fallback key {client}"),
+    }
+}
+
+/// Which clients a rule is enforced for.
+pub fn rollout(mode: Mode, enforce_percent: u8) -> String {
+    match (mode, enforce_percent) {
+        (Mode::Shadow, _) => "no one (shadow mode)".to_string(),
+        (Mode::Enforce, 100..) => "every client".to_string(),
+        (Mode::Enforce, 0) => "no one yet (0%: every client in shadow mode)".to_string(),
+        (Mode::Enforce, p) => format!("{p}% of clients (the rest in shadow mode)"),
+    }
+}
+
+/// A token budget: where usage is read, what is reserved, and the opt-ins.
+pub fn token_budget(t: &TokensSpec) -> String {
+    let usage = match &t.usage {
+        UsageSpec::OpenAi => "OpenAI".to_string(),
+        UsageSpec::Anthropic => "Anthropic".to_string(),
+        UsageSpec::JsonPointer(set) => {
+            let pointers: Vec<String> = [
+                ("input", set.input()),
+                ("output", set.output()),
+                ("total", set.total()),
+            ]
+            .into_iter()
+            .filter_map(|(name, p)| p.map(|p| format!("{name} {p}")))
+            .collect();
+            format!("JSON pointers ({})", pointers.join(", "))
+        }
+    };
+    let mut parts = vec![
+        format!("usage from {usage}"),
+        format!(
+            "{} output tokens reserved by default",
+            count(t.default_estimate)
+        ),
+    ];
+    if t.estimate_input_from_body {
+        parts.push("input estimated from the body".to_string());
+    }
+    if t.include_usage {
+        parts.push("streams asked for usage".to_string());
+    }
+    parts.join(" · ")
 }
 
 /// What a rule matches, in a few words.
@@ -337,6 +388,40 @@ mod tests {
         assert_eq!(
             matcher(&m),
             "GET,POST *.example.com /login ~/v[0-9]+/.* x-tier=gold has x-beta"
+        );
+    }
+
+    #[test]
+    fn missing_keys_rollouts_and_token_budgets_in_a_few_words() {
+        assert_eq!(key_missing(&KeyMissingSpec::Skip), "the rule is skipped");
+        assert_eq!(
+            key_missing(&KeyMissingSpec::Fallback("anonymous".into())),
+            "the fallback key anonymous"
+        );
+        assert_eq!(rollout(Mode::Enforce, 100), "every client");
+        assert_eq!(
+            rollout(Mode::Enforce, 25),
+            "25% of clients (the rest in shadow mode)"
+        );
+        assert_eq!(
+            rollout(Mode::Enforce, 0),
+            "no one yet (0%: every client in shadow mode)"
+        );
+        assert_eq!(rollout(Mode::Shadow, 25), "no one (shadow mode)");
+        let budget = |json: &str| token_budget(&serde_json::from_str(json).unwrap());
+        assert_eq!(
+            budget(r#"{"usage":"openai","default_estimate":1000,"include_usage":true}"#),
+            "usage from OpenAI · 1,000 output tokens reserved by default · streams asked for usage"
+        );
+        assert_eq!(
+            budget(
+                r#"{"usage":{"json_pointer":{"input":"/u/in","total":"/u/all"}},"default_estimate":5,"estimate_input_from_body":true}"#
+            ),
+            "usage from JSON pointers (input /u/in, total /u/all) · 5 output tokens reserved by default · input estimated from the body"
+        );
+        assert_eq!(
+            budget(r#"{"usage":"anthropic","default_estimate":0}"#),
+            "usage from Anthropic · 0 output tokens reserved by default"
         );
     }
 

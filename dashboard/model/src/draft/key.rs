@@ -1,7 +1,10 @@
-//! The client key's inputs: which kind of key, the header or parameter it names, the
-//! trusted hops of a client IP.
+//! The client key's inputs: which kind of key, the header, parameter or cookie it names,
+//! the trusted hops of a client IP, where in dynamic metadata a verified identity is read,
+//! which certificate field; and what a request without a key gets.
 
-use sluice_core::spec::{ClientIpSpec, KeySpec};
+use sluice_core::spec::{
+    ClientIpSpec, KeyMissingSpec, KeySpec, MetadataKeySpec, PeerCertificateField,
+};
 
 use super::choice::Choice;
 use super::number::{Number, Numbers};
@@ -15,6 +18,9 @@ pub enum KeyKind {
     Query,
     Path,
     Global,
+    Metadata,
+    PeerCertificate,
+    Cookie,
 }
 
 impl Choice for KeyKind {
@@ -24,6 +30,9 @@ impl Choice for KeyKind {
         KeyKind::Query,
         KeyKind::Path,
         KeyKind::Global,
+        KeyKind::Metadata,
+        KeyKind::PeerCertificate,
+        KeyKind::Cookie,
     ];
 
     /// The key's name on the wire.
@@ -34,53 +43,87 @@ impl Choice for KeyKind {
             KeyKind::Query => "query",
             KeyKind::Path => "path",
             KeyKind::Global => "global",
+            KeyKind::Metadata => "metadata",
+            KeyKind::PeerCertificate => "peer_certificate",
+            KeyKind::Cookie => "cookie",
         }
     }
 }
+
+/// The certificate field `<select>`, named as on the wire.
+impl Choice for PeerCertificateField {
+    const ALL: &'static [Self] = &[
+        PeerCertificateField::UriSan,
+        PeerCertificateField::DnsSan,
+        PeerCertificateField::Subject,
+    ];
+
+    fn value(self) -> &'static str {
+        match self {
+            PeerCertificateField::UriSan => "uri_san",
+            PeerCertificateField::DnsSan => "dns_san",
+            PeerCertificateField::Subject => "subject",
+        }
+    }
+}
+
+/// Separates a metadata path's segments in its one text input (`claims, tenant, id`): a
+/// claim name may hold dots and slashes (`https://example.com/roles`), rarely a comma.
+const PATH_SEPARATOR: char = ',';
 
 /// The client key's inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyDraft {
     pub kind: KeyKind,
-    /// The header's or query parameter's name (one input, so switching between the two
-    /// keeps it).
+    /// The header's, query parameter's or cookie's name (one input, so switching between
+    /// them keeps it).
     pub name: String,
     /// Used by [`KeyKind::ClientIp`]; empty means 0, the TCP peer.
     pub hops: Number<u32>,
+    /// Used by [`KeyKind::Metadata`]: the namespace (`envoy.filters.http.jwt_authn`).
+    pub metadata_filter: String,
+    /// Used by [`KeyKind::Metadata`]: the path's segments, comma-separated.
+    pub metadata_path: String,
+    /// Used by [`KeyKind::PeerCertificate`].
+    pub certificate: PeerCertificateField,
 }
 
-/// Whether the form's inputs can show `spec`: composite keys and keys from verified
-/// identity (metadata, certificates) and cookies are edited as JSON, since the form would
-/// save them as global.
+/// Whether the form's inputs can show `spec`: exactly when they read back to it. A
+/// composite key (which they would save as global) and a metadata path whose segments a
+/// comma-separated text cannot hold are edited as JSON.
 pub fn form_shows(spec: &KeySpec) -> bool {
-    matches!(
-        spec,
-        KeySpec::Header(_)
-            | KeySpec::ClientIp(_)
-            | KeySpec::Query(_)
-            | KeySpec::Path
-            | KeySpec::Global
-    )
+    KeyDraft::from_spec(spec).to_spec(&mut Numbers::default()) == *spec
 }
 
 impl KeyDraft {
     pub(super) fn from_spec(spec: &KeySpec) -> KeyDraft {
-        let (kind, name, hops) = match spec {
-            KeySpec::Header(h) => (KeyKind::Header, h.clone(), 0),
-            KeySpec::ClientIp(ip) => (KeyKind::ClientIp, String::new(), ip.trusted_hops),
-            KeySpec::Query(q) => (KeyKind::Query, q.clone(), 0),
-            KeySpec::Path => (KeyKind::Path, String::new(), 0),
-            KeySpec::Global
-            | KeySpec::Composite(_)
-            | KeySpec::Metadata(_)
-            | KeySpec::PeerCertificate(_)
-            | KeySpec::Cookie(_) => (KeyKind::Global, String::new(), 0),
+        let mut draft = KeyDraft {
+            kind: KeyKind::Global,
+            name: String::new(),
+            hops: Number::from(0),
+            metadata_filter: String::new(),
+            metadata_path: String::new(),
+            certificate: PeerCertificateField::UriSan,
         };
-        KeyDraft {
-            kind,
-            name,
-            hops: Number::from(hops),
+        match spec {
+            KeySpec::Header(h) => (draft.kind, draft.name) = (KeyKind::Header, h.clone()),
+            KeySpec::ClientIp(ip) => {
+                (draft.kind, draft.hops) = (KeyKind::ClientIp, Number::from(ip.trusted_hops));
+            }
+            KeySpec::Query(q) => (draft.kind, draft.name) = (KeyKind::Query, q.clone()),
+            KeySpec::Path => draft.kind = KeyKind::Path,
+            KeySpec::Metadata(m) => {
+                draft.kind = KeyKind::Metadata;
+                draft.metadata_filter = m.filter.clone();
+                draft.metadata_path = m.path.join(&format!("{PATH_SEPARATOR} "));
+            }
+            KeySpec::PeerCertificate(field) => {
+                (draft.kind, draft.certificate) = (KeyKind::PeerCertificate, *field);
+            }
+            KeySpec::Cookie(c) => (draft.kind, draft.name) = (KeyKind::Cookie, c.clone()),
+            KeySpec::Global | KeySpec::Composite(_) => {}
         }
+        draft
     }
 
     pub(super) fn to_spec(&self, numbers: &mut Numbers) -> KeySpec {
@@ -94,6 +137,74 @@ impl KeyDraft {
             }),
             KeyKind::Path => KeySpec::Path,
             KeyKind::Global => KeySpec::Global,
+            KeyKind::Metadata => KeySpec::Metadata(MetadataKeySpec {
+                filter: self.metadata_filter.trim().to_string(),
+                path: metadata_path(&self.metadata_path),
+            }),
+            KeyKind::PeerCertificate => KeySpec::PeerCertificate(self.certificate),
+            KeyKind::Cookie => KeySpec::Cookie(self.name.trim().to_string()),
+        }
+    }
+}
+
+/// A metadata path's segments as typed, each trimmed; no text is no segment (an empty
+/// segment between two commas stays, for the core to name).
+fn metadata_path(text: &str) -> Vec<String> {
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    text.split(PATH_SEPARATOR)
+        .map(|segment| segment.trim().to_string())
+        .collect()
+}
+
+/// What a matching request without a client key gets: the `<select>`'s choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMissing {
+    /// The rule does not apply to it.
+    Skip,
+    /// It draws from the bucket named in [`KeyMissingDraft::fallback`].
+    Fallback,
+}
+
+impl Choice for KeyMissing {
+    const ALL: &'static [Self] = &[KeyMissing::Skip, KeyMissing::Fallback];
+
+    /// The wire's names.
+    fn value(self) -> &'static str {
+        match self {
+            KeyMissing::Skip => "skip",
+            KeyMissing::Fallback => "fallback",
+        }
+    }
+}
+
+/// The inputs of `key_missing`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyMissingDraft {
+    pub choice: KeyMissing,
+    /// The fallback client key; kept as typed while `Skip` is picked.
+    pub fallback: String,
+}
+
+impl KeyMissingDraft {
+    pub(super) fn from_spec(spec: &KeyMissingSpec) -> KeyMissingDraft {
+        match spec {
+            KeyMissingSpec::Skip => KeyMissingDraft {
+                choice: KeyMissing::Skip,
+                fallback: String::new(),
+            },
+            KeyMissingSpec::Fallback(client) => KeyMissingDraft {
+                choice: KeyMissing::Fallback,
+                fallback: client.clone(),
+            },
+        }
+    }
+
+    pub(super) fn to_spec(&self) -> KeyMissingSpec {
+        match self.choice {
+            KeyMissing::Skip => KeyMissingSpec::Skip,
+            KeyMissing::Fallback => KeyMissingSpec::Fallback(self.fallback.trim().to_string()),
         }
     }
 }
@@ -111,6 +222,7 @@ mod tests {
                 kind,
                 name: "x".into(),
                 hops: Number::from(1),
+                ..KeyDraft::from_spec(&KeySpec::Global)
             };
             let json = serde_json::to_value(draft.to_spec(&mut Numbers::default())).unwrap();
             let name = match &json {
@@ -130,6 +242,7 @@ mod tests {
                 kind,
                 name: name.into(),
                 hops: Number::parse(hops),
+                ..KeyDraft::from_spec(&KeySpec::Global)
             };
             (draft.to_spec(&mut numbers), numbers.problems)
         };
@@ -168,13 +281,102 @@ mod tests {
             serde_json::from_str(r#"{"composite":[{"header":"x-tenant"},"path"]}"#).unwrap();
         assert_eq!(KeyDraft::from_spec(&key).kind, KeyKind::Global);
         assert!(!form_shows(&key));
+        assert!(form_shows(&KeySpec::Path));
+    }
+
+    #[test]
+    fn identity_keys_and_cookies_read_back_from_their_inputs() {
         for json in [
             r#"{"metadata":{"filter":"envoy.filters.http.jwt_authn","path":["payload","sub"]}}"#,
+            r#"{"metadata":{"filter":"ext_authz","path":["https://example.com/roles"]}}"#,
             r#"{"peer_certificate":"uri_san"}"#,
+            r#"{"peer_certificate":"dns_san"}"#,
+            r#"{"peer_certificate":"subject"}"#,
             r#"{"cookie":"session"}"#,
         ] {
-            assert!(!form_shows(&serde_json::from_str(json).unwrap()), "{json}");
+            let key: KeySpec = serde_json::from_str(json).unwrap();
+            assert!(form_shows(&key), "{json}");
         }
-        assert!(form_shows(&KeySpec::Path));
+        let draft = KeyDraft::from_spec(
+            &serde_json::from_str(r#"{"metadata":{"filter":"f","path":["claims","tenant","id"]}}"#)
+                .unwrap(),
+        );
+        assert_eq!(draft.metadata_path, "claims, tenant, id");
+        let typed = KeyDraft {
+            metadata_filter: " f ".into(),
+            metadata_path: " claims ,tenant,, ".into(),
+            ..draft
+        };
+        assert_eq!(
+            typed.to_spec(&mut Numbers::default()),
+            KeySpec::Metadata(MetadataKeySpec {
+                filter: "f".into(),
+                path: vec![
+                    "claims".into(),
+                    "tenant".into(),
+                    String::new(),
+                    String::new()
+                ],
+            }),
+            "empty segments stay, for the core to name"
+        );
+        let none = KeyDraft {
+            metadata_path: "  ".into(),
+            ..typed
+        };
+        let KeySpec::Metadata(m) = none.to_spec(&mut Numbers::default()) else {
+            panic!()
+        };
+        assert!(m.path.is_empty(), "no text is no segment");
+        options_round_trip::<PeerCertificateField>();
+        for &field in PeerCertificateField::ALL {
+            assert_eq!(serde_json::to_value(field).unwrap(), field.value());
+        }
+    }
+
+    #[test]
+    fn metadata_paths_the_text_cannot_hold_stay_in_json() {
+        for json in [
+            r#"{"metadata":{"filter":"f","path":["a,b"]}}"#,
+            r#"{"metadata":{"filter":"f","path":[" padded"]}}"#,
+            r#"{"metadata":{"filter":"f","path":[""]}}"#,
+        ] {
+            let key: KeySpec = serde_json::from_str(json).unwrap();
+            assert!(!form_shows(&key), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_missing_key_is_skipped_or_gets_the_fallback_typed() {
+        options_round_trip::<KeyMissing>();
+        for (spec, json) in [
+            (KeyMissingSpec::Skip, r#""skip""#),
+            (
+                KeyMissingSpec::Fallback("anonymous".into()),
+                r#"{"fallback":"anonymous"}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&spec).unwrap(), json);
+            let draft = KeyMissingDraft::from_spec(&spec);
+            assert_eq!(draft.to_spec(), spec);
+            assert!(json.contains(draft.choice.value()), "{json}");
+        }
+        let typed = KeyMissingDraft {
+            choice: KeyMissing::Skip,
+            fallback: " anonymous ".into(),
+        };
+        assert_eq!(
+            typed.to_spec(),
+            KeyMissingSpec::Skip,
+            "the name is kept, unused"
+        );
+        let fallback = KeyMissingDraft {
+            choice: KeyMissing::Fallback,
+            ..typed
+        };
+        assert_eq!(
+            fallback.to_spec(),
+            KeyMissingSpec::Fallback("anonymous".into())
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! A limit's inputs (requests per period, burst, scope) and a per-client override's.
+//! A limit's inputs (what it counts, how many per period, burst, scope) and a per-client
+//! override's.
 
 use sluice_core::spec::{LimitSpec, NamedPeriod, OverrideSpec, PeriodSpec, Scope, UsageMeasure};
 
@@ -33,9 +34,69 @@ impl Choice for PeriodChoice {
     }
 }
 
+/// What a limit counts: requests, LLM tokens (and which usage), or requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitCounts {
+    Requests,
+    /// A token limit: `tokens` per period, counting this part of the reported usage.
+    Tokens(UsageMeasure),
+    /// An in-flight limit (`concurrent`): no period, burst or fleet-wide scope.
+    InFlight,
+}
+
+impl LimitCounts {
+    /// The wire field that holds the limit's amount, and names its problems.
+    pub fn amount_field(self) -> &'static str {
+        match self {
+            LimitCounts::Requests => "requests",
+            LimitCounts::Tokens(_) => "tokens",
+            LimitCounts::InFlight => "concurrent",
+        }
+    }
+
+    pub fn is_tokens(self) -> bool {
+        matches!(self, LimitCounts::Tokens(_))
+    }
+
+    fn from_spec(spec: &LimitSpec) -> LimitCounts {
+        if spec.concurrent.is_some() {
+            LimitCounts::InFlight
+        } else if spec.tokens.is_some() {
+            LimitCounts::Tokens(spec.count.unwrap_or_default())
+        } else {
+            LimitCounts::Requests
+        }
+    }
+}
+
+/// The options of a limit's "counts" `<select>`. A token limit counting the total is
+/// written without `count` (total is its default), as `scope: proxy` is left out.
+impl Choice for LimitCounts {
+    const ALL: &'static [Self] = &[
+        LimitCounts::Requests,
+        LimitCounts::Tokens(UsageMeasure::Total),
+        LimitCounts::Tokens(UsageMeasure::Input),
+        LimitCounts::Tokens(UsageMeasure::Output),
+        LimitCounts::InFlight,
+    ];
+
+    fn value(self) -> &'static str {
+        match self {
+            LimitCounts::Requests => "requests",
+            LimitCounts::Tokens(UsageMeasure::Total) => "tokens",
+            LimitCounts::Tokens(UsageMeasure::Input) => "input_tokens",
+            LimitCounts::Tokens(UsageMeasure::Output) => "output_tokens",
+            LimitCounts::InFlight => "concurrent",
+        }
+    }
+}
+
 /// One limit's inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitDraft {
+    /// What the limit counts: it decides which wire field `requests` is written to.
+    pub counts: LimitCounts,
+    /// The limit's amount: requests, tokens or requests in flight, as `counts` says.
     pub requests: Number<u64>,
     pub period: PeriodChoice,
     /// The period in seconds when `period` is [`PeriodChoice::Custom`]; kept as typed
@@ -45,31 +106,18 @@ pub struct LimitDraft {
     pub burst: Number<u64>,
     /// One bucket per client for the whole fleet (`Scope::Global`) or per proxy.
     pub scope: Scope,
-    /// Not an input of the form yet: a token limit as loaded (`requests` then holds its
-    /// tokens), kept so that saving the form does not turn it into a request limit.
-    pub tokens: Option<TokenCount>,
-    /// Not an input of the form yet either: an in-flight limit as loaded (`requests` then
-    /// holds its `concurrent`), kept so that saving the form keeps it one.
-    pub in_flight: bool,
-}
-
-/// What a loaded token limit counts (`count` as written: `None` is the default, total).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenCount {
-    pub count: Option<UsageMeasure>,
 }
 
 /// A new limit: per second, its number of requests still to be typed.
 impl Default for LimitDraft {
     fn default() -> LimitDraft {
         LimitDraft {
+            counts: LimitCounts::Requests,
             requests: Number::empty(),
             period: PeriodChoice::Named(NamedPeriod::Second),
             seconds: Number::empty(),
             burst: Number::empty(),
             scope: Scope::Proxy,
-            tokens: None,
-            in_flight: false,
         }
     }
 }
@@ -83,6 +131,7 @@ impl LimitDraft {
             None => (PeriodChoice::Named(NamedPeriod::Second), Number::empty()),
         };
         LimitDraft {
+            counts: LimitCounts::from_spec(spec),
             requests: spec
                 .requests
                 .or(spec.tokens)
@@ -93,14 +142,13 @@ impl LimitDraft {
             seconds,
             burst: spec.burst.map(Number::from).unwrap_or_default(),
             scope: spec.scope,
-            tokens: spec.tokens.map(|_| TokenCount { count: spec.count }),
-            in_flight: spec.concurrent.is_some(),
         }
     }
 
     /// The inputs of a limit added below `last`: rules usually stack a short and a longer
     /// window, so after a per-second limit comes a per-minute one, after any other an hourly
-    /// one.
+    /// one. It counts what the last one counts (an in-flight limit aside: a rule has at
+    /// most one).
     pub fn after(last: Option<&LimitDraft>) -> LimitDraft {
         let period = match last.map(|l| l.period) {
             None => PeriodChoice::Named(NamedPeriod::Second),
@@ -109,7 +157,12 @@ impl LimitDraft {
             }
             Some(_) => PeriodChoice::Named(NamedPeriod::Hour),
         };
+        let counts = match last.map(|l| l.counts) {
+            Some(LimitCounts::InFlight) | None => LimitCounts::Requests,
+            Some(counts) => counts,
+        };
         LimitDraft {
+            counts,
             period,
             ..LimitDraft::default()
         }
@@ -117,13 +170,15 @@ impl LimitDraft {
 
     /// The limit the inputs describe; `field` is its path (`limits[0]`).
     fn to_spec(&self, numbers: &mut Numbers, field: &str) -> LimitSpec {
-        if self.in_flight {
+        let amount = numbers
+            .required(
+                &self.requests,
+                &format!("{field}.{}", self.counts.amount_field()),
+            )
+            .unwrap_or(0);
+        if self.counts == LimitCounts::InFlight {
             return LimitSpec {
-                concurrent: Some(
-                    numbers
-                        .required(&self.requests, &format!("{field}.concurrent"))
-                        .unwrap_or(0),
-                ),
+                concurrent: Some(amount),
                 requests: None,
                 period: None,
                 burst: None,
@@ -132,9 +187,6 @@ impl LimitDraft {
                 count: None,
             };
         }
-        let requests = numbers
-            .required(&self.requests, &format!("{field}.requests"))
-            .unwrap_or(0);
         let period = match self.period {
             PeriodChoice::Named(n) => PeriodSpec::Named(n),
             PeriodChoice::Custom => PeriodSpec::Seconds(
@@ -144,9 +196,10 @@ impl LimitDraft {
             ),
         };
         let burst = numbers.optional(&self.burst, &format!("{field}.burst"));
-        let (requests, tokens, count) = match self.tokens {
-            None => (Some(requests), None, None),
-            Some(t) => (None, Some(requests), t.count),
+        let (requests, tokens, count) = match self.counts {
+            LimitCounts::Tokens(UsageMeasure::Total) => (None, Some(amount), None),
+            LimitCounts::Tokens(measure) => (None, Some(amount), Some(measure)),
+            LimitCounts::Requests | LimitCounts::InFlight => (Some(amount), None, None),
         };
         LimitSpec {
             requests,
@@ -252,6 +305,74 @@ mod tests {
                 PeriodChoice::Custom => assert_eq!(choice.value(), "custom"),
             }
         }
+    }
+
+    #[test]
+    fn each_kind_of_limit_writes_its_amount_to_its_own_field() {
+        options_round_trip::<LimitCounts>();
+        let written = |counts: LimitCounts| {
+            let draft = LimitDraft {
+                counts,
+                requests: Number::parse("7"),
+                burst: Number::parse("9"),
+                ..LimitDraft::default()
+            };
+            let mut numbers = Numbers::default();
+            let spec = draft.to_spec(&mut numbers, "limits[0]");
+            assert!(numbers.problems.is_empty(), "{:?}", numbers.problems);
+            serde_json::to_string(&spec).unwrap()
+        };
+        assert_eq!(
+            written(LimitCounts::Requests),
+            r#"{"requests":7,"period":"second","burst":9}"#
+        );
+        assert_eq!(
+            written(LimitCounts::Tokens(UsageMeasure::Total)),
+            r#"{"period":"second","burst":9,"tokens":7}"#,
+            "total is the default count, left out"
+        );
+        assert_eq!(
+            written(LimitCounts::Tokens(UsageMeasure::Output)),
+            r#"{"period":"second","burst":9,"tokens":7,"count":"output"}"#
+        );
+        assert_eq!(
+            written(LimitCounts::InFlight),
+            r#"{"concurrent":7}"#,
+            "period and burst do not apply"
+        );
+        for &counts in LimitCounts::ALL {
+            let draft = LimitDraft {
+                counts,
+                ..LimitDraft::default()
+            };
+            let mut numbers = Numbers::default();
+            draft.to_spec(&mut numbers, "limits[2]");
+            assert_eq!(
+                numbers.problems[0].field,
+                format!("limits[2].{}", counts.amount_field()),
+                "a missing amount is named by the field the API names"
+            );
+        }
+        let explicit_total: LimitSpec =
+            serde_json::from_str(r#"{"tokens":5,"period":1,"count":"total"}"#).unwrap();
+        assert_eq!(
+            LimitDraft::from_spec(&explicit_total).counts,
+            LimitCounts::Tokens(UsageMeasure::Total)
+        );
+    }
+
+    #[test]
+    fn a_new_limit_counts_what_the_last_one_counted_but_in_flight() {
+        let last = |counts| LimitDraft {
+            counts,
+            ..LimitDraft::default()
+        };
+        let output = LimitCounts::Tokens(UsageMeasure::Output);
+        assert_eq!(LimitDraft::after(Some(&last(output))).counts, output);
+        assert_eq!(
+            LimitDraft::after(Some(&last(LimitCounts::InFlight))).counts,
+            LimitCounts::Requests
+        );
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! Everything between the inputs and the spec (what is a number, which field path a
 //! problem belongs to) lives here, so it is tested on the host without a browser.
 //!
-//! By part of the rule: [`matcher`] (which requests), [`key`] (whose bucket), [`limit`]
-//! (limits and overrides), [`cost`]; [`number`] reads numeric inputs and [`choice`] names
-//! the options of the form's `<select>`s.
+//! By part of the rule: [`matcher`] (which requests), [`key`] (whose bucket, and what a
+//! request without a key gets), [`limit`] (limits and overrides), [`tokens`] (a token
+//! budget), [`cost`]; [`number`] reads numeric inputs and [`choice`] names the options of
+//! the form's `<select>`s.
 
 pub mod choice;
 pub mod cost;
@@ -18,21 +19,23 @@ pub mod key;
 pub mod limit;
 pub mod matcher;
 pub mod number;
+pub mod tokens;
 
 use sluice_core::rule::Rule;
 use sluice_core::spec::{
-    CostSpec, FailureMode, GrpcStatus, KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode,
-    NamedPeriod, PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
+    CostSpec, FailureMode, GrpcStatus, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod,
+    PeriodSpec, ResponseSpec, RuleSpec, Scope,
 };
 
 pub use choice::Choice;
 pub use cost::{CostDraft, CostKind};
-pub use key::{KeyDraft, KeyKind};
-pub use limit::{LimitDraft, OverrideDraft, PeriodChoice, TokenCount};
+pub use key::{KeyDraft, KeyKind, KeyMissing, KeyMissingDraft};
+pub use limit::{LimitCounts, LimitDraft, OverrideDraft, PeriodChoice};
 pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, methods_field};
 pub use number::{Number, NumberError, Whole};
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
 pub use sluice_core::validation::FieldError;
+pub use tokens::{TokensDraft, UsageKind};
 
 use matcher::nonempty;
 use number::Numbers;
@@ -49,6 +52,9 @@ pub struct Draft {
     pub mode: Mode,
     pub matcher: MatchDraft,
     pub key: KeyDraft,
+    pub key_missing: KeyMissingDraft,
+    /// The share of clients an enforce-mode rule is enforced for; empty: 100.
+    pub enforce_percent: Number<u8>,
     pub limits: Vec<LimitDraft>,
     pub cost: CostDraft,
     pub overrides: Vec<OverrideDraft>,
@@ -61,12 +67,8 @@ pub struct Draft {
     /// Not an input of the form either (a rule for Envoy's rate limit service): kept as
     /// loaded, so saving the form keeps it.
     pub descriptor: Option<sluice_core::rls::DescriptorSpec>,
-    /// Not an input of the form yet: a token budget's settings as loaded, kept.
-    pub tokens: Option<TokensSpec>,
-    /// Not an input of the form yet: what a request without a key gets, kept as loaded.
-    pub key_missing: KeyMissingSpec,
-    /// Not an input of the form yet: the rule's rollout percentage, kept as loaded.
-    pub enforce_percent: u8,
+    /// The token budget, written only while some limit counts tokens.
+    pub tokens: TokensDraft,
     /// Not an input of the form yet: what an over-limit request gets, kept as loaded.
     pub on_limit: sluice_core::spec::OnLimit,
     /// Not an input of the form yet: the delay queue's settings, kept as loaded.
@@ -85,6 +87,8 @@ impl Draft {
             mode: spec.mode,
             matcher: MatchDraft::from_spec(&spec.matcher),
             key: KeyDraft::from_spec(&spec.key),
+            key_missing: KeyMissingDraft::from_spec(&spec.key_missing),
+            enforce_percent: Number::from(spec.enforce_percent),
             limits: limit::from_specs(&spec.limits),
             cost: CostDraft::from_spec(&spec.cost),
             overrides: spec
@@ -97,12 +101,19 @@ impl Draft {
             rate_limit_headers: spec.response.rate_limit_headers,
             grpc_status: spec.response.grpc_status,
             descriptor: spec.descriptor.clone(),
-            tokens: spec.tokens.clone(),
-            key_missing: spec.key_missing.clone(),
-            enforce_percent: spec.enforce_percent,
+            tokens: TokensDraft::from_spec(spec.tokens.as_ref()),
             on_limit: spec.on_limit,
             delay: spec.delay.clone(),
         }
+    }
+
+    /// Whether a limit of the rule or of an override counts tokens: the token budget's
+    /// inputs apply (and show) only then.
+    pub fn counts_tokens(&self) -> bool {
+        self.limits
+            .iter()
+            .chain(self.overrides.iter().flat_map(|o| &o.limits))
+            .any(|l| l.counts.is_tokens())
     }
 
     /// Adds an override for `client` that starts from the rule's own limits (the rules page
@@ -138,6 +149,10 @@ impl Draft {
             .required(&self.status, "response.status")
             .unwrap_or(0);
         let priority = numbers.optional(&self.priority, "priority").unwrap_or(0);
+        let enforce_percent = numbers
+            .optional(&self.enforce_percent, "enforce_percent")
+            .unwrap_or(100);
+        let tokens = self.tokens.to_spec(self.counts_tokens(), &mut numbers);
         let spec = RuleSpec {
             id: nonempty(&self.id),
             name: self.name.trim().to_string(),
@@ -147,8 +162,8 @@ impl Draft {
             mode: self.mode,
             matcher: self.matcher.to_spec(),
             key,
-            key_missing: self.key_missing.clone(),
-            enforce_percent: self.enforce_percent,
+            key_missing: self.key_missing.to_spec(),
+            enforce_percent,
             limits,
             cost,
             overrides,
@@ -159,7 +174,7 @@ impl Draft {
                 grpc_status: self.grpc_status,
             },
             descriptor: self.descriptor.clone(),
-            tokens: self.tokens.clone(),
+            tokens,
             on_limit: self.on_limit,
             delay: self.delay.clone(),
         };

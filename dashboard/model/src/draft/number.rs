@@ -59,6 +59,13 @@ impl Whole for u16 {
     }
 }
 
+/// As for `u32`: a rollout of `300` percent is out of range, not "not a number".
+impl Whole for u8 {
+    fn read(text: &str) -> Option<u8> {
+        u64::read(text).map(|n| u8::try_from(n).unwrap_or(u8::MAX))
+    }
+}
+
 /// Signed numbers (priorities) take plain digits with an optional sign.
 impl Whole for i32 {
     fn read(text: &str) -> Option<i32> {

@@ -33,6 +33,16 @@ fn expressible() -> Vec<RuleSpec> {
             "overrides":[{"client":"acme","limits":[{"requests":1000,"period":"minute","scope":"global"}]}]}"#,
         r#"{"name":"llm","key":{"header":"x-api-key"},"limits":[{"requests":5,"period":"second"},{"concurrent":10}],
             "overrides":[{"client":"acme","limits":[{"concurrent":50}]}]}"#,
+        r#"{"name":"tenant","key":{"metadata":{"filter":"envoy.filters.http.jwt_authn","path":["claims","tenant"]}},
+            "key_missing":{"fallback":"anonymous"},"enforce_percent":25,
+            "limits":[{"requests":60,"period":"minute"},{"tokens":20000,"period":"minute","burst":30000,"count":"output"}],
+            "tokens":{"usage":{"json_pointer":{"input":"/usage/in","output":"/usage/out"}},"default_estimate":500,"estimate_input_from_body":true}}"#,
+        r#"{"name":"mtls","key":{"peer_certificate":"subject"},"enforce_percent":0,
+            "limits":[{"tokens":1000,"period":"second","count":"input"}],
+            "tokens":{"usage":"openai","default_estimate":0,"include_usage":true}}"#,
+        r#"{"name":"session","key":{"cookie":"sid"},"key_missing":"skip","limits":[{"requests":1,"period":"second"}],
+            "overrides":[{"client":"big","limits":[{"tokens":9,"period":"day"}]}],
+            "tokens":{"usage":"anthropic","default_estimate":7}}"#,
     ] {
         rules.push(spec(json));
     }
@@ -118,8 +128,7 @@ fn inputs_that_are_not_numbers_are_named_by_field_path() {
         seconds: Number::empty(),
         burst: Number::parse("x"),
         scope: Scope::Proxy,
-        tokens: None,
-        in_flight: false,
+        counts: LimitCounts::Requests,
     });
     draft.overrides.push(OverrideDraft {
         client: "acme".into(),
@@ -132,6 +141,7 @@ fn inputs_that_are_not_numbers_are_named_by_field_path() {
         kind: KeyKind::ClientIp,
         name: String::new(),
         hops: Number::parse("two"),
+        ..draft.key.clone()
     };
     draft.cost.fixed = Number::parse("");
     draft.priority = Number::parse("high");
@@ -370,7 +380,7 @@ fn a_descriptor_the_form_cannot_show_is_kept() {
     assert_eq!(saved.descriptor, loaded.descriptor);
 }
 
-/// The form has no inputs for token budgets yet: saving a rule that has them keeps them.
+/// A rule with token limits (the rule's and an override's) and a budget saves unchanged.
 #[test]
 fn a_token_budget_survives_the_form_unchanged() {
     let original = spec(
@@ -382,4 +392,125 @@ fn a_token_budget_survives_the_form_unchanged() {
     let (back, problems) = Draft::from_spec(&original).to_spec();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(back, original);
+}
+
+#[test]
+fn the_token_budget_is_written_while_a_limit_counts_tokens() {
+    let mut draft = Draft::from_spec(&spec(
+        r#"{"name":"llm","key":"global","limits":[{"tokens":10,"period":"second"}],
+            "tokens":{"usage":"anthropic","default_estimate":5}}"#,
+    ));
+    assert!(draft.counts_tokens());
+    draft.limits[0].counts = LimitCounts::Requests;
+    assert!(!draft.counts_tokens());
+    let (saved, problems) = draft.to_spec();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(saved.tokens, None, "a request limit has no budget");
+    assert!(validate(saved, problems).is_empty());
+    draft.overrides.push(OverrideDraft {
+        client: "acme".into(),
+        limits: vec![LimitDraft {
+            counts: LimitCounts::Tokens(sluice_core::spec::UsageMeasure::Output),
+            ..draft.limits[0].clone()
+        }],
+    });
+    assert!(
+        draft.counts_tokens(),
+        "an override's token limit needs it too"
+    );
+    let (saved, _) = draft.to_spec();
+    assert_eq!(saved.tokens.map(|t| t.default_estimate), Some(5));
+}
+
+#[test]
+fn the_new_inputs_get_the_cores_problems_about_them() {
+    let token_limit = |d: &mut Draft| {
+        d.limits[0].counts = LimitCounts::Tokens(sluice_core::spec::UsageMeasure::Total);
+    };
+    assert_eq!(fields_after(token_limit), ["tokens"], "no usage picked");
+    assert_eq!(
+        fields_after(|d| {
+            token_limit(d);
+            d.tokens.usage = Some(UsageKind::OpenAi);
+        }),
+        ["tokens.default_estimate"]
+    );
+    let budget = |d: &mut Draft| {
+        token_limit(d);
+        d.tokens.usage = Some(UsageKind::Anthropic);
+        d.tokens.default_estimate = Number::from(100);
+    };
+    assert!(fields_after(budget).is_empty());
+    assert_eq!(
+        fields_after(|d| {
+            budget(d);
+            d.tokens.include_usage = true;
+        }),
+        ["tokens.include_usage"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            budget(d);
+            d.tokens.default_estimate = Number::parse("99999999999");
+        }),
+        ["tokens.default_estimate"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            budget(d);
+            d.tokens.usage = Some(UsageKind::JsonPointer);
+            d.tokens.total_pointer = "total".into();
+        }),
+        ["tokens.usage.json_pointer.total", "tokens"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            d.limits[0].counts = LimitCounts::InFlight;
+            d.limits[0].scope = Scope::Global;
+        }),
+        ["limits[0].scope"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            d.limits[0].counts = LimitCounts::InFlight;
+            d.limits[0].requests = Number::parse("1001");
+        }),
+        ["limits[0].concurrent"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            d.key.kind = KeyKind::Metadata;
+            d.key.metadata_path = "claims,,sub".into();
+        }),
+        ["key.metadata.filter", "key.metadata.path[1]"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            d.key.kind = KeyKind::Cookie;
+            d.key.name = "a b".into();
+        }),
+        ["key.cookie"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            d.key_missing.choice = KeyMissing::Fallback;
+        }),
+        ["key_missing.fallback"]
+    );
+    assert_eq!(
+        fields_after(|d| d.enforce_percent = Number::parse("101")),
+        ["enforce_percent"]
+    );
+    assert_eq!(
+        fields_after(|d| d.enforce_percent = Number::parse("half")),
+        ["enforce_percent"]
+    );
+    assert!(fields_after(|d| d.enforce_percent = Number::parse("100")).is_empty());
+    assert!(fields_after(|d| d.enforce_percent = Number::parse("0")).is_empty());
+    let (spec, _) = {
+        let mut d = Draft::from_spec(&blank());
+        d.enforce_percent = Number::parse("");
+        d.to_spec()
+    };
+    assert_eq!(spec.enforce_percent, 100, "empty: every client");
 }

@@ -30,7 +30,12 @@ pub(super) fn RuleDetails(rule: RuleView) -> impl IntoView {
                     <dt>"Id"</dt><dd class="mono">{rule.id.clone()}</dd>
                     <dt>"Matches"</dt><dd>{format::matcher(&s.matcher)}</dd>
                     <dt>"Per"</dt><dd>{format::key(&s.key)}</dd>
+                    <dt>"Without a key"</dt><dd data-test="key-missing">{format::key_missing(&s.key_missing)}</dd>
+                    <dt>"Enforced for"</dt><dd data-test="rollout">{format::rollout(s.mode, s.enforce_percent)}</dd>
                     <dt>"Limits"</dt><dd>{format::limits(&s.limits)}</dd>
+                    {s.tokens.as_ref().map(|t| view! {
+                        <dt>"Token budget"</dt><dd data-test="token-budget">{format::token_budget(t)}</dd>
+                    })}
                     <dt>"Priority"</dt><dd>{s.priority}</dd>
                     <dt>"Revision"</dt><dd>{rule.revision}" · changed "{format::ago(&rule.updated_at)}</dd>
                 </dl>

@@ -187,7 +187,7 @@ pub(super) fn RuleEditor(
                 Ok(spec) if !form_shows(&spec.key) => {
                     ctx.flash(
                         false,
-                        "Composite, metadata, certificate and cookie keys can only be edited as JSON.",
+                        "Composite keys (and metadata paths with commas) can only be edited as JSON.",
                     );
                 }
                 Ok(spec) => {

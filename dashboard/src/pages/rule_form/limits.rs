@@ -1,8 +1,9 @@
-//! The limits' rows, for the rule and for each per-client override.
+//! The limits' rows, for the rule and for each per-client override. Each row counts
+//! requests, tokens or requests in flight; an in-flight row has no period or burst.
 
 use leptos::prelude::*;
-use sluice_core::spec::{NamedPeriod, Scope};
-use sluice_dashboard_model::draft::{LimitDraft, OverrideDraft, PeriodChoice};
+use sluice_core::spec::{NamedPeriod, Scope, UsageMeasure};
+use sluice_dashboard_model::draft::{LimitCounts, LimitDraft, OverrideDraft, PeriodChoice};
 
 use super::inputs::{Field, number, select, switch, text};
 use super::state::{LimitRow, OverrideRow};
@@ -15,6 +16,27 @@ const PERIODS: &[(PeriodChoice, &str)] = &[
     (PeriodChoice::Named(NamedPeriod::Day), "day"),
     (PeriodChoice::Custom, "seconds…"),
 ];
+
+/// What a limit can count; the option values are [`LimitCounts`]'s.
+const COUNTS: &[(LimitCounts, &str)] = &[
+    (LimitCounts::Requests, "requests"),
+    (
+        LimitCounts::Tokens(UsageMeasure::Total),
+        "tokens (input + output)",
+    ),
+    (LimitCounts::Tokens(UsageMeasure::Input), "input tokens"),
+    (LimitCounts::Tokens(UsageMeasure::Output), "output tokens"),
+    (LimitCounts::InFlight, "requests in flight"),
+];
+
+/// The amount input's label for what the limit counts.
+fn amount_label(counts: LimitCounts) -> &'static str {
+    match counts {
+        LimitCounts::Requests => "Requests",
+        LimitCounts::Tokens(_) => "Tokens",
+        LimitCounts::InFlight => "At once",
+    }
+}
 
 /// The rows of limits at `prefix` (`limits` or `overrides[0].limits`).
 #[component]
@@ -30,23 +52,37 @@ pub(super) fn Limits(
                     let path = move |part: &'static str| Signal::derive(move || format!("{}[{}].{part}", prefix.get(), index_of(row.id)));
                     view! {
                         <div class="limit-row">
-                            <Field label="Requests" path=path("requests")>
-                                {number(row.requests, path("requests"), "100")}
+                            <Field label="Counts" path=path("count")>
+                                {select(row.counts, Some(path("counts")), COUNTS)}
                             </Field>
-                            <Field label="per" path=path("period")>
-                                <div class="period">
-                                    {select(row.period, Some(path("period")), PERIODS)}
-                                    <Show when=move || row.period.get() == PeriodChoice::Custom>
-                                        {number(row.seconds, Signal::derive(move || format!("{}.seconds", path("period").get())), "30")}
-                                    </Show>
-                                </div>
+                            {move || {
+                                let counts = row.counts.get();
+                                let amount = path(counts.amount_field());
+                                view! {
+                                    <Field label=amount_label(counts) path=amount>
+                                        {number(row.requests, amount, "100")}
+                                    </Field>
+                                }
+                            }}
+                            <Show when=move || row.counts.get() != LimitCounts::InFlight
+                                fallback=|| view! { <div class="field span2 field-hint">"of one client's requests in flight in this Envoy: each holds its place until its response ends"</div> }>
+                                <Field label="per" path=path("period")>
+                                    <div class="period">
+                                        {select(row.period, Some(path("period")), PERIODS)}
+                                        <Show when=move || row.period.get() == PeriodChoice::Custom>
+                                            {number(row.seconds, Signal::derive(move || format!("{}.seconds", path("period").get())), "30")}
+                                        </Show>
+                                    </div>
+                                </Field>
+                                <Field label="Burst" path=path("burst") hint="capacity; default = the amount">
+                                    {number(row.burst, path("burst"), "")}
+                                </Field>
+                            </Show>
+                            <Field label="Scope" path=path("scope")>
+                                <label class="check" title="One bucket per client for every Envoy that follows this admin API, instead of one per Envoy">
+                                    {switch(row.scope, Scope::Global, Scope::Proxy, path("scope"))}" Fleet-wide"
+                                </label>
                             </Field>
-                            <Field label="Burst" path=path("burst") hint="capacity; default = requests">
-                                {number(row.burst, path("burst"), "")}
-                            </Field>
-                            <label class="check" title="One bucket per client for every Envoy that follows this admin API, instead of one per Envoy">
-                                {switch(row.scope, Scope::Global, Scope::Proxy, path("scope"))}" Fleet-wide"
-                            </label>
                             <button type="button" class="icon-btn" title="Remove this limit" aria-label="Remove limit"
                                 disabled=move || rows.with(|r| r.len() <= 1)
                                 on:click=move |_| rows.update(|r| r.retain(|x| x.id != row.id))>"×"</button>
@@ -54,7 +90,7 @@ pub(super) fn Limits(
                     }
                 }
             </For>
-            <button type="button" class="btn small" on:click=move |_| {
+            <button type="button" class="btn small" data-test="add-limit" on:click=move |_| {
                 let last = rows.with(|r| r.last().map(LimitRow::read));
                 rows.update(|r| r.push(LimitRow::new(LimitDraft::after(last.as_ref()))));
             }>"+ Add a limit"</button>

@@ -1,19 +1,24 @@
 //! Creating and editing a rule: a form that validates as you type with the same code the
 //! server runs (`sluice_core::rule::Rule::try_from`, compiled into this app), shows the
 //! API's problem+json errors next to their fields, and covers per-client overrides.
-//! Anything the form cannot express (composite keys) is edited as JSON in the same page.
+//! Anything the form cannot express (composite keys, match conditions on values) is edited
+//! as JSON in the same page.
 //!
 //! `state.rs` holds the inputs' typed signals, read into and filled from the model's
 //! `Draft`; `inputs.rs` the labelled field and the inputs for text, numbers, choices and
-//! switches; `sections.rs` and `limits.rs` the form's sections; `editor.rs` the page
-//! around them (JSON mode, live check, saving); `details.rs` what a viewer sees.
+//! switches; `sections.rs` and `limits.rs` the form's sections, `tokens.rs` the token
+//! budget's and `identity.rs` the inputs for keys from identity, a missing key and the
+//! rollout; `editor.rs` the page around them (JSON mode, live check, saving);
+//! `details.rs` what a viewer sees.
 
 mod details;
 mod editor;
+mod identity;
 mod inputs;
 mod limits;
 mod sections;
 mod state;
+mod tokens;
 
 use leptos::prelude::*;
 use leptos_router::components::A;

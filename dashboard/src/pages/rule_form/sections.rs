@@ -1,5 +1,5 @@
-//! The form's sections: the rule itself, which requests, whose bucket, limits and
-//! overrides, and the advanced settings (cost, failure mode, response).
+//! The form's sections: the rule itself, which requests, whose bucket, limits, the token
+//! budget and overrides, and the advanced settings (cost, failure mode, response).
 
 use leptos::prelude::*;
 use sluice_core::spec::{FailureMode, Mode};
@@ -7,9 +7,13 @@ use sluice_dashboard_model::draft::{
     CostKind, HeaderCondition, HeaderDraft, KeyKind, methods_field,
 };
 
+use super::identity::{
+    KeyMissingFields, RolloutField, certificate_field, cookie_field, metadata_fields,
+};
 use super::inputs::{Field, number, select, switch, text};
 use super::limits::{Limits, Overrides};
-use super::state::{CostInputs, FormState, HeaderRow, KeyInputs, MatchInputs};
+use super::state::{CostInputs, FormState, HeaderRow, KeyInputs, KeyMissingInputs, MatchInputs};
+use super::tokens::TokenBudgetSection;
 
 const HEADER_CONDITIONS: &[(HeaderCondition, &str)] = &[
     (HeaderCondition::Present, "present"),
@@ -23,6 +27,9 @@ const KEY_KINDS: &[(KeyKind, &str)] = &[
     (KeyKind::Query, "a query parameter"),
     (KeyKind::Path, "the path"),
     (KeyKind::Global, "everyone together (global)"),
+    (KeyKind::Metadata, "verified identity (dynamic metadata)"),
+    (KeyKind::PeerCertificate, "the mTLS peer certificate"),
+    (KeyKind::Cookie, "a cookie"),
 ];
 
 const COST_KINDS: &[(CostKind, &str)] = &[
@@ -42,12 +49,13 @@ pub(super) fn FormBody(form: FormState, is_new: bool) -> impl IntoView {
     view! {
         <RuleSection form=form is_new=is_new />
         <MatchSection inputs=form.matcher />
-        <KeySection key=form.key />
+        <KeySection key=form.key missing=form.key_missing />
         <section class="card">
             <h2>"Limits"</h2>
             <p class="muted small">"A token bucket per client and limit: it refills at requests/period and holds at most burst. A request must fit every limit."</p>
             <Limits rows=form.limits prefix="limits" />
         </section>
+        <TokenBudgetSection form=form />
         <Overrides overrides=form.overrides />
         <AdvancedSection form=form />
     }
@@ -93,6 +101,7 @@ fn RuleSection(form: FormState, is_new: bool) -> impl IntoView {
                     <label class="check"><input type="checkbox" name="enabled" bind:checked=d.enabled />" Enabled"</label>
                 </div>
             </div>
+            <RolloutField percent=d.enforce_percent />
         </section>
     }
 }
@@ -147,7 +156,7 @@ fn MatchSection(inputs: MatchInputs) -> impl IntoView {
 
 /// Whose bucket: the kind of client key and what it names.
 #[component]
-fn KeySection(key: KeyInputs) -> impl IntoView {
+fn KeySection(key: KeyInputs, missing: KeyMissingInputs) -> impl IntoView {
     view! {
         <section class="card">
             <h2>"Whose bucket"</h2>
@@ -163,9 +172,13 @@ fn KeySection(key: KeyInputs) -> impl IntoView {
                             {number(key.hops, "key.client_ip.trusted_hops", "0")}
                         </Field>
                     }.into_any(),
+                    KeyKind::Metadata => metadata_fields(key).into_any(),
+                    KeyKind::PeerCertificate => certificate_field(key).into_any(),
+                    KeyKind::Cookie => cookie_field(key).into_any(),
                     KeyKind::Path | KeyKind::Global => ().into_any(),
                 }}
             </div>
+            <KeyMissingFields inputs=missing />
         </section>
     }
 }

@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use leptos::prelude::*;
 use sluice_core::rls::DescriptorSpec;
 use sluice_core::spec::{
-    FailureMode, GrpcStatus, KeyMissingSpec, Mode, Scope, TokensSpec, ValueMatchSpec,
+    FailureMode, GrpcStatus, Mode, PeerCertificateField, Scope, ValueMatchSpec,
 };
 use sluice_dashboard_model::draft::{
-    CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, LimitDraft,
-    MatchDraft, Number, OverrideDraft, PeriodChoice, TokenCount,
+    CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, KeyMissing,
+    KeyMissingDraft, LimitCounts, LimitDraft, MatchDraft, Number, OverrideDraft, PeriodChoice,
+    TokensDraft, UsageKind,
 };
 
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(1);
@@ -26,40 +27,35 @@ fn row_id() -> usize {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct LimitRow {
     pub id: usize,
+    pub counts: RwSignal<LimitCounts>,
     pub requests: RwSignal<Number<u64>>,
     pub period: RwSignal<PeriodChoice>,
     pub seconds: RwSignal<Number<u64>>,
     pub burst: RwSignal<Number<u64>>,
     pub scope: RwSignal<Scope>,
-    /// A token limit as loaded (no input of its own yet).
-    pub tokens: Option<TokenCount>,
-    /// An in-flight limit as loaded (no input of its own yet).
-    pub in_flight: bool,
 }
 
 impl LimitRow {
     pub fn new(d: LimitDraft) -> LimitRow {
         LimitRow {
             id: row_id(),
+            counts: RwSignal::new(d.counts),
             requests: RwSignal::new(d.requests),
             period: RwSignal::new(d.period),
             seconds: RwSignal::new(d.seconds),
             burst: RwSignal::new(d.burst),
             scope: RwSignal::new(d.scope),
-            tokens: d.tokens,
-            in_flight: d.in_flight,
         }
     }
 
     pub fn read(&self) -> LimitDraft {
         LimitDraft {
+            counts: self.counts.get(),
             requests: self.requests.get(),
             period: self.period.get(),
             seconds: self.seconds.get(),
             burst: self.burst.get(),
             scope: self.scope.get(),
-            tokens: self.tokens,
-            in_flight: self.in_flight,
         }
     }
 }
@@ -172,6 +168,9 @@ pub(super) struct KeyInputs {
     pub kind: RwSignal<KeyKind>,
     pub name: RwSignal<String>,
     pub hops: RwSignal<Number<u32>>,
+    pub metadata_filter: RwSignal<String>,
+    pub metadata_path: RwSignal<String>,
+    pub certificate: RwSignal<PeerCertificateField>,
 }
 
 impl KeyInputs {
@@ -180,6 +179,9 @@ impl KeyInputs {
             kind: RwSignal::new(d.kind),
             name: RwSignal::new(d.name),
             hops: RwSignal::new(d.hops),
+            metadata_filter: RwSignal::new(d.metadata_filter),
+            metadata_path: RwSignal::new(d.metadata_path),
+            certificate: RwSignal::new(d.certificate),
         }
     }
 
@@ -188,6 +190,70 @@ impl KeyInputs {
             kind: self.kind.get(),
             name: self.name.get(),
             hops: self.hops.get(),
+            metadata_filter: self.metadata_filter.get(),
+            metadata_path: self.metadata_path.get(),
+            certificate: self.certificate.get(),
+        }
+    }
+}
+
+/// What a request without a key gets: `key_missing`'s inputs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeyMissingInputs {
+    pub choice: RwSignal<KeyMissing>,
+    pub fallback: RwSignal<String>,
+}
+
+impl KeyMissingInputs {
+    fn new(d: KeyMissingDraft) -> KeyMissingInputs {
+        KeyMissingInputs {
+            choice: RwSignal::new(d.choice),
+            fallback: RwSignal::new(d.fallback),
+        }
+    }
+
+    fn read(&self) -> KeyMissingDraft {
+        KeyMissingDraft {
+            choice: self.choice.get(),
+            fallback: self.fallback.get(),
+        }
+    }
+}
+
+/// The token budget's inputs (the rule's `tokens` section).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TokensInputs {
+    pub usage: RwSignal<Option<UsageKind>>,
+    pub input_pointer: RwSignal<String>,
+    pub output_pointer: RwSignal<String>,
+    pub total_pointer: RwSignal<String>,
+    pub default_estimate: RwSignal<Number<u64>>,
+    pub estimate_input_from_body: RwSignal<bool>,
+    pub include_usage: RwSignal<bool>,
+}
+
+impl TokensInputs {
+    fn new(d: TokensDraft) -> TokensInputs {
+        TokensInputs {
+            usage: RwSignal::new(d.usage),
+            input_pointer: RwSignal::new(d.input_pointer),
+            output_pointer: RwSignal::new(d.output_pointer),
+            total_pointer: RwSignal::new(d.total_pointer),
+            default_estimate: RwSignal::new(d.default_estimate),
+            estimate_input_from_body: RwSignal::new(d.estimate_input_from_body),
+            include_usage: RwSignal::new(d.include_usage),
+        }
+    }
+
+    fn read(&self) -> TokensDraft {
+        TokensDraft {
+            usage: self.usage.get(),
+            input_pointer: self.input_pointer.get(),
+            output_pointer: self.output_pointer.get(),
+            total_pointer: self.total_pointer.get(),
+            default_estimate: self.default_estimate.get(),
+            estimate_input_from_body: self.estimate_input_from_body.get(),
+            include_usage: self.include_usage.get(),
         }
     }
 }
@@ -235,6 +301,8 @@ pub(super) struct FormState {
     pub mode: RwSignal<Mode>,
     pub matcher: MatchInputs,
     pub key: KeyInputs,
+    pub key_missing: KeyMissingInputs,
+    pub enforce_percent: RwSignal<Number<u8>>,
     pub limits: RwSignal<Vec<LimitRow>>,
     pub cost: CostInputs,
     pub overrides: RwSignal<Vec<OverrideRow>>,
@@ -245,12 +313,7 @@ pub(super) struct FormState {
     pub grpc_status: RwSignal<GrpcStatus>,
     /// A rate limit service rule's descriptor: no input shows it either, kept the same way.
     pub descriptor: RwSignal<Option<DescriptorSpec>>,
-    /// No input shows it yet (a token budget's settings); kept like `grpc_status`.
-    pub tokens: RwSignal<Option<TokensSpec>>,
-    /// No input shows it yet; kept like `grpc_status`.
-    pub key_missing: RwSignal<KeyMissingSpec>,
-    /// No input shows it yet; kept like `grpc_status`.
-    pub enforce_percent: RwSignal<u8>,
+    pub tokens: TokensInputs,
     /// Not an input yet: what an over-limit request gets, kept as loaded.
     pub on_limit: RwSignal<sluice_core::spec::OnLimit>,
     /// Not an input yet: the delay queue's settings, kept as loaded.
@@ -269,6 +332,8 @@ impl FormState {
             mode: RwSignal::new(d.mode),
             matcher: MatchInputs::new(d.matcher),
             key: KeyInputs::new(d.key),
+            key_missing: KeyMissingInputs::new(d.key_missing),
+            enforce_percent: RwSignal::new(d.enforce_percent),
             limits: RwSignal::new(limit_rows(d.limits)),
             cost: CostInputs::new(d.cost),
             overrides: RwSignal::new(d.overrides.into_iter().map(OverrideRow::new).collect()),
@@ -277,9 +342,7 @@ impl FormState {
             rate_limit_headers: RwSignal::new(d.rate_limit_headers),
             grpc_status: RwSignal::new(d.grpc_status),
             descriptor: RwSignal::new(d.descriptor),
-            tokens: RwSignal::new(d.tokens),
-            key_missing: RwSignal::new(d.key_missing),
-            enforce_percent: RwSignal::new(d.enforce_percent),
+            tokens: TokensInputs::new(d.tokens),
             on_limit: RwSignal::new(d.on_limit),
             delay: RwSignal::new(d.delay),
         }
@@ -296,6 +359,8 @@ impl FormState {
             mode: self.mode.get(),
             matcher: self.matcher.read(),
             key: self.key.read(),
+            key_missing: self.key_missing.read(),
+            enforce_percent: self.enforce_percent.get(),
             limits: read_limits(self.limits),
             cost: self.cost.read(),
             overrides: self
@@ -306,9 +371,7 @@ impl FormState {
             rate_limit_headers: self.rate_limit_headers.get(),
             grpc_status: self.grpc_status.get(),
             descriptor: self.descriptor.get(),
-            tokens: self.tokens.get(),
-            key_missing: self.key_missing.get(),
-            enforce_percent: self.enforce_percent.get(),
+            tokens: self.tokens.read(),
             on_limit: self.on_limit.get(),
             delay: self.delay.get(),
         }

@@ -12,6 +12,8 @@ use sluice_harness::cmd;
 const WASM_FILTER: &str = "envoy.filters.http.wasm";
 const HTTP_FILTERS: &str =
     "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters";
+/// The generated config's one route's action.
+const ROUTE: &str = "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/route_config/virtual_hosts/0/routes/0/route";
 
 /// What sits in the HTTP filter chain before the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +89,9 @@ impl Generator {
         })
     }
 
-    /// Writes `<name>.rules.json` and `<name>.yaml`: Sluice with `rules` in front of the
-    /// upstream at `upstream` (the generator's output, untouched).
+    /// Writes `<name>.rules.json`, `<name>.yaml` (the generator's output) and `<name>.json`:
+    /// Sluice with `rules` in front of the upstream at `upstream`, the route's timeout
+    /// lifted (Envoy's default of 15 s would cut a long stream).
     pub fn write_proxying(
         &self,
         name: &str,
@@ -98,10 +101,21 @@ impl Generator {
     ) -> Result<Bootstrap> {
         let rules_path = self.dir.join(format!("{name}.rules.json"));
         write_file(&rules_path, &serde_json::to_string_pretty(rules)?)?;
-        let path = self.dir.join(format!("{name}.yaml"));
-        let mut generate = self.generator(concurrency, &path, &upstream.to_string());
+        let yaml_path = self.dir.join(format!("{name}.yaml"));
+        let mut generate = self.generator(concurrency, &yaml_path, &upstream.to_string());
         generate.arg("--rules").arg(&rules_path);
         let command = run_generator(&mut generate)?;
+        let yaml = std::fs::read_to_string(&yaml_path)
+            .with_context(|| format!("reading {}", yaml_path.display()))?;
+        let mut config: Value = serde_norway::from_str(&yaml)
+            .with_context(|| format!("parsing {}", yaml_path.display()))?;
+        let route = config
+            .pointer_mut(ROUTE)
+            .and_then(Value::as_object_mut)
+            .context("the generated config has no route to its upstream")?;
+        route.insert("timeout".into(), json!("0s"));
+        let path = self.dir.join(format!("{name}.json"));
+        write_file(&path, &serde_json::to_string_pretty(&config)?)?;
         Ok(Bootstrap { path, command })
     }
 

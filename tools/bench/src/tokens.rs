@@ -69,7 +69,8 @@ struct Variant {
     latency: Latency,
     cpu_ms_per_mb: Vec<f64>,
     cpu_us_per_request: Vec<f64>,
-    memory: Option<BigStream>,
+    /// The 50 MB stream, or why it failed.
+    memory: Option<Result<BigStream, String>>,
 }
 
 #[derive(Debug, Default)]
@@ -152,7 +153,8 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
         }
     }
     for v in &mut variants {
-        v.memory = Some(big_stream(&runtime, &client, v)?);
+        // A failed stream is reported, not fatal: the phases above still stand.
+        v.memory = Some(big_stream(&runtime, &client, v).map_err(|e| format!("{e:#}")));
     }
     let text = markdown(&variants, &commands, settings.rounds, settings.round);
     let path = out_dir.join(format!("{name}-tokens.md"));
@@ -478,7 +480,10 @@ fn markdown(variants: &[Variant], commands: &[String], rounds: u32, round: Durat
          |---|---|---|---|---|---|---|\n",
     );
     for v in variants {
-        if let Some(m) = v.memory {
+        if let Some(Err(e)) = &v.memory {
+            out.push_str(&format!("| {} | failed: {e} | | | | | |\n", v.name));
+        }
+        if let Some(Ok(m)) = v.memory {
             let mb = |b: u64| b as f64 / 1e6;
             out.push_str(&format!(
                 "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",

@@ -183,6 +183,7 @@ async fn latency(
                 let paced = Shape {
                     deltas: LATENCY_DELTAS,
                     gap: EVENT_GAP,
+                    write_bytes: 0,
                 };
                 let mut response = stream_request(&client, &url, worker, n, paced).await?;
                 first.push(ms(sent.elapsed()));
@@ -210,11 +211,13 @@ async fn latency(
     Ok((first, gaps))
 }
 
-/// How the fake writes a stream: its content deltas, and the pause between writes.
+/// How the fake writes a stream: its content deltas, the pause between writes, and the
+/// bytes of a write (0: each event whole).
 #[derive(Debug, Clone, Copy)]
 struct Shape {
     deltas: usize,
     gap: Duration,
+    write_bytes: usize,
 }
 
 /// A streamed chat request from client `worker` (a body of its own each time, so the
@@ -234,6 +237,7 @@ async fn stream_request(
         .header("content-type", "application/json")
         .header("x-llm-deltas", shape.deltas.to_string())
         .header("x-llm-gap-ms", shape.gap.as_millis().to_string())
+        .header("x-llm-chunk-bytes", shape.write_bytes.to_string())
         .body(body.to_string())
         .send()
         .await?;
@@ -243,11 +247,12 @@ async fn stream_request(
     Ok(response)
 }
 
-/// Events written back to back.
+/// Events written back to back, 64 KiB a write (cut anywhere, as a busy upstream's are).
 fn flat_out(deltas: usize) -> Shape {
     Shape {
         deltas,
         gap: Duration::ZERO,
+        write_bytes: 64 * 1024,
     }
 }
 
@@ -461,7 +466,7 @@ fn markdown(variants: &[Variant], commands: &[String], rounds: u32, round: Durat
     }
     out.push_str(
         "\n## Envoy's CPU\n\nMedian over rounds (min–max). Per MB: streams of about 0.75 MB, \
-         events written back to back. Per request: small JSON answers, not streamed.\n\n\
+         events written back to back in 64 KiB writes. Per request: small JSON answers, not streamed.\n\n\
          | variant | CPU ms per streamed MB | CPU µs per request |\n|---|---|---|\n",
     );
     for v in variants {

@@ -18,7 +18,10 @@
 //! event). Only well-formed usage is entered in the [`Ledger`]. The `x-llm-deltas` header
 //! asks one stream for that many content deltas instead of [`LlmOptions::deltas`] (at most
 //! [`MAX_DELTAS`]: the benchmark's 50 MB stream), and `x-llm-gap-ms` for that many
-//! milliseconds between writes instead of [`LlmOptions::chunk_gap`] (at most one second).
+//! milliseconds between writes instead of [`LlmOptions::chunk_gap`] (at most one second),
+//! and `x-llm-chunk-bytes` for writes of that many bytes instead of
+//! [`LlmOptions::chunk_bytes`] (at most 1 MiB: a long stream in few writes, since each
+//! write is followed by a timer's pause, which tokio rounds up to its 1 ms tick).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -268,6 +271,11 @@ async fn answer(
         .get("x-llm-gap-ms")
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .map_or(options.chunk_gap, |ms| Duration::from_millis(ms.min(1_000)));
+    let chunk_bytes = request
+        .headers()
+        .get("x-llm-chunk-bytes")
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .map_or(options.chunk_bytes, |n| n.min(1 << 20));
     let key = request
         .headers()
         .get("x-api-key")
@@ -327,6 +335,7 @@ async fn answer(
     };
     let options = LlmOptions {
         chunk_gap,
+        chunk_bytes,
         ..options.clone()
     };
     tokio::spawn(async move {

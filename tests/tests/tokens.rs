@@ -147,7 +147,7 @@ fn tokens_charged_equal_the_usage_reported_over_mixed_requests() {
     let outcome = client.run_counting_for(MANY, MANY_DEADLINE, |n| {
         let (path, body, key) = mixed(n);
         let write_bytes = if n % 10 == 0 { 7 } else { 61 };
-        post(&path, key, body).header("x-llm-chunk-bytes", &write_bytes.to_string())
+        post(&path, key, body).header("x-llm-chunk-bytes", write_bytes.to_string())
     });
     assert_eq!(outcome.total.errors, 0, "{:?}", outcome.total.first_error);
     let answered = outcome.total.get(200);

@@ -48,6 +48,11 @@ pub struct RuleCounts {
     /// estimates.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`, since they passed; never in `denied`. Sent only when non-zero, so an
+    /// admin API older than this field still takes the reports of rules that never warn.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warned: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -66,6 +71,7 @@ impl RuleCounts {
         self.key_missing = self.key_missing.saturating_add(other.key_missing);
         self.tokens_used = self.tokens_used.saturating_add(other.tokens_used);
         self.tokens_throttled = self.tokens_throttled.saturating_add(other.tokens_throttled);
+        self.warned = self.warned.saturating_add(other.warned);
     }
 
     pub fn is_zero(&self) -> bool {
@@ -234,6 +240,10 @@ impl DecisionSink for Aggregate {
                 c.shadow_denied += 1;
                 c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
                 stats.top.record(client, 1, tokens);
+            }
+            RuleOutcome::Warned => {
+                c.allowed += 1;
+                c.warned += 1;
             }
             RuleOutcome::FailedOpen => c.fail_open += 1,
             RuleOutcome::KeyMissing => c.key_missing += 1,

@@ -91,6 +91,9 @@ pub struct RuleCounters {
     /// `tokens_used_total` and `tokens_throttled_total`, defined when the rule first
     /// reports tokens: a rule without token limits adds nothing to Envoy's `/stats`.
     tokens: Option<[Counter; 2]>,
+    /// `warned_total`, defined when the rule first warns (a soft limit or warn mode), for
+    /// the same reason.
+    warned: Option<Counter>,
 }
 
 impl RuleCounters {
@@ -104,6 +107,7 @@ impl RuleCounters {
             near_limit: counter("near_limit"),
             fail_open: counter("fail_open"),
             tokens: None,
+            warned: None,
             id,
         }
     }
@@ -119,6 +123,13 @@ impl RuleCounters {
         ] {
             counter.add(n);
             counter.flush();
+        }
+        if counts.warned > 0 || self.warned.is_some() {
+            let id = &self.id;
+            let counter = |outcome: &str| counter_of(id, outcome);
+            let warned = self.warned.get_or_insert_with(|| counter("warned"));
+            warned.add(counts.warned);
+            warned.flush();
         }
         if counts.tokens_used == 0 && counts.tokens_throttled == 0 && self.tokens.is_none() {
             return;
@@ -253,6 +264,9 @@ pub struct Metrics {
     pub denied: Counter,
     /// Requests a shadow-mode rule would have denied.
     pub shadow_denied: Counter,
+    /// Allowed requests told they are over a limit (`x-sluice-warning`): within a soft
+    /// limit's margin, or over a warn-mode rule's limit. Also in `allowed`.
+    pub warned: Counter,
     /// Allowed requests that left a limit at least 80% used.
     pub near_limit: Counter,
     /// Requests or buckets let through because something failed (fail-open events).
@@ -484,6 +498,7 @@ impl Metrics {
             allowed: Counter::define("sluice_allowed_total"),
             denied: Counter::define("sluice_denied_total"),
             shadow_denied: Counter::define("sluice_shadow_denied_total"),
+            warned: Counter::define("sluice_warned_total"),
             near_limit: Counter::define("sluice_near_limit_total"),
             fail_open: Counter::define("sluice_fail_open_total"),
             fail_closed: Counter::define("sluice_fail_closed_total"),
@@ -515,6 +530,7 @@ impl Metrics {
             &self.allowed,
             &self.denied,
             &self.shadow_denied,
+            &self.warned,
             &self.near_limit,
             &self.fail_open,
             &self.fail_closed,

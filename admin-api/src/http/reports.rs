@@ -543,6 +543,8 @@ mod tests {
                         key_missing: 6,
                         tokens_used: 7,
                         tokens_throttled: 8,
+                        // Not stored yet: statistics series for it are to come.
+                        warned: 0,
                     },
                     top_clients: vec![ClientCount {
                         client: "acme".into(),

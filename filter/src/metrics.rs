@@ -91,9 +91,13 @@ pub struct RuleCounters {
     /// `tokens_used_total` and `tokens_throttled_total`, defined when the rule first
     /// reports tokens: a rule without token limits adds nothing to Envoy's `/stats`.
     tokens: Option<[Counter; 2]>,
-    /// `warned_total`, defined when the rule first warns (a soft limit or warn mode), for
-    /// the same reason.
+    /// The shaping outcomes, each defined when the rule first reports one, for the same
+    /// reason: `warned_total` (a soft limit or warn mode), `delayed_total` and
+    /// `delay_wait_ms_total` (`on_limit: delay`), `in_flight_refused_total`.
     warned: Option<Counter>,
+    delayed: Option<Counter>,
+    delay_wait_ms: Option<Counter>,
+    in_flight_refused: Option<Counter>,
 }
 
 impl RuleCounters {
@@ -108,6 +112,9 @@ impl RuleCounters {
             fail_open: counter("fail_open"),
             tokens: None,
             warned: None,
+            delayed: None,
+            delay_wait_ms: None,
+            in_flight_refused: None,
             id,
         }
     }
@@ -124,13 +131,18 @@ impl RuleCounters {
             counter.add(n);
             counter.flush();
         }
-        if counts.warned > 0 || self.warned.is_some() {
-            let id = &self.id;
-            let counter = |outcome: &str| counter_of(id, outcome);
-            let warned = self.warned.get_or_insert_with(|| counter("warned"));
-            warned.add(counts.warned);
-            warned.flush();
-        }
+        let id = &self.id;
+        let counter = |outcome: &str| counter_of(id, outcome);
+        add_defined_once(&mut self.warned, counts.warned, || counter("warned"));
+        add_defined_once(&mut self.delayed, counts.delayed, || counter("delayed"));
+        add_defined_once(&mut self.delay_wait_ms, counts.delay_wait_ms, || {
+            counter("delay_wait_ms")
+        });
+        add_defined_once(
+            &mut self.in_flight_refused,
+            counts.in_flight_refused,
+            || counter("in_flight_refused"),
+        );
         if counts.tokens_used == 0 && counts.tokens_throttled == 0 && self.tokens.is_none() {
             return;
         }
@@ -147,6 +159,17 @@ impl RuleCounters {
             counter.flush();
         }
     }
+}
+
+/// Adds `n` to a counter defined by `define` when it is first non-zero, so a rule that
+/// never reports it adds nothing to Envoy's `/stats`.
+fn add_defined_once(slot: &mut Option<Counter>, n: u64, define: impl FnOnce() -> Counter) {
+    if n == 0 && slot.is_none() {
+        return;
+    }
+    let counter = slot.get_or_insert_with(define);
+    counter.add(n);
+    counter.flush();
 }
 
 fn counter_of(id: &str, outcome: &str) -> Counter {

@@ -100,6 +100,18 @@ fn assert_every_place_usable(envoy: &Envoy, upstream: &Upstream, key: &str) {
     for pending in held {
         assert_eq!(pending.status(), 200);
     }
+    // The rule's statistics count every in-flight refusal apart (flushed once a second).
+    wait_for(
+        "the rule's in-flight refusals",
+        Duration::from_secs(10),
+        || {
+            let refusals = envoy.counter("wasmcustom.sluice_in_flight_denied_total");
+            let counted = envoy
+                .stat("wasmcustom.sluice_rule.in-flight.in_flight_refused_total")
+                .unwrap_or(0);
+            refusals > 0 && counted == refusals
+        },
+    );
 }
 
 #[test]
@@ -262,6 +274,24 @@ fn delayed_requests_pass_within_the_rate_and_wait_their_computed_time_plus_a_tic
     );
     assert_eq!(envoy.counter("wasmcustom.sluice_delay_cancelled_total"), 0);
     assert_eq!(envoy.counter("wasmcustom.sluice_delay_failures_total"), 0);
+    // The rule's statistics count the delayed requests and their computed waits, each
+    // rounded up to a whole millisecond (flushed once a second).
+    let waits: f64 = delays.iter().map(|(wait, _)| wait).sum();
+    let rule_stat = |outcome: &str| {
+        envoy
+            .stat(&format!("wasmcustom.sluice_rule.smooth.{outcome}_total"))
+            .unwrap_or(0)
+    };
+    wait_for(
+        "the rule's delay statistics",
+        Duration::from_secs(10),
+        || rule_stat("delayed") == delays.len() as u64,
+    );
+    let counted = rule_stat("delay_wait_ms") as f64;
+    assert!(
+        counted >= waits.floor() && counted <= waits + 1.001 * delays.len() as f64,
+        "{counted} ms counted, {waits} ms computed"
+    );
 }
 
 #[test]

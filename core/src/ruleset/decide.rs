@@ -422,13 +422,18 @@ impl<'r> Decision<'r> {
             }
             None => RuleOutcome::NotCharged,
             Some(BucketResult::Allowed {
-                tightest, warned, ..
+                tightest,
+                warned,
+                wait_ns,
             }) if allowed => {
                 let tightest = tighter_of(*tightest, e.global);
                 self.note_allowed(e, tightest);
                 if *warned != 0 {
                     self.note_warned(e.rendered.for_client(&e.client), *warned);
                     return RuleOutcome::Warned;
+                }
+                if *wait_ns > 0 {
+                    return RuleOutcome::Delayed { wait_ns: *wait_ns };
                 }
                 RuleOutcome::Allowed {
                     near_limit: is_near_limit(e.bucket.limits, &tightest),

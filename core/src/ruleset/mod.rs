@@ -277,6 +277,10 @@ pub enum RuleOutcome {
     Denied,
     /// A shadow-mode rule would have denied the request.
     ShadowDenied,
+    /// Admitted to wait this long for its tokens (`on_limit: delay`) before it passes.
+    Delayed { wait_ns: u64 },
+    /// Refused: the client had its in-flight limit's number of requests open already.
+    InFlightRefused,
     /// Admitted over a limit: within a soft limit's margin (`soft_percent`), or over a
     /// warn-mode rule's limit. Counted apart from allowed and throttled requests.
     Warned,

@@ -249,3 +249,47 @@ fn a_warn_mode_rule_never_refuses_and_warns_over_its_limit() {
         "{counted:?}"
     );
 }
+
+#[test]
+fn a_warn_mode_rule_that_cannot_be_evaluated_warns_no_one_and_counts_the_failure() {
+    let filter = TestFilter::new(
+        r#"[{"name":"told","mode":"warn","failure_mode":"closed","key":{"header":"x-api-key"},
+             "limits":[{"requests":5,"period":"second"}]}]"#,
+    );
+    let mut stats = Aggregate::default();
+    // The shared data fails once: the rule is not evaluated.
+    filter.store.inject_failures(1);
+    let failed =
+        filter
+            .config
+            .ruleset
+            .decide_observed(&key("a"), &filter.context(T0, None), &mut stats);
+    assert!(failed.is_allowed());
+    assert!(failed.warnings.is_empty(), "{:?}", failed.warnings);
+    // The other side: evaluated and over its limit, the rule warns.
+    let mut warnings = 0;
+    for i in 1..=6 {
+        let decision = filter.config.ruleset.decide_observed(
+            &key("a"),
+            &filter.context(T0 + i, None),
+            &mut stats,
+        );
+        warnings += decision.warnings.len();
+    }
+    assert_eq!(
+        warnings, 1,
+        "the sixth request of a burst of five is warned"
+    );
+    let batch = stats.take();
+    let told = &batch
+        .rules
+        .iter()
+        .find(|r| r.rule == "told")
+        .unwrap()
+        .counts;
+    assert_eq!(
+        (told.fail_open, told.warned, told.shadow_denied),
+        (1, 1, 0),
+        "{told:?}"
+    );
+}

@@ -247,6 +247,15 @@ impl Ruleset {
                         }
                     };
                     let outcome = match outcome {
+                        // Not evaluated (a failure its fail-closed mode turns into "would
+                        // deny"): a warn rule cannot tell whether the client is over, so it
+                        // warns no one and counts the failure.
+                        RuleOutcome::ShadowDenied
+                            if mode == Mode::Warn && over == Over::Nothing =>
+                        {
+                            decision.failed_open += 1;
+                            RuleOutcome::FailedOpen
+                        }
                         RuleOutcome::ShadowDenied if mode == Mode::Warn => RuleOutcome::Warned,
                         RuleOutcome::ShadowDenied => {
                             decision.shadow_denied.push(rule);

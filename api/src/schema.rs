@@ -13,7 +13,7 @@ use sluice_core::identity::{MAX_METADATA_NAME, MAX_METADATA_PATH};
 use sluice_core::rls;
 use sluice_core::rule::{
     MAX_CONCURRENT, MAX_COST, MAX_DELAY_MS, MAX_LIMITS_PER_RULE, MAX_OVERRIDES,
-    MAX_QUEUE_PER_WORKER, NO_GLOBAL_IN_FLIGHT,
+    MAX_QUEUE_PER_WORKER, MAX_SOFT_PERCENT, NO_GLOBAL_IN_FLIGHT,
 };
 use sluice_core::spec::RuleSpec;
 use utoipa::openapi::{ObjectBuilder, RefOr, Schema};
@@ -194,10 +194,12 @@ fn rule_spec_schema() -> serde_json::Value {
         "oneOf": [
             {"type": "object", "additionalProperties": false, "required": ["requests", "period"],
              "properties": {"requests": amount, "period": period, "burst": burst, "scope": scope,
+                            "soft_percent": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_SOFT_PERCENT,
+                                             "description": "A soft limit: once the limit is spent, requests are still admitted (with the `x-sluice-warning` response field, counted `warned`) while the client stays within this percentage over the limit's rate and burst; beyond that, denied. Only with `scope: proxy`, and not in a rule with `on_limit: delay`"},
                             "tokens": absent, "count": absent, "concurrent": absent}},
             {"type": "object", "additionalProperties": false, "required": ["tokens", "period"],
              "properties": {"tokens": amount, "period": period, "burst": burst, "scope": scope,
-                            "requests": absent, "concurrent": absent,
+                            "requests": absent, "concurrent": absent, "soft_percent": absent,
                             "count": {"type": ["string", "null"], "enum": ["input", "output", "total", null],
                                       "default": "total",
                                       "description": "Which usage the limit counts"}}},
@@ -207,7 +209,7 @@ fn rule_spec_schema() -> serde_json::Value {
                             "scope": {"type": "string", "enum": ["proxy"], "default": "proxy",
                                       "description": NO_GLOBAL_IN_FLIGHT},
                             "requests": absent, "tokens": absent, "period": absent,
-                            "burst": absent, "count": absent}},
+                            "burst": absent, "count": absent, "soft_percent": absent}},
         ],
     });
     // At least one, except in a descriptor rule whose `answer` is `unlimited` or `deny`
@@ -296,7 +298,8 @@ fn rule_spec_schema() -> serde_json::Value {
             "priority": {"type": "integer", "format": "int32", "default": 0,
                          "minimum": i32::MIN, "maximum": i32::MAX,
                          "description": "Higher is evaluated first"},
-            "mode": {"type": "string", "enum": ["enforce", "shadow"], "default": "enforce"},
+            "mode": {"type": "string", "enum": ["enforce", "shadow", "warn"], "default": "enforce",
+                     "description": "`enforce` denies over-limit requests; `shadow` only counts what it would deny; `warn` never denies but adds the `x-sluice-warning` response field over the limit and counts the request `warned`"},
             "match": {
                 "type": "object",
                 "additionalProperties": false,

@@ -60,7 +60,13 @@ pub enum LimiterFailure {
 pub enum BucketResult {
     /// Charged; `tightest` is the limit with the fewest tokens left. `wait_ns` is
     /// non-zero when the tokens were reserved ahead: the request must wait that long.
-    Allowed { tightest: TierVerdict, wait_ns: u64 },
+    /// `warned` has bit `1 << tier` set for each soft limit the request was admitted over
+    /// (within its margin, `crate::rule::SoftMargin`).
+    Allowed {
+        tightest: TierVerdict,
+        wait_ns: u64,
+        warned: u8,
+    },
     /// Over the limit; `binding` is the limit that must refill longest.
     Denied { binding: TierVerdict },
     /// Could not be evaluated and the failure mode let the request through.

@@ -176,6 +176,23 @@ impl Gcra {
     }
 }
 
+/// `burst`, capped at what one refill of at most [`MAX_CAPACITY_NS`] (about 146 years)
+/// holds at one token per `interval_ns`.
+///
+/// Every limit the rule's schema admits is accepted, and JSON Schema cannot bound a
+/// product (`burst × period / requests`), so rather than refusing a limit whose bucket
+/// would take longer than that to refill (its TAT arithmetic must stay within a `u64`),
+/// its burst is capped. Only limits slower than one token per 4.6 s with bursts near the
+/// largest are affected (one a day holds at most 53,375 tokens, one a year 145), and the
+/// cap errs toward admitting less, never more, than `burst + rate × elapsed`. The capped
+/// value is the limit's `burst` (what the rate-limit header fields and the near-limit
+/// count read), so every reading agrees with the bucket. Tightening the fields' maxima
+/// instead would have cost every limit: a burst of 10^9 at one token a year fits only if
+/// bursts stop at 145.
+pub fn capped_burst(burst: u64, interval_ns: u64) -> u64 {
+    burst.min(MAX_CAPACITY_NS / interval_ns.max(1))
+}
+
 /// The outcome of one [`Gcra::check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {

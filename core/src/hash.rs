@@ -37,6 +37,16 @@ pub fn token_limit_identity(
     h.digest()
 }
 
+/// Identifies a soft limit's margin bucket beside the limit's own (`limit`), in the same
+/// slot: changing the percentage starts a fresh margin.
+pub fn soft_margin_identity(limit: u64, percent: u8) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(b"soft\0");
+    h.update(&limit.to_le_bytes());
+    h.update(&[percent]);
+    h.digest()
+}
+
 /// Identifies one client of one rule: who owns a slot. Never zero, which marks an
 /// empty slot.
 pub fn client_fingerprint(rule_id: &str, client: &str) -> u64 {

@@ -48,6 +48,24 @@ pub struct RuleCounts {
     /// estimates.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`, since they passed; never in `denied`. Sent only when non-zero, so an
+    /// admin API older than this field still takes the reports of rules that never warn.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warned: u64,
+    /// Requests admitted to wait for their tokens (`on_limit: delay`): also in
+    /// `allowed`, since they pass (or give up while waiting). Sent only when non-zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delayed: u64,
+    /// The waits computed for the `delayed` requests, in milliseconds (each rounded up):
+    /// each then queues that long and at most one tick more, or less if it gives up. Over
+    /// `delayed`, the mean wait. Sent only when non-zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_wait_ms: u64,
+    /// Requests refused because the client had its in-flight limit's number of requests
+    /// open already: also in `denied`. Sent only when non-zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub in_flight_refused: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -66,6 +84,12 @@ impl RuleCounts {
         self.key_missing = self.key_missing.saturating_add(other.key_missing);
         self.tokens_used = self.tokens_used.saturating_add(other.tokens_used);
         self.tokens_throttled = self.tokens_throttled.saturating_add(other.tokens_throttled);
+        self.warned = self.warned.saturating_add(other.warned);
+        self.delayed = self.delayed.saturating_add(other.delayed);
+        self.delay_wait_ms = self.delay_wait_ms.saturating_add(other.delay_wait_ms);
+        self.in_flight_refused = self
+            .in_flight_refused
+            .saturating_add(other.in_flight_refused);
     }
 
     pub fn is_zero(&self) -> bool {
@@ -225,6 +249,18 @@ impl DecisionSink for Aggregate {
                 c.allowed += 1;
                 c.near_limit += u64::from(near_limit);
             }
+            RuleOutcome::Delayed { wait_ns } => {
+                c.allowed += 1;
+                c.delayed += 1;
+                c.delay_wait_ms = c
+                    .delay_wait_ms
+                    .saturating_add(wait_ns.div_ceil(crate::time::NANOS_PER_MILLI));
+            }
+            RuleOutcome::InFlightRefused => {
+                c.denied += 1;
+                c.in_flight_refused += 1;
+                stats.top.record(client, 1, tokens);
+            }
             RuleOutcome::Denied | RuleOutcome::FailedClosed => {
                 c.denied += 1;
                 c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
@@ -234,6 +270,10 @@ impl DecisionSink for Aggregate {
                 c.shadow_denied += 1;
                 c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
                 stats.top.record(client, 1, tokens);
+            }
+            RuleOutcome::Warned => {
+                c.allowed += 1;
+                c.warned += 1;
             }
             RuleOutcome::FailedOpen => c.fail_open += 1,
             RuleOutcome::KeyMissing => c.key_missing += 1,

@@ -121,6 +121,24 @@ impl<'de> Deserialize<'de> for RateLimitHeaders {
     }
 }
 
+/// The response field that tells a client it was admitted over a limit: within a soft
+/// limit's margin (`soft_percent`), or over a warn-mode rule's limit.
+pub const WARNING_HEADER: &str = "x-sluice-warning";
+
+/// The value of [`WARNING_HEADER`] for the limits a request is over, by their names in
+/// the rate-limit fields: `over limit api/1, over limit search`.
+pub fn warning_value(limits: &[&str]) -> String {
+    let mut value = String::new();
+    for (i, limit) in limits.iter().enumerate() {
+        if i > 0 {
+            value.push_str(", ");
+        }
+        value.push_str("over limit ");
+        value.push_str(limit);
+    }
+    value
+}
+
 /// The fixed text of one limit set's header fields, rendered once per ruleset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedLimits {
@@ -206,6 +224,12 @@ impl RenderedLimits {
     /// The `RateLimit-Policy` value.
     pub fn policy(&self) -> &str {
         &self.policy
+    }
+
+    /// The name of limit `tier` as the rate-limit fields give it, bare: `api/2` (the
+    /// rule's name alone when it has one limit). Empty for a tier it does not have.
+    pub fn limit_name(&self, tier: usize) -> &str {
+        self.tiers.get(tier).map_or("", |t| &t.bare_name)
     }
 }
 

@@ -126,13 +126,16 @@ impl KeyMissingSpec {
     }
 }
 
-/// `enforce` denies over-limit requests; `shadow` only counts what it would deny.
+/// `enforce` denies over-limit requests; `shadow` only counts what it would deny;
+/// `warn` never denies either, but tells the client it is over the limit (the
+/// `x-sluice-warning` response field) and counts it `warned`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     #[default]
     Enforce,
     Shadow,
+    Warn,
 }
 
 /// What to do when the rule cannot be evaluated (shared-data errors, contention).
@@ -292,6 +295,12 @@ pub struct LimitSpec {
     /// `burst` or `count`, and `scope: proxy` (see `docs/shaping.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent: Option<u64>,
+    /// A soft limit: once the limit is spent, requests are still admitted (with the
+    /// `x-sluice-warning` response field, counted `warned`) while the client stays within
+    /// this percentage (1 to 100) over its rate and burst; beyond that, denied as usual.
+    /// Only on a `requests` limit with `scope: proxy` (see `docs/shaping.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_percent: Option<u64>,
 }
 
 /// Whose bucket a limit is: one per Envoy, or one for the fleet.

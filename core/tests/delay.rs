@@ -5,6 +5,7 @@
 
 use sluice_core::delay::{DelayQueue, Delayed};
 use sluice_core::limiter::LimiterCounters;
+use sluice_core::report::Aggregate;
 use sluice_core::request::{HttpRequest, WithBody};
 use sluice_core::ruleset::{Decision, Outcome};
 use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SECOND, Nanos};
@@ -22,6 +23,8 @@ struct Worker {
     filter: TestFilter,
     queue: DelayQueue,
     next_context: u32,
+    /// The worker's per-rule statistics.
+    stats: std::cell::RefCell<Aggregate>,
 }
 
 impl std::ops::Deref for Worker {
@@ -60,6 +63,7 @@ impl Worker {
             filter: TestFilter::new(rules),
             queue: DelayQueue::default(),
             next_context: 2,
+            stats: Default::default(),
         }
     }
 
@@ -69,7 +73,10 @@ impl Worker {
         now: u64,
     ) -> Decision<'_> {
         let cx = self.filter.context(now, Some(&self.queue));
-        self.config.ruleset.decide(request, &cx)
+        let mut stats = self.stats.borrow_mut();
+        self.config
+            .ruleset
+            .decide_observed(request, &cx, &mut *stats)
     }
 
     /// Decides a request and queues it if it must wait, as the filter does; the delayed
@@ -129,6 +136,13 @@ fn over_the_limit_requests_wait_their_turn_within_the_delay_then_are_refused() {
     assert!(w.queue.take_due(Nanos::new(T0 + 200 * MS - 1)).is_empty());
     let due = w.queue.take_due(Nanos::new(T0 + 200 * MS));
     assert_eq!(due.iter().map(|w| w.context).collect::<Vec<_>>(), [4]);
+    // The two that waited are counted apart (still among the allowed), with their waits.
+    let batch = w.stats.borrow_mut().take();
+    let c = &batch.rules[0].counts;
+    assert_eq!(
+        (c.allowed, c.delayed, c.delay_wait_ms, c.denied),
+        (5, 2, 600, 1)
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use sluice_core::hash::client_fingerprint;
 use sluice_core::in_flight::{HolderIds, InFlightCounters, InFlightTable};
+use sluice_core::report::Aggregate;
 use sluice_core::request::HttpRequest;
 use sluice_core::ruleset::{Decision, InFlightContext, Outcome};
 use sluice_core::store::MemoryStore;
@@ -20,6 +21,8 @@ struct Harness {
     places: MemoryStore,
     table: InFlightTable,
     ids: std::cell::RefCell<HolderIds>,
+    /// The worker's per-rule statistics.
+    stats: std::cell::RefCell<Aggregate>,
 }
 
 impl std::ops::Deref for Harness {
@@ -37,6 +40,7 @@ impl Harness {
             places: MemoryStore::new(),
             table: InFlightTable::default(),
             ids: std::cell::RefCell::new(HolderIds::new(1)),
+            stats: Default::default(),
         }
     }
 
@@ -47,9 +51,12 @@ impl Harness {
             store: &self.places,
             holder: self.ids.borrow_mut().next_id(),
         };
-        self.config
-            .ruleset
-            .decide_in_flight(request, &cx, &in_flight, &mut ())
+        self.config.ruleset.decide_in_flight(
+            request,
+            &cx,
+            &in_flight,
+            &mut *self.stats.borrow_mut(),
+        )
     }
 
     /// What the filter does when the stream ends.
@@ -100,6 +107,11 @@ fn a_client_has_at_most_its_limit_in_flight_and_an_ended_request_frees_its_place
     assert_eq!(h.in_flight("llm", "alice"), 2);
     assert!(h.decide(&keyed("alice")).is_allowed());
     assert!(!h.decide(&keyed("alice")).is_allowed());
+    // Three refused (alice twice, big once), counted apart among the denials.
+    let batch = h.stats.borrow_mut().take();
+    let counts = &batch.rules[0].counts;
+    assert_eq!((counts.denied, counts.in_flight_refused), (3, 3));
+    assert_eq!(counts.allowed, 3 + 1 + 5 + 1);
 }
 
 #[test]

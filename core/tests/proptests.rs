@@ -76,6 +76,7 @@ fn limit_of(g: Gcra, identity: u64) -> Limit {
         gcra: g,
         identity,
         counts: Default::default(),
+        soft: None,
     }
 }
 

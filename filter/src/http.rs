@@ -38,6 +38,9 @@ pub struct SluiceHttp {
     holds_places: bool,
     /// Rate-limit fields to add to the upstream's response, and which of them to send.
     response_fields: Option<(RateLimitFields, RateLimitHeaders)>,
+    /// The `x-sluice-warning` value for an admitted request over a soft limit or a
+    /// warn-mode rule's limit.
+    warning: Option<String>,
     /// A rule with token limits matched: the decision waits for the request body, with
     /// the request's attributes read at its headers.
     awaiting_body: Option<(BodyNeed, HttpRequest)>,
@@ -58,6 +61,7 @@ impl SluiceHttp {
             context_id,
             holds_places: false,
             response_fields: None,
+            warning: None,
             awaiting_body: None,
             grpc_at_headers: None,
             tokens: None,
@@ -207,6 +211,10 @@ impl SluiceHttp {
         match decision.outcome {
             Outcome::Allowed => {
                 metrics.allowed.inc();
+                if !decision.warnings.is_empty() {
+                    metrics.warned.inc();
+                    self.warning = Some(response::warning_value(&decision.warnings));
+                }
                 let format = config.rate_limit_headers;
                 if format.sends_any() {
                     // Built without allocating; the text is formatted when the response
@@ -449,6 +457,16 @@ impl HttpContext for SluiceHttp {
                     self.shared.metrics().errors.inc();
                 }
             });
+        }
+        if let Some(warning) = self.warning.take() {
+            let added = hostcalls::add_map_value(
+                MapType::HttpResponseHeaders,
+                response::WARNING_HEADER,
+                &warning,
+            );
+            if added.is_err() {
+                self.shared.metrics().errors.inc();
+            }
         }
         if let Some(flow) = &mut self.tokens {
             flow.on_response_headers();

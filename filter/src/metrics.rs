@@ -91,6 +91,13 @@ pub struct RuleCounters {
     /// `tokens_used_total` and `tokens_throttled_total`, defined when the rule first
     /// reports tokens: a rule without token limits adds nothing to Envoy's `/stats`.
     tokens: Option<[Counter; 2]>,
+    /// The shaping outcomes, each defined when the rule first reports one, for the same
+    /// reason: `warned_total` (a soft limit or warn mode), `delayed_total` and
+    /// `delay_wait_ms_total` (`on_limit: delay`), `in_flight_refused_total`.
+    warned: Option<Counter>,
+    delayed: Option<Counter>,
+    delay_wait_ms: Option<Counter>,
+    in_flight_refused: Option<Counter>,
 }
 
 impl RuleCounters {
@@ -104,6 +111,10 @@ impl RuleCounters {
             near_limit: counter("near_limit"),
             fail_open: counter("fail_open"),
             tokens: None,
+            warned: None,
+            delayed: None,
+            delay_wait_ms: None,
+            in_flight_refused: None,
             id,
         }
     }
@@ -120,6 +131,18 @@ impl RuleCounters {
             counter.add(n);
             counter.flush();
         }
+        let id = &self.id;
+        let counter = |outcome: &str| counter_of(id, outcome);
+        add_defined_once(&mut self.warned, counts.warned, || counter("warned"));
+        add_defined_once(&mut self.delayed, counts.delayed, || counter("delayed"));
+        add_defined_once(&mut self.delay_wait_ms, counts.delay_wait_ms, || {
+            counter("delay_wait_ms")
+        });
+        add_defined_once(
+            &mut self.in_flight_refused,
+            counts.in_flight_refused,
+            || counter("in_flight_refused"),
+        );
         if counts.tokens_used == 0 && counts.tokens_throttled == 0 && self.tokens.is_none() {
             return;
         }
@@ -136,6 +159,17 @@ impl RuleCounters {
             counter.flush();
         }
     }
+}
+
+/// Adds `n` to a counter defined by `define` when it is first non-zero, so a rule that
+/// never reports it adds nothing to Envoy's `/stats`.
+fn add_defined_once(slot: &mut Option<Counter>, n: u64, define: impl FnOnce() -> Counter) {
+    if n == 0 && slot.is_none() {
+        return;
+    }
+    let counter = slot.get_or_insert_with(define);
+    counter.add(n);
+    counter.flush();
 }
 
 fn counter_of(id: &str, outcome: &str) -> Counter {
@@ -253,6 +287,9 @@ pub struct Metrics {
     pub denied: Counter,
     /// Requests a shadow-mode rule would have denied.
     pub shadow_denied: Counter,
+    /// Allowed requests told they are over a limit (`x-sluice-warning`): within a soft
+    /// limit's margin, or over a warn-mode rule's limit. Also in `allowed`.
+    pub warned: Counter,
     /// Allowed requests that left a limit at least 80% used.
     pub near_limit: Counter,
     /// Requests or buckets let through because something failed (fail-open events).
@@ -484,6 +521,7 @@ impl Metrics {
             allowed: Counter::define("sluice_allowed_total"),
             denied: Counter::define("sluice_denied_total"),
             shadow_denied: Counter::define("sluice_shadow_denied_total"),
+            warned: Counter::define("sluice_warned_total"),
             near_limit: Counter::define("sluice_near_limit_total"),
             fail_open: Counter::define("sluice_fail_open_total"),
             fail_closed: Counter::define("sluice_fail_closed_total"),
@@ -515,6 +553,7 @@ impl Metrics {
             &self.allowed,
             &self.denied,
             &self.shadow_denied,
+            &self.warned,
             &self.near_limit,
             &self.fail_open,
             &self.fail_closed,

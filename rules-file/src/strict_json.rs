@@ -229,7 +229,7 @@ mod tests {
                       "methods": ["GET"], "headers": [{"name": "x", "present": true, "equals": "y"}]},
             "key": {"composite": [{"header": "x"}, {"client_ip": {"trusted_hops": 1}}, "path"]},
             "limits": [{"requests": 1, "period": 5, "burst": 2, "scope": "global"},
-                       {"requests": 7, "period": "minute"}],
+                       {"requests": 7, "period": "minute", "soft_percent": 20}],
             "cost": {"header": {"name": "c", "max": 5, "default": 2}},
             "overrides": [{"client": "acme", "limits": [{"requests": 9, "period": "day"}]}],
             "failure_mode": null,

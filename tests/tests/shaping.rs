@@ -1,6 +1,6 @@
-//! In-flight limits and delayed requests (`on_limit: delay`) in a real Envoy with two
-//! workers, in front of the echo upstream, which counts the requests it answers and those
-//! it works on at once.
+//! In-flight limits, delayed requests (`on_limit: delay`), soft limits and warn mode in a
+//! real Envoy with two workers, in front of the echo upstream, which counts the requests it
+//! answers and those it works on at once.
 //!
 //! Load runs for a duration, not a count; every wait is for a condition. The limit is
 //! checked from both sides: the upstream never works on more than the limit of one key's
@@ -100,6 +100,18 @@ fn assert_every_place_usable(envoy: &Envoy, upstream: &Upstream, key: &str) {
     for pending in held {
         assert_eq!(pending.status(), 200);
     }
+    // The rule's statistics count every in-flight refusal apart (flushed once a second).
+    wait_for(
+        "the rule's in-flight refusals",
+        Duration::from_secs(10),
+        || {
+            let refusals = envoy.counter("wasmcustom.sluice_in_flight_denied_total");
+            let counted = envoy
+                .stat("wasmcustom.sluice_rule.in-flight.in_flight_refused_total")
+                .unwrap_or(0);
+            refusals > 0 && counted == refusals
+        },
+    );
 }
 
 #[test]
@@ -262,6 +274,24 @@ fn delayed_requests_pass_within_the_rate_and_wait_their_computed_time_plus_a_tic
     );
     assert_eq!(envoy.counter("wasmcustom.sluice_delay_cancelled_total"), 0);
     assert_eq!(envoy.counter("wasmcustom.sluice_delay_failures_total"), 0);
+    // The rule's statistics count the delayed requests and their computed waits, each
+    // rounded up to a whole millisecond (flushed once a second).
+    let waits: f64 = delays.iter().map(|(wait, _)| wait).sum();
+    let rule_stat = |outcome: &str| {
+        envoy
+            .stat(&format!("wasmcustom.sluice_rule.smooth.{outcome}_total"))
+            .unwrap_or(0)
+    };
+    wait_for(
+        "the rule's delay statistics",
+        Duration::from_secs(10),
+        || rule_stat("delayed") == delays.len() as u64,
+    );
+    let counted = rule_stat("delay_wait_ms") as f64;
+    assert!(
+        counted >= waits.floor() && counted <= waits + 1.001 * delays.len() as f64,
+        "{counted} ms counted, {waits} ms computed"
+    );
 }
 
 #[test]
@@ -315,4 +345,121 @@ fn queues_keep_their_bounds_and_waiters_that_give_up_are_refunded() {
         "waited {wait} ms: the cancelled reservations stand"
     );
     assert_eq!(envoy.counter("wasmcustom.sluice_delay_passed_total"), 1);
+}
+
+/// Soft limits and warn mode: `soft` on /work (20 a second, 10 at once, 50% soft: a
+/// margin of 30 a second, 15 at once) and `told` on /told (warn mode, 5 a second).
+fn warning_envoy(upstream: &Upstream) -> Envoy {
+    Envoy::start(EnvoyOptions {
+        rules: json!([
+            {"name": "soft", "match": {"path_prefix": "/work"}, "key": {"header": "x-api-key"},
+             "limits": [{"requests": 20, "period": "second", "burst": 10, "soft_percent": 50}]},
+            {"name": "told", "mode": "warn", "match": {"path_prefix": "/told"},
+             "key": {"header": "x-user"},
+             "limits": [{"requests": 5, "period": "second"}]},
+        ]),
+        upstream: upstream.target(),
+        ..Default::default()
+    })
+}
+
+/// How one burst of a key's requests was answered.
+#[derive(Debug, Default)]
+struct Answered {
+    passed: u64,
+    warned: u64,
+    refused: u64,
+}
+
+/// Sends `n` requests at once and sorts their answers, checking the warning field says
+/// which limit (`limit`) and is only ever on a passed request. Returns them with the time
+/// the burst took, which every decision fell within.
+fn burst(client: &Client, n: usize, request: impl Fn() -> Req, limit: &str) -> (Answered, f64) {
+    let start = Instant::now();
+    let responses = client.run((0..n).map(|_| request()));
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut answered = Answered::default();
+    for r in &responses {
+        let warning = r.header(sluice_core::response::WARNING_HEADER);
+        match r.status {
+            200 => {
+                answered.passed += 1;
+                if let Some(warning) = warning {
+                    assert_eq!(warning, format!("over limit {limit}"));
+                    answered.warned += 1;
+                }
+            }
+            429 => {
+                assert_eq!(warning, None, "{r:?}");
+                answered.refused += 1;
+            }
+            other => panic!("status {other}: {r:?}"),
+        }
+    }
+    (answered, elapsed)
+}
+
+#[test]
+fn a_soft_limit_warns_within_its_margin_refuses_beyond_it_and_warn_mode_never_refuses() {
+    let upstream = Upstream::start();
+    let envoy = warning_envoy(&upstream);
+    let client = Client::connect(envoy.listener_addr(), 20);
+    let work = || Req::get("/work").header("x-api-key", "k");
+    let mut total = Answered::default();
+    // Two bursts, a pause between them long enough for both buckets to fill again.
+    for round in 0..2 {
+        let (answered, elapsed) = burst(&client, 60, work, "soft");
+        eprintln!("round {round}: {answered:?} in {elapsed:.3} s");
+        let within_limit = answered.passed - answered.warned;
+        // Both sides of both bounds: the limit's burst passes unwarned and the margin's
+        // burst passes, never more than each admits in the time the burst took.
+        assert!(within_limit >= 10, "{answered:?}");
+        assert!(within_limit as f64 <= 10.0 + 20.0 * elapsed, "{answered:?}");
+        assert!(answered.passed >= 15, "{answered:?}");
+        assert!(
+            answered.passed as f64 <= 15.0 + 30.0 * elapsed,
+            "{answered:?}"
+        );
+        assert!(answered.warned >= 5 && answered.refused > 0, "{answered:?}");
+        total.passed += answered.passed;
+        total.warned += answered.warned;
+        total.refused += answered.refused;
+        std::thread::sleep(Duration::from_millis(1_000));
+    }
+    assert_eq!(upstream.requests_seen(), total.passed);
+    // Warn mode: never refused; over its limit, told.
+    let (told, elapsed) = burst(
+        &client,
+        30,
+        || Req::get("/told").header("x-user", "u"),
+        "told",
+    );
+    assert_eq!((told.passed, told.refused), (30, 0));
+    let unwarned = told.passed - told.warned;
+    assert!(
+        (5..=5 + (5.0 * elapsed) as u64).contains(&unwarned),
+        "{told:?} in {elapsed:.3} s"
+    );
+    // Counted as warned (and allowed), never as denied.
+    assert_eq!(
+        envoy.counter("wasmcustom.sluice_warned_total"),
+        total.warned + told.warned
+    );
+    assert_eq!(
+        envoy.counter("wasmcustom.sluice_denied_total"),
+        total.refused
+    );
+    // Each rule's statistics, flushed once a second (a counter appears with its first).
+    let rule_stat = |rule: &str, outcome: &str| {
+        envoy
+            .stat(&format!("wasmcustom.sluice_rule.{rule}.{outcome}_total"))
+            .unwrap_or(0)
+    };
+    wait_for("the per-rule counters", Duration::from_secs(10), || {
+        rule_stat("soft", "warned") == total.warned
+            && rule_stat("told", "warned") == told.warned
+            && rule_stat("soft", "allowed") == total.passed
+            && rule_stat("soft", "denied") == total.refused
+    });
+    assert_eq!(rule_stat("told", "denied"), 0);
 }

@@ -543,6 +543,11 @@ mod tests {
                         key_missing: 6,
                         tokens_used: 7,
                         tokens_throttled: 8,
+                        // Not stored yet: statistics series for these are to come.
+                        warned: 0,
+                        delayed: 0,
+                        delay_wait_ms: 0,
+                        in_flight_refused: 0,
                     },
                     top_clients: vec![ClientCount {
                         client: "acme".into(),

@@ -186,6 +186,7 @@ pub(super) fn mode_str(mode: Mode) -> &'static str {
     match mode {
         Mode::Enforce => "enforce",
         Mode::Shadow => "shadow",
+        Mode::Warn => "warn",
     }
 }
 

@@ -84,6 +84,7 @@ mod tests {
                 identity: 1,
                 global: true,
                 counts: Counts::Tokens(UsageMeasure::Total),
+                soft: None,
             },
             reserved,
             used,

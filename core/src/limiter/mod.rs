@@ -91,8 +91,9 @@ struct Plan {
 
 #[derive(Debug, Clone, Copy)]
 enum PlanResult {
-    /// The tightest limit, and how long the request must wait (zero: not at all).
-    Allowed(TierVerdict, u64),
+    /// The tightest limit, how long the request must wait (zero: not at all), and the
+    /// soft limits it was admitted over (a bit per tier: [`BucketResult::Allowed`]).
+    Allowed(TierVerdict, u64, u8),
     Denied(TierVerdict),
 }
 
@@ -147,18 +148,20 @@ impl SlotTable {
             (again, at)
         };
         // Phase 2: write each plan with compare-and-swap, re-planning on conflicts.
-        let mut committed: SmallVec<[(&BucketRequest<'_>, u32); INLINE_BUCKETS]> = SmallVec::new();
+        let mut committed: SmallVec<[(&BucketRequest<'_>, u32, u8); INLINE_BUCKETS]> =
+            SmallVec::new();
         let mut allowed = true;
         let planned = requests.iter().zip(plans).zip(waits);
         for (((request, plan), own_wait), result) in planned.zip(buckets.iter_mut()) {
             let Some(plan) = plan else { continue };
             let (outcome, slot) = self.commit(store, now, at, request, plan, &mut counters);
             *result = match outcome {
-                Ok(PlanResult::Allowed(tightest, _)) => {
-                    committed.push((request, slot));
+                Ok(PlanResult::Allowed(tightest, _, warned)) => {
+                    committed.push((request, slot, warned));
                     BucketResult::Allowed {
                         tightest,
                         wait_ns: own_wait,
+                        warned,
                     }
                 }
                 Ok(PlanResult::Denied(binding)) => {
@@ -176,8 +179,8 @@ impl SlotTable {
             }
         }
         if !allowed {
-            for (request, slot) in committed {
-                self.refund(store, now, slot, request, &mut counters);
+            for (request, slot, warned) in committed {
+                self.refund(store, now, slot, (request, warned), &mut counters);
             }
         }
         Acquisition {
@@ -225,7 +228,7 @@ impl SlotTable {
                     // Stays `Skipped` until phase 2 writes it.
                     checked.buckets.push(BucketResult::Skipped);
                     checked.waits.push(match plan.result {
-                        PlanResult::Allowed(_, wait) => wait,
+                        PlanResult::Allowed(_, wait, _) => wait,
                         PlanResult::Denied(_) => 0,
                     });
                     checked.plans.push(Some(plan));
@@ -277,7 +280,7 @@ impl SlotTable {
                 // The race moved this bucket's tokens later than the request's other
                 // sets were planned for: refused rather than passed early.
                 Ok(Plan {
-                    result: PlanResult::Allowed(tier, wait @ 1..),
+                    result: PlanResult::Allowed(tier, wait @ 1.., _),
                     slot,
                     ..
                 }) => {
@@ -326,7 +329,9 @@ impl SlotTable {
         }
         let mut tightest: Option<TierVerdict> = None;
         let mut binding: Option<TierVerdict> = None;
-        let mut verdicts = [None; crate::rule::MAX_LIMITS_PER_RULE];
+        // Per tier, the TATs to store: the limit's own bucket's and a soft limit's margin's.
+        let mut new_tats = [(None, None); crate::rule::MAX_LIMITS_PER_RULE];
+        let mut warned = 0u8;
         let mut wait_ns = 0;
         for (tier, limit) in request.limits.iter().enumerate() {
             if limit.global {
@@ -339,11 +344,20 @@ impl SlotTable {
             } else {
                 0
             };
-            let (verdict, wait) =
-                limit
-                    .gcra
-                    .check_ahead(tat, at, request.cost_of(limit), max_delay);
+            let cost = request.cost_of(limit);
+            let (own, wait) = limit.gcra.check_ahead(tat, at, cost, max_delay);
             wait_ns = wait_ns.max(wait);
+            let (verdict, tats) = match limit.soft {
+                None => (own, (Some(own.new_tat), None)),
+                Some(margin) => {
+                    let margin_tat = Nanos::new(next.tat_of(margin.identity).unwrap_or(0));
+                    let checked = check_soft(own, margin.gcra.check(margin_tat, at, cost));
+                    if checked.warned {
+                        warned |= 1 << tier;
+                    }
+                    (checked.verdict, checked.tats)
+                }
+            };
             let tv = TierVerdict { tier, verdict };
             if verdict.allowed {
                 if tightest.is_none_or(|t| tighter(&tv, &t)) {
@@ -352,8 +366,8 @@ impl SlotTable {
             } else if binding.is_none_or(|b| verdict.retry_after_ns > b.verdict.retry_after_ns) {
                 binding = Some(tv);
             }
-            if let Some(v) = verdicts.get_mut(tier) {
-                *v = Some(verdict);
+            if let Some(t) = new_tats.get_mut(tier) {
+                *t = tats;
             }
         }
         let condition = located
@@ -363,13 +377,16 @@ impl SlotTable {
             (Some(b), _) => PlanResult::Denied(b),
             (None, Some(t)) => {
                 next.drop_full(now.get());
-                for (limit, verdict) in request.limits.iter().zip(verdicts.iter()) {
-                    let Some(verdict) = verdict else { continue };
-                    if next.set(limit.identity, verdict.new_tat.get(), now.get()) {
-                        counters.evictions += 1;
+                for (limit, (own, margin)) in request.limits.iter().zip(new_tats) {
+                    let margin = limit.soft.zip(margin).map(|(m, tat)| (m.identity, tat));
+                    let own = own.map(|tat| (limit.identity, tat));
+                    for (identity, tat) in own.into_iter().chain(margin) {
+                        if next.set(identity, tat.get(), now.get()) {
+                            counters.evictions += 1;
+                        }
                     }
                 }
-                PlanResult::Allowed(t, wait_ns)
+                PlanResult::Allowed(t, wait_ns, warned)
             }
             // Validation guarantees at least one limit, but an empty set must not
             // panic: it admits everything.
@@ -385,6 +402,7 @@ impl SlotTable {
                     },
                 },
                 0,
+                0,
             ),
         };
         Ok(Plan {
@@ -395,14 +413,15 @@ impl SlotTable {
         })
     }
 
-    /// Gives back what `request` took from `slot`, with bounded retries. A failed refund
-    /// errs toward limiting and is counted.
+    /// Gives back what `request` took from `slot`, with bounded retries: every limit's
+    /// own bucket but those of the soft limits it was `warned` over (never charged), and
+    /// every soft limit's margin. A failed refund errs toward limiting and is counted.
     fn refund(
         &self,
         store: &impl SharedStore,
         now: Nanos,
         slot: u32,
-        request: &BucketRequest<'_>,
+        (request, warned): (&BucketRequest<'_>, u8),
         counters: &mut LimiterCounters,
     ) {
         for _ in 0..MAX_WRITE_ATTEMPTS {
@@ -412,12 +431,15 @@ impl SlotTable {
             let Ok(mut value) = SlotValue::decode(&bytes) else {
                 break;
             };
-            for limit in request.limits {
-                if let Some(tat) = value.tat_of(limit.identity) {
-                    let refunded = limit
-                        .gcra
-                        .refund(Nanos::new(tat), now, request.cost_of(limit));
-                    value.set(limit.identity, refunded.get(), now.get());
+            for (tier, limit) in request.limits.iter().enumerate() {
+                let cost = request.cost_of(limit);
+                let own = (warned & (1 << tier) == 0).then_some((limit.identity, limit.gcra));
+                let margin = limit.soft.map(|m| (m.identity, m.gcra));
+                for (identity, gcra) in own.into_iter().chain(margin) {
+                    if let Some(tat) = value.tat_of(identity) {
+                        let refunded = gcra.refund(Nanos::new(tat), now, cost);
+                        value.set(identity, refunded.get(), now.get());
+                    }
                 }
             }
             let (buf, len) = value.to_bytes();
@@ -495,6 +517,47 @@ impl SlotTable {
     }
 }
 
+/// A soft limit's tier, checked: its verdict, the TATs to store (its own bucket's, its
+/// margin's) and whether the request is admitted over the limit.
+struct SoftChecked {
+    verdict: Verdict,
+    tats: (Option<Nanos>, Option<Nanos>),
+    warned: bool,
+}
+
+/// Decides a soft limit's tier from its own bucket's verdict and its margin's
+/// (`crate::rule::SoftMargin`): the margin decides admission and is charged for every
+/// admitted request; the limit's own bucket is charged only when it has room, and a
+/// request it has none for is admitted warned, with nothing left (`remaining` 0).
+fn check_soft(own: Verdict, margin: Verdict) -> SoftChecked {
+    if !margin.allowed {
+        // Denied as beyond the margin: the wait is until the margin has room again.
+        return SoftChecked {
+            verdict: margin,
+            tats: (None, None),
+            warned: false,
+        };
+    }
+    if own.allowed {
+        return SoftChecked {
+            verdict: own,
+            tats: (Some(own.new_tat), Some(margin.new_tat)),
+            warned: false,
+        };
+    }
+    SoftChecked {
+        verdict: Verdict {
+            allowed: true,
+            new_tat: margin.new_tat,
+            remaining: 0,
+            reset_ns: own.reset_ns,
+            retry_after_ns: 0,
+        },
+        tats: (None, Some(margin.new_tat)),
+        warned: true,
+    }
+}
+
 fn fail(mode: FailureMode, failure: LimiterFailure) -> BucketResult {
     match mode {
         FailureMode::Open => BucketResult::FailedOpen(failure),
@@ -531,6 +594,7 @@ mod test_support {
             gcra: Gcra::new(nz(requests), nz(period_s * NANOS_PER_SECOND), nz(burst)).unwrap(),
             identity,
             counts: Default::default(),
+            soft: None,
         }
     }
 

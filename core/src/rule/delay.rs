@@ -66,14 +66,24 @@ impl DelayPolicy {
         };
         let mut ok = true;
         let mut has_bucket = false;
+        let mut has_soft = false;
         for limit in limits {
             has_bucket = true;
             if limit.global {
                 ok = false;
             }
+            has_soft |= limit.soft.is_some();
         }
         if !ok {
             problems.add("on_limit", NO_GLOBAL_DELAY);
+        }
+        if has_soft {
+            problems.add(
+                "on_limit",
+                "a rule that delays (`on_limit: delay`) has no soft limits \
+                 (`soft_percent`): over its limit a request either waits or is warned, not both",
+            );
+            ok = false;
         }
         if !has_bucket {
             problems.add(

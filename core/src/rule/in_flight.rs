@@ -61,6 +61,7 @@ impl InFlightLimit {
             ("period", spec.period.is_some()),
             ("burst", spec.burst.is_some()),
             ("count", spec.count.is_some()),
+            ("soft_percent", spec.soft_percent.is_some()),
         ];
         for (name, given) in others {
             if given {

@@ -2,7 +2,9 @@
 
 use std::num::NonZeroU64;
 
-use crate::gcra::{Gcra, GcraError, MAX_CAPACITY_NS};
+use super::soft::SoftMargin;
+use crate::gcra::{Gcra, GcraError, capped_burst};
+use crate::slot::MAX_ENTRIES as MAX_SLOT_ENTRIES;
 use crate::spec::{LimitSpec, PeriodSpec, Scope, UsageMeasure};
 use crate::time::NANOS_PER_SECOND;
 use crate::validation::Problems;
@@ -49,23 +51,9 @@ pub struct Limit {
     pub global: bool,
     /// Requests or tokens.
     pub counts: Counts,
-}
-
-/// `burst`, capped at what one refill of at most [`MAX_CAPACITY_NS`] (about 146 years)
-/// holds at one token per `interval_ns`.
-///
-/// Every limit the rule's schema admits is accepted, and JSON Schema cannot bound a
-/// product (`burst × period / requests`), so rather than refusing a limit whose bucket
-/// would take longer than that to refill (its TAT arithmetic must stay within a `u64`),
-/// its burst is capped. Only limits slower than one token per 4.6 s with bursts near the
-/// largest are affected (one a day holds at most 53,375 tokens, one a year 145), and the
-/// cap errs toward admitting less, never more, than `burst + rate × elapsed`. The capped
-/// value is the limit's `burst` (what the rate-limit header fields and the near-limit
-/// count read), so every reading agrees with the bucket. Tightening the fields' maxima
-/// instead would have cost every limit: a burst of 10^9 at one token a year fits only if
-/// bursts stop at 145.
-pub fn capped_burst(burst: u64, interval_ns: u64) -> u64 {
-    burst.min(MAX_CAPACITY_NS / interval_ns.max(1))
+    /// Set for a soft limit (`soft_percent`): the margin over the limit within which an
+    /// over-limit request is still admitted, warned (`crate::rule::SoftMargin`).
+    pub soft: Option<SoftMargin>,
 }
 
 impl Limit {
@@ -156,6 +144,33 @@ impl Limit {
                 crate::hash::token_limit_identity(rule_id, measure, requests, period_seconds, burst)
             }
         };
+        let soft = match spec.soft_percent {
+            None => None,
+            Some(_) if counts.is_tokens() => {
+                problems.add(
+                    format!("{field}.soft_percent"),
+                    "only a `requests` limit can be soft: a token limit's usage is settled \
+                     after its response",
+                );
+                // Kept without a margin: the rule's other checks still see the limit.
+                None
+            }
+            Some(_) if spec.scope == Scope::Global => {
+                problems.add(
+                    format!("{field}.soft_percent"),
+                    "only a `scope: proxy` limit can be soft: a global limit spends leased \
+                     tokens, which hold no margin",
+                );
+                None
+            }
+            Some(percent) => Some(SoftMargin::build(
+                percent,
+                (requests, period_ns, capped),
+                identity,
+                field,
+                problems,
+            )?),
+        };
         Some(Limit {
             requests,
             period_seconds,
@@ -164,6 +179,7 @@ impl Limit {
             identity,
             global: spec.scope == Scope::Global,
             counts,
+            soft,
         })
     }
 
@@ -194,6 +210,20 @@ impl Limit {
                 problems.add(format!("{field}[{i}]"), "duplicates an earlier limit");
             }
         }
+        // All of one client's buckets live in one slot.
+        let buckets: usize = limits
+            .iter()
+            .map(|l| 1 + usize::from(l.soft.is_some()))
+            .sum();
+        if buckets > MAX_SLOT_ENTRIES && specs.len() <= MAX_LIMITS_PER_RULE {
+            problems.add(
+                field,
+                format!(
+                    "at most {MAX_SLOT_ENTRIES} buckets per rule: each limit is one and a soft \
+                     limit two (here {buckets})"
+                ),
+            );
+        }
         limits
     }
 }
@@ -202,6 +232,7 @@ impl Limit {
 mod tests {
     use super::super::test_support::{errors, rule};
     use super::*;
+    use crate::gcra::MAX_CAPACITY_NS;
 
     /// The rule's schema admits every requests, period and burst within their own bounds;
     /// each combination is a limit, its burst capped where 146 years of refill hold less.

@@ -16,10 +16,12 @@ mod in_flight;
 mod key;
 mod limit;
 mod matcher;
+mod soft;
 mod tokens;
 
 use std::collections::HashMap;
 
+pub use crate::gcra::capped_burst;
 pub use cost::{Cost, MAX_COST};
 pub use delay::{
     DEFAULT_QUEUE_PER_KEY, DEFAULT_QUEUE_PER_WORKER, DelayPolicy, MAX_DELAY_MS,
@@ -27,10 +29,9 @@ pub use delay::{
 };
 pub use in_flight::{InFlightLimit, MAX_CONCURRENT, NO_GLOBAL_IN_FLIGHT};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
-pub use limit::{
-    Counts, Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS, capped_burst,
-};
+pub use limit::{Counts, Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS};
 pub use matcher::RequestMatcher;
+pub use soft::{MAX_SOFT_PERCENT, SoftMargin};
 pub use tokens::{MAX_ESTIMATE, TokenBudget};
 
 use crate::request::RequestNeeds;
@@ -131,6 +132,17 @@ impl TryFrom<RuleSpec> for Rule {
             );
         }
         let descriptor = crate::rls::descriptor::for_rule(&spec, &mut problems);
+        let has_soft_limits = limits
+            .iter()
+            .chain(overrides.values().flatten())
+            .any(|l| l.soft.is_some());
+        if spec.descriptor.is_some() && has_soft_limits {
+            problems.add(
+                "limits",
+                "a rule with a `descriptor` has no soft limits (`soft_percent`): Envoy's rate \
+                 limit service answers OK or OVER_LIMIT, with no warning between them",
+            );
+        }
         let has_token_limits = limits
             .iter()
             .chain(overrides.values().flatten())

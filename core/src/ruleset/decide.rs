@@ -39,7 +39,7 @@ use crate::global::table::{LeaseFailure, LeaseTable, Spent};
 use crate::hash::{client_fingerprint, global_bucket};
 use crate::limiter::{Acquisition, SlotTable};
 use crate::request::RequestAttributes;
-use crate::response::{Limited, RenderedRule};
+use crate::response::{Limited, RenderedLimits, RenderedRule};
 use crate::rule::{Counts, Limit, Rule};
 use crate::spec::{FailureMode, Mode};
 use crate::store::SharedStore;
@@ -225,7 +225,7 @@ impl Ruleset {
                     client,
                     global: None,
                 }),
-                Mode::Shadow => {
+                Mode::Shadow | Mode::Warn => {
                     // A shadow rule's place is kept while the request is in flight (it
                     // is), unless another rule denies the request.
                     let place = take_place(
@@ -236,20 +236,46 @@ impl Ruleset {
                         cx.now,
                         decision,
                     );
-                    let outcome = match place {
-                        Place::Full { .. } => RuleOutcome::ShadowDenied,
+                    let (outcome, over) = match place {
+                        Place::Full { .. } => (RuleOutcome::ShadowDenied, Over::Rule),
                         Place::Failed => {
                             decision.failed_open += 1;
-                            RuleOutcome::FailedOpen
+                            (RuleOutcome::FailedOpen, Over::Nothing)
                         }
                         Place::Unlimited | Place::Held => {
                             charge_shadow(rule, &bucket, request.path(), cx, decision)
                         }
                     };
-                    match outcome {
-                        RuleOutcome::ShadowDenied => decision.shadow_denied.push(rule),
-                        RuleOutcome::FailedOpen => decision.failed_open += 1,
-                        _ => {}
+                    let outcome = match outcome {
+                        // Not evaluated (a failure its fail-closed mode turns into "would
+                        // deny"): a warn rule cannot tell whether the client is over, so it
+                        // warns no one and counts the failure.
+                        RuleOutcome::ShadowDenied
+                            if mode == Mode::Warn && over == Over::Nothing =>
+                        {
+                            decision.failed_open += 1;
+                            RuleOutcome::FailedOpen
+                        }
+                        RuleOutcome::ShadowDenied if mode == Mode::Warn => RuleOutcome::Warned,
+                        RuleOutcome::ShadowDenied => {
+                            decision.shadow_denied.push(rule);
+                            outcome
+                        }
+                        RuleOutcome::FailedOpen => {
+                            decision.failed_open += 1;
+                            outcome
+                        }
+                        // Within a soft limit's margin.
+                        RuleOutcome::Allowed { .. } if over != Over::Nothing => RuleOutcome::Warned,
+                        _ => outcome,
+                    };
+                    // Only a warn-mode rule tells its clients; a shadow-mode one counts.
+                    if outcome == RuleOutcome::Warned && mode == Mode::Warn {
+                        let limits = rendered.for_client(&client);
+                        match over {
+                            Over::Tiers(tiers) => decision.note_warned(limits, tiers),
+                            Over::Rule | Over::Nothing => decision.warnings.push(&rule.name),
+                        }
                     }
                     sink.record(rule, outcome, &client, bucket.tokens.total());
                 }
@@ -404,9 +430,20 @@ impl<'r> Decision<'r> {
                 }
             }
             None => RuleOutcome::NotCharged,
-            Some(BucketResult::Allowed { tightest, .. }) if allowed => {
+            Some(BucketResult::Allowed {
+                tightest,
+                warned,
+                wait_ns,
+            }) if allowed => {
                 let tightest = tighter_of(*tightest, e.global);
                 self.note_allowed(e, tightest);
+                if *warned != 0 {
+                    self.note_warned(e.rendered.for_client(&e.client), *warned);
+                    return RuleOutcome::Warned;
+                }
+                if *wait_ns > 0 {
+                    return RuleOutcome::Delayed { wait_ns: *wait_ns };
+                }
                 RuleOutcome::Allowed {
                     near_limit: is_near_limit(e.bucket.limits, &tightest),
                 }
@@ -441,6 +478,13 @@ impl<'r> Decision<'r> {
         if replace {
             self.tightest = Some(e.limited(tightest));
         }
+    }
+
+    /// Notes the limits of a set rendered as `limits` that the request was admitted
+    /// over (`over`: a bit per tier), for the client's warning.
+    fn note_warned(&mut self, limits: &'r RenderedLimits, over: u8) {
+        let tiers = (0..crate::rule::MAX_LIMITS_PER_RULE).filter(|t| over & (1 << t) != 0);
+        self.warnings.extend(tiers.map(|t| limits.limit_name(t)));
     }
 
     fn absorb_counters(&mut self, acquisition: &Acquisition) {
@@ -496,7 +540,9 @@ fn delayed(enforced: &[Enforced<'_, '_>], acquisition: &Acquisition) -> Delayed 
             .bucket
             .limits
             .iter()
-            .filter(|l| !l.global && !l.counts.is_tokens())
+            // A soft limit's buckets are left charged (which of its two were taken is
+            // not kept): giving up then errs toward limiting.
+            .filter(|l| !l.global && !l.counts.is_tokens() && l.soft.is_none())
             .map(|l| TokenChange {
                 limit: *l,
                 reserved: e.bucket.cost_of(l),
@@ -580,59 +626,91 @@ fn reservation(
         fingerprint: bucket.fingerprint,
         format: budget.format_for(path),
         limits,
-        shadow: rule.mode == Mode::Shadow,
+        shadow: rule.mode != Mode::Enforce,
         estimate: bucket.tokens,
     })
 }
 
-/// Charges one shadow-mode rule on its own: global limits, then proxy limits. It never
-/// denies; the outcome says what it would have done. What its token limits took is
-/// reserved like an enforce-mode rule's.
+/// What a rule that never denies (shadow or warn mode) was over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Nothing,
+    /// These limits (a bit per tier): the one that would have denied, or the soft limits
+    /// admitted within their margin.
+    Tiers(u8),
+    /// Its in-flight limit.
+    Rule,
+}
+
+impl Over {
+    fn tier(verdict: &TierVerdict) -> Over {
+        Over::Tiers(1u8.checked_shl(verdict.tier as u32).unwrap_or(0))
+    }
+}
+
+/// Charges one shadow- or warn-mode rule on its own: global limits, then proxy limits.
+/// It never denies; the outcome says what it would have done, and which limits it was
+/// over. What its token limits took is reserved like an enforce-mode rule's.
 fn charge_shadow(
     rule: &Rule,
     bucket: &BucketRequest<'_>,
     path: &str,
     cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
     decision: &mut Decision<'_>,
-) -> RuleOutcome {
+) -> (RuleOutcome, Over) {
     let mut spends = GlobalSpends::default();
     let global_tightest = match spends.charge(bucket, &cx.global, cx.now, decision) {
         Ok(tightest) => tightest,
-        Err(GlobalDenial::Denied(_)) => return RuleOutcome::ShadowDenied,
-        Err(GlobalDenial::Failed) => return RuleOutcome::FailedOpen,
+        Err(GlobalDenial::Denied(binding)) => {
+            return (RuleOutcome::ShadowDenied, Over::tier(&binding));
+        }
+        Err(GlobalDenial::Failed) => return (RuleOutcome::FailedOpen, Over::Nothing),
     };
     if !has_proxy_limits(bucket.limits) {
         decision
             .reservations
             .extend(reservation(rule, bucket, path, false, &spends));
-        return RuleOutcome::Allowed {
+        let outcome = RuleOutcome::Allowed {
             near_limit: global_tightest.is_some_and(|t| is_near_limit(bucket.limits, &t)),
         };
+        return (outcome, Over::Nothing);
     }
     let acquisition = cx
         .table
         .acquire(cx.store, cx.now, std::slice::from_ref(bucket));
     decision.absorb_counters(&acquisition);
     match acquisition.buckets.first() {
-        Some(BucketResult::Denied { .. } | BucketResult::FailedClosed(_)) => {
+        Some(BucketResult::Denied { binding }) => {
             spends.undo_all(&cx.global, cx.now);
-            RuleOutcome::ShadowDenied
+            (RuleOutcome::ShadowDenied, Over::tier(binding))
+        }
+        Some(BucketResult::FailedClosed(_)) => {
+            spends.undo_all(&cx.global, cx.now);
+            (RuleOutcome::ShadowDenied, Over::Nothing)
         }
         Some(BucketResult::FailedOpen(_)) => {
             decision
                 .reservations
                 .extend(reservation(rule, bucket, path, false, &spends));
-            RuleOutcome::FailedOpen
+            (RuleOutcome::FailedOpen, Over::Nothing)
         }
-        Some(BucketResult::Allowed { tightest, .. }) => {
+        Some(BucketResult::Allowed {
+            tightest, warned, ..
+        }) => {
             decision
                 .reservations
                 .extend(reservation(rule, bucket, path, true, &spends));
-            RuleOutcome::Allowed {
+            let outcome = RuleOutcome::Allowed {
                 near_limit: is_near_limit(bucket.limits, &tighter_of(*tightest, global_tightest)),
-            }
+            };
+            let over = if *warned == 0 {
+                Over::Nothing
+            } else {
+                Over::Tiers(*warned)
+            };
+            (outcome, over)
         }
-        Some(BucketResult::Skipped) | None => RuleOutcome::NotCharged,
+        Some(BucketResult::Skipped) | None => (RuleOutcome::NotCharged, Over::Nothing),
     }
 }
 

@@ -87,7 +87,7 @@ pub(super) fn enforced_outcome<'r>(
         Place::Unlimited | Place::Held => None,
         Place::Full { max } => Some((
             Outcome::InFlightFull(InFlightDenial { rule, max }),
-            RuleOutcome::Denied,
+            RuleOutcome::InFlightRefused,
         )),
         Place::Failed if on_failure == FailureMode::Open => {
             decision.failed_open += 1;

@@ -222,6 +222,10 @@ pub struct Decision<'r> {
     pub tightest: Option<Limited<'r>>,
     /// Shadow-mode rules that would have denied the request.
     pub shadow_denied: Vec<&'r Rule>,
+    /// The limits (by their names in the rate-limit fields: `api`, `api/2`) an admitted
+    /// request is over, and its client is told so (`x-sluice-warning`): enforce-mode soft
+    /// limits within their margin, and warn-mode rules' limits.
+    pub warnings: Vec<&'r str>,
     /// Enabled rules whose match held.
     pub matched_rules: u32,
     /// Matching rules skipped because the request carried no client key.
@@ -273,6 +277,13 @@ pub enum RuleOutcome {
     Denied,
     /// A shadow-mode rule would have denied the request.
     ShadowDenied,
+    /// Admitted to wait this long for its tokens (`on_limit: delay`) before it passes.
+    Delayed { wait_ns: u64 },
+    /// Refused: the client had its in-flight limit's number of requests open already.
+    InFlightRefused,
+    /// Admitted over a limit: within a soft limit's margin (`soft_percent`), or over a
+    /// warn-mode rule's limit. Counted apart from allowed and throttled requests.
+    Warned,
     /// Not charged: another rule denied the request first (or raced it into a denial).
     NotCharged,
     /// Could not be evaluated; the request was let through.

@@ -167,6 +167,7 @@ pub fn key_missing(k: &KeyMissingSpec) -> String {
 pub fn rollout(mode: Mode, enforce_percent: u8) -> String {
     match (mode, enforce_percent) {
         (Mode::Shadow, _) => "no one (shadow mode)".to_string(),
+        (Mode::Warn, _) => "no one (warn mode: over the limit, clients are told)".to_string(),
         (Mode::Enforce, 100..) => "every client".to_string(),
         (Mode::Enforce, 0) => "no one yet (0%: every client in shadow mode)".to_string(),
         (Mode::Enforce, p) => format!("{p}% of clients (the rest in shadow mode)"),

@@ -412,6 +412,7 @@ pub(super) fn limit(requests: u64, period_seconds: u64) -> LimitSpec {
         tokens: None,
         count: None,
         concurrent: None,
+        soft_percent: None,
     }
 }
 

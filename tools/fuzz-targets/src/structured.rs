@@ -304,6 +304,7 @@ fn limit(u: &mut Unstructured<'_>) -> Result<LimitSpec> {
         tokens: None,
         count: None,
         concurrent: None,
+        soft_percent: None,
     };
     // Sometimes a token limit instead (decided last, so older corpus inputs keep
     // meaning what they meant).

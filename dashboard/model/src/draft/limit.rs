@@ -179,6 +179,7 @@ impl LimitDraft {
         if self.counts == LimitCounts::InFlight {
             return LimitSpec {
                 concurrent: Some(amount),
+                soft_percent: None,
                 requests: None,
                 period: None,
                 burst: None,
@@ -209,6 +210,7 @@ impl LimitDraft {
             tokens,
             count,
             concurrent: None,
+            soft_percent: None,
         }
     }
 }

@@ -219,6 +219,7 @@ pub fn blank() -> RuleSpec {
             tokens: None,
             count: None,
             concurrent: None,
+            soft_percent: None,
         }],
         cost: CostSpec::default(),
         overrides: Vec::new(),

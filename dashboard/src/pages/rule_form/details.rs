@@ -22,7 +22,7 @@ pub(super) fn RuleDetails(rule: RuleView) -> impl IntoView {
                 </div>
                 <div class="head-tools">
                     <span class=if s.enabled { "badge good" } else { "badge" }>{if s.enabled { "Enabled" } else { "Disabled" }}</span>
-                    <span class=if s.mode == Mode::Shadow { "badge shadow" } else { "badge" }>{if s.mode == Mode::Shadow { "Shadow" } else { "Enforce" }}</span>
+                    <span class=if s.mode == Mode::Enforce { "badge" } else { "badge shadow" }>{match s.mode { Mode::Enforce => "Enforce", Mode::Shadow => "Shadow", Mode::Warn => "Warn" }}</span>
                 </div>
             </div>
             <section class="card">

@@ -52,21 +52,7 @@ impl Setup {
 
     /// An Envoy whose requests send `descriptors` (each the actions of its entries).
     fn with_envoy(admin: AdminServer, descriptors: Vec<Vec<RlsAction>>) -> Setup {
-        let upstream = Upstream::start();
-        let envoy = Envoy::start(EnvoyOptions {
-            wasm_filter: false,
-            upstream: upstream.target(),
-            rls: Some(RlsService {
-                addr: admin.rls_addr(),
-                domain: "edge".into(),
-                descriptors,
-                // Generous: a decision that times out fails open, which the ceiling
-                // below would catch as over-admission on a slow machine.
-                timeout_ms: 2_000,
-                fail_closed: false,
-            }),
-            ..Default::default()
-        });
+        let (upstream, envoy) = envoy_asking(&admin, descriptors);
         Setup {
             _upstream: upstream,
             admin,
@@ -77,6 +63,27 @@ impl Setup {
     fn metric(&self, line_prefix: &str) -> f64 {
         metric(&self.admin, line_prefix)
     }
+}
+
+/// An Envoy with the native ratelimit filter asking `admin`, its requests sending
+/// `descriptors` (each the actions of its entries), and the upstream behind it.
+fn envoy_asking(admin: &AdminServer, descriptors: Vec<Vec<RlsAction>>) -> (Upstream, Envoy) {
+    let upstream = Upstream::start();
+    let envoy = Envoy::start(EnvoyOptions {
+        wasm_filter: false,
+        upstream: upstream.target(),
+        rls: Some(RlsService {
+            addr: admin.rls_addr(),
+            domain: "edge".into(),
+            descriptors,
+            // Generous: a decision that times out fails open, which the ceiling
+            // below would catch as over-admission on a slow machine.
+            timeout_ms: 2_000,
+            fail_closed: false,
+        }),
+        ..Default::default()
+    });
+    (upstream, envoy)
 }
 
 /// The value of the line of `admin`'s `/metrics` that starts with `line_prefix`.
@@ -532,6 +539,71 @@ fn rls_on_redis_two_replicas_behind_two_envoys_share_one_bucket() {
         "under-admission: {admitted} admitted, {floor:.1} refilled in {:.3} s",
         outcome.total.busy().as_secs_f64()
     );
+    for setup in [&a, &b] {
+        for reason in ["unavailable", "contended", "max_buckets"] {
+            let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");
+            assert_eq!(setup.metric(&line), 0.0, "{reason}");
+        }
+    }
+}
+
+/// Three Envoys calling two `sluice serve` replicas on one Redis (two of them the first
+/// replica), two API keys driven at once through all three for a duration: each key's
+/// admissions stay within [0.99, 1.0] of its bucket's `burst + rate × elapsed`, a token
+/// bucket's figure (a fixed window would admit up to twice its limit across an edge).
+/// The ceiling reads the client's outer window, the floor the inner one in which Envoy
+/// was surely deciding (less one request for the refill in flight), so a slow machine
+/// cannot fail it.
+#[test]
+fn rls_on_redis_three_envoys_two_replicas_admit_each_descriptor_exactly() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let a = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    let b = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    let api_key = vec!["header:x-api-key=api_key".parse().unwrap()];
+    let (_upstream, third) = envoy_asking(&a.admin, vec![api_key]);
+    let envoys = [
+        a.envoy.listener_addr(),
+        b.envoy.listener_addr(),
+        third.listener_addr(),
+    ];
+    let drive = |key: &'static str| {
+        std::thread::spawn(move || {
+            Load::new(envoys.map(|addr| (addr, 2)))
+                .for_duration(Duration::from_secs(4))
+                .run(move |_| keyed(key))
+                .unwrap_or_else(|err| panic!("{err:#}"))
+        })
+    };
+    let (alice, bob) = (drive("alice"), drive("bob"));
+    for (key, outcome) in [
+        ("alice", alice.join().unwrap()),
+        ("bob", bob.join().unwrap()),
+    ] {
+        assert_eq!(
+            outcome.total.errors, 0,
+            "{key}: {:?}",
+            outcome.total.first_error
+        );
+        for tally in &outcome.per_target {
+            assert!(tally.get(200) > 0 && tally.get(429) > 0, "{key}: {tally:?}");
+        }
+        let admitted = outcome.total.get(200) as f64;
+        let ceiling = BURST + RATE * outcome.elapsed.as_secs_f64();
+        assert!(
+            admitted <= ceiling,
+            "{key}: over-admission: {admitted} admitted, at most {ceiling:.1} in {:.3} s",
+            outcome.elapsed.as_secs_f64()
+        );
+        let floor = BURST + RATE * outcome.total.busy().as_secs_f64();
+        assert!(
+            admitted >= floor * 0.99 - 1.0,
+            "{key}: under-admission: {admitted} admitted, {floor:.1} refilled in {:.3} s",
+            outcome.total.busy().as_secs_f64()
+        );
+    }
     for setup in [&a, &b] {
         for reason in ["unavailable", "contended", "max_buckets"] {
             let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");

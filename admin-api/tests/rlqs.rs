@@ -433,3 +433,71 @@ async fn a_bucket_id_without_entries_is_refused_with_its_field() {
         "{refused:?}"
     );
 }
+
+/// Waits until `/api/v1/metrics/rules` shows rule `rule` with `denied` denials, and
+/// returns its row.
+async fn rule_counts(server: &TestServer, rule: &str, denied: u64) -> Value {
+    let now = sluice_admin::store::now_ms();
+    let range = format!("from={}&to={}", now - 60_000, now + 60_000);
+    let started = std::time::Instant::now();
+    loop {
+        let rules = server.json(&format!("/api/v1/metrics/rules?{range}")).await;
+        let row = rules["rules"]
+            .as_array()
+            .and_then(|rules| rules.iter().find(|r| r["rule"] == rule).cloned());
+        if let Some(row) = row.filter(|r| r["denied"] == denied) {
+            return row;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{rules}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_usage_reaches_the_rules_reports_and_per_rule_counters() {
+    let (_db, server) = server(RlsLimits::default()).await;
+    let mut quota = open(channel(server.server.rls_addr().unwrap()).await)
+        .await
+        .unwrap();
+    let denied = |key: &str, allowed: u64, denied: u64| BucketQuotaUsage {
+        num_requests_denied: denied,
+        ..usage(key, allowed)
+    };
+    quota
+        .send(vec![denied("acme", 12, 5), denied("globex", 3, 0)])
+        .await;
+    quota.actions().await;
+    quota.send(vec![denied("acme", 4, 2)]).await;
+    quota.actions().await;
+
+    // The same reports the filter's decisions reach: its rule's counts and top clients.
+    let row = rule_counts(&server, "per-key", 7).await;
+    assert_eq!(row["allowed"], 19, "{row}");
+    let now = sluice_admin::store::now_ms();
+    let range = format!("from={}&to={}", now - 60_000, now + 60_000);
+    let clients = server
+        .json(&format!("/api/v1/metrics/clients?{range}"))
+        .await;
+    assert_eq!(clients["clients"][0]["client"], "acme", "{clients}");
+    assert_eq!(
+        clients["clients"].as_array().map(Vec::len),
+        Some(1),
+        "a client denied nothing is not throttled: {clients}"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "sluice_rule_denied_total{sluice_rule=\"per-key\"} "
+        )
+        .await,
+        7.0
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "sluice_rule_allowed_total{sluice_rule=\"per-key\"} "
+        )
+        .await,
+        19.0
+    );
+}

@@ -207,6 +207,21 @@ async fn each_descriptor_gets_its_status_with_the_limit_and_what_is_left() {
         .json(&format!("/api/v1/metrics/clients?{range}"))
         .await;
     assert_eq!(clients["clients"][0]["client"], "alice", "{clients}");
+
+    // And the per-rule counters, named as the filter's are in Envoy.
+    let metrics = reqwest::get(format!("{}/metrics", server.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "sluice_rule_allowed_total{sluice_rule=\"per-key\"} 4",
+        "sluice_rule_denied_total{sluice_rule=\"per-key\"} 2",
+        "sluice_rule_near_limit_total{sluice_rule=\"per-key\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -393,6 +393,86 @@ async fn the_cli_imports_envoy_ratelimit_configurations_that_apply_accepts(db: T
     );
 }
 
+/// `sluice envoy-config --rls --rules`: the route's descriptors made from the rules'
+/// `descriptor` sections, in their one domain; several domains need `--rls-domain`, and a
+/// domain no rule names is refused.
+#[tokio::test]
+async fn envoy_config_makes_the_rate_limit_descriptors_from_the_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "- {name: a, key: global, limits: [{requests: 1, period: second}],\n   \
+         descriptor: {domain: edge, entries: [{key: api_key}]}}\n\
+         - {name: b, key: global, limits: [{requests: 1, period: second}],\n   \
+         descriptor: {domain: other, entries: [{key: remote_address}]}}\n",
+    )
+    .unwrap();
+    let render = |extra: &[&str]| {
+        let mut command = sluice();
+        command
+            .args(["envoy-config", "--listen", "127.0.0.1:10000"])
+            .args([
+                "--upstream",
+                "127.0.0.1:8000",
+                "--rls",
+                "127.0.0.1:8081",
+                "--rules",
+            ])
+            .arg(&rules)
+            .args(extra);
+        command.output()
+    };
+    let ambiguous = render(&[]).await.unwrap();
+    assert_eq!(ambiguous.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&ambiguous.stderr).contains("--rls-domain"),
+        "{}",
+        String::from_utf8_lossy(&ambiguous.stderr)
+    );
+    let edge = render(&[
+        "--rls-domain",
+        "edge",
+        "--rls-key-header",
+        "api_key=x-api-key",
+    ])
+    .await
+    .unwrap();
+    let yaml = String::from_utf8_lossy(&edge.stdout);
+    assert_eq!(
+        edge.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&edge.stderr)
+    );
+    for needle in [
+        "domain: edge",
+        "header_name: x-api-key",
+        "descriptor_key: api_key",
+    ] {
+        assert!(yaml.contains(needle), "{needle} in\n{yaml}");
+    }
+    assert!(!yaml.contains("remote_address"), "{yaml}");
+    let none = render(&["--rls-domain", "nowhere"]).await.unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no rule has a descriptor"));
+    // Envoy's ratelimit filter skips routes that answer themselves: refused, not ignored.
+    let direct = sluice()
+        .args([
+            "envoy-config",
+            "--listen",
+            "127.0.0.1:10000",
+            "--upstream",
+            "direct",
+        ])
+        .args(["--rls", "127.0.0.1:8081"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(direct.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&direct.stderr).contains("--upstream"));
+}
+
 /// `sluice envoy-config --rls`: Envoy's native ratelimit filter pointed at the rate limit
 /// service, with no wasm filter (so no `--filter`), the actions in order; the flags that
 /// only make sense for the wasm filter are refused beside it.

@@ -240,45 +240,7 @@ pub struct Aggregate {
 
 impl DecisionSink for Aggregate {
     fn record(&mut self, rule: &Rule, outcome: RuleOutcome, client: &str, tokens: u64) {
-        let Some(stats) = self.stats_for(&rule.id) else {
-            return;
-        };
-        let c = &mut stats.counts;
-        match outcome {
-            RuleOutcome::Allowed { near_limit } => {
-                c.allowed += 1;
-                c.near_limit += u64::from(near_limit);
-            }
-            RuleOutcome::Delayed { wait_ns } => {
-                c.allowed += 1;
-                c.delayed += 1;
-                c.delay_wait_ms = c
-                    .delay_wait_ms
-                    .saturating_add(wait_ns.div_ceil(crate::time::NANOS_PER_MILLI));
-            }
-            RuleOutcome::InFlightRefused => {
-                c.denied += 1;
-                c.in_flight_refused += 1;
-                stats.top.record(client, 1, tokens);
-            }
-            RuleOutcome::Denied | RuleOutcome::FailedClosed => {
-                c.denied += 1;
-                c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
-                stats.top.record(client, 1, tokens);
-            }
-            RuleOutcome::ShadowDenied => {
-                c.shadow_denied += 1;
-                c.tokens_throttled = c.tokens_throttled.saturating_add(tokens);
-                stats.top.record(client, 1, tokens);
-            }
-            RuleOutcome::Warned => {
-                c.allowed += 1;
-                c.warned += 1;
-            }
-            RuleOutcome::FailedOpen => c.fail_open += 1,
-            RuleOutcome::KeyMissing => c.key_missing += 1,
-            RuleOutcome::NotCharged => {}
-        }
+        self.record_outcomes(&rule.id, outcome, client, 1, tokens);
     }
 }
 
@@ -293,6 +255,66 @@ impl Aggregate {
             self.rules.insert(id.to_string(), RuleStats::default());
         }
         self.rules.get_mut(id)
+    }
+
+    /// Counts `requests` requests of rule `rule_id` that had the same `outcome` for the same
+    /// `client`, asking its token limits for `tokens` in all: one request of the filter,
+    /// one descriptor of the rate limit service, or a quota report's usage of one bucket.
+    pub fn record_outcomes(
+        &mut self,
+        rule_id: &str,
+        outcome: RuleOutcome,
+        client: &str,
+        requests: u64,
+        tokens: u64,
+    ) {
+        let Some(stats) = self.stats_for(rule_id) else {
+            return;
+        };
+        let c = &mut stats.counts;
+        let throttled = |count: &mut u64, throttled_tokens: &mut u64, top: &mut TopClients| {
+            *count = count.saturating_add(requests);
+            *throttled_tokens = throttled_tokens.saturating_add(tokens);
+            top.record(client, requests, tokens);
+        };
+        match outcome {
+            RuleOutcome::Allowed { near_limit } => {
+                c.allowed = c.allowed.saturating_add(requests);
+                if near_limit {
+                    c.near_limit = c.near_limit.saturating_add(requests);
+                }
+            }
+            RuleOutcome::Delayed { wait_ns } => {
+                c.allowed = c.allowed.saturating_add(requests);
+                c.delayed = c.delayed.saturating_add(requests);
+                let wait_ms = wait_ns.div_ceil(crate::time::NANOS_PER_MILLI);
+                c.delay_wait_ms = c
+                    .delay_wait_ms
+                    .saturating_add(wait_ms.saturating_mul(requests));
+            }
+            RuleOutcome::Warned => {
+                c.allowed = c.allowed.saturating_add(requests);
+                c.warned = c.warned.saturating_add(requests);
+            }
+            RuleOutcome::InFlightRefused => {
+                c.denied = c.denied.saturating_add(requests);
+                c.in_flight_refused = c.in_flight_refused.saturating_add(requests);
+                stats.top.record(client, requests, tokens);
+            }
+            RuleOutcome::Denied | RuleOutcome::FailedClosed => {
+                throttled(&mut c.denied, &mut c.tokens_throttled, &mut stats.top);
+            }
+            RuleOutcome::ShadowDenied => {
+                throttled(
+                    &mut c.shadow_denied,
+                    &mut c.tokens_throttled,
+                    &mut stats.top,
+                );
+            }
+            RuleOutcome::FailedOpen => c.fail_open = c.fail_open.saturating_add(requests),
+            RuleOutcome::KeyMissing => c.key_missing = c.key_missing.saturating_add(requests),
+            RuleOutcome::NotCharged => {}
+        }
     }
 
     /// Counts the tokens an allowed request of rule `rule_id` used, when its response
@@ -552,6 +574,49 @@ mod tests {
             .map(|r| (r.rule.as_str(), r.counts.tokens_used))
             .collect();
         assert_eq!(used, [("a", 150), ("b", 1)]);
+    }
+
+    #[test]
+    fn several_requests_of_one_outcome_count_as_that_many_single_ones() {
+        let outcomes = [
+            (RuleOutcome::Allowed { near_limit: true }, "a"),
+            (RuleOutcome::Allowed { near_limit: false }, "a"),
+            (RuleOutcome::Denied, "bob"),
+            (RuleOutcome::FailedClosed, "bob"),
+            (RuleOutcome::ShadowDenied, "carol"),
+            (RuleOutcome::FailedOpen, "a"),
+            (RuleOutcome::KeyMissing, ""),
+            (RuleOutcome::NotCharged, "a"),
+        ];
+        let mut at_once = Aggregate::default();
+        let mut one_by_one = Aggregate::default();
+        for (outcome, client) in outcomes {
+            at_once.record_outcomes("r", outcome, client, 3, 30);
+            for _ in 0..3 {
+                one_by_one.record_outcomes("r", outcome, client, 1, 10);
+            }
+        }
+        let batch = at_once.take();
+        assert_eq!(batch, one_by_one.take());
+        let counts = &batch.rules[0].counts;
+        assert_eq!(
+            (
+                counts.allowed,
+                counts.near_limit,
+                counts.denied,
+                counts.shadow_denied,
+                counts.fail_open,
+                counts.key_missing,
+                counts.tokens_throttled
+            ),
+            (6, 3, 6, 3, 3, 3, 90)
+        );
+        let top: Vec<_> = batch.rules[0]
+            .top_clients
+            .iter()
+            .map(|c| (c.client.as_str(), c.throttled))
+            .collect();
+        assert_eq!(top, [("bob", 6), ("carol", 3)]);
     }
 
     #[test]

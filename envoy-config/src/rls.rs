@@ -3,10 +3,12 @@
 //! over the wasm filter: the filter, its HTTP/2 cluster, and the route's `rate_limits`
 //! actions that make each request's descriptor.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
 use serde_json::{Value, json};
+use sluice_core::spec::RuleSpec;
 
 /// The cluster of Sluice's rate limit service.
 pub const RLS_CLUSTER: &str = "sluice_rls";
@@ -127,6 +129,82 @@ pub(crate) fn grpc_cluster(addr: SocketAddr) -> Value {
     })
 }
 
+/// Which request header carries a descriptor entry's value (`--rls-key-header KEY=NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyHeader {
+    pub key: String,
+    /// Lower case; may be a pseudo-header such as `:path`.
+    pub header: String,
+}
+
+impl FromStr for KeyHeader {
+    type Err = String;
+
+    /// `KEY=HEADER`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.split_once('=')
+            .filter(|(key, header)| !key.is_empty() && !header.is_empty())
+            .map(|(key, header)| KeyHeader {
+                key: key.to_string(),
+                header: header.to_ascii_lowercase(),
+            })
+            .ok_or_else(|| format!("`{s}`: give KEY=HEADER, e.g. api_key=x-api-key"))
+    }
+}
+
+/// The domains of the rules with a `descriptor` section, each once, in order.
+pub fn rls_domains(rules: &[RuleSpec]) -> BTreeSet<&str> {
+    rules
+        .iter()
+        .filter_map(|r| r.descriptor.as_ref())
+        .map(|d| d.domain.as_str())
+        .collect()
+}
+
+/// The route's descriptors that reach the rules of `domain` with a `descriptor` section:
+/// one per distinct list of entries, each entry read by the action that makes it.
+/// `remote_address` is the client's address and a `generic_key` with a fixed value is
+/// sent as is (on the one route the bootstrap has: with every request); any other key is
+/// read from the header `headers` names for it, else from the header named like the key
+/// with `_` as `-` (`api_key` from `api-key`). Envoy sends a descriptor only when every
+/// header it reads is present, and the service's walk picks the most specific rule, so
+/// rules that share their keys share one descriptor.
+pub fn descriptors_for_rules(
+    rules: &[RuleSpec],
+    domain: &str,
+    headers: &[KeyHeader],
+) -> Vec<Vec<RlsAction>> {
+    let mut descriptors: Vec<Vec<RlsAction>> = Vec::new();
+    let entries = rules
+        .iter()
+        .filter_map(|r| r.descriptor.as_ref())
+        .filter(|d| d.domain == domain);
+    for descriptor in entries {
+        let actions: Vec<RlsAction> = descriptor
+            .entries
+            .iter()
+            .map(|entry| match (entry.key.as_str(), &entry.value) {
+                ("remote_address", _) => RlsAction::RemoteAddress,
+                ("generic_key", Some(value)) => RlsAction::Generic {
+                    key: entry.key.clone(),
+                    value: value.clone(),
+                },
+                (key, _) => RlsAction::Header {
+                    name: headers.iter().find(|h| h.key == key).map_or_else(
+                        || key.replace('_', "-").to_ascii_lowercase(),
+                        |h| h.header.clone(),
+                    ),
+                    key: key.to_string(),
+                },
+            })
+            .collect();
+        if !descriptors.contains(&actions) {
+            descriptors.push(actions);
+        }
+    }
+    descriptors
+}
+
 impl RlsAction {
     /// Parses a comma-separated list of actions: one descriptor (`--rls-descriptor`).
     pub fn parse_list(s: &str) -> Result<Vec<RlsAction>, String> {
@@ -169,6 +247,91 @@ mod tests {
         );
         for bad in ["header:x", "generic:=v", "cookie:a=b", ""] {
             assert!(bad.parse::<RlsAction>().is_err(), "{bad}");
+        }
+    }
+
+    fn rules(yaml: &str) -> Vec<RuleSpec> {
+        sluice_rules_file::parse_rules(
+            yaml,
+            sluice_rules_file::RulesFormat::Yaml,
+            std::path::Path::new("rules.yaml"),
+        )
+        .unwrap()
+    }
+
+    const RULES: &str = "
+- name: per-key
+  key: global
+  limits: [{requests: 10, period: second}]
+  descriptor: {domain: edge, entries: [{key: api_key}]}
+- name: acme
+  key: global
+  limits: [{requests: 100, period: second}]
+  descriptor: {domain: edge, entries: [{key: api_key, value: acme}]}
+- name: login
+  key: global
+  limits: [{requests: 5, period: minute}]
+  descriptor:
+    domain: edge
+    entries: [{key: path, value: /login}, {key: remote_address}]
+- name: slow
+  key: global
+  limits: [{requests: 1, period: second}]
+  descriptor:
+    domain: edge
+    entries: [{key: generic_key, value: slowpath}, {key: tenant_id, value_prefix: t-}]
+- name: elsewhere
+  key: global
+  limits: [{requests: 1, period: second}]
+  descriptor: {domain: other, entries: [{key: user}]}
+";
+
+    #[test]
+    fn each_distinct_list_of_entries_of_the_domain_is_one_descriptor() {
+        let rules = rules(RULES);
+        let path = "path=:path".parse::<KeyHeader>().unwrap();
+        let descriptors = descriptors_for_rules(&rules, "edge", &[path]);
+        let header = |name: &str, key: &str| RlsAction::Header {
+            name: name.into(),
+            key: key.into(),
+        };
+        assert_eq!(
+            descriptors,
+            [
+                // per-key and acme share their keys: one descriptor, the walk picks.
+                vec![header("api-key", "api_key")],
+                vec![header(":path", "path"), RlsAction::RemoteAddress],
+                vec![
+                    RlsAction::Generic {
+                        key: "generic_key".into(),
+                        value: "slowpath".into()
+                    },
+                    header("tenant-id", "tenant_id")
+                ],
+            ]
+        );
+        assert_eq!(
+            descriptors_for_rules(&rules, "other", &[]),
+            [vec![header("user", "user")]]
+        );
+        assert!(descriptors_for_rules(&rules, "none", &[]).is_empty());
+        assert_eq!(
+            rls_domains(&rules).into_iter().collect::<Vec<_>>(),
+            ["edge", "other"]
+        );
+    }
+
+    #[test]
+    fn a_key_header_names_both_sides() {
+        assert_eq!(
+            "api_key=X-Api-Key".parse(),
+            Ok(KeyHeader {
+                key: "api_key".into(),
+                header: "x-api-key".into()
+            })
+        );
+        for bad in ["api_key", "=x", "k=", ""] {
+            assert!(bad.parse::<KeyHeader>().is_err(), "{bad}");
         }
     }
 }

@@ -4,10 +4,12 @@
 //! memory (SQLite) and in Redis. Loads run for a duration and every assertion allows for a
 //! slow machine: a ceiling from the client's outer window, a floor from its inner one.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_envoy_config::{RlsAction, RlsService};
+use sluice_envoy_config::{LISTENER_NAME, RlsAction, RlsService};
+use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
 use sluice_harness::load::Load;
 use sluice_harness::{RedisServer, redis_available};
 use sluice_tests::{
@@ -50,21 +52,7 @@ impl Setup {
 
     /// An Envoy whose requests send `descriptors` (each the actions of its entries).
     fn with_envoy(admin: AdminServer, descriptors: Vec<Vec<RlsAction>>) -> Setup {
-        let upstream = Upstream::start();
-        let envoy = Envoy::start(EnvoyOptions {
-            wasm_filter: false,
-            upstream: upstream.target(),
-            rls: Some(RlsService {
-                addr: admin.rls_addr(),
-                domain: "edge".into(),
-                descriptors,
-                // Generous: a decision that times out fails open, which the ceiling
-                // below would catch as over-admission on a slow machine.
-                timeout_ms: 2_000,
-                fail_closed: false,
-            }),
-            ..Default::default()
-        });
+        let (upstream, envoy) = envoy_asking(&admin, descriptors);
         Setup {
             _upstream: upstream,
             admin,
@@ -73,12 +61,38 @@ impl Setup {
     }
 
     fn metric(&self, line_prefix: &str) -> f64 {
-        self.admin
-            .metrics_text()
-            .lines()
-            .find_map(|l| l.strip_prefix(line_prefix))
-            .map_or(0.0, |v| v.trim().parse().unwrap())
+        metric(&self.admin, line_prefix)
     }
+}
+
+/// An Envoy with the native ratelimit filter asking `admin`, its requests sending
+/// `descriptors` (each the actions of its entries), and the upstream behind it.
+fn envoy_asking(admin: &AdminServer, descriptors: Vec<Vec<RlsAction>>) -> (Upstream, Envoy) {
+    let upstream = Upstream::start();
+    let envoy = Envoy::start(EnvoyOptions {
+        wasm_filter: false,
+        upstream: upstream.target(),
+        rls: Some(RlsService {
+            addr: admin.rls_addr(),
+            domain: "edge".into(),
+            descriptors,
+            // Generous: a decision that times out fails open, which the ceiling
+            // below would catch as over-admission on a slow machine.
+            timeout_ms: 2_000,
+            fail_closed: false,
+        }),
+        ..Default::default()
+    });
+    (upstream, envoy)
+}
+
+/// The value of the line of `admin`'s `/metrics` that starts with `line_prefix`.
+fn metric(admin: &AdminServer, line_prefix: &str) -> f64 {
+    admin
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
 fn keyed(key: &str) -> Req {
@@ -89,7 +103,12 @@ fn keyed(key: &str) -> Req {
 /// short of what refilled while Envoy was surely deciding by at most 3 %; a denial carries
 /// Envoy's X-RateLimit headers with Sluice's figures.
 fn check_a_limit_binds(setup: &Setup) {
-    let client = Client::connect(setup.envoy.listener_addr(), CONNECTIONS);
+    check_a_limit_binds_behind(setup.envoy.listener_addr(), &setup.admin);
+}
+
+/// [`check_a_limit_binds`] through the Envoy listening at `listener`, asking `admin`.
+fn check_a_limit_binds_behind(listener: SocketAddr, admin: &AdminServer) {
+    let client = Client::connect(listener, CONNECTIONS);
     let counts = client.run_for(Duration::from_secs(3), |_| keyed("alice"));
     assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
     let admitted = counts.total.get(200) as f64;
@@ -112,7 +131,7 @@ fn check_a_limit_binds(setup: &Setup) {
     );
     for reason in ["unavailable", "contended", "max_buckets"] {
         let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");
-        assert_eq!(setup.metric(&line), 0.0, "{reason}");
+        assert_eq!(metric(admin, &line), 0.0, "{reason}");
     }
 
     // The bucket refills one token every 20 ms: of a few quick requests, one is denied.
@@ -136,7 +155,7 @@ fn check_a_limit_binds(setup: &Setup) {
     // Another key has its own bucket.
     assert_eq!(client.send(keyed("bob")).status, 200);
     assert!(
-        setup.metric("sluice_rls_descriptors_total{outcome=\"denied\"} ") >= denied_count(&counts)
+        metric(admin, "sluice_rls_descriptors_total{outcome=\"denied\"} ") >= denied_count(&counts)
     );
 }
 
@@ -146,8 +165,17 @@ fn denied_count(counts: &sluice_tests::Outcome) -> f64 {
 
 /// A limit far above the load: never a denial, and the headers on every answer.
 fn check_a_limit_far_above_denies_nothing(setup: &Setup) {
-    let client = Client::connect(setup.envoy.listener_addr(), CONNECTIONS);
-    let counts = client.run_for(Duration::from_secs(2), |i| keyed(&format!("k{}", i % 7)));
+    check_far_above_behind(setup.envoy.listener_addr(), "x-api-key");
+}
+
+/// [`check_a_limit_far_above_denies_nothing`] through the Envoy at `listener`, whose
+/// rule's key is read from `header`.
+fn check_far_above_behind(listener: SocketAddr, header: &'static str) {
+    let client = Client::connect(listener, CONNECTIONS);
+    let keyed = move |key: &str| Req::get("/rls").header(header, key);
+    let counts = client.run_for(Duration::from_secs(2), move |i| {
+        keyed(&format!("k{}", i % 7))
+    });
     assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
     assert_eq!(counts.total.get(429), 0, "{counts:?}");
     assert!(counts.total.get(200) > 0);
@@ -182,6 +210,86 @@ fn rls_on_redis_a_limit_binds_exactly_and_far_above_denies_nothing() {
     let redis = RedisServer::start();
     let setup = Setup::start(Some(&redis.url()), per_key_rule(1_000_000, 1_000_000));
     check_a_limit_far_above_denies_nothing(&setup);
+}
+
+/// What a user writes once for both sides: the rules the service decides, from which
+/// `sluice envoy-config --rls --rules` also makes the route's descriptors. The API key's
+/// limit binds under the load below; the tenant's is far above it.
+const RULES_FOR_RENDERING: &str = "\
+- name: per-key
+  key: global
+  limits: [{requests: 50, period: second, burst: 50}]
+  descriptor: {domain: edge, entries: [{key: api_key}]}
+- name: per-tenant
+  key: global
+  limits: [{requests: 1000000, period: second}]
+  descriptor: {domain: edge, entries: [{key: tenant}]}
+";
+
+/// The bootstrap exactly as `sluice envoy-config --rls ADDR --rules FILE` renders it
+/// (the API key read from `x-api-key`, the tenant from the default header `tenant`),
+/// run by a real Envoy against `sluice serve --rls-listen` holding the same rules: 429s
+/// at the limit with `burst + rate × elapsed` admitted, none below it.
+#[test]
+fn rls_a_bootstrap_rendered_from_the_rules_limits_at_the_limit_and_not_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES_FOR_RENDERING).unwrap();
+    let rules = rules.display().to_string();
+    let admin = AdminServer::start_rls(None);
+    let url = admin.url();
+    sluice(&[
+        "rules",
+        "apply",
+        "-f",
+        &rules,
+        "--url",
+        &url,
+        "--token",
+        ADMIN_TOKEN,
+    ]);
+    wait_for("the rules in force", Duration::from_secs(5), || {
+        admin.metrics_text().contains("sluice_rls_rules 2")
+    });
+    let upstream = Upstream::start();
+    let config = dir.path().join("envoy.yaml");
+    sluice(&[
+        "envoy-config",
+        "--listen",
+        "127.0.0.1:0",
+        "--envoy-admin",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream.addr().to_string(),
+        "--rls",
+        &admin.rls_addr().to_string(),
+        "--rules",
+        &rules,
+        "--rls-key-header",
+        "api_key=x-api-key",
+        // Generous, as above: a decision timing out fails open.
+        "--rls-timeout-ms",
+        "2000",
+        "-o",
+        &config.display().to_string(),
+    ]);
+    let envoy = EnvoyProcess::start(&EnvoyLaunch {
+        envoy: Artifacts::from_env().envoy(),
+        config: &config,
+        concurrency: Some(2),
+        log_level: "warn",
+        cpus: None,
+        dir: dir.path(),
+        name: "rendered",
+        ready_timeout: Duration::from_secs(20),
+        listener: Some(LISTENER_NAME),
+    })
+    .unwrap_or_else(|err| panic!("{err:#}"));
+    check_a_limit_binds_behind(envoy.listener(), &admin);
+    check_far_above_behind(envoy.listener(), "tenant");
+    // Neither header: no descriptor, so nothing to limit.
+    let client = Client::connect(envoy.listener(), 1);
+    assert_eq!(client.passed(&Req::get("/rls"), 5), 5);
 }
 
 /// An envoyproxy/ratelimit configuration using every behaviour of its format, each on
@@ -431,6 +539,71 @@ fn rls_on_redis_two_replicas_behind_two_envoys_share_one_bucket() {
         "under-admission: {admitted} admitted, {floor:.1} refilled in {:.3} s",
         outcome.total.busy().as_secs_f64()
     );
+    for setup in [&a, &b] {
+        for reason in ["unavailable", "contended", "max_buckets"] {
+            let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");
+            assert_eq!(setup.metric(&line), 0.0, "{reason}");
+        }
+    }
+}
+
+/// Three Envoys calling two `sluice serve` replicas on one Redis (two of them the first
+/// replica), two API keys driven at once through all three for a duration: each key's
+/// admissions stay within [0.99, 1.0] of its bucket's `burst + rate × elapsed`, a token
+/// bucket's figure (a fixed window would admit up to twice its limit across an edge).
+/// The ceiling reads the client's outer window, the floor the inner one in which Envoy
+/// was surely deciding (less one request for the refill in flight), so a slow machine
+/// cannot fail it.
+#[test]
+fn rls_on_redis_three_envoys_two_replicas_admit_each_descriptor_exactly() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let a = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    let b = Setup::start(Some(&redis.url()), per_key_rule(50, 50));
+    let api_key = vec!["header:x-api-key=api_key".parse().unwrap()];
+    let (_upstream, third) = envoy_asking(&a.admin, vec![api_key]);
+    let envoys = [
+        a.envoy.listener_addr(),
+        b.envoy.listener_addr(),
+        third.listener_addr(),
+    ];
+    let drive = |key: &'static str| {
+        std::thread::spawn(move || {
+            Load::new(envoys.map(|addr| (addr, 2)))
+                .for_duration(Duration::from_secs(4))
+                .run(move |_| keyed(key))
+                .unwrap_or_else(|err| panic!("{err:#}"))
+        })
+    };
+    let (alice, bob) = (drive("alice"), drive("bob"));
+    for (key, outcome) in [
+        ("alice", alice.join().unwrap()),
+        ("bob", bob.join().unwrap()),
+    ] {
+        assert_eq!(
+            outcome.total.errors, 0,
+            "{key}: {:?}",
+            outcome.total.first_error
+        );
+        for tally in &outcome.per_target {
+            assert!(tally.get(200) > 0 && tally.get(429) > 0, "{key}: {tally:?}");
+        }
+        let admitted = outcome.total.get(200) as f64;
+        let ceiling = BURST + RATE * outcome.elapsed.as_secs_f64();
+        assert!(
+            admitted <= ceiling,
+            "{key}: over-admission: {admitted} admitted, at most {ceiling:.1} in {:.3} s",
+            outcome.elapsed.as_secs_f64()
+        );
+        let floor = BURST + RATE * outcome.total.busy().as_secs_f64();
+        assert!(
+            admitted >= floor * 0.99 - 1.0,
+            "{key}: under-admission: {admitted} admitted, {floor:.1} refilled in {:.3} s",
+            outcome.total.busy().as_secs_f64()
+        );
+    }
     for setup in [&a, &b] {
         for reason in ["unavailable", "contended", "max_buckets"] {
             let line = format!("sluice_rls_failures_total{{reason=\"{reason}\"}} ");

@@ -165,6 +165,84 @@ pub struct RlsMetrics {
     /// What quota streams were refused, by reason (`max_streams`, `max_stream_buckets`,
     /// `invalid`, `idle`).
     pub(crate) quota_refused: Family<ReasonLabel, Counter>,
+    /// The decisions of both services per rule, under the names the filter's per-rule
+    /// counters have in Envoy, so one query covers both.
+    pub(crate) per_rule: PerRuleCounters,
+}
+
+/// A rule's id, as the filter's per-rule counters are labelled once Envoy's tag
+/// extraction has run. Ids come from the ruleset, never from a request: at most one
+/// series per rule the service decided for.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SluiceRuleLabel {
+    pub(crate) sluice_rule: String,
+}
+
+/// Per-rule decision counters of the rate limit and quota services, added from each
+/// report's batch as the filter's workers add theirs to Envoy's counters.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PerRuleCounters {
+    allowed: Family<SluiceRuleLabel, Counter>,
+    denied: Family<SluiceRuleLabel, Counter>,
+    shadow_denied: Family<SluiceRuleLabel, Counter>,
+    near_limit: Family<SluiceRuleLabel, Counter>,
+    fail_open: Family<SluiceRuleLabel, Counter>,
+}
+
+impl PerRuleCounters {
+    fn register(&self, registry: &mut Registry) {
+        let families = [
+            (
+                "sluice_rule_allowed",
+                "Requests each rule allowed",
+                &self.allowed,
+            ),
+            (
+                "sluice_rule_denied",
+                "Requests each rule denied",
+                &self.denied,
+            ),
+            (
+                "sluice_rule_shadow_denied",
+                "Requests each shadow-mode rule would have denied",
+                &self.shadow_denied,
+            ),
+            (
+                "sluice_rule_near_limit",
+                "Allowed requests that left a limit of their rule at least 80% used",
+                &self.near_limit,
+            ),
+            (
+                "sluice_rule_fail_open",
+                "Requests let through because their rule could not be evaluated",
+                &self.fail_open,
+            ),
+        ];
+        for (name, help, family) in families {
+            registry.register(name, help, family.clone());
+        }
+    }
+
+    /// Adds a batch's per-rule counts.
+    pub(crate) fn add(&self, batch: &sluice_core::report::RuleBatch) {
+        for rule in &batch.rules {
+            let label = SluiceRuleLabel {
+                sluice_rule: rule.rule.clone(),
+            };
+            let c = &rule.counts;
+            for (family, n) in [
+                (&self.allowed, c.allowed),
+                (&self.denied, c.denied),
+                (&self.shadow_denied, c.shadow_denied),
+                (&self.near_limit, c.near_limit),
+                (&self.fail_open, c.fail_open),
+            ] {
+                if n > 0 {
+                    family.get_or_create(&label).inc_by(n);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -229,6 +307,7 @@ impl RlsMetrics {
             "What the quota service (RLQS) refused, by reason (max_streams, max_stream_buckets: a bucket given no assignment, invalid, idle: a stream ended)",
             self.quota_refused.clone(),
         );
+        self.per_rule.register(registry);
     }
 }
 

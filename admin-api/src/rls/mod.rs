@@ -77,9 +77,13 @@ pub(crate) async fn start(
     let reporting = state.clone();
     let stats_task =
         tokio::spawn(async move { reporter.run(reporting, format!("rls@{addr}")).await });
-    let quota =
-        RateLimitQuotaServiceServer::new(quota::Rlqs::new(state.clone(), current.clone(), limits))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let quota = RateLimitQuotaServiceServer::new(quota::Rlqs::new(
+        state.clone(),
+        current.clone(),
+        stats.clone(),
+        limits,
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let service = RateLimitServiceServer::new(service::Rls {
         state: state.clone(),
         rules: current,

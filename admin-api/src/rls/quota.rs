@@ -37,6 +37,7 @@ use tonic::Streaming;
 
 use super::limits::{ASSIGNMENT_TTL, RlsLimits};
 use super::rules::Current;
+use super::stats::Stats;
 use crate::http::{AppState, ReasonLabel};
 
 /// The quota service: the server's state, the rules in force, and what its streams hold.
@@ -44,6 +45,8 @@ use crate::http::{AppState, ReasonLabel};
 pub(crate) struct Rlqs {
     pub(crate) state: AppState,
     pub(crate) rules: Current,
+    /// Where each report's usage is counted for its rule, with the RLS calls' decisions.
+    pub(crate) stats: Arc<Stats>,
     pub(crate) limits: RlsLimits,
     pub(crate) streams: Arc<Semaphore>,
     /// How many streams hold each client's bucket (by rule and client), which divides
@@ -52,10 +55,16 @@ pub(crate) struct Rlqs {
 }
 
 impl Rlqs {
-    pub(crate) fn new(state: AppState, rules: Current, limits: RlsLimits) -> Rlqs {
+    pub(crate) fn new(
+        state: AppState,
+        rules: Current,
+        stats: Arc<Stats>,
+        limits: RlsLimits,
+    ) -> Rlqs {
         Rlqs {
             state,
             rules,
+            stats,
             streams: Arc::new(Semaphore::new(limits.max_quota_streams)),
             limits,
             holders: Arc::default(),
@@ -259,6 +268,13 @@ impl Stream {
             }
             if active {
                 held.last_active = now;
+                if let Some(m) = &matched {
+                    service.stats.record_quota(
+                        m,
+                        usage.num_requests_allowed,
+                        usage.num_requests_denied,
+                    );
+                }
             }
             let left = match &matched {
                 Some(m) if !m.charges.is_empty() => {

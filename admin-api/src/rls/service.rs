@@ -18,8 +18,10 @@ use envoy_types::pb::google::protobuf::{
     Duration as PbDuration, ListValue, Struct as PbStruct, Value as PbValue,
 };
 use sluice_core::gcra::ceil_seconds;
+use sluice_core::rls::outcome::outcomes;
 use sluice_core::rls::{Code, Plan, RlsDescriptor, RlsRequest, Status, decide, failed};
 use sluice_core::rule::Limit;
+use sluice_core::ruleset::RuleOutcome;
 use sluice_core::spec::FailureMode;
 
 use super::rules::Current;
@@ -231,22 +233,25 @@ impl Rls {
 
     fn count(&self, plan: &Plan, statuses: &[Status]) {
         let metrics = self.state.rls_metrics();
-        let request_denied = sluice_core::rls::verdict::overall(statuses) == Code::OverLimit;
-        for (s, planned) in statuses.iter().zip(&plan.descriptors) {
-            let shadow = planned.rule.as_ref().is_some_and(|m| m.shadow);
+        for (planned, outcome) in outcomes(plan, statuses) {
             let unlimited = planned
                 .rule
                 .as_ref()
                 .is_none_or(|m| m.answer == sluice_core::rls::Answer::Unlimited);
-            let outcome = match (!unlimited, s.failed, s.code, s.shadow_denied) {
-                (false, ..) => "unlimited",
-                (true, true, Code::Ok, _) => "failed_open",
-                (true, true, Code::OverLimit, _) => "failed_closed",
-                (true, false, Code::OverLimit, _) => "denied",
-                (true, false, Code::Ok, true) => "shadow_denied",
-                // It fitted, but another descriptor denied the request: nothing was taken.
-                (true, false, Code::Ok, false) if request_denied && !shadow => "not_charged",
-                (true, false, Code::Ok, false) => "allowed",
+            let outcome = match outcome {
+                _ if unlimited => "unlimited",
+                // A descriptor's values are its key: it is never missing one.
+                RuleOutcome::Allowed { .. } | RuleOutcome::KeyMissing => "allowed",
+                RuleOutcome::Denied => "denied",
+                RuleOutcome::ShadowDenied => "shadow_denied",
+                RuleOutcome::NotCharged => "not_charged",
+                RuleOutcome::FailedOpen => "failed_open",
+                RuleOutcome::FailedClosed => "failed_closed",
+                // A descriptor rule delays nothing, holds no in-flight places and is
+                // never in warn mode or soft (its validation refuses them): the service
+                // never answers these.
+                RuleOutcome::Delayed { .. } | RuleOutcome::Warned => "allowed",
+                RuleOutcome::InFlightRefused => "denied",
             };
             metrics
                 .descriptors

@@ -1,17 +1,17 @@
-//! The rate limit service's decisions in the same reports as the filter's: per rule exact
-//! counts and a Space-Saving top of throttled clients (bounded whatever the traffic, as in
-//! the filter: `sluice_core::report`), handed to the metrics pipeline every 2 s as a
+//! The rate limit service's and the quota service's decisions in the same reports as the
+//! filter's: counted by the filter's own `sluice_core::report::Aggregate` (per rule exact
+//! counts and a Space-Saving top of throttled clients, bounded whatever the traffic), handed to the metrics pipeline every 2 s as a
 //! report of the proxy id `rls@ADDR`, through the same checks as a proxy's report. So the
 //! dashboard's charts, top clients and `GET /api/v1/metrics/*` show RLS traffic too, and
-//! the rate limit service is listed among the proxies.
+//! the rate limit service is listed among the proxies. The same batch is added to the
+//! per-rule counters at `/metrics`, named as the filter's are in Envoy.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sluice_core::report::{Report, RuleBatch, RuleCounts, RuleReport, TopClients};
-use sluice_core::rls::{Code, Plan, Status};
-use sluice_core::ruleset::NEAR_LIMIT_PERCENT;
+use sluice_core::report::{Aggregate, Report, RuleBatch};
+use sluice_core::rls::outcome::{outcomes, quota_outcomes};
+use sluice_core::rls::{Matched, Plan, Status};
 
 use crate::http::{AppState, ReportBody};
 use crate::store::now_ms;
@@ -19,68 +19,43 @@ use crate::store::now_ms;
 /// How often the counts are handed to the pipeline, as proxies report.
 pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(2);
 
-/// The decisions since the last report.
+/// The decisions since the last report, in the filter's own aggregate.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    pending: Mutex<BTreeMap<String, (RuleCounts, TopClients)>>,
+    pending: Mutex<Aggregate>,
 }
 
 impl Stats {
-    /// Counts one call's decisions.
-    pub(crate) fn record(&self, plan: &Plan, statuses: &[Status]) {
-        let request_denied = sluice_core::rls::verdict::overall(statuses) == Code::OverLimit;
-        let mut pending = self
-            .pending
+    fn pending(&self) -> std::sync::MutexGuard<'_, Aggregate> {
+        self.pending
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (status, planned) in statuses.iter().zip(&plan.descriptors) {
-            let Some(matched) = &planned.rule else {
-                continue;
-            };
-            // At most one entry per rule of the ruleset: bounded by the ruleset's size.
-            let (counts, top) = pending.entry(matched.rule_id.clone()).or_default();
-            match (status.failed, status.code, status.shadow_denied) {
-                (true, Code::Ok, _) => counts.fail_open += 1,
-                (_, Code::OverLimit, _) => {
-                    counts.denied += 1;
-                    top.record(&matched.client, 1, 0);
-                }
-                (false, Code::Ok, true) => {
-                    counts.shadow_denied += 1;
-                    top.record(&matched.client, 1, 0);
-                }
-                // Fitted, but another descriptor denied the request: nothing was charged.
-                (false, Code::Ok, false) if request_denied && !matched.shadow => {}
-                (false, Code::Ok, false) => {
-                    counts.allowed += 1;
-                    let near = status.limit.is_some_and(|l| {
-                        (l.burst - status.remaining.min(l.burst)) * 100
-                            >= l.burst * NEAR_LIMIT_PERCENT
-                    });
-                    counts.near_limit += u64::from(near);
-                }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts one `ShouldRateLimit` call's decisions: each descriptor a rule decided, for
+    /// that rule and the client its values name.
+    pub(crate) fn record(&self, plan: &Plan, statuses: &[Status]) {
+        let mut pending = self.pending();
+        for (planned, outcome) in outcomes(plan, statuses) {
+            if let Some(matched) = &planned.rule {
+                pending.record_outcomes(&matched.rule_id, outcome, &matched.client, 1, 0);
+            }
+        }
+    }
+
+    /// Counts one bucket's usage in a quota report: the requests Envoy's quota filter
+    /// allowed and denied since its last report.
+    pub(crate) fn record_quota(&self, matched: &Matched, allowed: u64, denied: u64) {
+        let mut pending = self.pending();
+        for (outcome, requests) in quota_outcomes(allowed, denied) {
+            if requests > 0 {
+                pending.record_outcomes(&matched.rule_id, outcome, &matched.client, requests, 0);
             }
         }
     }
 
     fn take(&self) -> RuleBatch {
-        let pending = std::mem::take(
-            &mut *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        RuleBatch {
-            rules: pending
-                .into_iter()
-                .map(|(rule, (counts, top))| RuleReport {
-                    rule,
-                    counts,
-                    top_clients: top.sorted(),
-                })
-                .collect(),
-            overflow: 0,
-        }
+        self.pending().take()
     }
 
     /// Hands the counts to the pipeline every [`REPORT_EVERY`] until shutdown, then once
@@ -110,6 +85,7 @@ impl Stats {
         if batch.rules.is_empty() {
             return end_ms;
         }
+        state.rls_metrics().per_rule.add(&batch);
         let report = Report {
             proxy_id: proxy_id.to_string(),
             start_ms: u64::try_from(start_ms).unwrap_or(0),

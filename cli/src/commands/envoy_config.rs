@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use sluice_core::config::DEFAULT_SLOTS;
 use sluice_envoy_config::{
     AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
-    EnvoyConfigOptions, PluginConfig, RlqsService, RlsAction, RlsService, Upstream,
-    UpstreamProtocol,
+    EnvoyConfigOptions, KeyHeader, PluginConfig, RlqsService, RlsAction, RlsService, Upstream,
+    UpstreamProtocol, descriptors_for_rules, rls_domains,
 };
 
 use super::{Failure, FailureModeArg, filter_spec, write_output};
@@ -42,6 +42,8 @@ pub struct EnvoyConfigArgs {
     filter: Option<PathBuf>,
 
     /// Rules enforced from start-up: a JSON or YAML list of rules (or `{rules: [...]}`).
+    /// With --rls: the rules the route's descriptors are made for (each distinct list of
+    /// a `descriptor` rule's entries in the domain is one descriptor).
     #[arg(long, value_name = "FILE.json|.yaml|.yml")]
     rules: Option<PathBuf>,
 
@@ -128,16 +130,16 @@ pub struct EnvoyConfigArgs {
     /// Instead of the wasm filter, Envoy's native rate limit filter
     /// (envoy.filters.http.ratelimit) asking Sluice's rate limit service at this address
     /// (`sluice serve --rls-listen`), with X-RateLimit headers, failing open.
-    #[arg(long, value_name = "IP:PORT", conflicts_with_all = ["admin_url", "rules"])]
+    #[arg(long, value_name = "IP:PORT", conflicts_with = "admin_url")]
     rls: Option<SocketAddr>,
-    /// The descriptor domain the native filter sends (rules' `descriptor.domain`).
-    #[arg(
-        long,
-        value_name = "DOMAIN",
-        default_value = "sluice",
-        requires = "rls"
-    )]
-    rls_domain: String,
+    /// The descriptor domain the native filter sends (rules' `descriptor.domain`)
+    /// [default: the one domain of the --rules' descriptors, else `sluice`].
+    #[arg(long, value_name = "DOMAIN", requires = "rls")]
+    rls_domain: Option<String>,
+    /// With --rules: the request header a descriptor key is read from (repeat the flag;
+    /// a pseudo-header such as `:path` too) [default: the key with `_` as `-`].
+    #[arg(long, value_name = "KEY=HEADER", requires = "rules")]
+    rls_key_header: Vec<KeyHeader>,
     /// One entry of the descriptor each request sends, in order: remote_address,
     /// header:NAME=KEY or generic:KEY=VALUE (repeat the flag) [default: remote_address].
     #[arg(long, value_name = "ACTION", requires = "rls")]
@@ -179,6 +181,40 @@ pub struct EnvoyConfigArgs {
     rlqs_fail_closed: bool,
 }
 
+/// The domain and the descriptors made for the `descriptor` rules of the rules file at
+/// `path` (`--rls` with `--rules`).
+fn rule_descriptors(
+    path: &Path,
+    args: &EnvoyConfigArgs,
+) -> Result<(String, Vec<Vec<RlsAction>>), Failure> {
+    let read = sluice_rules_file::read_rules_file(path)
+        .map_err(|err| Failure::BadInput(format!("{:#}", anyhow::Error::from(err))))?;
+    let domains = rls_domains(&read);
+    let domain = match (&args.rls_domain, domains.len()) {
+        (Some(domain), _) => domain.clone(),
+        (None, 1) => domains
+            .iter()
+            .next()
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+        (None, _) => {
+            return Err(Failure::BadInput(format!(
+                "{}: its descriptor rules name the domains {:?}: choose one with --rls-domain",
+                path.display(),
+                domains
+            )));
+        }
+    };
+    let descriptors = descriptors_for_rules(&read, &domain, &args.rls_key_header);
+    if descriptors.is_empty() {
+        return Err(Failure::BadInput(format!(
+            "{}: no rule has a descriptor of domain `{domain}`",
+            path.display()
+        )));
+    }
+    Ok((domain, descriptors))
+}
+
 /// Renders the bootstrap to `--output` or standard output. Wrong rules, flags or files
 /// are [`Failure::BadInput`], each named where it must be fixed.
 pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
@@ -198,13 +234,27 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         if let Some(rlqs) = &options.rlqs {
             rlqs.check().map_err(Failure::BadInput)?;
         }
+        if args.rls.is_some() && args.upstream == Upstream::Direct {
+            // Its route would carry no `rate_limits`: the service would never be asked.
+            return Err(Failure::BadInput(
+                "--rls needs an --upstream address: Envoy's ratelimit filter skips routes \
+                 that answer themselves (direct)"
+                    .into(),
+            ));
+        }
         let Some(addr) = args.rls else {
             let yaml = sluice_envoy_config::render(&options).map_err(anyhow::Error::from)?;
             return write_output(args.output.as_deref(), &yaml);
         };
-        let mut descriptors = Vec::new();
+        let (domain, mut descriptors) = match &args.rules {
+            Some(path) => rule_descriptors(path, args)?,
+            None => (
+                args.rls_domain.clone().unwrap_or_else(|| "sluice".into()),
+                Vec::new(),
+            ),
+        };
         if !args.rls_action.is_empty() {
-            descriptors.push(args.rls_action.clone());
+            descriptors.insert(0, args.rls_action.clone());
         }
         descriptors.extend(args.rls_descriptor.iter().cloned());
         if descriptors.is_empty() {
@@ -212,7 +262,7 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         }
         options.rls = Some(RlsService {
             addr,
-            domain: args.rls_domain.clone(),
+            domain,
             descriptors,
             timeout_ms: args.rls_timeout_ms,
             fail_closed: args.rls_fail_closed,

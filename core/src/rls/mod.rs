@@ -18,10 +18,12 @@
 //! [`descriptor`] (it validated, and how it matches), [`request`] (what Envoy asks, and
 //! its bounds), [`select`] (which rule and buckets each descriptor gets), [`verdict`]
 //! (charging them: all-or-nothing over the enforced limits, shadow limits apart, one
-//! status per descriptor), [`quota`] (Envoy's quota service, RLQS: bucket ids read as
+//! status per descriptor), [`outcome`] (what each status counts as in the rule's
+//! statistics, in the filter's words), [`quota`] (Envoy's quota service, RLQS: bucket ids read as
 //! descriptors, usage charged, token-bucket assignments shared among streams).
 
 pub mod descriptor;
+pub mod outcome;
 pub mod quota;
 pub mod request;
 pub mod select;

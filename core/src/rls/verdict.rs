@@ -228,7 +228,7 @@ pub fn failed(plan: &Plan, default: FailureMode) -> Vec<Status> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::rls::select::tests::{request, rules};
     use crate::time::NANOS_PER_SECOND;
@@ -240,10 +240,11 @@ mod tests {
     const CLOSED: &str = r#"{"name":"closed","key":"global","failure_mode":"closed","limits":[{"requests":1,"period":"second"}],"descriptor":{"domain":"edge","entries":[{"key":"tenant"}]}}"#;
 
     /// Runs `plan`s one after another on one store, as the coordinator would.
-    struct Buckets(HashMap<u64, Nanos>);
+    #[derive(Default)]
+    pub(crate) struct Buckets(pub(crate) HashMap<u64, Nanos>);
 
     impl Buckets {
-        fn run(&mut self, plan: &Plan, now: Nanos) -> Decided {
+        pub(crate) fn run(&mut self, plan: &Plan, now: Nanos) -> Decided {
             let tats: Vec<Nanos> = plan
                 .buckets()
                 .iter()
@@ -255,7 +256,7 @@ mod tests {
         }
     }
 
-    const T0: Nanos = Nanos::from_secs(1_000);
+    pub(crate) const T0: Nanos = Nanos::from_secs(1_000);
 
     #[test]
     fn a_limit_admits_its_burst_then_denies_with_the_wait() {

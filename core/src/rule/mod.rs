@@ -143,6 +143,14 @@ impl TryFrom<RuleSpec> for Rule {
                  limit service answers OK or OVER_LIMIT, with no warning between them",
             );
         }
+        if spec.descriptor.is_some() && spec.mode == Mode::Warn {
+            problems.add(
+                "mode",
+                "a rule with a `descriptor` cannot be in `warn` mode: Envoy's rate limit \
+                 service answers OK or OVER_LIMIT, with no warning between them (use \
+                 `shadow` to count without refusing)",
+            );
+        }
         let has_token_limits = limits
             .iter()
             .chain(overrides.values().flatten())

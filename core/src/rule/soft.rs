@@ -174,6 +174,38 @@ mod tests {
     }
 
     #[test]
+    fn a_descriptor_rule_is_neither_soft_nor_in_warn_mode() {
+        let descriptor = r#""descriptor":{"domain":"edge","entries":[{"key":"path"}]}"#;
+        assert_eq!(
+            errors(&format!(
+                r#"{{"name":"s","key":"global","limits":[{{"requests":5,"period":1,"soft_percent":10}}],{descriptor}}}"#
+            )),
+            [
+                "limits: a rule with a `descriptor` has no soft limits (`soft_percent`): Envoy's rate limit service answers OK or OVER_LIMIT, with no warning between them"
+            ]
+        );
+        assert_eq!(
+            errors(&format!(
+                r#"{{"name":"s","key":"global","mode":"warn","limits":[{{"requests":5,"period":1}}],{descriptor}}}"#
+            )),
+            [
+                "mode: a rule with a `descriptor` cannot be in `warn` mode: Envoy's rate limit service answers OK or OVER_LIMIT, with no warning between them (use `shadow` to count without refusing)"
+            ]
+        );
+        // The other side: the same rules in shadow mode, and without their descriptor.
+        assert!(
+            problems(&format!(
+                r#"{{"name":"s","key":"global","mode":"shadow","limits":[{{"requests":5,"period":1}}],{descriptor}}}"#
+            ))
+            .is_empty()
+        );
+        assert!(
+            problems(r#"{"name":"s","key":"global","mode":"warn","limits":[{"requests":5,"period":1,"soft_percent":10}]}"#)
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn soft_limits_count_twice_toward_the_slots_buckets() {
         let limits = |n: usize, soft: usize| {
             let all: Vec<String> = (0..n)

@@ -30,7 +30,7 @@ use std::borrow::Cow;
 use smallvec::SmallVec;
 
 use super::in_flight::{self, InFlightContext, Place, take_place};
-use super::{Decision, DecisionSink, NEAR_LIMIT_PERCENT, Outcome, RuleOutcome, Ruleset};
+use super::{Decision, DecisionSink, Outcome, RuleOutcome, Ruleset};
 use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, TierVerdict};
 use crate::delay::{DelayQueue, Delayed, QueueKey, Refund};
 use crate::gcra::Verdict;
@@ -877,10 +877,9 @@ fn tighter_of(local: TierVerdict, global: Option<TierVerdict>) -> TierVerdict {
     }
 }
 
-/// Whether an allowed request left its tightest limit at least [`NEAR_LIMIT_PERCENT`] used.
+/// Whether an allowed request left its tightest limit at least [`super::NEAR_LIMIT_PERCENT`] used.
 fn is_near_limit(limits: &[Limit], tightest: &TierVerdict) -> bool {
-    limits.get(tightest.tier).is_some_and(|limit| {
-        let used = limit.burst.saturating_sub(tightest.verdict.remaining);
-        used.saturating_mul(100) >= limit.burst.saturating_mul(NEAR_LIMIT_PERCENT)
-    })
+    limits
+        .get(tightest.tier)
+        .is_some_and(|limit| super::is_near(limit, tightest.verdict.remaining))
 }

@@ -30,6 +30,14 @@ pub const MAX_RULES: usize = 1_000;
 /// "near the limit".
 pub const NEAR_LIMIT_PERCENT: u64 = 80;
 
+/// Whether `remaining` tokens left in `limit`'s bucket leave it at least
+/// [`NEAR_LIMIT_PERCENT`] used: the one definition of "near the limit", for the filter's
+/// decisions and the rate limit service's alike.
+pub fn is_near(limit: &crate::rule::Limit, remaining: u64) -> bool {
+    let used = limit.burst.saturating_sub(remaining);
+    used.saturating_mul(100) >= limit.burst.saturating_mul(NEAR_LIMIT_PERCENT)
+}
+
 /// Validated rules in evaluation order: higher `priority` first, then by name.
 #[derive(Debug, Clone, Default)]
 pub struct Ruleset {

@@ -136,6 +136,39 @@ impl Generator {
         run_generator(&mut generate)
     }
 
+    /// Writes `<name>.yaml`: Envoy in front of `upstream` behind its native ratelimit
+    /// filter, which asks the rate limit service at `rls` for one descriptor per request
+    /// (`api_key` from `x-api-key`, domain `domain`), waiting at most 1 s. (Not `direct`:
+    /// the filter skips routes that answer themselves.)
+    pub fn write_rls(
+        &self,
+        name: &str,
+        rls: SocketAddr,
+        domain: &str,
+        concurrency: u32,
+        upstream: SocketAddr,
+    ) -> Result<Bootstrap> {
+        let path = self.dir.join(format!("{name}.yaml"));
+        let mut generate = Command::new(&self.sluice_bin);
+        generate
+            .arg("envoy-config")
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &upstream.to_string(),
+            ])
+            .args(["--rls", &rls.to_string(), "--rls-domain", domain])
+            .args(["--rls-action", "header:x-api-key=api_key"])
+            .args(["--rls-timeout-ms", "1000"])
+            .args(["--concurrency", &concurrency.to_string()])
+            .args(["--envoy-admin", "127.0.0.1:0"])
+            .arg("--output")
+            .arg(&path);
+        let command = run_generator(&mut generate)?;
+        Ok(Bootstrap { path, command })
+    }
+
     /// `sluice envoy-config` for a loopback listener in front of `upstream` (`direct`: Envoy
     /// answers requests itself), the filter, `concurrency` workers and an admin interface
     /// on a free port, written to `output`.

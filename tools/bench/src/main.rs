@@ -17,7 +17,9 @@
 //! 4. profile ([`profile`]): the core's hot path natively and under callgrind;
 //! 5. soak ([`soak`], only when named): a real `sluice serve` and Envoy under churning
 //!    load and a rule edit every second for `--soak-minutes`, memory and reports checked;
-//! 6. tokens ([`tokens`], only when named): LLM token budgets' cost to streams.
+//! 6. tokens ([`tokens`], only when named): LLM token budgets' cost to streams;
+//! 7. rls ([`rls`], only when named): `ShouldRateLimit` throughput and latency of Sluice
+//!    as Envoy's rate limit service, in memory and on Redis, beside the wasm filter.
 //!
 //! The machine is shared and noisy: the report gives ratios and differences from one
 //! interleaved run, medians with min–max over rounds, never absolute claims.
@@ -35,6 +37,7 @@ mod path;
 mod profile;
 mod propagation;
 mod report;
+mod rls;
 mod setup;
 mod soak;
 mod stats;
@@ -127,7 +130,8 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             | Section::FleetScale
             | Section::Soak
             | Section::Hostcalls
-            | Section::Tokens => None,
+            | Section::Tokens
+            | Section::Rls => None,
         };
         if let Some(Some(err)) = outcome {
             note(format!("section {section:?} failed: {err:#}"));
@@ -208,6 +212,13 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             tokens_failed = true;
         }
     }
+    let mut rls_failed = false;
+    if sections.contains(&Section::Rls) {
+        if let Err(err) = rls::run(&bench, &out_dir, &name) {
+            note(format!("section Rls failed: {err:#}"));
+            rls_failed = true;
+        }
+    }
     let mut hostcalls_failed = false;
     if sections.contains(&Section::Hostcalls) {
         if let Err(err) = hostcalls::run(&bench, &out_dir, &name) {
@@ -255,6 +266,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
         ("soak", soak_failed),
         ("hostcalls", hostcalls_failed),
         ("tokens", tokens_failed),
+        ("rls", rls_failed),
     ]
     .into_iter()
     .filter_map(|(name, failed)| failed.then_some(name))

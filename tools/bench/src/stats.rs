@@ -2,6 +2,16 @@
 
 use serde_json::{Value, json};
 
+/// The `q` quantile of `values` (nearest rank over the sorted values); NaN for none.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted
+        .get((sorted.len().saturating_sub(1) as f64 * q).round() as usize)
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
 /// Median and range of one measure over the rounds of a run.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
@@ -61,6 +71,14 @@ pub fn to_json(summary: Option<Summary>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_pick_from_the_sorted_values() {
+        let v = [5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(quantile(&v, 0.5), 3.0);
+        assert_eq!(quantile(&v, 1.0), 5.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
 
     #[test]
     fn medians_of_odd_and_even_counts() {

@@ -28,7 +28,7 @@ use sluice_harness::llm::{LlmOptions, LlmUpstream, delta_event_bytes};
 use sluice_harness::wait_until;
 
 use crate::setup::Bench;
-use crate::stats::{self, Summary};
+use crate::stats::{self, Summary, quantile};
 
 const WORKERS: u32 = 2;
 const PATH: &str = "/v1/chat/completions";
@@ -422,15 +422,6 @@ fn ticks_ms(ticks: u64) -> f64 {
     ticks as f64 * 10.0
 }
 
-fn quantile(values: &[f64], q: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted
-        .get((sorted.len().saturating_sub(1) as f64 * q).round() as usize)
-        .copied()
-        .unwrap_or(f64::NAN)
-}
-
 fn markdown(variants: &[Variant], commands: &[String], rounds: u32, round: Duration) -> String {
     let mut out = format!(
         "# Sluice token budgets: what reading usage costs\n\n\
@@ -547,13 +538,5 @@ mod tests {
         assert_eq!(tokens[0]["limits"][0], plain[0]["limits"][0]);
         assert_eq!(tokens[0]["match"], plain[0]["match"]);
         assert!(plain[0].get("tokens").is_none());
-    }
-
-    #[test]
-    fn quantiles_pick_from_the_sorted_values() {
-        let v = [5.0, 1.0, 3.0, 2.0, 4.0];
-        assert_eq!(quantile(&v, 0.5), 3.0);
-        assert_eq!(quantile(&v, 1.0), 5.0);
-        assert!(quantile(&[], 0.5).is_nan());
     }
 }

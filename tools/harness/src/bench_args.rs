@@ -61,6 +61,10 @@ pub enum Section {
     /// under a 50 MB stream, with and without a token limit (only when named; written
     /// beside the report).
     Tokens,
+    /// Sluice as Envoy's rate limit service: `ShouldRateLimit` throughput and latency in
+    /// memory and on Redis, beside the wasm filter on the same traffic (only when named;
+    /// written beside the report).
+    Rls,
 }
 
 impl BenchArgs {

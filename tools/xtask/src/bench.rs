@@ -54,6 +54,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         } else {
             None
         };
+    // The rate limit service's section keeps buckets in a throwaway Redis too.
+    let rls_redis = if sections.contains(&Section::Rls) && fleet_servers.is_none() {
+        Some(redis::ensure_server()?)
+    } else {
+        None
+    };
     // Release, as the admin API it measures in-process (the ingest section) ships.
     step(format!("building {BENCH_PACKAGE} (release)"));
     let bench_bin = cmd::cargo_build_artefact(
@@ -87,6 +93,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     }
     if let Some((redis_server, postgres)) = &fleet_servers {
         run.envs(redis::env(redis_server)).envs(postgres.env());
+    }
+    if let Some(redis_server) = &rls_redis {
+        run.envs(redis::env(redis_server));
     }
     cmd::run(&mut run)
 }

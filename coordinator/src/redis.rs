@@ -2,7 +2,7 @@
 //! Redis.
 //!
 //! Each bucket is one key (`sluice:quota:{GG}:b:<hex id>`) holding its state in 41 bytes
-//! ([`BucketState::encode`]); the arithmetic stays in Rust (the core's `settle`), and
+//! ([`BucketState::encode`]) and its creator ([`value`]); the arithmetic stays in Rust (the core's `settle`), and
 //! Redis only makes the update atomic: a batch reads its buckets, settles them, and writes
 //! each back only if it still holds what was read (compare-and-set). A bucket another
 //! replica changed in between is read and settled again.
@@ -26,18 +26,30 @@
 //! **Bounds.** The same bounds as in memory ([`Bounds`]): a bucket new to Redis is kept
 //! only while Redis holds fewer than `max_buckets` buckets in all and fewer than
 //! `max_buckets_per_proxy` created by the sync's proxy id; past either it is granted
-//! nothing and not written. Two sorted sets count them, each member a bucket scored by
-//! when its key expires: [`BUCKETS_KEY`] all of them, and `sluice:quota:owner:<proxy id>`
-//! those a proxy created (kept while that proxy keeps settling them). Members whose key
-//! has expired are dropped before counting, so idle buckets free room as their keys
-//! expire. Replicas count at once without a lock, so each may overshoot a bound by the new
-//! buckets of one batch.
+//! nothing and not written. Sorted sets count them ([`sets`]): all of them, and those each
+//! proxy created (kept while that proxy keeps settling them; a bucket's value names its
+//! creator, [`value`]). Members whose key has expired (up to [`RECORD_SLACK_MS`] before)
+//! are dropped before counting, so idle buckets free room as their keys expire. Replicas
+//! count at once without a lock, so each may overshoot a bound by the new buckets of one
+//! batch.
+//!
+//! **Work per sync follows change.** A batch's commands are its buckets' reads and
+//! compare-and-sets (two per hash-tag group touched), the fleet's few, and sorted-set
+//! updates only for buckets whose members no longer cover their keys (once per
+//! [`RECORD_SLACK_MS`] for a busy bucket). A proxy reports only buckets it used, so an
+//! idle bucket costs nothing. (Refreshing every bucket's members in every batch, in its
+//! set and in each naming proxy's, was a third of Redis's command time at 100 proxies in
+//! `cargo xtask bench --only fleet-scale --quick`, 105 to 154 µs per `ZADD`, and grew with
+//! proxies × buckets per batch: 20 proxies × 10,000 buckets had a sync p99 of 450 ms.)
 //!
 //! The clock is Redis's (`TIME`), so replicas agree on time. The fleet is a sorted set of
 //! proxies by last sync; the coordinator's *epoch* (when Redis's state began) is a key set
 //! only if missing: if Redis lost its data, the epoch is new and the coordinator warms up.
 
-use std::collections::{HashMap, HashSet};
+mod sets;
+mod value;
+
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -49,10 +61,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::guard::Bounds;
 use crate::memory::{NOT_KEPT, NotKept};
+pub use sets::RECORD_SLACK_MS;
+use sets::{Admission, BUCKETS_KEY, Bound, Records, Written, member};
+use value::Stored;
 
 const FLEET_KEY: &str = "sluice:quota:fleet";
-/// Every bucket held, scored by when its key expires (Unix ms, Redis's clock).
-const BUCKETS_KEY: &str = "sluice:quota:buckets";
 /// Named after the bucket keys' layout: a Redis holding only an older layout's buckets has
 /// no epoch under this name, so the coordinator warms up as after a loss of state instead
 /// of starting every bucket full while leases granted from the old keys are spent.
@@ -176,6 +189,7 @@ impl RedisBuckets {
             Batcher {
                 connection: connection.clone(),
                 compare_and_set: Script::new(COMPARE_AND_SET),
+                records: Records::default(),
             }
             .run(queue),
         );
@@ -215,14 +229,12 @@ impl RedisBuckets {
         }
         for _ in 0..RLS_ROUNDS {
             let (now, olds, held) = read_buckets_held(&mut con, ids).await?;
-            let states: Vec<BucketState> = olds
+            let stored: Vec<Stored> = olds
                 .iter()
-                .map(|old| {
-                    old.as_deref()
-                        .and_then(BucketState::decode)
-                        .unwrap_or_default()
-                })
+                .map(|old| old.as_deref().map(Stored::decode).unwrap_or_default())
                 .collect();
+            let states: Vec<BucketState> =
+                stored.iter().map(|s| s.state.unwrap_or_default()).collect();
             let tats: Vec<Nanos> = states.iter().map(|s| Nanos::new(s.tat)).collect();
             let (answer, writes) = decide(Nanos::new(now), &tats);
             if writes.is_empty() {
@@ -240,15 +252,21 @@ impl RedisBuckets {
             if new > 0 && held as usize + new > max_buckets {
                 return Ok(Charged::Full);
             }
-            let mut planned: Vec<(u64, Option<Vec<u8>>, BucketState, u64)> = Vec::new();
+            let mut planned: Vec<Planned> = Vec::new();
             for (id, tat) in &writes {
                 let Some(i) = ids.iter().position(|x| x == id) else {
                     continue;
                 };
                 let mut state = states[i];
                 state.tat = tat.get();
-                let keep_ms = tat.get().saturating_sub(now) / 1_000_000 + RLS_KEEP_MS;
-                planned.push((*id, olds[i].clone(), state, keep_ms));
+                planned.push(Planned {
+                    id: *id,
+                    old: olds[i].clone(),
+                    state,
+                    // A sync's bucket stays its creator's.
+                    creator: stored[i].creator.clone(),
+                    keep_ms: tat.get().saturating_sub(now) / 1_000_000 + RLS_KEEP_MS,
+                });
             }
             let written = self
                 .compare_and_set_all(&mut con, &planned, Some(now / 1_000_000))
@@ -257,46 +275,47 @@ impl RedisBuckets {
                 return Ok(Charged::Done(answer));
             }
             // Give back what this round wrote, then decide again.
-            for ((id, old, state, _), ok) in planned.iter().zip(written) {
+            for (write, ok) in planned.iter().zip(written) {
                 if ok {
-                    let before = old
+                    let before = write
+                        .old
                         .as_deref()
-                        .and_then(BucketState::decode)
+                        .and_then(|old| Stored::decode(old).state)
                         .map_or(0, |s| s.tat);
-                    self.refund(&mut con, *id, state.tat.saturating_sub(before.max(now)))
-                        .await?;
+                    let backlog_ns = write.state.tat.saturating_sub(before.max(now));
+                    self.refund(&mut con, write.id, backlog_ns).await?;
                 }
             }
         }
         Ok(Charged::Contended)
     }
 
-    /// Writes each planned bucket `(id, what was read, new state, keep ms)` if it still
-    /// holds what was read; says which were written. With `counted_at_ms` (Redis's clock),
-    /// also records them in [`BUCKETS_KEY`] until their keys expire, dropping the members
+    /// Writes each planned bucket if it still holds what was read; says which were
+    /// written. With `counted_at_ms` (Redis's clock), also records them in [`BUCKETS_KEY`]
+    /// until their keys expire (never lowering a score: `GT`), dropping the members
     /// expired by then, in the same pipeline (a bucket not written is recorded anyway and
     /// dropped when its time comes: an overcount, never an undercount).
     async fn compare_and_set_all(
         &self,
         con: &mut ConnectionManager,
-        planned: &[(u64, Option<Vec<u8>>, BucketState, u64)],
+        planned: &[Planned],
         counted_at_ms: Option<u64>,
     ) -> RedisResult<Vec<bool>> {
-        let ids: Vec<u64> = planned.iter().map(|p| p.0).collect();
+        let ids: Vec<u64> = planned.iter().map(|p| p.id).collect();
         let groups = by_group(&ids);
         let mut write = redis::pipe();
         write.load_script(&self.compare_and_set).ignore();
         for members in groups.values() {
             let mut invocation = self.compare_and_set.prepare_invoke();
             for id in members {
-                let Some((_, old, state, keep_ms)) = planned.iter().find(|p| p.0 == *id) else {
+                let Some(write) = planned.iter().find(|p| p.id == *id) else {
                     continue;
                 };
                 invocation
                     .key(key(*id))
-                    .arg(old.clone().unwrap_or_default())
-                    .arg(state.encode().as_slice())
-                    .arg(*keep_ms);
+                    .arg(write.old.clone().unwrap_or_default())
+                    .arg(value::encode(&write.state, write.creator.as_deref()))
+                    .arg(write.keep_ms);
             }
             write.invoke_script(&invocation);
         }
@@ -307,9 +326,9 @@ impl RedisBuckets {
                 .arg("-inf")
                 .arg(now_ms)
                 .ignore();
-            let record = write.cmd("ZADD").arg(BUCKETS_KEY);
-            for (id, _, _, keep_ms) in planned {
-                record.arg(now_ms + keep_ms).arg(member(*id));
+            let record = write.cmd("ZADD").arg(BUCKETS_KEY).arg("GT");
+            for p in planned {
+                record.arg(now_ms + p.keep_ms).arg(member(p.id));
             }
             write.ignore();
         }
@@ -340,14 +359,22 @@ impl RedisBuckets {
             let Some(old) = olds.into_iter().next().flatten() else {
                 return Ok(());
             };
-            let Some(mut state) = BucketState::decode(&old) else {
+            let Stored {
+                state: Some(mut state),
+                creator,
+            } = Stored::decode(&old)
+            else {
                 return Ok(());
             };
             state.tat = state.tat.saturating_sub(backlog_ns).max(now.min(state.tat));
-            let keep_ms = state.tat.saturating_sub(now) / 1_000_000 + RLS_KEEP_MS;
-            let written = self
-                .compare_and_set_all(con, &[(id, Some(old), state, keep_ms)], None)
-                .await?;
+            let write = Planned {
+                id,
+                old: Some(old),
+                keep_ms: state.tat.saturating_sub(now) / 1_000_000 + RLS_KEEP_MS,
+                state,
+                creator,
+            };
+            let written = self.compare_and_set_all(con, &[write], None).await?;
             if written.first().copied().unwrap_or(false) {
                 return Ok(());
             }
@@ -378,6 +405,17 @@ impl RedisBuckets {
             .map_err(|_| stopped())?;
         settled.await.map_err(|_| stopped())?
     }
+}
+
+/// A bucket a charge writes if it still holds what was read.
+#[derive(Debug)]
+struct Planned {
+    id: u64,
+    /// What was read (`None`: missing).
+    old: Option<Vec<u8>>,
+    state: BucketState,
+    creator: Option<String>,
+    keep_ms: u64,
 }
 
 /// Rounds of one rate limit service charge that other replicas' writes can cost.
@@ -440,10 +478,12 @@ async fn read_buckets_held(
 struct Batcher {
     connection: ConnectionManager,
     compare_and_set: Script,
+    /// What this replica last wrote of each bucket's sorted-set members.
+    records: Records,
 }
 
 impl Batcher {
-    async fn run(self, mut queue: mpsc::Receiver<Job>) {
+    async fn run(mut self, mut queue: mpsc::Receiver<Job>) {
         while let Some(first) = queue.recv().await {
             let mut usages = first.sync.buckets.len();
             let mut batch = vec![first];
@@ -462,6 +502,8 @@ impl Batcher {
                     }
                 }
                 Err(e) => {
+                    // Which of the batch's writes happened is unknown.
+                    self.records.clear();
                     for answer in answers {
                         let _ = answer.send(Err(e.clone()));
                     }
@@ -472,7 +514,7 @@ impl Batcher {
 
     /// Settles a batch of syncs: each bucket read and written once, its usages settled in
     /// the order the syncs arrived.
-    async fn settle_batch(&self, syncs: &[SyncJob]) -> RedisResult<Vec<Settled>> {
+    async fn settle_batch(&mut self, syncs: &[SyncJob]) -> RedisResult<Vec<Settled>> {
         let mut con = self.connection.clone();
         let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
         let now = seconds * 1_000_000_000 + micros * 1_000;
@@ -514,6 +556,7 @@ impl Batcher {
             (epoch, sizes)
         };
         let epoch = epoch.unwrap_or(now);
+        self.records.begin(epoch, now_ms);
         let mut commands = 4 + syncs.len() as u64;
         let settings: Vec<Settings> = syncs
             .iter()
@@ -547,8 +590,7 @@ impl Batcher {
         let mut pending = order;
         let mut admission = Admission::default();
         let mut not_kept = vec![NotKept::default(); syncs.len()];
-        // Each bucket written, when its key expires (Unix ms).
-        let mut written_until: HashMap<u64, u64> = HashMap::new();
+        let mut written: HashMap<u64, Written> = HashMap::new();
         for _ in 0..MAX_ROUNDS {
             if pending.is_empty() {
                 break;
@@ -608,10 +650,12 @@ impl Batcher {
                         continue;
                     }
                     // Missing, or written in another layout: a full, quiet bucket.
-                    let mut state = old
-                        .as_deref()
-                        .and_then(BucketState::decode)
-                        .unwrap_or_default();
+                    let stored = old.as_deref().map(Stored::decode);
+                    let mut state = stored.as_ref().and_then(|s| s.state).unwrap_or_default();
+                    let creator = match stored {
+                        Some(stored) => stored.creator,
+                        None => admission.kept.get(id).cloned(),
+                    };
                     let mut settled = Vec::new();
                     let mut keep_ns = 0;
                     for &(s, b) in &usages[id] {
@@ -634,34 +678,46 @@ impl Batcher {
                     invocation
                         .key(key(*id))
                         .arg(old.unwrap_or_default())
-                        .arg(state.encode().as_slice())
+                        .arg(value::encode(&state, creator.as_deref()))
                         .arg(keep_ms);
-                    settled_group.push((*id, settled, now_ms + keep_ms));
+                    let until_ms = now_ms + keep_ms;
+                    settled_group.push((*id, settled, Written { until_ms, creator }));
                 }
                 write.invoke_script(&invocation);
                 planned.push(settled_group);
             }
-            let written: Vec<Vec<i64>> = write.query_async(&mut con).await?;
+            let written_groups: Vec<Vec<i64>> = write.query_async(&mut con).await?;
             commands += planned.len() as u64 + 1;
             pending = Vec::new();
-            for (group, written) in planned.into_iter().zip(written) {
-                for ((id, settled, until), ok) in group.into_iter().zip(written) {
+            for (group, replies) in planned.into_iter().zip(written_groups) {
+                for ((id, settled, write), ok) in group.into_iter().zip(replies) {
                     if ok == 1 {
                         for (s, b, grant) in settled {
                             grants[s][b] = grant;
                         }
-                        written_until.insert(id, until);
+                        written.insert(id, write);
                     } else {
                         pending.push(id);
                     }
                 }
             }
         }
-        let held = if written_until.is_empty() {
+        let held = if written.is_empty() {
             None
         } else {
-            commands += 3 + syncs.len() as u64;
-            Some(admission.record(&mut con, syncs, &written_until).await?)
+            let named: Vec<(&str, u64)> = syncs
+                .iter()
+                .flat_map(|sync| {
+                    sync.buckets
+                        .iter()
+                        .map(|(id, _, _)| (sync.proxy.as_str(), *id))
+                })
+                .collect();
+            let (held, sent) = admission
+                .record(&mut con, &mut self.records, &named, &written)
+                .await?;
+            commands += sent;
+            Some(held)
         };
         // Buckets still contended are granted nothing; count them per sync.
         let mut contended = vec![0; syncs.len()];
@@ -688,153 +744,6 @@ impl Batcher {
                 held,
             })
             .collect())
-    }
-}
-
-/// Which bound a new bucket met.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Bound {
-    Total,
-    PerProxy,
-}
-
-/// The new buckets of one batch: which were kept and by whom, and which were not.
-#[derive(Debug, Default)]
-struct Admission {
-    /// Kept, with the proxy id that created it.
-    kept: HashMap<u64, String>,
-    refused: HashMap<u64, Bound>,
-}
-
-/// The sorted set of the buckets `proxy` created.
-fn owner_key(proxy: &str) -> String {
-    format!("sluice:quota:owner:{proxy}")
-}
-
-/// A bucket as a member of the sorted sets.
-fn member(bucket: u64) -> String {
-    format!("{bucket:016x}")
-}
-
-impl Admission {
-    fn decided(&self, id: u64) -> bool {
-        self.kept.contains_key(&id) || self.refused.contains_key(&id)
-    }
-
-    /// Counts the buckets Redis holds, in all and per creator of `missing` (dropping those
-    /// expired by `now_ms`), and decides, in order, which of `missing` are kept. Returns
-    /// the commands sent.
-    async fn decide(
-        &mut self,
-        con: &mut ConnectionManager,
-        missing: Vec<(u64, String)>,
-        now_ms: u64,
-        bounds: Bounds,
-    ) -> RedisResult<u64> {
-        let mut creators: Vec<String> = missing.iter().map(|(_, p)| p.clone()).collect();
-        creators.sort_unstable();
-        creators.dedup();
-        let sets = std::iter::once(BUCKETS_KEY.to_string());
-        let mut count = redis::pipe();
-        for set in sets.chain(creators.iter().map(|p| owner_key(p))) {
-            count
-                .cmd("ZREMRANGEBYSCORE")
-                .arg(&set)
-                .arg("-inf")
-                .arg(now_ms)
-                .ignore()
-                .cmd("ZCARD")
-                .arg(&set);
-        }
-        let counts: Vec<u64> = count.query_async(con).await?;
-        let mut total = counts[0] as usize + self.kept.len();
-        let mut per_proxy: HashMap<String, usize> = HashMap::new();
-        for (p, n) in creators.iter().zip(&counts[1..]) {
-            let ours = self.kept.values().filter(|c| *c == p).count();
-            per_proxy.insert(p.clone(), *n as usize + ours);
-        }
-        for (id, proxy) in missing {
-            let mine = per_proxy.entry(proxy.clone()).or_default();
-            if total >= bounds.max_buckets {
-                self.refused.insert(id, Bound::Total);
-            } else if *mine >= bounds.max_buckets_per_proxy {
-                self.refused.insert(id, Bound::PerProxy);
-            } else {
-                *mine += 1;
-                total += 1;
-                self.kept.insert(id, proxy);
-            }
-        }
-        Ok(2 * (1 + creators.len() as u64))
-    }
-
-    /// Records the buckets written (`written`: when each key expires) in the sorted sets:
-    /// every one in [`BUCKETS_KEY`]; the new ones in their creator's set, and those a
-    /// proxy of the batch created before get its latest expiry. Returns the buckets held.
-    async fn record(
-        &self,
-        con: &mut ConnectionManager,
-        syncs: &[SyncJob],
-        written: &HashMap<u64, u64>,
-    ) -> RedisResult<u64> {
-        let mut record = redis::pipe();
-        let all = record.cmd("ZADD").arg(BUCKETS_KEY);
-        for (id, until) in written {
-            all.arg(*until).arg(member(*id));
-        }
-        record.ignore();
-        let mut named: HashMap<&str, HashSet<u64>> = HashMap::new();
-        for sync in syncs {
-            let ids = named.entry(sync.proxy.as_str()).or_default();
-            ids.extend(sync.buckets.iter().map(|(id, _, _)| *id));
-        }
-        for (proxy, ids) in named {
-            let created: Vec<u64> = ids
-                .iter()
-                .copied()
-                .filter(|id| self.kept.get(id).is_some_and(|c| c == proxy))
-                .filter(|id| written.contains_key(id))
-                .collect();
-            let again: Vec<u64> = ids
-                .iter()
-                .copied()
-                .filter(|id| !self.kept.contains_key(id) && written.contains_key(id))
-                .collect();
-            let set = owner_key(proxy);
-            if !created.is_empty() {
-                let add = record.cmd("ZADD").arg(&set);
-                for id in &created {
-                    add.arg(written[id]).arg(member(*id));
-                }
-                record.ignore();
-            }
-            if !again.is_empty() {
-                // Only those it created (XX: members already there).
-                let refresh = record.cmd("ZADD").arg(&set).arg("XX");
-                for id in &again {
-                    refresh.arg(written[id]).arg(member(*id));
-                }
-                record.ignore();
-            }
-            if let Some(last) = created.iter().chain(&again).map(|id| written[id]).max() {
-                // The set goes when its last bucket would: a proxy that never comes back
-                // leaves nothing behind. GT: never sooner than a bucket it holds.
-                record
-                    .cmd("PEXPIREAT")
-                    .arg(&set)
-                    .arg(last)
-                    .arg("GT")
-                    .ignore()
-                    .cmd("PEXPIREAT")
-                    .arg(&set)
-                    .arg(last)
-                    .arg("NX")
-                    .ignore();
-            }
-        }
-        record.cmd("ZCARD").arg(BUCKETS_KEY);
-        let (held,): (u64,) = record.query_async(con).await?;
-        Ok(held)
     }
 }
 

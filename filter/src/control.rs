@@ -273,6 +273,9 @@ impl ControlService {
         let view = self.global.view();
         self.metrics.fleet_size.set(u64::from(view.fleet_size));
         self.metrics.global_fallback.set(u64::from(view.fallback));
+        self.metrics
+            .sync_interval_ms
+            .set(view.sync_interval_ns / 1_000_000);
         if let Err(e) = global_channel::publish_view(&view) {
             log::warn!("{e}");
             self.metrics.errors.inc();

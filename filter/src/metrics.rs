@@ -205,6 +205,9 @@ pub struct ControlMetrics {
     /// 1 while global limits run on this proxy's fallback shares (syncs failing, or the
     /// coordinator warming up), else 0.
     pub global_fallback: Gauge,
+    /// The sync interval in force, in milliseconds: the configured one, stretched up to
+    /// four times while the coordinator's answers are slow.
+    pub sync_interval_ms: Gauge,
     /// Calls Envoy refused because it has no cluster named `admin_cluster` (a missing
     /// `ServiceEntry` under Istio, a typo): nothing reaches the admin API meanwhile.
     pub admin_cluster_missing: Counter,
@@ -242,6 +245,7 @@ impl ControlMetrics {
             global_buckets: Gauge::define("sluice_control_global_buckets"),
             fleet_size: Gauge::define("sluice_control_fleet_size"),
             global_fallback: Gauge::define("sluice_control_global_fallback"),
+            sync_interval_ms: Gauge::define("sluice_control_sync_interval_ms"),
             admin_cluster_missing: Counter::define("sluice_control_admin_cluster_missing_total"),
         }
     }

@@ -22,6 +22,7 @@ use crate::store::SharedStore;
 use crate::time::Nanos;
 
 use super::Answer;
+use super::problem::problem_summary;
 
 /// The lease entries in shared data: the table (sized by the workers' configuration, so
 /// absent until one is configured) and the store it lives in.
@@ -253,7 +254,7 @@ impl GlobalSyncer {
             next_sync_ms: if self.global_limits && !quiet {
                 0
             } else {
-                self.schedule.interval().as_millis() * IDLE_SYNC_INTERVALS
+                self.schedule.configured().as_millis() * IDLE_SYNC_INTERVALS
             },
         };
         self.in_flight = Some(InFlight {
@@ -292,6 +293,9 @@ impl GlobalSyncer {
                 recovered: false,
             });
         };
+        // Answered or not, a slow round trip stretches the interval (a sync given up on
+        // waited the whole timeout); the next request and the view carry the new one.
+        self.schedule.adapt(now.saturating_sub(call.sent_at));
         let response = match (answer.status, answer.body) {
             (Some(200), Some(body)) => SyncResponse::from_json(body)
                 .map_err(|e| format!("the admin API sent an unreadable sync answer: {e}")),
@@ -338,6 +342,7 @@ impl GlobalSyncer {
     fn failed(&mut self, sent_at: Nanos, message: String) -> SyncFailure {
         self.schedule.record(sent_at, false);
         self.view.fallback = true;
+        self.view.sync_interval_ns = self.schedule.interval().get();
         // Retried every interval until answered: a coordinator that lost the proxy must
         // count it again soon.
         self.quiet = false;
@@ -345,43 +350,6 @@ impl GlobalSyncer {
             message,
             started_failing: !std::mem::replace(&mut self.failing, true),
         }
-    }
-}
-
-/// Longest problem text a refused sync's log line carries.
-const MAX_PROBLEM_CHARS: usize = 300;
-
-/// `: <detail> (<field>: <message>)` from a problem document the admin API refused a sync
-/// with (a `seq` taken for a replay, a limit it does not know), so the one line the proxy
-/// logs says why; empty for any other body. Printable characters only, at most
-/// [`MAX_PROBLEM_CHARS`]: the text comes from the network.
-fn problem_summary(body: &[u8]) -> String {
-    let Ok(problem) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return String::new();
-    };
-    fn text_at<'a>(value: Option<&'a serde_json::Value>, key: &str) -> Option<&'a str> {
-        value
-            .and_then(|v| v.get(key))
-            .and_then(serde_json::Value::as_str)
-    }
-    let detail = text_at(Some(&problem), "detail").unwrap_or_default();
-    let first_error = problem.get("errors").and_then(|errors| errors.get(0));
-    let field = match (
-        text_at(first_error, "field"),
-        text_at(first_error, "message"),
-    ) {
-        (Some(field), Some(message)) => format!(" ({field}: {message})"),
-        _ => String::new(),
-    };
-    let text: String = format!("{detail}{field}")
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_PROBLEM_CHARS)
-        .collect();
-    if text.trim().is_empty() {
-        String::new()
-    } else {
-        format!(": {text}")
     }
 }
 
@@ -850,6 +818,54 @@ mod tests {
         assert_eq!(proxy.syncer.view().fleet_size, 3);
     }
 
+    /// A slow answer (or none, given up on after the timeout) stretches the interval the
+    /// next sync is due at, tells the coordinator and the workers, and fast answers bring
+    /// it back to the configured one.
+    #[test]
+    fn slow_answers_stretch_the_interval_and_fast_ones_bring_it_back() {
+        let mut proxy = Proxy::new();
+        // A bucket in use, so that the proxy syncs every interval (not quiet).
+        proxy.spend(7, START);
+        let sync_at = |proxy: &mut Proxy, sent: u64, took: u64| {
+            let request = proxy.start(sent, 1).expect("due");
+            let body = grants(1, &[5].repeat(request.buckets.len()));
+            proxy.answer(sent + took, &body).unwrap();
+            request
+        };
+        sync_at(&mut proxy, START, T / 2);
+        assert_eq!(proxy.syncer.view().sync_interval_ns, T, "half: not slow");
+        let sent = START + T;
+        let request = sync_at(&mut proxy, sent, T / 2 + 1);
+        assert_eq!(request.interval_ms, T / 1_000_000);
+        assert_eq!(proxy.syncer.view().sync_interval_ns, 2 * T);
+        assert!(
+            proxy.start(sent + 2 * T - 1, 1).is_none(),
+            "the stretched interval"
+        );
+        let sent = sent + 2 * T;
+        let request = proxy.start(sent, 1).unwrap();
+        assert_eq!(
+            request.interval_ms,
+            2 * T / 1_000_000,
+            "the coordinator is told"
+        );
+        let timeout = proxy.syncer.timeout().get();
+        proxy
+            .reply(sent + timeout, Answer::new(None, None))
+            .unwrap_err();
+        assert_eq!(
+            proxy.syncer.view().sync_interval_ns,
+            4 * T,
+            "given up on: slow"
+        );
+
+        let sent = sent + 4 * T;
+        sync_at(&mut proxy, sent, 1);
+        assert_eq!(proxy.syncer.view().sync_interval_ns, 4 * T - T / 4);
+        assert!(proxy.start(sent + 4 * T - T / 4 - 1, 1).is_none());
+        assert!(proxy.start(sent + 4 * T - T / 4, 1).is_some());
+    }
+
     #[test]
     fn a_sync_the_host_would_not_send_is_retried_next_interval() {
         let mut proxy = Proxy::new();
@@ -863,22 +879,5 @@ mod tests {
             "not before the interval"
         );
         assert_eq!(proxy.start(START + T, 1).unwrap().buckets[0].attempts, 1);
-    }
-
-    #[test]
-    fn a_refused_sync_says_why_in_one_bounded_line() {
-        let body = br#"{"type":"urn:sluice:invalid","title":"Invalid quota sync","status":422,
-            "detail":"the sync is invalid","errors":[{"field":"seq","message":"must be larger than 17\nsecond line"}]}"#;
-        assert_eq!(
-            problem_summary(body),
-            ": the sync is invalid (seq: must be larger than 17 second line)"
-        );
-        assert_eq!(problem_summary(b"not json"), "");
-        assert_eq!(problem_summary(b"{}"), "");
-        let long = format!(r#"{{"detail":"{}"}}"#, "x".repeat(10_000));
-        assert_eq!(
-            problem_summary(long.as_bytes()).chars().count(),
-            2 + MAX_PROBLEM_CHARS
-        );
     }
 }

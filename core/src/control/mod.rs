@@ -13,6 +13,7 @@
 pub mod election;
 pub mod follow;
 pub mod global;
+mod problem;
 pub mod reports;
 
 /// An answer to one HTTP call to the admin API, as the host gave it.

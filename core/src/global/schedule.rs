@@ -15,8 +15,16 @@ use crate::time::Nanos;
 ///   not bind keep the interval: their leases are sized to last several intervals;
 /// - a ruleset with global limits replaced one without: the fleet counts this proxy again
 ///   before any of its buckets needs an even share.
+///
+/// The interval adapts to the coordinator ([`SyncSchedule::adapt`]): while its answers
+/// are slow the proxy syncs less often instead of piling syncs onto it, up to
+/// [`MAX_STRETCH`] times the configured interval (a hurry's gap stretches alike; idle
+/// syncs keep the configured pace), and comes back step by step as answers speed up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyncSchedule {
+    /// The interval the configuration asks for.
+    configured: Nanos,
+    /// The interval in force: `configured`, stretched while answers are slow.
     interval: Nanos,
     /// When the last sync was sent, answered or not.
     last_attempt: Option<Nanos>,
@@ -43,6 +51,13 @@ pub const EARLY_SYNC: Nanos = Nanos::from_millis(100);
 /// of 4,000.
 pub const IDLE_SYNC_INTERVALS: u64 = 16;
 
+/// The interval stretches to at most this many times the configured one.
+pub const MAX_STRETCH: u64 = 4;
+
+/// The longest interval whatever the stretch: the longest a coordinator accepts in a sync
+/// (and a configuration may ask for).
+pub const MAX_SYNC_INTERVAL: Nanos = Nanos::from_secs(10);
+
 /// How soon the next sync may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pace {
@@ -57,14 +72,41 @@ pub enum Pace {
 impl SyncSchedule {
     pub fn new(interval: Nanos) -> Self {
         Self {
+            configured: interval,
             interval,
             last_attempt: None,
             last_success: None,
         }
     }
 
+    /// The interval in force: the configured one, or longer while answers are slow.
     pub fn interval(&self) -> Nanos {
         self.interval
+    }
+
+    /// The interval the configuration asks for.
+    pub fn configured(&self) -> Nanos {
+        self.configured
+    }
+
+    /// Adapts the interval to how long a sync waited for its answer (`took`; for a sync
+    /// given up on, until then): an answer slower than half the interval in force doubles
+    /// it, up to [`MAX_STRETCH`] times the configured one (and [`MAX_SYNC_INTERVAL`]);
+    /// any other brings it back by a quarter of the configured one, never below it. A
+    /// coordinator that is struggling gets fewer syncs from each proxy, each covering
+    /// more time; one that recovered gets the configured pace back within
+    /// `4 × (MAX_STRETCH − 1)` fast answers.
+    pub fn adapt(&mut self, took: Nanos) {
+        let longest = Nanos::new(self.configured.get().saturating_mul(MAX_STRETCH))
+            .min(MAX_SYNC_INTERVAL)
+            .max(self.configured);
+        self.interval = if took.get() > self.interval.get() / 2 {
+            Nanos::new(self.interval.get().saturating_mul(2)).min(longest)
+        } else {
+            self.interval
+                .saturating_sub(Nanos::new(self.configured.get() / 4))
+                .max(self.configured)
+        };
     }
 
     /// Whether to sync at `now` at `pace`.
@@ -73,11 +115,22 @@ impl SyncSchedule {
             return true;
         };
         let gap = match pace {
-            Pace::Hurry => EARLY_SYNC.min(self.interval),
+            Pace::Hurry => self.early_gap(),
             Pace::Interval => self.interval,
-            Pace::Idle => Nanos::new(self.interval.get().saturating_mul(IDLE_SYNC_INTERVALS)),
+            // The configured interval: an idle sync is small, and the fleet's memory of a
+            // proxy is counted in configured intervals.
+            Pace::Idle => Nanos::new(self.configured.get().saturating_mul(IDLE_SYNC_INTERVALS)),
         };
         now.saturating_sub(last) >= gap
+    }
+
+    /// The gap of a sync in a hurry: [`EARLY_SYNC`], stretched as the interval is (a proxy
+    /// whose limit binds would otherwise send one sync after another to a coordinator
+    /// that is already slow), and never longer than the interval.
+    fn early_gap(&self) -> Nanos {
+        let stretched = u128::from(EARLY_SYNC.get()) * u128::from(self.interval.get())
+            / u128::from(self.configured.get().max(1));
+        Nanos::new(u64::try_from(stretched).unwrap_or(u64::MAX)).min(self.interval)
     }
 
     /// How long the usage collected at `now` covers: the time since the last answered sync
@@ -127,6 +180,62 @@ mod tests {
         let mut schedule = SyncSchedule::new(at(EARLY_SYNC_NS / 2));
         schedule.record(at(0), true);
         assert!(schedule.due(at(EARLY_SYNC_NS / 2), Pace::Hurry));
+    }
+
+    #[test]
+    fn slow_answers_stretch_the_interval_up_to_four_times_and_fast_ones_bring_it_back() {
+        let mut schedule = SyncSchedule::new(at(T));
+        schedule.adapt(at(T / 2));
+        assert_eq!(schedule.interval(), at(T), "half the interval is not slow");
+        schedule.adapt(at(T / 2 + 1));
+        assert_eq!(schedule.interval(), at(2 * T), "one ns slower doubles it");
+        schedule.adapt(at(T + 1));
+        assert_eq!(schedule.interval(), at(4 * T));
+        schedule.adapt(at(10 * T));
+        assert_eq!(schedule.interval(), at(4 * T), "at most four times");
+        schedule.record(at(0), true);
+        assert!(
+            !schedule.due(at(4 * T - 1), Pace::Interval),
+            "syncs at the stretched pace"
+        );
+        assert!(schedule.due(at(4 * T), Pace::Interval));
+        assert!(
+            schedule.due(at(T * IDLE_SYNC_INTERVALS), Pace::Idle),
+            "idle syncs keep the configured pace"
+        );
+        assert!(
+            !schedule.due(at(4 * EARLY_SYNC_NS - 1), Pace::Hurry),
+            "a hurry stretches too"
+        );
+        assert!(schedule.due(at(4 * EARLY_SYNC_NS), Pace::Hurry));
+
+        schedule.adapt(at(2 * T));
+        assert_eq!(
+            schedule.interval(),
+            at(4 * T - T / 4),
+            "at half: fast, a quarter back"
+        );
+        for _ in 0..20 {
+            schedule.adapt(at(1));
+        }
+        assert_eq!(
+            schedule.interval(),
+            at(T),
+            "never below the configured interval"
+        );
+        assert_eq!(schedule.configured(), at(T));
+    }
+
+    #[test]
+    fn a_stretched_interval_stays_within_what_a_coordinator_accepts() {
+        let long = MAX_SYNC_INTERVAL.get() / 2;
+        let mut schedule = SyncSchedule::new(at(long));
+        schedule.adapt(at(long));
+        schedule.adapt(at(long * 2));
+        assert_eq!(schedule.interval(), MAX_SYNC_INTERVAL);
+        let mut longest = SyncSchedule::new(MAX_SYNC_INTERVAL);
+        longest.adapt(MAX_SYNC_INTERVAL);
+        assert_eq!(longest.interval(), MAX_SYNC_INTERVAL, "already the longest");
     }
 
     #[test]

@@ -5,18 +5,35 @@
 //! Budgets that must not refill during a test refill one token every 120 s, so what the
 //! bucket holds after a run is exactly its burst less what was charged; a probe reads it
 //! from `X-RateLimit-Remaining` (the probe reserves one token and is answered 500, which
-//! refunds it). Load runs for a duration, never a count that assumes a speed.
+//! refunds it). The exactness and refund checks run the 10,000 requests whatever
+//! they take (a deadline far beyond any machine's need only stops a hung run); the other
+//! loads run for a duration, never a count that assumes a speed.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use sluice_harness::llm::{LlmOptions, LlmUpstream};
 use sluice_tests::{Client, Envoy, EnvoyOptions, Req, Target, wait_for};
 
-/// A burst that 120 s per token cannot refill within a test.
+/// A burst that 120 s per token cannot refill within a test, that [`MANY`] mixed requests
+/// cannot spend (their usage is about 14 million tokens per rule), and whose refill time
+/// fits the 146 years a bucket may hold.
 const BIG: u64 = 30_000_000;
+
+/// How many requests the exactness and refund checks send.
+const MANY: u64 = 10_000;
+
+/// What a run of [`MANY`] requests may take before it is called hung: far beyond what
+/// the slowest machine needs, so it never decides a result.
+const MANY_DEADLINE: Duration = Duration::from_secs(300);
 
 fn envoy_for(llm: &LlmUpstream, rules: Value) -> Envoy {
     Envoy::start(EnvoyOptions {
@@ -109,12 +126,10 @@ fn mixed(n: u64) -> (String, Value, &'static str) {
 
 #[test]
 fn tokens_charged_equal_the_usage_reported_over_mixed_requests() {
-    // Seven-byte writes: events and UTF-8 characters split anywhere.
-    let llm = LlmUpstream::start(LlmOptions {
-        chunk_bytes: 7,
-        ..Default::default()
-    })
-    .unwrap();
+    // Writes split events, lines and UTF-8 characters anywhere: every tenth response in
+    // seven-byte writes, the others in 61-byte ones (each write costs the fake a timer
+    // tick, so seven bytes throughout would make the run minutes long).
+    let llm = LlmUpstream::start(LlmOptions::default()).unwrap();
     let envoy = envoy_for(
         &llm,
         json!([
@@ -129,9 +144,10 @@ fn tokens_charged_equal_the_usage_reported_over_mixed_requests() {
         ]),
     );
     let client = Client::connect(envoy.listener_addr(), 8);
-    let outcome = client.run_for(Duration::from_secs(6), |n| {
+    let outcome = client.run_counting_for(MANY, MANY_DEADLINE, |n| {
         let (path, body, key) = mixed(n);
-        post(&path, key, body)
+        let write_bytes = if n % 10 == 0 { 7 } else { 61 };
+        post(&path, key, body).header("x-llm-chunk-bytes", write_bytes.to_string())
     });
     assert_eq!(outcome.total.errors, 0, "{:?}", outcome.total.first_error);
     let answered = outcome.total.get(200);
@@ -140,7 +156,7 @@ fn tokens_charged_equal_the_usage_reported_over_mixed_requests() {
         outcome.total.responses(),
         "all allowed and answered"
     );
-    assert!(answered >= 70, "only {answered} requests in 6 s");
+    assert_eq!(answered, MANY, "every request of the mixed load answered");
 
     let (openai, anthropic) = (llm.reported("o"), llm.reported("a"));
     assert_eq!(
@@ -282,6 +298,117 @@ fn concurrent_streams_never_admit_more_output_than_burst_plus_rate_times_elapsed
     );
 }
 
+/// Call `n` of a failing load: a chat completion (streamed or not) the fake fails with
+/// `fault`, reserving 700 tokens.
+fn json_call(n: u64, fault: &'static str, stream: bool) -> (Value, &'static str) {
+    (
+        json!({"stream": stream, "max_tokens": 700, "user": format!("u{n}")}),
+        fault,
+    )
+}
+
+/// What an HTTP/2 run got: answers by status, and calls whose stream was reset or whose
+/// answer broke off.
+#[derive(Debug, Default)]
+struct H2Outcome {
+    by_status: BTreeMap<u16, u64>,
+    reset: u64,
+}
+
+impl H2Outcome {
+    fn answered(&self, status: u16) -> u64 {
+        self.by_status.get(&status).copied().unwrap_or(0)
+    }
+
+    /// Calls that did not end in a whole 200 answer.
+    fn failed(&self) -> u64 {
+        self.reset
+            + self
+                .by_status
+                .iter()
+                .filter(|(s, _)| **s != 200)
+                .map(|(_, n)| n)
+                .sum::<u64>()
+    }
+}
+
+/// Sends `total` calls to `/v1/chat/completions` for API key `k` over HTTP/2, made by
+/// `call(n)` (a body, and the fault the fake answers with), 32 at a time over four
+/// connections, reading each answer to its end or its reset; bounded by [`MANY_DEADLINE`].
+///
+/// HTTP/2 because Envoy resets a downstream HTTP/2 stream the moment its upstream call
+/// fails, where an HTTP/1.1 connection is closed only after Envoy's delayed-close timeout
+/// (1 s): thousands of aborted calls would take an hour over a few HTTP/1.1 connections.
+fn h2_run(
+    addr: SocketAddr,
+    total: u64,
+    call: impl Fn(u64) -> (Value, &'static str) + Send + Sync + 'static,
+) -> H2Outcome {
+    const CONNECTIONS: usize = 4;
+    const STREAMS: usize = 8;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let call = Arc::new(call);
+    let next = Arc::new(AtomicU64::new(0));
+    let run = async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..CONNECTIONS {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            for _ in 0..STREAMS {
+                let (mut sender, call, next) =
+                    (sender.clone(), Arc::clone(&call), Arc::clone(&next));
+                tasks.spawn(async move {
+                    let mut outcome = H2Outcome::default();
+                    loop {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        if n >= total {
+                            return outcome;
+                        }
+                        let (body, fault) = call(n);
+                        let request =
+                            hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
+                                .header("x-api-key", "k")
+                                .header("content-type", "application/json")
+                                .header("x-llm-fault", fault)
+                                .body(Full::new(Bytes::from(body.to_string())))
+                                .unwrap();
+                        match sender.send_request(request).await {
+                            Ok(response) => {
+                                let status = response.status().as_u16();
+                                match response.into_body().collect().await {
+                                    Ok(_) => *outcome.by_status.entry(status).or_default() += 1,
+                                    Err(_) => outcome.reset += 1,
+                                }
+                            }
+                            Err(_) => outcome.reset += 1,
+                        }
+                    }
+                });
+            }
+        }
+        let mut all = H2Outcome::default();
+        while let Some(part) = tasks.join_next().await {
+            let part = part.unwrap();
+            all.reset += part.reset;
+            for (status, n) in part.by_status {
+                *all.by_status.entry(status).or_default() += n;
+            }
+        }
+        all
+    };
+    runtime
+        .block_on(async { tokio::time::timeout(MANY_DEADLINE, run).await })
+        .unwrap_or_else(|_| panic!("{total} calls did not end within {MANY_DEADLINE:?}"))
+}
+
 #[test]
 fn failed_aborted_and_reset_calls_refund_their_reservation() {
     let llm = LlmUpstream::start(LlmOptions {
@@ -301,19 +428,19 @@ fn failed_aborted_and_reset_calls_refund_their_reservation() {
             json!({"include_usage": true})
         )]),
     );
-    let client = Client::connect(envoy.listener_addr(), 8);
-    let outcome = client.run_for(Duration::from_secs(3), |n| {
-        let fault = if n % 2 == 0 { "abort" } else { "status-500" };
-        post(
-            "/v1/chat/completions",
-            "k",
-            json!({"stream": n % 4 < 2, "max_tokens": 700, "user": format!("u{n}")}),
-        )
-        .header("x-llm-fault", fault)
+    // Streams the upstream aborts halfway, then calls failing every other way: an abort
+    // before the body, and 500s streamed and not.
+    let aborted = h2_run(envoy.listener_addr(), MANY, |n| json_call(n, "abort", true));
+    assert_eq!(aborted.answered(200), 0, "{aborted:?}");
+    assert_eq!(aborted.failed(), MANY, "{aborted:?}");
+    let others = h2_run(envoy.listener_addr(), MANY / 5, |n| match n % 3 {
+        0 => json_call(n, "abort", false),
+        1 => json_call(n, "status-500", true),
+        _ => json_call(n, "status-500", false),
     });
-    assert_eq!(outcome.total.get(200), 0, "{outcome:?}");
-    let failed = outcome.total.responses() + outcome.total.errors;
-    assert!(failed >= 20, "{outcome:?}");
+    assert_eq!(others.answered(200), 0, "{others:?}");
+    assert_eq!(others.failed(), MANY / 5, "{others:?}");
+    let failed = aborted.failed() + others.failed();
     // Clients that hang up in the middle of a stream that never ends.
     for i in 0..5 {
         let mut stream = TcpStream::connect(envoy.listener_addr()).unwrap();

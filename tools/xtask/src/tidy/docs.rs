@@ -4,7 +4,8 @@
 //!   [`DOC_FOLDERS`])
 //!   names a file of the checkout, and an anchor into a Markdown file names one of its
 //!   headings; a repository path written as inline code (`` `tools/bench/results/X.md` ``)
-//!   exists too.
+//!   exists too. A file git ignores (a quick bench run's report, a build output) counts as
+//!   missing: a clean clone will not have it, so a link to it breaks there.
 //! * **Generated sections match their source.** A block between
 //!   `<!-- generated from PATH#ANCHOR -->` and `<!-- end generated -->` holds exactly the
 //!   section of the committed result file PATH under the heading ANCHOR (relative links
@@ -64,7 +65,8 @@ pub struct Exported {
 /// Every documentation problem in the checkout at `root`.
 pub fn check(root: &Path) -> Result<Vec<String>> {
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).ok();
-    let exists = |rel: &str| root.join(rel).exists();
+    let ignored = ignored_paths(root);
+    let exists = |rel: &str| root.join(rel).exists() && !is_ignored(&ignored, rel);
     // Inline code may name a file relative to the crate it is about (`tests/api.rs` in a
     // paragraph on `admin-api/`).
     let crates = crate_dirs(root)?;
@@ -79,6 +81,35 @@ pub fn check(root: &Path) -> Result<Vec<String>> {
     let reference = read(METRICS_REFERENCE).unwrap_or_default();
     failures.extend(check_metrics(&exported, &reference));
     Ok(failures)
+}
+
+/// The paths git ignores in the checkout at `root` (a folder ends in `/`); empty when
+/// `root` is not a git checkout or git is missing, so a tarball is checked by existence.
+fn ignored_paths(root: &Path) -> Vec<String> {
+    let listed = std::process::Command::new("git")
+        .args([
+            "ls-files",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+            "--directory",
+        ])
+        .current_dir(root)
+        .output();
+    match listed {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `rel` is one of the `ignored` paths or lies in an ignored folder.
+fn is_ignored(ignored: &[String], rel: &str) -> bool {
+    ignored.iter().any(|path| {
+        rel == path.trim_end_matches('/') || (path.ends_with('/') && rel.starts_with(path.as_str()))
+    })
 }
 
 /// Rewrites every generated section from its result file; returns the documents changed.
@@ -123,6 +154,7 @@ fn crate_dirs(root: &Path) -> Result<Vec<PathBuf>> {
 /// README.md, ARCHITECTURE.md, CONTRIBUTING.md, docs/*.md and the results' *.md, relative
 /// to `root`.
 fn doc_files(root: &Path) -> Result<Vec<String>> {
+    let ignored = ignored_paths(root);
     let mut files: Vec<String> = DOC_FILES
         .iter()
         .filter(|f| root.join(f).is_file())
@@ -136,8 +168,9 @@ fn doc_files(root: &Path) -> Result<Vec<String>> {
         let mut inside = Vec::new();
         for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {folder}/"))? {
             let name = entry?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".md") {
-                inside.push(format!("{folder}/{name}"));
+            let rel = format!("{folder}/{name}");
+            if name.ends_with(".md") && !is_ignored(&ignored, &rel) {
+                inside.push(rel);
             }
         }
         inside.sort();
@@ -254,7 +287,9 @@ fn check_target(
         resolve(doc, path)?
     };
     if !exists(&file) {
-        return Some(format!("{file} does not exist"));
+        return Some(format!(
+            "{file} does not exist in a clean clone (missing, or ignored by git)"
+        ));
     }
     if let Some(anchor) = anchor.filter(|_| file.ends_with(".md")) {
         let text = if path.is_empty() {
@@ -693,6 +728,24 @@ mod tests {
             |p: &str| repo.contains_key(p) || repo.keys().any(|k| k.starts_with(&format!("{p}/")));
         let read = |p: &str| repo.get(p).cloned();
         check_links(doc, text, &exists, &exists, &read)
+    }
+
+    #[test]
+    fn ignored_files_and_files_in_ignored_folders_count_as_missing() {
+        let ignored = vec![
+            "tools/bench/results/2026-11-26-quick-tokens.md".to_string(),
+            "target/".to_string(),
+        ];
+        assert!(is_ignored(
+            &ignored,
+            "tools/bench/results/2026-11-26-quick-tokens.md"
+        ));
+        assert!(is_ignored(&ignored, "target/dist/sluice_filter.wasm"));
+        assert!(!is_ignored(
+            &ignored,
+            "tools/bench/results/2026-11-26-tokens.md"
+        ));
+        assert!(!is_ignored(&ignored, "targets.md"));
     }
 
     #[test]

@@ -388,7 +388,7 @@ fn rules_table(m: RuleMetricsList, window: String) -> AnyView {
                     let href = format!("/rules/{}", enc(&r.rule));
                     let color = if r.denied > 0 { THROTTLED } else { ALLOWED };
                     view! {
-                        <tr>
+                        <tr data-rule=r.rule.clone()>
                             <td><A href=href>{name}</A>
                                 {format::shaping(r.warned, r.delayed, r.delay_wait_ms, r.in_flight_refused).map(|text| view! {
                                     <div class="muted small" data-test="rule-shaping">{text}</div>

@@ -351,20 +351,26 @@ async fn made_up_rules_versions_and_counts_are_refused_and_counted() {
     let over = report(
         "edge-1",
         now,
-        json!([{"rule": "api", "denied": 2_000_001,
+        json!([{"rule": "api", "denied": 2_000_001, "in_flight_refused": 2_000_001,
         "top_clients": [{"client": "c", "throttled": 2_000_001}]}]),
     );
     let refused = report_request(&api, &proxy).json(&over).expect(422).await;
     assert_eq!(
         refused.fields(),
-        ["rules[0].denied", "rules[0].top_clients"]
+        [
+            "rules[0].denied",
+            "rules[0].in_flight_refused",
+            "rules[0].top_clients"
+        ]
     );
     assert_eq!(metric(&api, &rejected("over_ceiling")).await, 2);
 
     let most = report(
         "edge-1",
         now,
-        json!([{"rule": "api", "allowed": 2_000_000}]),
+        // Shaping request counts are held to the ceiling too; the summed wait is not.
+        json!([{"rule": "api", "allowed": 2_000_000, "warned": 2_000_000,
+                "delay_wait_ms": 2_000_001}]),
     );
     report_request(&api, &proxy).json(&most).expect(204).await;
     assert_eq!(

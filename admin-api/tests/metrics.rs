@@ -96,6 +96,15 @@ fn totals(series: &Value) -> (u64, u64, u64) {
     (sum("allowed"), sum("denied"), sum("shadow_denied"))
 }
 
+/// The shaping counts the report in the next test carries: warned, delayed,
+/// delay_wait_ms, in_flight_refused.
+const SHAPING: [Option<u64>; 4] = [Some(7), Some(6), Some(3_000_000), Some(3)];
+
+/// A series point's, rule's or overview's shaping counts, in the order of [`SHAPING`].
+fn shaping(counts: &Value) -> [Option<u64>; 4] {
+    ["warned", "delayed", "delay_wait_ms", "in_flight_refused"].map(|k| counts[k].as_u64())
+}
+
 async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestDb) {
     let api = TestApp::new(&db).await;
     api.create(&rule("api")).await;
@@ -114,6 +123,9 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 // Tokens: more than the request ceiling of a 2 s report (2,000,000) allows
                 // for requests, which token counts are not held to.
                 "tokens_used": 5_000_000, "tokens_throttled": 900,
+                // Shaping: warned and delayed are also in allowed, in-flight refusals in
+                // denied; the summed wait, like tokens, is not held to the request ceiling.
+                "warned": 7, "delayed": 6, "delay_wait_ms": 3_000_000, "in_flight_refused": 3,
                 "top_clients": [{"client": "acme", "throttled": 6, "error": 0, "tokens": 700},
                                 {"client": "a b/c", "throttled": 4, "error": 1}]},
                {"rule": "deleted-since", "denied": 1, "top_clients": [{"client": "acme", "throttled": 1}]}]),
@@ -143,6 +155,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 (Some(5_000_000), Some(900)),
                 "{label}"
             );
+            assert_eq!(shaping(&point), SHAPING, "{label}");
             let one = api
                 .read(&format!("/api/v1/metrics/series?{range}&rule=api"))
                 .await;
@@ -174,6 +187,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 (Some(5_000_000), Some(900)),
                 "{label}"
             );
+            assert_eq!(shaping(r), SHAPING, "{label}");
             let spark = r["sparkline"].as_array().unwrap();
             assert_eq!(spark.len(), 30);
             assert_eq!(spark.iter().map(|v| v.as_u64().unwrap()).sum::<u64>(), 10);
@@ -222,6 +236,7 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 (Some(90), Some(9))
             );
             assert_eq!(overview["tokens_used"], 5_000_000, "{label}");
+            assert_eq!(shaping(&overview), SHAPING, "{label}");
             assert_eq!(overview["ruleset_version"], 4);
             assert_eq!(
                 overview["proxies"]["connected"], 1,
@@ -302,7 +317,12 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
             422,
             "rules[0].top_clients[0].client",
         ),
-        // Token counts have the absolute bound every count has.
+        // Token counts and the summed delay wait have the absolute bound every count has.
+        (
+            with(json!({"rules": [{"rule": "api", "delay_wait_ms": 1_000_000_000_001_u64}]})),
+            422,
+            "rules[0].delay_wait_ms",
+        ),
         (
             with(json!({"rules": [{"rule": "api", "tokens_used": 1_000_000_000_001_u64}]})),
             422,
@@ -389,7 +409,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
     assert_contains(&metrics, "sluice_admin_reports_ingested_total 0");
     assert_contains(
         &metrics,
-        r#"sluice_admin_reports_rejected_total{reason="invalid"} 15"#,
+        r#"sluice_admin_reports_rejected_total{reason="invalid"} 16"#,
     );
     assert_contains(
         &metrics,
@@ -950,15 +970,13 @@ async fn the_stream_delivers_an_event_after_a_report_and_ends_on_shutdown(db: Te
         .unwrap();
     assert_eq!(stream.status(), 200);
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut api_counts = counts("api", 4, 3, 1);
+    api_counts["warned"] = json!(2);
     let posted = api
         .http
         .post(format!("{}/api/v1/reports", api.base))
         .bearer_auth(&proxy)
-        .json(&report(
-            "envoy-1",
-            now_ms(),
-            json!([counts("api", 4, 3, 1)]),
-        ))
+        .json(&report("envoy-1", now_ms(), json!([api_counts])))
         .send()
         .await
         .unwrap();
@@ -991,8 +1009,13 @@ async fn the_stream_delivers_an_event_after_a_report_and_ends_on_shutdown(db: Te
     assert_eq!(event["allowed"], 4);
     assert_eq!(event["shadow_denied"], 1);
     assert_eq!(
+        (&event["warned"], &event["delayed"]),
+        (&json!(2), &json!(0))
+    );
+    // A rule's entry leaves out the shaping counts that are 0.
+    assert_eq!(
         event["rules"]["api"],
-        json!({"allowed": 4, "denied": 3, "shadow_denied": 1})
+        json!({"allowed": 4, "denied": 3, "shadow_denied": 1, "warned": 2})
     );
     assert!(event["t"].as_i64().unwrap() > 0);
     let started = Instant::now();

@@ -67,6 +67,20 @@ pub struct SeriesPoint {
     /// LLM tokens the throttled requests asked for (their estimates).
     #[serde(default)]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`.
+    #[serde(default)]
+    pub warned: u64,
+    /// Requests paused until their tokens were due (`on_limit: delay`): also in `allowed`.
+    #[serde(default)]
+    pub delayed: u64,
+    /// The waits computed for the `delayed` requests, in milliseconds, summed: over
+    /// `delayed`, the mean wait.
+    #[serde(default)]
+    pub delay_wait_ms: u64,
+    /// Requests refused by an in-flight limit: also in `denied`.
+    #[serde(default)]
+    pub in_flight_refused: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +136,20 @@ pub struct RuleMetrics {
     /// LLM tokens the throttled requests asked for (their estimates).
     #[serde(default)]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`.
+    #[serde(default)]
+    pub warned: u64,
+    /// Requests paused until their tokens were due (`on_limit: delay`): also in `allowed`.
+    #[serde(default)]
+    pub delayed: u64,
+    /// The waits computed for the `delayed` requests, in milliseconds, summed: over
+    /// `delayed`, the mean wait.
+    #[serde(default)]
+    pub delay_wait_ms: u64,
+    /// Requests refused by an in-flight limit: also in `denied`.
+    #[serde(default)]
+    pub in_flight_refused: u64,
     /// (denied + shadow_denied) / (allowed + denied + shadow_denied + fail_open); 0
     /// without traffic.
     pub throttle_ratio: f64,
@@ -283,6 +311,20 @@ pub struct Overview {
     /// LLM tokens the throttled requests asked for (their estimates).
     #[serde(default)]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`.
+    #[serde(default)]
+    pub warned: u64,
+    /// Requests paused until their tokens were due (`on_limit: delay`): also in `allowed`.
+    #[serde(default)]
+    pub delayed: u64,
+    /// The waits computed for the `delayed` requests, in milliseconds, summed: over
+    /// `delayed`, the mean wait.
+    #[serde(default)]
+    pub delay_wait_ms: u64,
+    /// Requests refused by an in-flight limit: also in `denied`.
+    #[serde(default)]
+    pub in_flight_refused: u64,
     pub throttle_ratio: f64,
     /// Decided requests (allowed, denied, shadow-denied, failed open) per second.
     pub requests_per_second: f64,
@@ -309,6 +351,18 @@ pub struct StreamRule {
     /// LLM tokens the throttled requests asked for (their estimates); left out when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (also in `allowed`); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warned: u64,
+    /// Requests paused until their tokens were due (also in `allowed`); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delayed: u64,
+    /// The `delayed` requests' computed waits in milliseconds, summed; left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_wait_ms: u64,
+    /// Requests refused by an in-flight limit (also in `denied`); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub in_flight_refused: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -334,6 +388,20 @@ pub struct StreamEvent {
     /// LLM tokens the throttled requests asked for (their estimates).
     #[serde(default)]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`.
+    #[serde(default)]
+    pub warned: u64,
+    /// Requests paused until their tokens were due (`on_limit: delay`): also in `allowed`.
+    #[serde(default)]
+    pub delayed: u64,
+    /// The waits computed for the `delayed` requests, in milliseconds, summed: over
+    /// `delayed`, the mean wait.
+    #[serde(default)]
+    pub delay_wait_ms: u64,
+    /// Requests refused by an in-flight limit: also in `denied`.
+    #[serde(default)]
+    pub in_flight_refused: u64,
     /// The rules with reported traffic in the last 2 s, by id.
     pub rules: BTreeMap<String, StreamRule>,
 }

@@ -149,16 +149,9 @@ fn traffic(envoy: &Envoy, client: &str, n: usize) -> usize {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_end_to_end() -> Result<()> {
-    assert!(
-        browser_available(),
-        "Chromium and chromedriver are missing: run `cargo xtask test` (it installs Debian's \
-         chromium and chromium-driver), or set SLUICE_CHROMIUM and SLUICE_CHROMEDRIVER"
-    );
-    let admin = AdminServer::start()?;
+/// An Envoy following `admin` as `envoy-test-1`, running its ruleset version 0.
+async fn following_envoy(admin: &AdminServer) -> Result<Envoy> {
     let proxy_token = admin.create_token("proxy", "envoy-browser-test")?;
-    let viewer_token = admin.create_token("viewer", "dana-viewer")?;
     let url = format!("http://{}", admin.addr())
         .parse()
         .map_err(anyhow::Error::msg)?;
@@ -171,7 +164,20 @@ async fn the_dashboard_end_to_end() -> Result<()> {
             ..Default::default()
         })
     });
-    wait_proxy_version(&admin, &envoy, 0).await?;
+    wait_proxy_version(admin, &envoy, 0).await?;
+    Ok(envoy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_end_to_end() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test` (it installs Debian's \
+         chromium and chromium-driver), or set SLUICE_CHROMIUM and SLUICE_CHROMEDRIVER"
+    );
+    let admin = AdminServer::start()?;
+    let viewer_token = admin.create_token("viewer", "dana-viewer")?;
+    let envoy = following_envoy(&admin).await?;
 
     let browser = Browser::start().await?;
     let web = browser.client();
@@ -179,6 +185,69 @@ async fn the_dashboard_end_to_end() -> Result<()> {
     if result.is_err() {
         // What the page showed when it went wrong.
         let _ = browser.screenshot("failure").await;
+    }
+    browser.close().await;
+    result
+}
+
+/// Shaped traffic on the overview: a real Envoy admits a client over a soft limit with a
+/// warning, and the rule table names the warned requests under the rule (they are also in
+/// its allowed count); a rule that shaped nothing names nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_names_a_rules_shaped_traffic() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test`"
+    );
+    let admin = AdminServer::start()?;
+    let envoy = following_envoy(&admin).await?;
+    // 5 a minute with a 100% soft margin: of 20 requests at once, 5 pass, 5 more pass
+    // warned, 10 are refused.
+    let soft = serde_json::json!({
+        "name": "soft", "match": {"path_prefix": "/api/"}, "key": {"header": "x-api-key"},
+        "limits": [{"requests": 5, "period": "minute", "soft_percent": 100}],
+    });
+    let plain = serde_json::json!({
+        "name": "plain", "match": {"path_prefix": "/elsewhere/"}, "key": {"header": "x-api-key"},
+        "limits": [{"requests": 5, "period": "minute"}],
+    });
+    for (version, rule) in [(1, &soft), (2, &plain)] {
+        let (status, body) = admin.call("POST", "/api/v1/rules", Some(rule))?;
+        assert_eq!(status, 201, "{body}");
+        wait_proxy_version(&admin, &envoy, version).await?;
+    }
+    assert_eq!(
+        traffic(&envoy, "bob", 20),
+        10,
+        "5 pass, 5 warned, 10 refused"
+    );
+
+    let browser = Browser::start().await?;
+    let web = browser.client();
+    let result = async {
+        web.goto(&admin.url("/")).await?;
+        wait_for(web, "form.signin").await?;
+        sign_in(web, admin.admin_token()).await?;
+        wait_text(
+            web,
+            "[data-test=rule-metrics] [data-rule=soft] [data-test=rule-shaping]",
+            "5 warned",
+        )
+        .await?;
+        let soft_row = text_of(web, "[data-test=rule-metrics] [data-rule=soft]").await;
+        let soft_row = soft_row.context("the soft rule's row")?;
+        assert!(!soft_row.contains("delayed"), "{soft_row}");
+        wait_for(web, "[data-test=rule-metrics] [data-rule=plain]").await?;
+        assert!(
+            !exists(web, "[data-rule=plain] [data-test=rule-shaping]").await,
+            "a rule that shaped nothing names nothing"
+        );
+        browser.screenshot("overview-shaping").await?;
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = browser.screenshot("overview-shaping-failure").await;
     }
     browser.close().await;
     result

@@ -65,7 +65,7 @@ fn filter(value: Option<&str>) -> Option<&str> {
     value.filter(|v| !v.is_empty())
 }
 
-/// `$wire { fields }` with a rule's eight counts from `$counts` (a `&Counts`): the
+/// `$wire { fields }` with a rule's twelve counts from `$counts` (a `&Counts`): the
 /// wire types carry them as fields of their own, so this is the one place that lists them.
 macro_rules! with_counts {
     ($wire:ident { $($field:ident $(: $value:expr)?),* $(,)? }, $counts:expr) => {{
@@ -79,6 +79,10 @@ macro_rules! with_counts {
             key_missing: counts.key_missing,
             tokens_used: counts.tokens_used,
             tokens_throttled: counts.tokens_throttled,
+            warned: counts.warned,
+            delayed: counts.delayed,
+            delay_wait_ms: counts.delay_wait_ms,
+            in_flight_refused: counts.in_flight_refused,
             $($field $(: $value)?),*
         }
     }};
@@ -331,6 +335,10 @@ fn stream_event(t: i64, delta: LiveDelta) -> StreamEvent {
                 shadow_denied: d.shadow_denied,
                 tokens_used: d.tokens_used,
                 tokens_throttled: d.tokens_throttled,
+                warned: d.warned,
+                delayed: d.delayed,
+                delay_wait_ms: d.delay_wait_ms,
+                in_flight_refused: d.in_flight_refused,
             };
             (id, rule)
         })

@@ -121,6 +121,23 @@ pub struct RuleBody {
     #[serde(default)]
     #[schema(maximum = 1_000_000_000_000_u64)]
     pub tokens_throttled: u64,
+    /// Requests admitted over a limit (a soft limit's margin, or a warn-mode rule): also
+    /// in `allowed`.
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub warned: u64,
+    /// Requests paused until their tokens were due (`on_limit: delay`): also in `allowed`.
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub delayed: u64,
+    /// The waits computed for the `delayed` requests, in milliseconds, summed.
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub delay_wait_ms: u64,
+    /// Requests refused by an in-flight limit: also in `denied`.
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub in_flight_refused: u64,
     /// Most throttled first, at most 100 (proxies send 20).
     #[serde(default)]
     #[schema(max_items = 100)]
@@ -233,6 +250,10 @@ impl ReportBody {
                 key_missing: rule.key_missing,
                 tokens_used: rule.tokens_used,
                 tokens_throttled: rule.tokens_throttled,
+                warned: rule.warned,
+                delayed: rule.delayed,
+                delay_wait_ms: rule.delay_wait_ms,
+                in_flight_refused: rule.in_flight_refused,
             };
             for (name, value) in counts.named() {
                 problems.count(|| at(name), value);
@@ -543,11 +564,10 @@ mod tests {
                         key_missing: 6,
                         tokens_used: 7,
                         tokens_throttled: 8,
-                        // Not stored yet: statistics series for these are to come.
-                        warned: 0,
-                        delayed: 0,
-                        delay_wait_ms: 0,
-                        in_flight_refused: 0,
+                        warned: 10,
+                        delayed: 11,
+                        delay_wait_ms: 12,
+                        in_flight_refused: 13,
                     },
                     top_clients: vec![ClientCount {
                         client: "acme".into(),
@@ -582,8 +602,12 @@ mod tests {
                 r.counts.key_missing,
                 r.counts.tokens_used,
                 r.counts.tokens_throttled,
+                r.counts.warned,
+                r.counts.delayed,
+                r.counts.delay_wait_ms,
+                r.counts.in_flight_refused,
             ),
-            (1, 2, 3, 4, 5, 6, 7, 8)
+            (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13)
         );
         assert_eq!(
             r.clients,
@@ -605,7 +629,7 @@ mod tests {
             7,
             "the core's Report changed: update ReportBody"
         );
-        assert_eq!(keys(&full["rules"][0]).len(), 10, "RuleReport changed");
+        assert_eq!(keys(&full["rules"][0]).len(), 14, "RuleReport changed");
         assert_eq!(keys(&full["rules"][0]["top_clients"][0]).len(), 4);
         // The smallest report the core accepts, the mirror accepts too; and vice versa
         // for what it refuses.

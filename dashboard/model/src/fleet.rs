@@ -1,18 +1,7 @@
 //! How the fleet's syncs with the coordinator read on the overview: each proxy's pace and
 //! the coordinator's answer times.
 
-use crate::format;
-
-/// A length of time in milliseconds, as an answer time reads: `0.8 ms`, `12 ms`, `1.4 s`.
-pub fn millis(ms: f64) -> String {
-    if ms >= 1_000.0 {
-        format!("{} s", format::trim(ms / 1_000.0, 1))
-    } else if ms >= 10.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{} ms", format::trim(ms, 1))
-    }
-}
+use crate::format::{self, millis};
 
 /// How often a proxy syncs: `every 250 ms`, or, for a proxy whose ruleset has no global
 /// limit (it announced a later next sync), `idle · every 4 s`.
@@ -39,14 +28,6 @@ pub fn answer_times(p50_ms: f64, p99_ms: f64, samples: u64) -> (String, String) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_read_in_the_unit_that_fits() {
-        assert_eq!(millis(0.84), "0.8 ms");
-        assert_eq!(millis(12.4), "12 ms");
-        assert_eq!(millis(1_400.0), "1.4 s");
-        assert_eq!(millis(250.0), "250 ms");
-    }
 
     #[test]
     fn an_idle_proxy_says_so() {

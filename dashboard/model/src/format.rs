@@ -68,6 +68,46 @@ pub fn percent(ratio: f64) -> String {
     }
 }
 
+/// A length of time in milliseconds: `0.8 ms`, `12 ms`, `1.4 s` (answer times, waits).
+pub fn millis(ms: f64) -> String {
+    if ms >= 1_000.0 {
+        format!("{} s", trim(ms / 1_000.0, 1))
+    } else if ms >= 10.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{} ms", trim(ms, 1))
+    }
+}
+
+/// A rule's shaped traffic as the rule table shows it beside allowed and throttled:
+/// `12 warned · 40 delayed, mean wait 85 ms · 3 in-flight refused`, naming only the counts
+/// that are non-zero (most rules shape nothing, and their rows stay as they were); `None`
+/// when all are 0. Warned and delayed requests are also in allowed, in-flight refusals in
+/// throttled (docs/shaping.md#statistics), so these explain those columns, not add to them.
+pub fn shaping(
+    warned: u64,
+    delayed: u64,
+    delay_wait_ms: u64,
+    in_flight_refused: u64,
+) -> Option<String> {
+    let mut parts = Vec::new();
+    if warned > 0 {
+        parts.push(format!("{} warned", count(warned)));
+    }
+    if delayed > 0 {
+        let mean_ms = delay_wait_ms as f64 / delayed as f64;
+        parts.push(format!(
+            "{} delayed, mean wait {}",
+            count(delayed),
+            millis(mean_ms)
+        ));
+    }
+    if in_flight_refused > 0 {
+        parts.push(format!("{} in-flight refused", count(in_flight_refused)));
+    }
+    (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
 /// How long ago something was, from its age in seconds: `just now`, `5 min ago`, `3 h ago`,
 /// `2 days ago`.
 pub fn ago_text(seconds: u64) -> String {
@@ -256,6 +296,36 @@ pub fn rule_id(spec: &RuleSpec) -> &str {
 mod tests {
     use super::*;
     use sluice_core::spec::{ClientIpSpec, HeaderMatchSpec};
+
+    #[test]
+    fn times_read_in_the_unit_that_fits() {
+        assert_eq!(millis(0.84), "0.8 ms");
+        assert_eq!(millis(12.4), "12 ms");
+        assert_eq!(millis(1_400.0), "1.4 s");
+        assert_eq!(millis(250.0), "250 ms");
+    }
+
+    #[test]
+    fn shaping_names_only_the_counts_a_rule_has() {
+        assert_eq!(shaping(0, 0, 0, 0), None);
+        assert_eq!(shaping(1, 0, 0, 0).as_deref(), Some("1 warned"));
+        assert_eq!(shaping(0, 0, 0, 3).as_deref(), Some("3 in-flight refused"));
+        assert_eq!(
+            shaping(12_000, 40, 3_400, 3).as_deref(),
+            Some("12,000 warned · 40 delayed, mean wait 85 ms · 3 in-flight refused")
+        );
+        // A wait sum without delayed requests has no mean to show.
+        assert_eq!(shaping(0, 0, 500, 0), None);
+    }
+
+    #[test]
+    fn a_mean_wait_reads_in_milliseconds_below_a_second_and_seconds_from_one() {
+        let delayed = |waited_ms| shaping(0, 2, waited_ms, 0).unwrap();
+        assert_eq!(delayed(3), "2 delayed, mean wait 1.5 ms");
+        assert_eq!(delayed(1_998), "2 delayed, mean wait 999 ms");
+        assert_eq!(delayed(2_000), "2 delayed, mean wait 1 s");
+        assert_eq!(delayed(3_000), "2 delayed, mean wait 1.5 s");
+    }
 
     #[test]
     fn counts_rates_and_percentages_read_naturally() {

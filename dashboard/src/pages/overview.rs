@@ -388,8 +388,12 @@ fn rules_table(m: RuleMetricsList, window: String) -> AnyView {
                     let href = format!("/rules/{}", enc(&r.rule));
                     let color = if r.denied > 0 { THROTTLED } else { ALLOWED };
                     view! {
-                        <tr>
-                            <td><A href=href>{name}</A></td>
+                        <tr data-rule=r.rule.clone()>
+                            <td><A href=href>{name}</A>
+                                {format::shaping(r.warned, r.delayed, r.delay_wait_ms, r.in_flight_refused).map(|text| view! {
+                                    <div class="muted small" data-test="rule-shaping">{text}</div>
+                                })}
+                            </td>
                             <td class="num">{format::count(r.allowed)}</td>
                             <td class="num bad-text">{format::count(r.denied)}
                                 {(r.shadow_denied > 0).then(|| view! { <span class="muted small">" +"{format::count(r.shadow_denied)}" shadow"</span> })}

@@ -11,7 +11,7 @@ use crate::store::{AnyQuery, to_i64, to_u64};
 pub const TOP_CLIENTS_PER_BUCKET: usize = 50;
 
 /// The count columns of `metric_rule_buckets` and `metric_proxy_buckets`, in the order of
-/// [`Counts::values`]: requests by outcome, then tokens.
+/// [`Counts::values`]: requests by outcome, then sums (tokens, milliseconds waited).
 pub(super) const COUNT_COLUMNS: [&str; COUNTS] = [
     "allowed",
     "denied",
@@ -19,14 +19,18 @@ pub(super) const COUNT_COLUMNS: [&str; COUNTS] = [
     "near_limit",
     "fail_open",
     "key_missing",
+    "warned",
+    "delayed",
+    "in_flight_refused",
     "tokens_used",
     "tokens_throttled",
+    "delay_wait_ms",
 ];
 
 /// How many counts a rule has; the first [`REQUEST_COUNTS`] count requests.
-const COUNTS: usize = 8;
-/// Counts of requests (the rest count LLM tokens).
-pub(crate) const REQUEST_COUNTS: usize = 6;
+const COUNTS: usize = 12;
+/// Counts of requests (the rest are sums: LLM tokens, milliseconds waited).
+pub(crate) const REQUEST_COUNTS: usize = 9;
 
 /// Exact counts of one rule's outcomes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,10 +41,18 @@ pub struct Counts {
     pub near_limit: u64,
     pub fail_open: u64,
     pub key_missing: u64,
+    /// Requests admitted over a soft limit or by a warn-mode rule (also in `allowed`).
+    pub warned: u64,
+    /// Requests paused until their tokens were due, then admitted (also in `allowed`).
+    pub delayed: u64,
+    /// Requests refused by an in-flight limit (also in `denied`).
+    pub in_flight_refused: u64,
     /// Tokens the rule's allowed requests used (`sluice_core::report::RuleCounts`).
     pub tokens_used: u64,
     /// Tokens the rule's throttled requests asked for.
     pub tokens_throttled: u64,
+    /// Milliseconds the `delayed` requests waited, summed (mean wait: this over `delayed`).
+    pub delay_wait_ms: u64,
 }
 
 impl Counts {
@@ -64,8 +76,12 @@ impl Counts {
             self.near_limit,
             self.fail_open,
             self.key_missing,
+            self.warned,
+            self.delayed,
+            self.in_flight_refused,
             self.tokens_used,
             self.tokens_throttled,
+            self.delay_wait_ms,
         ];
         std::array::from_fn(|i| (COUNT_COLUMNS[i], values[i]))
     }
@@ -106,7 +122,11 @@ impl Counts {
             fail_open: f(self.fail_open, other.fail_open),
             key_missing: f(self.key_missing, other.key_missing),
             tokens_used: f(self.tokens_used, other.tokens_used),
+            warned: f(self.warned, other.warned),
+            delayed: f(self.delayed, other.delayed),
+            in_flight_refused: f(self.in_flight_refused, other.in_flight_refused),
             tokens_throttled: f(self.tokens_throttled, other.tokens_throttled),
+            delay_wait_ms: f(self.delay_wait_ms, other.delay_wait_ms),
         }
     }
 
@@ -126,7 +146,11 @@ impl Counts {
             fail_open: count("fail_open")?,
             key_missing: count("key_missing")?,
             tokens_used: count("tokens_used")?,
+            warned: count("warned")?,
+            delayed: count("delayed")?,
+            in_flight_refused: count("in_flight_refused")?,
             tokens_throttled: count("tokens_throttled")?,
+            delay_wait_ms: count("delay_wait_ms")?,
         })
     }
 }

@@ -225,26 +225,31 @@ mod tests {
              near_limit = metric_rule_buckets.near_limit + excluded.near_limit, \
              fail_open = metric_rule_buckets.fail_open + excluded.fail_open, \
              key_missing = metric_rule_buckets.key_missing + excluded.key_missing, \
+             warned = metric_rule_buckets.warned + excluded.warned, \
+             delayed = metric_rule_buckets.delayed + excluded.delayed, \
+             in_flight_refused = metric_rule_buckets.in_flight_refused + excluded.in_flight_refused, \
              tokens_used = metric_rule_buckets.tokens_used + excluded.tokens_used, \
-             tokens_throttled = metric_rule_buckets.tokens_throttled + excluded.tokens_throttled";
+             tokens_throttled = metric_rule_buckets.tokens_throttled + excluded.tokens_throttled, \
+             delay_wait_ms = metric_rule_buckets.delay_wait_ms + excluded.delay_wait_ms";
         assert_eq!(
             upsert_sql::<RuleBucket>(Backend::Postgres, 1),
             format!(
                 "INSERT INTO metric_rule_buckets (resolution, bucket_ms, rule_id, allowed, denied, \
-                 shadow_denied, near_limit, fail_open, key_missing, tokens_used, tokens_throttled) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 shadow_denied, near_limit, fail_open, key_missing, warned, delayed, \
+                 in_flight_refused, tokens_used, tokens_throttled, delay_wait_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
                  ON CONFLICT (resolution, bucket_ms, rule_id) DO UPDATE SET {rule_sets}"
             )
         );
-        // The per-proxy table adds the same eight counts to its own row.
+        // The per-proxy table adds the same twelve counts to its own row.
         let proxy_sets = rule_sets.replace("metric_rule_buckets", "metric_proxy_buckets");
         assert_eq!(
             upsert_sql::<ProxyBucket>(Backend::Sqlite, 1),
             format!(
                 "INSERT INTO metric_proxy_buckets (resolution, proxy_id, bucket_ms, rule_id, allowed, \
-                 denied, shadow_denied, near_limit, fail_open, key_missing, tokens_used, \
-                 tokens_throttled) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 denied, shadow_denied, near_limit, fail_open, key_missing, warned, delayed, \
+                 in_flight_refused, tokens_used, tokens_throttled, delay_wait_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (resolution, proxy_id, bucket_ms, rule_id) DO UPDATE SET {proxy_sets}"
             )
         );

@@ -240,7 +240,16 @@ fn RuleRow(
                 }}
             </div>
             <div class="rule-mode">
-                {if can_edit {
+                {if spec.mode == Mode::Warn {
+                    // The pill switches enforce and shadow; a warn rule's mode is changed in
+                    // its form, so a click never turns it into a shadow rule.
+                    view! {
+                        <span class="badge shadow" data-test="mode-warn"
+                            title="Warn-mode rules never deny; over their limit they tell the client. Edit the rule to change its mode.">
+                            "Warn"
+                        </span>
+                    }.into_any()
+                } else if can_edit {
                     view! {
                         <button type="button" class=if shadow { "pill shadow" } else { "pill" } disabled=move || busy.get()
                             title="Shadow rules never deny; they count what they would deny" data-test="mode-toggle" on:click=toggle_mode>

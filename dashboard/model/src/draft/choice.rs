@@ -1,7 +1,7 @@
 //! The form's `<select>`s: each choice a typed value, each with the `<option value>` that
 //! stands for it in the page.
 
-use sluice_core::spec::FailureMode;
+use sluice_core::spec::{FailureMode, Mode};
 
 /// A value picked from a fixed list. The list's order and labels are the form's; the
 /// option values are these, and for choices the wire also has they are the wire's names.
@@ -32,6 +32,19 @@ impl Choice for Option<FailureMode> {
     }
 }
 
+/// A rule's mode: enforce, shadow (count what it would deny) or warn (tell the client).
+impl Choice for Mode {
+    const ALL: &'static [Self] = &[Mode::Enforce, Mode::Shadow, Mode::Warn];
+
+    fn value(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+            Mode::Warn => "warn",
+        }
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -48,6 +61,18 @@ pub(super) mod tests {
             );
         }
         assert_eq!(C::from_value("no such option"), None);
+    }
+
+    #[test]
+    fn rule_modes_are_named_as_on_the_wire() {
+        options_round_trip::<Mode>();
+        for mode in Mode::ALL {
+            assert_eq!(
+                serde_json::to_value(mode).unwrap(),
+                mode.value(),
+                "{mode:?}"
+            );
+        }
     }
 
     #[test]

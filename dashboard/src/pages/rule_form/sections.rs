@@ -10,7 +10,7 @@ use sluice_dashboard_model::draft::{
 use super::identity::{
     KeyMissingFields, RolloutField, certificate_field, cookie_field, metadata_fields,
 };
-use super::inputs::{Field, number, select, switch, text};
+use super::inputs::{Field, number, select, text};
 use super::limits::{Limits, Overrides};
 use super::state::{CostInputs, FormState, HeaderRow, KeyInputs, KeyMissingInputs, MatchInputs};
 use super::tokens::TokenBudgetSection;
@@ -35,6 +35,12 @@ const KEY_KINDS: &[(KeyKind, &str)] = &[
 const COST_KINDS: &[(CostKind, &str)] = &[
     (CostKind::Fixed, "fixed"),
     (CostKind::Header, "from a request header"),
+];
+
+const MODES: &[(Mode, &str)] = &[
+    (Mode::Enforce, "enforce"),
+    (Mode::Shadow, "shadow: count what it would deny"),
+    (Mode::Warn, "warn: tell clients they are over"),
 ];
 
 const FAILURE_MODES: &[(Option<FailureMode>, &str)] = &[
@@ -92,10 +98,9 @@ fn RuleSection(form: FormState, is_new: bool) -> impl IntoView {
                 <Field label="Priority" path="priority" hint="higher runs first">
                     {number(d.priority, "priority", "0")}
                 </Field>
-                <div class="field">
-                    <label>"Mode"</label>
-                    <label class="check">{switch(d.mode, Mode::Shadow, Mode::Enforce, "shadow")}" Shadow mode (count, never deny)"</label>
-                </div>
+                <Field label="Mode" path="mode" hint="shadow and warn never deny">
+                    {select(d.mode, Some("mode".into()), MODES)}
+                </Field>
                 <div class="field">
                     <label>"Status"</label>
                     <label class="check"><input type="checkbox" name="enabled" bind:checked=d.enabled />" Enabled"</label>

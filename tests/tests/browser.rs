@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use fantoccini::{Client as Web, Locator};
 use serde_json::Value;
-use sluice_core::spec::RuleSpec;
+use sluice_core::spec::{Mode, RuleSpec};
 use sluice_envoy_config::AdminConnection;
 use sluice_tests::browser::{AdminServer, Browser, browser_available};
 use sluice_tests::{Client, Envoy, EnvoyOptions, Req, TestPki};
@@ -512,6 +512,30 @@ async fn token_and_identity_form(
         expected(r#"{"tokens":40000,"period":"minute","burst":30000}"#)?,
         "only the token limit changed"
     );
+
+    // A check-only limit in warn mode: the list shows its mode, with no enforce/shadow
+    // pill that would turn it into a shadow rule.
+    click(web, "[data-test=new-rule]").await?;
+    type_into(web, "input[name=name]", "plan-warning").await?;
+    click(web, "select[name=mode] option[value=warn]").await?;
+    type_into(web, "input[name='limits[0].requests']", "100").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    click(web, "[data-test=save]").await?;
+    wait_text(
+        web,
+        "[data-rule=plan-warning] [data-test=mode-warn]",
+        "Warn",
+    )
+    .await?;
+    assert!(
+        !exists(web, "[data-rule=plan-warning] [data-test=mode-toggle]").await,
+        "a warn rule has no enforce/shadow pill"
+    );
+    assert!(
+        exists(web, "[data-rule=llm-per-tenant] [data-test=mode-toggle]").await,
+        "an enforce rule keeps its pill"
+    );
+    assert_eq!(stored_spec(admin, "plan-warning")?.mode, Mode::Warn);
 
     // A viewer reads the same settings in words.
     click(web, ".who button").await?;

@@ -513,12 +513,21 @@ async fn token_and_identity_form(
         "only the token limit changed"
     );
 
-    // A check-only limit in warn mode: the list shows its mode, with no enforce/shadow
-    // pill that would turn it into a shadow rule.
+    // A check-only limit in warn mode with a soft margin (500% refused as the API refuses
+    // it): the list shows its mode, with no enforce/shadow pill that would turn it into a
+    // shadow rule.
     click(web, "[data-test=new-rule]").await?;
     type_into(web, "input[name=name]", "plan-warning").await?;
     click(web, "select[name=mode] option[value=warn]").await?;
     type_into(web, "input[name='limits[0].requests']", "100").await?;
+    type_into(web, "input[name='limits[0].soft_percent']", "500").await?;
+    wait_text(
+        web,
+        ".field-error[data-field='limits[0].soft_percent']",
+        "must be between 1 and 100",
+    )
+    .await?;
+    type_into(web, "input[name='limits[0].soft_percent']", "50").await?;
     wait_text(web, "[data-test=live-check]", "Valid rule").await?;
     click(web, "[data-test=save]").await?;
     wait_text(
@@ -535,7 +544,9 @@ async fn token_and_identity_form(
         exists(web, "[data-rule=llm-per-tenant] [data-test=mode-toggle]").await,
         "an enforce rule keeps its pill"
     );
-    assert_eq!(stored_spec(admin, "plan-warning")?.mode, Mode::Warn);
+    let stored = stored_spec(admin, "plan-warning")?;
+    assert_eq!(stored.mode, Mode::Warn);
+    assert_eq!(stored.limits[0].soft_percent, Some(50));
 
     // A viewer reads the same settings in words.
     click(web, ".who button").await?;

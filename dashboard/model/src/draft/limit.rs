@@ -106,6 +106,9 @@ pub struct LimitDraft {
     pub burst: Number<u64>,
     /// One bucket per client for the whole fleet (`Scope::Global`) or per proxy.
     pub scope: Scope,
+    /// Empty: a hard limit. A percentage: how far over it clients are warned instead of
+    /// refused (`soft_percent`).
+    pub soft_percent: Number<u64>,
 }
 
 /// A new limit: per second, its number of requests still to be typed.
@@ -118,6 +121,7 @@ impl Default for LimitDraft {
             seconds: Number::empty(),
             burst: Number::empty(),
             scope: Scope::Proxy,
+            soft_percent: Number::empty(),
         }
     }
 }
@@ -142,6 +146,7 @@ impl LimitDraft {
             seconds,
             burst: spec.burst.map(Number::from).unwrap_or_default(),
             scope: spec.scope,
+            soft_percent: spec.soft_percent.map(Number::from).unwrap_or_default(),
         }
     }
 
@@ -197,6 +202,7 @@ impl LimitDraft {
             ),
         };
         let burst = numbers.optional(&self.burst, &format!("{field}.burst"));
+        let soft_percent = numbers.optional(&self.soft_percent, &format!("{field}.soft_percent"));
         let (requests, tokens, count) = match self.counts {
             LimitCounts::Tokens(UsageMeasure::Total) => (None, Some(amount), None),
             LimitCounts::Tokens(measure) => (None, Some(amount), Some(measure)),
@@ -210,7 +216,7 @@ impl LimitDraft {
             tokens,
             count,
             concurrent: None,
-            soft_percent: None,
+            soft_percent,
         }
     }
 }
@@ -361,6 +367,27 @@ mod tests {
             LimitDraft::from_spec(&explicit_total).counts,
             LimitCounts::Tokens(UsageMeasure::Total)
         );
+    }
+
+    #[test]
+    fn a_soft_limit_keeps_its_percentage_through_the_form() {
+        let soft: LimitSpec =
+            serde_json::from_str(r#"{"requests":8,"period":"second","soft_percent":25}"#).unwrap();
+        let mut draft = LimitDraft::from_spec(&soft);
+        assert_eq!(draft.soft_percent.text(), "25");
+        let mut numbers = Numbers::default();
+        assert_eq!(
+            draft.to_spec(&mut numbers, "limits[0]"),
+            soft,
+            "nothing lost on a save"
+        );
+        // Emptied, the limit is hard again.
+        draft.soft_percent = Number::empty();
+        assert_eq!(draft.to_spec(&mut numbers, "limits[0]").soft_percent, None);
+        // Not a number: named at its input.
+        draft.soft_percent = Number::parse("a quarter");
+        draft.to_spec(&mut numbers, "limits[0]");
+        assert_eq!(numbers.problems[0].field, "limits[0].soft_percent");
     }
 
     #[test]

@@ -129,6 +129,7 @@ fn inputs_that_are_not_numbers_are_named_by_field_path() {
         burst: Number::parse("x"),
         scope: Scope::Proxy,
         counts: LimitCounts::Requests,
+        soft_percent: Number::empty(),
     });
     draft.overrides.push(OverrideDraft {
         client: "acme".into(),

@@ -77,6 +77,9 @@ pub(super) fn Limits(
                                 <Field label="Burst" path=path("burst") hint="capacity; default = the amount">
                                     {number(row.burst, path("burst"), "")}
                                 </Field>
+                                <Field label="Soft %" path=path("soft_percent") hint="warn instead of refusing this far over; empty = hard">
+                                    {number(row.soft_percent, path("soft_percent"), "")}
+                                </Field>
                             </Show>
                             <Field label="Scope" path=path("scope")>
                                 <label class="check" title="One bucket per client for every Envoy that follows this admin API, instead of one per Envoy">

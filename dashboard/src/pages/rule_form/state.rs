@@ -33,6 +33,7 @@ pub(super) struct LimitRow {
     pub seconds: RwSignal<Number<u64>>,
     pub burst: RwSignal<Number<u64>>,
     pub scope: RwSignal<Scope>,
+    pub soft_percent: RwSignal<Number<u64>>,
 }
 
 impl LimitRow {
@@ -45,6 +46,7 @@ impl LimitRow {
             seconds: RwSignal::new(d.seconds),
             burst: RwSignal::new(d.burst),
             scope: RwSignal::new(d.scope),
+            soft_percent: RwSignal::new(d.soft_percent),
         }
     }
 
@@ -56,6 +58,7 @@ impl LimitRow {
             seconds: self.seconds.get(),
             burst: self.burst.get(),
             scope: self.scope.get(),
+            soft_percent: self.soft_percent.get(),
         }
     }
 }

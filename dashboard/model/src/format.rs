@@ -1,9 +1,10 @@
 //! Numbers, rates, durations and rule summaries as people read them: the parts that need
 //! no browser (clock times, which need the browser's time zone, stay in the dashboard).
 
+use sluice_core::rule::{DEFAULT_QUEUE_PER_KEY, DEFAULT_QUEUE_PER_WORKER};
 use sluice_core::spec::{
-    KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod, PeerCertificateField,
-    PeriodSpec, RuleSpec, Scope, TokensSpec, UsageMeasure, UsageSpec,
+    DelaySpec, KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod, OnLimit,
+    PeerCertificateField, PeriodSpec, RuleSpec, Scope, TokensSpec, UsageMeasure, UsageSpec,
 };
 
 /// `1234` → `1,234`; `1_234_567` → `1.23M`.
@@ -211,6 +212,28 @@ pub fn rollout(mode: Mode, enforce_percent: u8) -> String {
         (Mode::Enforce, 100..) => "every client".to_string(),
         (Mode::Enforce, 0) => "no one yet (0%: every client in shadow mode)".to_string(),
         (Mode::Enforce, p) => format!("{p}% of clients (the rest in shadow mode)"),
+    }
+}
+
+/// What an over-limit request gets: `refused`, or `delayed up to 1.5 s, at most 8 waiting
+/// per client and 512 for the rule on each Envoy worker`, the queue bounds as the core
+/// applies them when left out (a client's default follows a smaller rule bound down).
+pub fn on_limit(on_limit: OnLimit, delay: Option<&DelaySpec>) -> String {
+    match (on_limit, delay) {
+        (OnLimit::Refuse, _) => "refused".to_string(),
+        (OnLimit::Delay, None) => "delayed (no delay section)".to_string(),
+        (OnLimit::Delay, Some(d)) => {
+            let per_worker = d.queue_per_worker.unwrap_or(DEFAULT_QUEUE_PER_WORKER);
+            let per_key = d
+                .queue_per_key
+                .unwrap_or(DEFAULT_QUEUE_PER_KEY.min(per_worker));
+            format!(
+                "delayed up to {}, at most {} waiting per client and {} for the rule on each Envoy worker",
+                millis(d.max_delay_ms as f64),
+                count(u64::from(per_key)),
+                count(u64::from(per_worker)),
+            )
+        }
     }
 }
 
@@ -493,6 +516,34 @@ mod tests {
         assert_eq!(
             budget(r#"{"usage":"anthropic","default_estimate":0}"#),
             "usage from Anthropic · 0 output tokens reserved by default"
+        );
+    }
+
+    #[test]
+    fn what_an_over_limit_request_gets_in_a_few_words() {
+        let delay = |json: &str| serde_json::from_str::<DelaySpec>(json).unwrap();
+        assert_eq!(on_limit(OnLimit::Refuse, None), "refused");
+        assert_eq!(
+            on_limit(
+                OnLimit::Delay,
+                Some(&delay(
+                    r#"{"max_delay_ms":1500,"queue_per_key":8,"queue_per_worker":512}"#
+                ))
+            ),
+            "delayed up to 1.5 s, at most 8 waiting per client and 512 for the rule on each Envoy worker"
+        );
+        assert_eq!(
+            on_limit(OnLimit::Delay, Some(&delay(r#"{"max_delay_ms":250}"#))),
+            "delayed up to 250 ms, at most 16 waiting per client and 1,024 for the rule on each Envoy worker",
+            "the defaults"
+        );
+        assert_eq!(
+            on_limit(
+                OnLimit::Delay,
+                Some(&delay(r#"{"max_delay_ms":250,"queue_per_worker":4}"#))
+            ),
+            "delayed up to 250 ms, at most 4 waiting per client and 4 for the rule on each Envoy worker",
+            "a client's default follows a smaller rule bound down"
         );
     }
 

@@ -10,11 +10,12 @@
 //!
 //! By part of the rule: [`matcher`] (which requests), [`key`] (whose bucket, and what a
 //! request without a key gets), [`limit`] (limits and overrides), [`tokens`] (a token
-//! budget), [`cost`]; [`number`] reads numeric inputs and [`choice`] names the options of
+//! budget), [`cost`], [`delay`] (what an over-limit request gets); [`number`] reads numeric inputs and [`choice`] names the options of
 //! the form's `<select>`s.
 
 pub mod choice;
 pub mod cost;
+pub mod delay;
 pub mod key;
 pub mod limit;
 pub mod matcher;
@@ -29,6 +30,7 @@ use sluice_core::spec::{
 
 pub use choice::Choice;
 pub use cost::{CostDraft, CostKind};
+pub use delay::DelayDraft;
 pub use key::{KeyDraft, KeyKind, KeyMissing, KeyMissingDraft};
 pub use limit::{LimitCounts, LimitDraft, OverrideDraft, PeriodChoice};
 pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, methods_field};
@@ -69,10 +71,9 @@ pub struct Draft {
     pub descriptor: Option<sluice_core::rls::DescriptorSpec>,
     /// The token budget, written only while some limit counts tokens.
     pub tokens: TokensDraft,
-    /// Not an input of the form yet: what an over-limit request gets, kept as loaded.
-    pub on_limit: sluice_core::spec::OnLimit,
-    /// Not an input of the form yet: the delay queue's settings, kept as loaded.
-    pub delay: Option<sluice_core::spec::DelaySpec>,
+    /// What an over-limit request gets (`on_limit`) and, when it waits, the `delay`
+    /// section.
+    pub delay: DelayDraft,
 }
 
 impl Draft {
@@ -102,8 +103,7 @@ impl Draft {
             grpc_status: spec.response.grpc_status,
             descriptor: spec.descriptor.clone(),
             tokens: TokensDraft::from_spec(spec.tokens.as_ref()),
-            on_limit: spec.on_limit,
-            delay: spec.delay.clone(),
+            delay: DelayDraft::from_spec(spec.on_limit, spec.delay.as_ref()),
         }
     }
 
@@ -153,6 +153,7 @@ impl Draft {
             .optional(&self.enforce_percent, "enforce_percent")
             .unwrap_or(100);
         let tokens = self.tokens.to_spec(self.counts_tokens(), &mut numbers);
+        let (on_limit, delay) = self.delay.to_spec(&mut numbers);
         let spec = RuleSpec {
             id: nonempty(&self.id),
             name: self.name.trim().to_string(),
@@ -175,8 +176,8 @@ impl Draft {
             },
             descriptor: self.descriptor.clone(),
             tokens,
-            on_limit: self.on_limit,
-            delay: self.delay.clone(),
+            on_limit,
+            delay,
         };
         (spec, numbers.problems)
     }

@@ -43,6 +43,10 @@ fn expressible() -> Vec<RuleSpec> {
         r#"{"name":"session","key":{"cookie":"sid"},"key_missing":"skip","limits":[{"requests":1,"period":"second"}],
             "overrides":[{"client":"big","limits":[{"tokens":9,"period":"day"}]}],
             "tokens":{"usage":"anthropic","default_estimate":7}}"#,
+        r#"{"name":"smooth","key":{"header":"x-api-key"},"limits":[{"requests":20,"period":"second","burst":5}],
+            "on_limit":"delay","delay":{"max_delay_ms":1000}}"#,
+        r#"{"name":"queued","key":"global","limits":[{"requests":2,"period":"second"}],
+            "on_limit":"delay","delay":{"max_delay_ms":250,"queue_per_key":4,"queue_per_worker":64}}"#,
     ] {
         rules.push(spec(json));
     }
@@ -514,4 +518,114 @@ fn the_new_inputs_get_the_cores_problems_about_them() {
         d.to_spec()
     };
     assert_eq!(spec.enforce_percent, 100, "empty: every client");
+}
+
+/// A delay rule loads into the form and saves unchanged; switched back to refuse, it saves
+/// without its `delay` section (which the core would refuse beside `on_limit: refuse`).
+#[test]
+fn a_delay_rule_keeps_its_queue_through_the_form_and_refusing_drops_it() {
+    let original = spec(
+        r#"{"name":"smooth","key":{"header":"x-api-key"},
+            "limits":[{"requests":20,"period":"second","burst":5}],
+            "overrides":[{"client":"acme","limits":[{"requests":100,"period":"second"}]}],
+            "on_limit":"delay","delay":{"max_delay_ms":1500,"queue_per_key":8,"queue_per_worker":512}}"#,
+    );
+    let mut draft = Draft::from_spec(&original);
+    assert!(draft.delay.delays());
+    assert_eq!(draft.delay.max_delay_ms.text(), "1500");
+    let (back, problems) = draft.to_spec();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(back, original, "nothing lost on a save");
+    assert!(validate(back, problems).is_empty());
+
+    draft.delay.on_limit = sluice_core::spec::OnLimit::Refuse;
+    let (refusing, problems) = draft.to_spec();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(refusing.on_limit, sluice_core::spec::OnLimit::Refuse);
+    assert_eq!(refusing.delay, None);
+    assert_eq!(
+        refusing,
+        RuleSpec {
+            on_limit: Default::default(),
+            delay: None,
+            ..original.clone()
+        },
+        "only on_limit and delay changed"
+    );
+    assert!(validate(refusing, problems).is_empty());
+}
+
+#[test]
+fn the_delay_inputs_get_the_cores_problems_about_them() {
+    let delaying = |d: &mut Draft| {
+        d.delay.on_limit = sluice_core::spec::OnLimit::Delay;
+        d.delay.max_delay_ms = Number::from(500);
+    };
+    assert!(fields_after(delaying).is_empty());
+    assert_eq!(
+        fields_after(|d| d.delay.on_limit = sluice_core::spec::OnLimit::Delay),
+        ["delay.max_delay_ms"],
+        "the maximum is required"
+    );
+    assert_eq!(
+        fields_after(|d| {
+            delaying(d);
+            d.delay.max_delay_ms = Number::parse("60001");
+        }),
+        ["delay.max_delay_ms"]
+    );
+    assert!(
+        fields_after(|d| {
+            delaying(d);
+            d.delay.max_delay_ms = Number::parse("60000");
+        })
+        .is_empty()
+    );
+    assert_eq!(
+        fields_after(|d| {
+            delaying(d);
+            d.delay.queue_per_worker = Number::parse("10001");
+        }),
+        ["delay.queue_per_worker"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            delaying(d);
+            d.delay.queue_per_worker = Number::parse("8");
+            d.delay.queue_per_key = Number::parse("9");
+        }),
+        ["delay.queue_per_key"],
+        "a client's queue is at most the worker's"
+    );
+    assert!(
+        fields_after(|d| {
+            delaying(d);
+            d.delay.queue_per_worker = Number::parse("8");
+            d.delay.queue_per_key = Number::parse("8");
+        })
+        .is_empty()
+    );
+    assert_eq!(
+        fields_after(|d| {
+            delaying(d);
+            d.delay.queue_per_key = Number::parse("0");
+        }),
+        ["delay.queue_per_key"]
+    );
+    assert_eq!(
+        fields_after(|d| {
+            delaying(d);
+            d.limits[0].scope = Scope::Global;
+        }),
+        ["on_limit"],
+        "a fleet-wide limit cannot delay"
+    );
+    assert_eq!(
+        fields_after(|d| {
+            delaying(d);
+            d.limits[0].soft_percent = Number::from(50);
+        }),
+        ["on_limit"],
+        "over a soft limit a request is warned, not delayed"
+    );
 }

@@ -33,6 +33,7 @@ pub(super) fn RuleDetails(rule: RuleView) -> impl IntoView {
                     <dt>"Without a key"</dt><dd data-test="key-missing">{format::key_missing(&s.key_missing)}</dd>
                     <dt>"Enforced for"</dt><dd data-test="rollout">{format::rollout(s.mode, s.enforce_percent)}</dd>
                     <dt>"Limits"</dt><dd>{format::limits(&s.limits)}</dd>
+                    <dt>"Over the limit"</dt><dd data-test="on-limit">{format::on_limit(s.on_limit, s.delay.as_ref())}</dd>
                     {s.tokens.as_ref().map(|t| view! {
                         <dt>"Token budget"</dt><dd data-test="token-budget">{format::token_budget(t)}</dd>
                     })}

@@ -7,6 +7,7 @@ use sluice_dashboard_model::draft::{
     CostKind, HeaderCondition, HeaderDraft, KeyKind, methods_field,
 };
 
+use super::delay::OnLimitFields;
 use super::identity::{
     KeyMissingFields, RolloutField, certificate_field, cookie_field, metadata_fields,
 };
@@ -60,6 +61,7 @@ pub(super) fn FormBody(form: FormState, is_new: bool) -> impl IntoView {
             <h2>"Limits"</h2>
             <p class="muted small">"A token bucket per client and limit: it refills at requests/period and holds at most burst. A request must fit every limit."</p>
             <Limits rows=form.limits prefix="limits" />
+            <OnLimitFields inputs=form.delay />
         </section>
         <TokenBudgetSection form=form />
         <Overrides overrides=form.overrides />

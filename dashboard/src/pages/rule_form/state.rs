@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use leptos::prelude::*;
 use sluice_core::rls::DescriptorSpec;
 use sluice_core::spec::{
-    FailureMode, GrpcStatus, Mode, PeerCertificateField, Scope, ValueMatchSpec,
+    FailureMode, GrpcStatus, Mode, OnLimit, PeerCertificateField, Scope, ValueMatchSpec,
 };
 use sluice_dashboard_model::draft::{
-    CostDraft, CostKind, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind, KeyMissing,
-    KeyMissingDraft, LimitCounts, LimitDraft, MatchDraft, Number, OverrideDraft, PeriodChoice,
-    TokensDraft, UsageKind,
+    CostDraft, CostKind, DelayDraft, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind,
+    KeyMissing, KeyMissingDraft, LimitCounts, LimitDraft, MatchDraft, Number, OverrideDraft,
+    PeriodChoice, TokensDraft, UsageKind,
 };
 
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(1);
@@ -261,6 +261,35 @@ impl TokensInputs {
     }
 }
 
+/// What an over-limit request gets, and the delay queue's inputs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DelayInputs {
+    pub on_limit: RwSignal<OnLimit>,
+    pub max_delay_ms: RwSignal<Number<u64>>,
+    pub queue_per_key: RwSignal<Number<u32>>,
+    pub queue_per_worker: RwSignal<Number<u32>>,
+}
+
+impl DelayInputs {
+    fn new(d: DelayDraft) -> DelayInputs {
+        DelayInputs {
+            on_limit: RwSignal::new(d.on_limit),
+            max_delay_ms: RwSignal::new(d.max_delay_ms),
+            queue_per_key: RwSignal::new(d.queue_per_key),
+            queue_per_worker: RwSignal::new(d.queue_per_worker),
+        }
+    }
+
+    fn read(&self) -> DelayDraft {
+        DelayDraft {
+            on_limit: self.on_limit.get(),
+            max_delay_ms: self.max_delay_ms.get(),
+            queue_per_key: self.queue_per_key.get(),
+            queue_per_worker: self.queue_per_worker.get(),
+        }
+    }
+}
+
 /// The cost's inputs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CostInputs {
@@ -317,10 +346,7 @@ pub(super) struct FormState {
     /// A rate limit service rule's descriptor: no input shows it either, kept the same way.
     pub descriptor: RwSignal<Option<DescriptorSpec>>,
     pub tokens: TokensInputs,
-    /// Not an input yet: what an over-limit request gets, kept as loaded.
-    pub on_limit: RwSignal<sluice_core::spec::OnLimit>,
-    /// Not an input yet: the delay queue's settings, kept as loaded.
-    pub delay: RwSignal<Option<sluice_core::spec::DelaySpec>>,
+    pub delay: DelayInputs,
 }
 
 impl FormState {
@@ -346,8 +372,7 @@ impl FormState {
             grpc_status: RwSignal::new(d.grpc_status),
             descriptor: RwSignal::new(d.descriptor),
             tokens: TokensInputs::new(d.tokens),
-            on_limit: RwSignal::new(d.on_limit),
-            delay: RwSignal::new(d.delay),
+            delay: DelayInputs::new(d.delay),
         }
     }
 
@@ -375,8 +400,7 @@ impl FormState {
             grpc_status: self.grpc_status.get(),
             descriptor: self.descriptor.get(),
             tokens: self.tokens.read(),
-            on_limit: self.on_limit.get(),
-            delay: self.delay.get(),
+            delay: self.delay.read(),
         }
     }
 }

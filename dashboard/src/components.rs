@@ -180,9 +180,12 @@ pub fn Stat(
     #[prop(into)] value: Signal<String>,
     #[prop(optional, into)] note: Signal<String>,
     #[prop(default = "")] tone: &'static str,
+    /// The card's `data-test` name, for the browser tests.
+    #[prop(optional)]
+    test: &'static str,
 ) -> impl IntoView {
     view! {
-        <div class=format!("stat {tone}")>
+        <div class=format!("stat {tone}") data-test=(!test.is_empty()).then_some(test)>
             <div class="stat-label">{label}</div>
             <div class="stat-value">{move || value.get()}</div>
             <div class="stat-note">{move || note.get()}</div>

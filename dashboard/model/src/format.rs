@@ -95,18 +95,72 @@ pub fn shaping(
     if warned > 0 {
         parts.push(format!("{} warned", count(warned)));
     }
-    if delayed > 0 {
-        let mean_ms = delay_wait_ms as f64 / delayed as f64;
-        parts.push(format!(
-            "{} delayed, mean wait {}",
-            count(delayed),
-            millis(mean_ms)
-        ));
+    if let Some(wait) = mean_wait(delayed, delay_wait_ms) {
+        parts.push(format!("{} delayed, mean wait {wait}", count(delayed)));
     }
     if in_flight_refused > 0 {
         parts.push(format!("{} in-flight refused", count(in_flight_refused)));
     }
     (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
+/// The mean of the waits computed for `delayed` requests, summed in `delay_wait_ms`:
+/// `85 ms`; `None` without delayed requests (a sum alone has no mean).
+pub fn mean_wait(delayed: u64, delay_wait_ms: u64) -> Option<String> {
+    (delayed > 0).then(|| millis(delay_wait_ms as f64 / delayed as f64))
+}
+
+/// One of the overview's cards for shaped traffic: its label, figure and note, the
+/// card's tone, and its `data-test` name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapedCard {
+    pub label: &'static str,
+    pub value: String,
+    pub note: String,
+    pub tone: &'static str,
+    pub test: &'static str,
+}
+
+/// The overview's cards for a window's shaped traffic: delayed (with the mean wait),
+/// warned and in-flight refused, each only when non-zero, as [`shaping`] names them: most
+/// rulesets shape nothing, and three cards of zeros would push the ones that matter down.
+/// The notes say which total each is part of, since they explain allowed and throttled
+/// rather than add to them.
+pub fn shaped_cards(
+    warned: u64,
+    delayed: u64,
+    delay_wait_ms: u64,
+    in_flight_refused: u64,
+) -> Vec<ShapedCard> {
+    let mut cards = Vec::new();
+    if let Some(wait) = mean_wait(delayed, delay_wait_ms) {
+        cards.push(ShapedCard {
+            label: "Delayed",
+            value: count(delayed),
+            note: format!("mean wait {wait} · passed, in allowed"),
+            tone: "",
+            test: "delayed",
+        });
+    }
+    if warned > 0 {
+        cards.push(ShapedCard {
+            label: "Warned",
+            value: count(warned),
+            note: "over a limit, told so · in allowed".to_string(),
+            tone: "warn",
+            test: "warned",
+        });
+    }
+    if in_flight_refused > 0 {
+        cards.push(ShapedCard {
+            label: "In-flight refused",
+            value: count(in_flight_refused),
+            note: "too many at once · in throttled".to_string(),
+            tone: "bad",
+            test: "in-flight-refused",
+        });
+    }
+    cards
 }
 
 /// How long ago something was, from its age in seconds: `just now`, `5 min ago`, `3 h ago`,
@@ -339,6 +393,35 @@ mod tests {
         );
         // A wait sum without delayed requests has no mean to show.
         assert_eq!(shaping(0, 0, 500, 0), None);
+    }
+
+    #[test]
+    fn shaped_cards_show_only_what_a_window_has() {
+        assert_eq!(shaped_cards(0, 0, 0, 0), []);
+        assert_eq!(
+            shaped_cards(0, 0, 900, 0),
+            [],
+            "a wait sum alone has no card"
+        );
+        let cards = shaped_cards(12_000, 40, 3_400, 3);
+        let shown: Vec<(&str, &str, &str)> = cards
+            .iter()
+            .map(|c| (c.test, c.value.as_str(), c.note.as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("delayed", "40", "mean wait 85 ms · passed, in allowed"),
+                ("warned", "12,000", "over a limit, told so · in allowed"),
+                ("in-flight-refused", "3", "too many at once · in throttled"),
+            ]
+        );
+        let only_refused = shaped_cards(0, 0, 0, 1);
+        assert_eq!(only_refused.len(), 1);
+        assert_eq!(only_refused[0].label, "In-flight refused");
+        assert_eq!(only_refused[0].tone, "bad");
+        assert_eq!(mean_wait(0, 0), None);
+        assert_eq!(mean_wait(3, 1).as_deref(), Some("0.3 ms"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The overview: live request and throttle rates, the throttle ratio, near-limit and
-//! fail-open counts, per-rule trends, the most throttled clients, and the proxies.
+//! The overview: live request and throttle rates, the throttle ratio, shaped traffic
+//! (delayed, warned, in-flight refused), near-limit and fail-open counts, per-rule
+//! trends, the most throttled clients, and the proxies.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -20,6 +21,11 @@ use sluice_dashboard_model::fleet;
 pub const ALLOWED: &str = "#2f6fde";
 pub const THROTTLED: &str = "#e5484d";
 pub const SHADOW: &str = "#e59c0b";
+/// Shaped traffic, drawn over allowed and throttled (each is a part of one of them):
+/// hues apart from blue, red and amber, and from each other.
+pub const DELAYED: &str = "#8e4ec6";
+pub const WARNED: &str = "#12a594";
+pub const IN_FLIGHT_REFUSED: &str = "#d6409f";
 
 /// The seconds a bucket starting at `t` covers so far: a whole step, or for the bucket in
 /// progress the part already elapsed. `None` for a bucket too fresh to show (under half
@@ -47,33 +53,40 @@ fn per_second(s: &Series, f: fn(&api::SeriesPoint) -> u64) -> Vec<(i64, f64)> {
         .collect()
 }
 
-/// Requests per second over the series' points.
+/// How many of a bucket's requests a line counts.
+type Count = fn(&api::SeriesPoint) -> u64;
+
+/// Requests per second over the series' points: allowed and throttled, then the parts of
+/// them that were shadow-throttled, delayed, warned or refused in flight, each only while
+/// the window has some (most rulesets shape nothing, and a flat line at zero would only
+/// crowd the legend).
 pub fn series_lines(s: &Series) -> Vec<Line> {
-    let pick = |f| per_second(s, f);
+    let line = |label, color, count: Count, fill, dashed| Line {
+        label,
+        color,
+        points: per_second(s, count),
+        fill,
+        dashed,
+    };
     let mut lines = vec![
-        Line {
-            label: "Allowed",
-            color: ALLOWED,
-            points: pick(|p| p.allowed),
-            fill: true,
-            dashed: false,
-        },
-        Line {
-            label: "Throttled",
-            color: THROTTLED,
-            points: pick(|p| p.denied),
-            fill: true,
-            dashed: false,
-        },
+        line("Allowed", ALLOWED, |p| p.allowed, true, false),
+        line("Throttled", THROTTLED, |p| p.denied, true, false),
     ];
-    if s.points.iter().any(|p| p.shadow_denied > 0) {
-        lines.push(Line {
-            label: "Shadow-throttled",
-            color: SHADOW,
-            points: pick(|p| p.shadow_denied),
-            fill: false,
-            dashed: true,
-        });
+    let parts: [(&'static str, &'static str, Count, bool); 4] = [
+        ("Shadow-throttled", SHADOW, |p| p.shadow_denied, true),
+        ("Delayed", DELAYED, |p| p.delayed, false),
+        ("Warned", WARNED, |p| p.warned, false),
+        (
+            "In-flight refused",
+            IN_FLIGHT_REFUSED,
+            |p| p.in_flight_refused,
+            false,
+        ),
+    ];
+    for (label, color, count, dashed) in parts {
+        if s.points.iter().any(|p| count(p) > 0) {
+            lines.push(line(label, color, count, false, dashed));
+        }
     }
     lines
 }
@@ -255,6 +268,10 @@ pub fn Overview() -> impl IntoView {
                 <Stat label="Throttle ratio"
                     value=Signal::derive(move || ov().map(|o| format::percent(o.throttle_ratio)).unwrap_or_else(|| "–".into()))
                     note=Signal::derive(move || ov().map(|o| format!("{} shadow-throttled", format::count(o.shadow_denied))).unwrap_or_default()) />
+                {move || ov().map(|o| format::shaped_cards(o.warned, o.delayed, o.delay_wait_ms, o.in_flight_refused)
+                    .into_iter()
+                    .map(|c| view! { <Stat label=c.label value=c.value note=c.note tone=c.tone test=c.test /> })
+                    .collect_view())}
                 <Stat label="Near limit" tone="warn"
                     value=Signal::derive(move || ov().map(|o| format::count(o.near_limit)).unwrap_or_else(|| "–".into()))
                     note=Signal::derive(|| "allowed, but ≥ 80% of a limit used".to_string()) />

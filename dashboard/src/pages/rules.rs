@@ -225,6 +225,9 @@ fn RuleRow(
                     {(!spec.overrides.is_empty()).then(|| format!(" · {} override{}", spec.overrides.len(), if spec.overrides.len() == 1 { "" } else { "s" }))}
                 </div>
                 {(!spec.description.is_empty()).then(|| view! { <div class="small">{spec.description.clone()}</div> })}
+                {let trend = trend.clone(); move || trend()
+                    .and_then(|m| format::shaping(m.warned, m.delayed, m.delay_wait_ms, m.in_flight_refused))
+                    .map(|text| view! { <div class="muted small" data-test="rule-shaping">{text}" in 15 min"</div> })}
             </div>
             <div class="rule-limits" data-test="limits">{format::limits(&spec.limits)}</div>
             <div class="rule-trend">

@@ -1,8 +1,9 @@
 //! The dashboard end to end, in a real browser, against a real admin API and a real Envoy
 //! that follows it: sign in, create a rule in the form, throttle a client, watch it appear
 //! on the overview and clients pages, change the limit and see it enforced, roll back, and
-//! check that a viewer gets no edit controls; and the form's inputs for token budgets, keys
-//! from identity and rollouts. Screenshots of every page land in `target/screenshots/`.
+//! check that a viewer gets no edit controls; the form's inputs for token budgets, keys
+//! from identity, rollouts and delaying; and shaped traffic on the overview. Screenshots
+//! of every page land in `target/screenshots/`.
 //!
 //! Needs the built `sluice` (with the dashboard embedded), the filter, Envoy, Chromium and
 //! chromedriver: `cargo xtask test` provides them all.
@@ -12,10 +13,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use fantoccini::{Client as Web, Locator};
 use serde_json::Value;
+use sluice_core::response::{DELAY_WAIT_HEADER, WARNING_HEADER};
 use sluice_core::spec::{Mode, RuleSpec};
 use sluice_envoy_config::AdminConnection;
+use sluice_harness::upstream::DELAY_HEADER;
 use sluice_tests::browser::{AdminServer, Browser, browser_available};
-use sluice_tests::{Client, Envoy, EnvoyOptions, Req, TestPki};
+use sluice_tests::{Client, Envoy, EnvoyOptions, Req, Resp, Target, TestPki, Upstream};
 
 /// How long the page may take to show something the API already knows.
 const UI_WAIT: Duration = Duration::from_secs(20);
@@ -80,6 +83,47 @@ async fn type_into(web: &Web, css: &str, text: &str) -> Result<()> {
         .send_keys(text)
         .await
         .with_context(|| format!("typing into {css}"))
+}
+
+/// From the rules page, opens the form for a new rule and names it.
+async fn start_new_rule(web: &Web, name: &str) -> Result<()> {
+    click(web, "[data-test=new-rule]").await?;
+    type_into(web, "input[name=name]", name).await
+}
+
+/// Sets the amount of the form's limit `index` and picks its period (a named one).
+async fn fill_limit(web: &Web, index: usize, amount: &str, period: &str) -> Result<()> {
+    type_into(
+        web,
+        &format!("input[name='limits[{index}].requests']"),
+        amount,
+    )
+    .await?;
+    click(
+        web,
+        &format!("select[name='limits[{index}].period'] option[value={period}]"),
+    )
+    .await
+}
+
+/// Waits for the form's live check to pass, saves, and waits for the rules list to show
+/// the rule `id`.
+async fn save_rule(web: &Web, id: &str) -> Result<()> {
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    click(web, "[data-test=save]").await?;
+    wait_for(web, &format!("[data-test=rule-row][data-rule='{id}']")).await?;
+    Ok(())
+}
+
+/// Waits until the element `css` exists and its whole text is `expected`.
+async fn wait_exact(web: &Web, css: &str, expected: &str) -> Result<()> {
+    eventually(&format!("`{expected}` as {css}"), UI_WAIT, async || {
+        text_of(web, css)
+            .await
+            .filter(|t| t.trim() == expected)
+            .map(|_| ())
+    })
+    .await
 }
 
 /// Navigates inside the app the way a person does: through a link in the top bar.
@@ -149,8 +193,14 @@ fn traffic(envoy: &Envoy, client: &str, n: usize) -> usize {
     })
 }
 
-/// An Envoy following `admin` as `envoy-test-1`, running its ruleset version 0.
+/// An Envoy following `admin` as `envoy-test-1`, answering allowed requests itself,
+/// running its ruleset version 0.
 async fn following_envoy(admin: &AdminServer) -> Result<Envoy> {
+    following_envoy_to(admin, Target::Direct).await
+}
+
+/// [`following_envoy`] in front of `upstream`.
+async fn following_envoy_to(admin: &AdminServer, upstream: Target) -> Result<Envoy> {
     let proxy_token = admin.create_token("proxy", "envoy-browser-test")?;
     let url = format!("http://{}", admin.addr())
         .parse()
@@ -161,6 +211,7 @@ async fn following_envoy(admin: &AdminServer) -> Result<Envoy> {
     let envoy = tokio::task::block_in_place(|| {
         Envoy::start(EnvoyOptions {
             admin: Some(connection),
+            upstream,
             ..Default::default()
         })
     });
@@ -251,6 +302,211 @@ async fn the_overview_names_a_rules_shaped_traffic() -> Result<()> {
     }
     browser.close().await;
     result
+}
+
+/// A delay rule made in the rule form, and shaped traffic from a real Envoy on the
+/// overview: the form shows the delay's inputs only while the rule delays, names a
+/// missing maximum and a client queue over the rule's beside their inputs, keeps what was
+/// typed while refuse is picked, and saves a rule the API reads back field for field;
+/// then requests delayed by it, warned over a soft limit and refused by an in-flight
+/// limit reach the overview's cards, chart legend and rule table, and the rules list, in
+/// the numbers the Envoy's responses showed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rule_form_delays_and_the_overview_shows_shaped_traffic() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test`"
+    );
+    let admin = AdminServer::start()?;
+    let upstream = Upstream::start();
+    let envoy = following_envoy_to(&admin, upstream.target()).await?;
+    let browser = Browser::start().await?;
+    let web = browser.client();
+    let result = delay_form_and_shaped_traffic(&admin, &envoy, &browser, web).await;
+    if result.is_err() {
+        let _ = browser.screenshot("delay-form-failure").await;
+    }
+    browser.close().await;
+    result
+}
+
+/// `n` requests for `path` as `client`, `connections` at a time, each held `hold_ms` by
+/// the upstream.
+fn shaped_traffic(
+    envoy: &Envoy,
+    path: &str,
+    client: &str,
+    n: usize,
+    connections: usize,
+    hold_ms: u64,
+) -> Vec<Resp> {
+    tokio::task::block_in_place(|| {
+        let http = Client::connect(envoy.listener_addr(), connections);
+        http.run((0..n).map(|_| {
+            Req::get(path)
+                .header("x-api-key", client)
+                .header(DELAY_HEADER, hold_ms.to_string())
+        }))
+    })
+}
+
+async fn delay_form_and_shaped_traffic(
+    admin: &AdminServer,
+    envoy: &Envoy,
+    browser: &Browser,
+    web: &Web,
+) -> Result<()> {
+    web.goto(&admin.url("/")).await?;
+    wait_for(web, "form.signin").await?;
+    sign_in(web, admin.admin_token()).await?;
+    nav(web, "Rules").await?;
+
+    // 2 requests a second per API key under /api/, the rest delayed.
+    start_new_rule(web, "smooth").await?;
+    type_into(web, "input[name='match.path_prefix']", "/api/").await?;
+    fill_limit(web, 0, "2", "second").await?;
+    assert!(
+        !exists(web, "input[name='delay.max_delay_ms']").await,
+        "no delay inputs while the rule refuses"
+    );
+    click(web, "select[name=on_limit] option[value=delay]").await?;
+    // Saving without a maximum: named beside its input, and nothing is sent.
+    click(web, "[data-test=save]").await?;
+    wait_text(
+        web,
+        ".field-error[data-field='delay.max_delay_ms']",
+        "is required",
+    )
+    .await?;
+    type_into(web, "input[name='delay.max_delay_ms']", "3000").await?;
+    type_into(web, "input[name='delay.queue_per_worker']", "64").await?;
+    type_into(web, "input[name='delay.queue_per_key']", "100").await?;
+    wait_text(
+        web,
+        ".field-error[data-field='delay.queue_per_key']",
+        "must be between 1 and `queue_per_worker` (64)",
+    )
+    .await?;
+    type_into(web, "input[name='delay.queue_per_key']", "4").await?;
+    // Refuse hides the inputs and keeps what they hold for a return to delay.
+    click(web, "select[name=on_limit] option[value=refuse]").await?;
+    eventually("the delay inputs to go", UI_WAIT, async || {
+        (!exists(web, "input[name='delay.max_delay_ms']").await).then_some(())
+    })
+    .await?;
+    click(web, "select[name=on_limit] option[value=delay]").await?;
+    let max = wait_for(web, "input[name='delay.max_delay_ms']").await?;
+    assert_eq!(max.prop("value").await?.as_deref(), Some("3000"));
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    let preview = wait_for(web, "details.preview pre").await?;
+    let body = preview.prop("textContent").await?.unwrap_or_default();
+    assert!(
+        body.contains(r#""on_limit": "delay""#) && body.contains(r#""queue_per_key": 4"#),
+        "the request body shows the delay: {body}"
+    );
+    browser.screenshot("rule-form-delay").await?;
+    save_rule(web, "smooth").await?;
+    let expected: RuleSpec = serde_json::from_value(serde_json::json!({
+        "name": "smooth", "match": {"path_prefix": "/api/"}, "key": {"header": "x-api-key"},
+        "limits": [{"requests": 2, "period": "second"}],
+        "on_limit": "delay",
+        "delay": {"max_delay_ms": 3000, "queue_per_key": 4, "queue_per_worker": 64},
+    }))?;
+    assert_eq!(stored_spec(admin, "smooth")?, expected);
+    // Opened again, the form shows the rule as saved.
+    click(web, "[data-rule=smooth] [data-test=edit]").await?;
+    let on_limit = wait_for(web, "select[name=on_limit]").await?;
+    assert_eq!(on_limit.prop("value").await?.as_deref(), Some("delay"));
+    let per_key = wait_for(web, "input[name='delay.queue_per_key']").await?;
+    assert_eq!(per_key.prop("value").await?.as_deref(), Some("4"));
+
+    // Beside it, through the API: a soft limit (5 a minute, 100% over it warned) and an
+    // in-flight limit (2 at once).
+    let soft = serde_json::json!({
+        "name": "soft", "match": {"path_prefix": "/soft/"}, "key": {"header": "x-api-key"},
+        "limits": [{"requests": 5, "period": "minute", "soft_percent": 100}],
+    });
+    let in_flight = serde_json::json!({
+        "name": "in-flight", "match": {"path_prefix": "/slow/"}, "key": {"header": "x-api-key"},
+        "limits": [{"concurrent": 2}],
+    });
+    wait_proxy_version(admin, envoy, 1).await?;
+    for (version, rule) in [(2, &soft), (3, &in_flight)] {
+        let (status, body) = admin.call("POST", "/api/v1/rules", Some(rule))?;
+        assert_eq!(status, 201, "{body}");
+        wait_proxy_version(admin, envoy, version).await?;
+    }
+
+    // Six at once past a burst of 2: the rest wait their turn (2 a second, all due
+    // within 3 s, at most 4 of the key waiting on a worker).
+    let smooth = shaped_traffic(envoy, "/api/orders", "carol", 6, 6, 0);
+    assert!(smooth.iter().all(|r| r.status == 200), "{smooth:?}");
+    let delayed = smooth
+        .iter()
+        .filter(|r| r.header(DELAY_WAIT_HEADER).is_some())
+        .count();
+    assert!(delayed >= 1, "a burst of 6 over 2: some wait");
+    // Twenty in a row over 5 a minute with a 100% margin: 5 warned, 10 refused.
+    let soft = shaped_traffic(envoy, "/soft/x", "bob", 20, 1, 0);
+    let warned = soft
+        .iter()
+        .filter(|r| r.header(WARNING_HEADER).is_some())
+        .count();
+    assert_eq!(warned, 5, "5 pass, 5 warned, 10 refused");
+    // Five at once, each held 1.5 s by the upstream: two in flight, the rest refused.
+    let slow = shaped_traffic(envoy, "/slow/x", "dave", 5, 5, 1_500);
+    let refused = slow.iter().filter(|r| r.status == 429).count();
+    assert!(refused >= 1, "five at once over 2 in flight: some refused");
+
+    // The overview, from the Envoy's reports: a card each, a chart line each, and each
+    // rule's own under its name.
+    nav(web, "Overview").await?;
+    wait_exact(web, "[data-test=delayed] .stat-value", &delayed.to_string()).await?;
+    wait_text(web, "[data-test=delayed] .stat-note", "mean wait").await?;
+    wait_exact(web, "[data-test=warned] .stat-value", &warned.to_string()).await?;
+    wait_exact(
+        web,
+        "[data-test=in-flight-refused] .stat-value",
+        &refused.to_string(),
+    )
+    .await?;
+    for label in ["Delayed", "Warned", "In-flight refused"] {
+        wait_text(web, ".legend", label).await?;
+    }
+    let row = |rule: &str| {
+        format!("[data-test=rule-metrics] [data-rule={rule}] [data-test=rule-shaping]")
+    };
+    wait_text(
+        web,
+        &row("smooth"),
+        &format!("{delayed} delayed, mean wait"),
+    )
+    .await?;
+    wait_exact(web, &row("soft"), &format!("{warned} warned")).await?;
+    wait_exact(
+        web,
+        &row("in-flight"),
+        &format!("{refused} in-flight refused"),
+    )
+    .await?;
+    browser.screenshot("overview-shaped-traffic").await?;
+
+    // The rules list names the same under each rule.
+    nav(web, "Rules").await?;
+    wait_text(
+        web,
+        "[data-rule=smooth] [data-test=rule-shaping]",
+        &format!("{delayed} delayed, mean wait"),
+    )
+    .await?;
+    wait_text(
+        web,
+        "[data-rule=in-flight] [data-test=rule-shaping]",
+        &format!("{refused} in-flight refused"),
+    )
+    .await?;
+    browser.screenshot("rules-shaped-traffic").await?;
+    Ok(())
 }
 
 /// The dashboard served by `sluice serve --tls-cert/--tls-key` with a certificate from a
@@ -362,8 +618,7 @@ async fn token_and_identity_form(
     wait_for(web, "form.signin").await?;
     sign_in(web, admin.admin_token()).await?;
     nav(web, "Rules").await?;
-    click(web, "[data-test=new-rule]").await?;
-    type_into(web, "input[name=name]", "llm-per-tenant").await?;
+    start_new_rule(web, "llm-per-tenant").await?;
 
     // Whose bucket: a verified JWT claim, a fallback for requests without one, and a
     // rollout to a quarter of the clients.
@@ -380,8 +635,7 @@ async fn token_and_identity_form(
     type_into(web, "input[name=enforce_percent]", "25").await?;
 
     // 60 requests a minute, and 20,000 output tokens a minute beside it.
-    type_into(web, "input[name='limits[0].requests']", "60").await?;
-    click(web, "select[name='limits[0].period'] option[value=minute]").await?;
+    fill_limit(web, 0, "60", "minute").await?;
     assert!(
         !exists(web, "[data-test=token-budget]").await,
         "no token budget without a token limit"
@@ -459,7 +713,7 @@ async fn token_and_identity_form(
     click(web, "input[name='tokens.include_usage']").await?;
     wait_text(web, "[data-test=live-check]", "Valid rule").await?;
     browser.screenshot("rule-form-tokens").await?;
-    click(web, "[data-test=save]").await?;
+    save_rule(web, "llm-per-tenant").await?;
     wait_text(
         web,
         "[data-rule=llm-per-tenant] [data-test=limits]",
@@ -516,10 +770,9 @@ async fn token_and_identity_form(
     // A check-only limit in warn mode with a soft margin (500% refused as the API refuses
     // it): the list shows its mode, with no enforce/shadow pill that would turn it into a
     // shadow rule.
-    click(web, "[data-test=new-rule]").await?;
-    type_into(web, "input[name=name]", "plan-warning").await?;
+    start_new_rule(web, "plan-warning").await?;
     click(web, "select[name=mode] option[value=warn]").await?;
-    type_into(web, "input[name='limits[0].requests']", "100").await?;
+    fill_limit(web, 0, "100", "second").await?;
     type_into(web, "input[name='limits[0].soft_percent']", "500").await?;
     wait_text(
         web,
@@ -528,8 +781,7 @@ async fn token_and_identity_form(
     )
     .await?;
     type_into(web, "input[name='limits[0].soft_percent']", "50").await?;
-    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
-    click(web, "[data-test=save]").await?;
+    save_rule(web, "plan-warning").await?;
     wait_text(
         web,
         "[data-rule=plan-warning] [data-test=mode-warn]",
@@ -593,8 +845,7 @@ async fn scenario(
     // Create a rule through the form, seeing the live validation on the way.
     nav(web, "Rules").await?;
     wait_text(web, ".state.empty", "No rules yet").await?;
-    click(web, "[data-test=new-rule]").await?;
-    type_into(web, "input[name=name]", "api-per-key").await?;
+    start_new_rule(web, "api-per-key").await?;
     type_into(
         web,
         "input[name=description]",
@@ -612,12 +863,10 @@ async fn scenario(
     assert!(error.contains("1000000000"), "the core's message: {error}");
     wait_text(web, "[data-test=live-check]", "1 problem").await?;
     browser.screenshot("rule-form-invalid").await?;
-    type_into(web, "input[name='limits[0].requests']", "5").await?;
-    click(web, "select[name='limits[0].period'] option[value=minute]").await?;
+    fill_limit(web, 0, "5", "minute").await?;
     wait_text(web, "[data-test=live-check]", "Valid rule").await?;
     browser.screenshot("rule-form").await?;
-    click(web, "[data-test=save]").await?;
-    wait_for(web, "[data-test=rule-row][data-rule=api-per-key]").await?;
+    save_rule(web, "api-per-key").await?;
     wait_text(web, "[data-rule=api-per-key] [data-test=limits]", "5/min").await?;
     let v1 = current_version(admin)?;
     assert_eq!(v1, 1);

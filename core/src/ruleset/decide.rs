@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use super::in_flight::{self, InFlightContext, Place, take_place};
 use super::{Decision, DecisionSink, Outcome, RuleOutcome, Ruleset};
-use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, TierVerdict};
+use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, TierVerdict};
 use crate::delay::{DelayQueue, Delayed, QueueKey, Refund};
 use crate::gcra::Verdict;
 use crate::global::lease::{FleetView, Spend};
@@ -149,13 +149,14 @@ impl Ruleset {
             return;
         }
         let acquisition = acquire_local(&enforced, cx);
-        decision.absorb_counters(&acquisition);
+        decision.absorb_counters(&acquisition.counters);
         if !acquisition.allowed {
             // Step 4: what the slot table denied keeps no global tokens either.
             spends.undo_all(&cx.global, cx.now);
         }
         record_outcomes(decision, &enforced, &acquisition, sink);
         if acquisition.allowed && decision.is_allowed() {
+            charge_elastic_pools(decision, &enforced, cx);
             reserve_tokens(decision, &enforced, &acquisition, &spends, request.path());
             if acquisition.wait_ns > 0 {
                 decision.delayed = Some(delayed(&enforced, &acquisition));
@@ -208,6 +209,7 @@ impl Ruleset {
                         TokenEstimate::of(b, &request.body_facts().unwrap_or_default())
                     }),
                 max_delay_ns: None,
+                elastic_open: false,
             };
             let mode = rule.mode_for(&client);
             if mode != rule.mode {
@@ -221,7 +223,10 @@ impl Ruleset {
                 Mode::Enforce => enforced.push(Enforced {
                     rule,
                     rendered,
-                    bucket,
+                    bucket: BucketRequest {
+                        elastic_open: elastic_pool_open(rule, &bucket, cx, decision),
+                        ..bucket
+                    },
                     client,
                     global: None,
                 }),
@@ -389,6 +394,47 @@ fn acquire_local(
     cx.table.acquire(cx.store, cx.now, &local)
 }
 
+/// Whether an elastic enforce-mode rule's pool has room for this request, so that a limit
+/// it is over lets it pass (`crate::rule::ElasticPool`). A pool that cannot be read is
+/// taken as closed, the strict limit, and counted.
+fn elastic_pool_open(
+    rule: &Rule,
+    bucket: &BucketRequest<'_>,
+    cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+    decision: &mut Decision<'_>,
+) -> bool {
+    let Some(pool) = &rule.elastic else {
+        return false;
+    };
+    let mut counters = LimiterCounters::default();
+    let open = cx
+        .table
+        .pool_has_room(cx.store, cx.now, pool, bucket.cost, &mut counters);
+    counters.pool_failures += u32::from(open.is_err());
+    decision.absorb_counters(&counters);
+    open.unwrap_or(false)
+}
+
+/// Step 3, once allowed: every elastic rule's pool is charged for the request it admitted,
+/// within its client's limit or over it, so the pool measures the rule's admitted traffic.
+fn charge_elastic_pools(
+    decision: &mut Decision<'_>,
+    enforced: &[Enforced<'_, '_>],
+    cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
+) {
+    let mut counters = LimiterCounters::default();
+    for e in enforced {
+        let Some(pool) = &e.rule.elastic else {
+            continue;
+        };
+        let charged = cx
+            .table
+            .charge_pool(cx.store, cx.now, pool, e.bucket.cost, &mut counters);
+        counters.pool_failures += u32::from(charged.is_err());
+    }
+    decision.absorb_counters(&counters);
+}
+
 /// Step 5: what each enforce-mode rule did, told to `sink` in rule order, and what the
 /// request gets: its outcome, and when allowed, its tightest limit.
 fn record_outcomes<'r>(
@@ -487,14 +533,14 @@ impl<'r> Decision<'r> {
         self.warnings.extend(tiers.map(|t| limits.limit_name(t)));
     }
 
-    fn absorb_counters(&mut self, acquisition: &Acquisition) {
-        let c = &acquisition.counters;
+    fn absorb_counters(&mut self, c: &LimiterCounters) {
         self.counters.cas_conflicts += c.cas_conflicts;
         self.counters.shared_slots += c.shared_slots;
         self.counters.evictions += c.evictions;
         self.counters.corrupt_slots += c.corrupt_slots;
         self.counters.refund_failures += c.refund_failures;
         self.counters.remembered_denials += c.remembered_denials;
+        self.counters.pool_failures += c.pool_failures;
     }
 
     /// Counts a global limit that could not be evaluated.
@@ -678,7 +724,7 @@ fn charge_shadow(
     let acquisition = cx
         .table
         .acquire(cx.store, cx.now, std::slice::from_ref(bucket));
-    decision.absorb_counters(&acquisition);
+    decision.absorb_counters(&acquisition.counters);
     match acquisition.buckets.first() {
         Some(BucketResult::Denied { binding }) => {
             spends.undo_all(&cx.global, cx.now);

@@ -73,6 +73,8 @@ pub struct Draft {
     pub on_limit: sluice_core::spec::OnLimit,
     /// Not an input of the form yet: the delay queue's settings, kept as loaded.
     pub delay: Option<sluice_core::spec::DelaySpec>,
+    /// Not an input of the form yet: an elastic rule's ceiling, kept as loaded.
+    pub elastic: Option<sluice_core::spec::ElasticSpec>,
 }
 
 impl Draft {
@@ -104,6 +106,7 @@ impl Draft {
             tokens: TokensDraft::from_spec(spec.tokens.as_ref()),
             on_limit: spec.on_limit,
             delay: spec.delay.clone(),
+            elastic: spec.elastic,
         }
     }
 
@@ -177,6 +180,7 @@ impl Draft {
             tokens,
             on_limit: self.on_limit,
             delay: self.delay.clone(),
+            elastic: self.elastic,
         };
         (spec, numbers.problems)
     }
@@ -229,6 +233,7 @@ pub fn blank() -> RuleSpec {
         tokens: None,
         on_limit: Default::default(),
         delay: None,
+        elastic: None,
     }
 }
 

@@ -321,6 +321,8 @@ pub(super) struct FormState {
     pub on_limit: RwSignal<sluice_core::spec::OnLimit>,
     /// Not an input yet: the delay queue's settings, kept as loaded.
     pub delay: RwSignal<Option<sluice_core::spec::DelaySpec>>,
+    /// Not an input yet: an elastic rule's ceiling, kept as loaded.
+    pub elastic: RwSignal<Option<sluice_core::spec::ElasticSpec>>,
 }
 
 impl FormState {
@@ -348,6 +350,7 @@ impl FormState {
             tokens: TokensInputs::new(d.tokens),
             on_limit: RwSignal::new(d.on_limit),
             delay: RwSignal::new(d.delay),
+            elastic: RwSignal::new(d.elastic),
         }
     }
 
@@ -377,6 +380,7 @@ impl FormState {
             tokens: self.tokens.read(),
             on_limit: self.on_limit.get(),
             delay: self.delay.get(),
+            elastic: self.elastic.get(),
         }
     }
 }

@@ -11,8 +11,23 @@ use crate::time::Nanos;
 use crate::tokens::TokenChange;
 
 impl SlotTable {
-    /// Whether `pool` has room for `cost` at `now`; writes nothing to the pool.
-    pub fn pool_has_room(
+    /// Whether `pool` has room for `cost` at `now`, so that a client over its limit may
+    /// pass; writes nothing to the pool. A pool that cannot be read is taken as closed
+    /// (the strict limit) and counted.
+    pub fn pool_open(
+        &self,
+        store: &impl SharedStore,
+        now: Nanos,
+        pool: &ElasticPool,
+        cost: u64,
+        counters: &mut LimiterCounters,
+    ) -> bool {
+        let read = self.pool_has_room(store, now, pool, cost, counters);
+        counters.pool_failures += u32::from(read.is_err());
+        read.unwrap_or(false)
+    }
+
+    fn pool_has_room(
         &self,
         store: &impl SharedStore,
         now: Nanos,
@@ -32,7 +47,8 @@ impl SlotTable {
 
     /// Charges `cost` to `pool` for a request the rule admitted: into a debt of at most
     /// one burst when it has no room (`crate::gcra::Gcra::charge_debt`), so the pool
-    /// measures the rule's admitted traffic, within its limits or over them.
+    /// measures the rule's admitted traffic, within its limits or over them. A charge
+    /// that fails is counted; the pool then errs toward lending more.
     pub fn charge_pool(
         &self,
         store: &impl SharedStore,
@@ -40,14 +56,14 @@ impl SlotTable {
         pool: &ElasticPool,
         cost: u64,
         counters: &mut LimiterCounters,
-    ) -> Result<(), LimiterFailure> {
+    ) {
         let change = TokenChange {
             limit: pool.limit,
             reserved: 0,
             used: cost,
         };
-        self.settle(store, now, pool.fingerprint, &[change], counters)
-            .map(|_forgiven| ())
+        let charged = self.settle(store, now, pool.fingerprint, &[change], counters);
+        counters.pool_failures += u32::from(charged.is_err());
     }
 }
 
@@ -72,15 +88,9 @@ mod tests {
         let mut counters = LimiterCounters::default();
         let now = Nanos::new(T0);
         for _ in 0..100 {
-            assert_eq!(
-                t.pool_has_room(&store, now, &pool(10, 5), 1, &mut counters),
-                Ok(true)
-            );
+            assert!(t.pool_open(&store, now, &pool(10, 5), 1, &mut counters));
         }
-        assert_eq!(
-            t.pool_has_room(&store, now, &pool(10, 5), 6, &mut counters),
-            Ok(false)
-        );
+        assert!(!t.pool_open(&store, now, &pool(10, 5), 6, &mut counters));
     }
 
     #[test]
@@ -89,28 +99,15 @@ mod tests {
         let mut counters = LimiterCounters::default();
         let (p, now) = (pool(10, 5), Nanos::new(T0));
         for charged in 0..5 {
-            assert_eq!(
-                t.pool_has_room(&store, now, &p, 1, &mut counters),
-                Ok(true),
-                "{charged}"
-            );
-            t.charge_pool(&store, now, &p, 1, &mut counters).unwrap();
+            assert!(t.pool_open(&store, now, &p, 1, &mut counters), "{charged}");
+            t.charge_pool(&store, now, &p, 1, &mut counters);
         }
-        assert_eq!(
-            t.pool_has_room(&store, now, &p, 1, &mut counters),
-            Ok(false)
-        );
+        assert!(!t.pool_open(&store, now, &p, 1, &mut counters));
         // One request's worth refills in a tenth of a second, not before.
         let almost = Nanos::new(T0 + NANOS_PER_SECOND / 10 - 1);
-        assert_eq!(
-            t.pool_has_room(&store, almost, &p, 1, &mut counters),
-            Ok(false)
-        );
+        assert!(!t.pool_open(&store, almost, &p, 1, &mut counters));
         let then = Nanos::new(T0 + NANOS_PER_SECOND / 10);
-        assert_eq!(
-            t.pool_has_room(&store, then, &p, 1, &mut counters),
-            Ok(true)
-        );
+        assert!(t.pool_open(&store, then, &p, 1, &mut counters));
     }
 
     #[test]
@@ -120,20 +117,36 @@ mod tests {
         let (p, now) = (pool(10, 5), Nanos::new(T0));
         // Within-limit traffic far above the ceiling: 100 charges into a 5-request pool.
         for _ in 0..100 {
-            t.charge_pool(&store, now, &p, 1, &mut counters).unwrap();
+            t.charge_pool(&store, now, &p, 1, &mut counters);
         }
         // Full debt: one burst (5) to pay back, then the burst itself (5) to spend, at
         // 10 a second: room for one again after 0.6 s, not after 0.5 s.
         let shut = Nanos::new(T0 + NANOS_PER_SECOND / 2);
-        assert_eq!(
-            t.pool_has_room(&store, shut, &p, 1, &mut counters),
-            Ok(false)
-        );
+        assert!(!t.pool_open(&store, shut, &p, 1, &mut counters));
         let open = Nanos::new(T0 + 6 * NANOS_PER_SECOND / 10);
-        assert_eq!(
-            t.pool_has_room(&store, open, &p, 1, &mut counters),
-            Ok(true)
-        );
+        assert!(t.pool_open(&store, open, &p, 1, &mut counters));
+    }
+
+    #[test]
+    fn a_pool_that_cannot_be_read_is_closed_and_a_failed_charge_is_counted() {
+        let (t, store) = (table(64), MemoryStore::new());
+        let mut counters = LimiterCounters::default();
+        let (p, now) = (pool(10, 5), Nanos::new(T0));
+        store.inject_failures(1);
+        assert!(!t.pool_open(&store, now, &p, 1, &mut counters));
+        assert_eq!(counters.pool_failures, 1);
+        store.inject_failures(1);
+        t.charge_pool(&store, now, &p, 1, &mut counters);
+        assert_eq!(counters.pool_failures, 2);
+        // Nothing was charged: the pool still holds its five.
+        let open = (0..5).filter(|_| {
+            let open = t.pool_open(&store, now, &p, 1, &mut counters);
+            t.charge_pool(&store, now, &p, 1, &mut counters);
+            open
+        });
+        assert_eq!(open.count(), 5);
+        assert!(!t.pool_open(&store, now, &p, 1, &mut counters));
+        assert_eq!(counters.pool_failures, 2);
     }
 
     #[test]

@@ -156,7 +156,14 @@ impl Ruleset {
         }
         record_outcomes(decision, &enforced, &acquisition, sink);
         if acquisition.allowed && decision.is_allowed() {
-            charge_elastic_pools(decision, &enforced, cx);
+            // An elastic rule's pool measures what the rule admitted.
+            for e in &enforced {
+                if let Some(pool) = &e.rule.elastic {
+                    let counters = &mut decision.counters;
+                    cx.table
+                        .charge_pool(cx.store, cx.now, pool, e.bucket.cost, counters);
+                }
+            }
             reserve_tokens(decision, &enforced, &acquisition, &spends, request.path());
             if acquisition.wait_ns > 0 {
                 decision.delayed = Some(delayed(&enforced, &acquisition));
@@ -216,7 +223,11 @@ impl Ruleset {
                 decision.rollout_shadowed += 1;
             }
             let bucket = BucketRequest {
-                max_delay_ns: delay_allowance(rule, mode, bucket.fingerprint, cx.queue),
+                max_delay_ns: crate::delay::allowance(
+                    rule.delay.filter(|_| mode == Mode::Enforce),
+                    bucket.fingerprint,
+                    cx.queue,
+                ),
                 ..bucket
             };
             match mode {
@@ -224,7 +235,11 @@ impl Ruleset {
                     rule,
                     rendered,
                     bucket: BucketRequest {
-                        elastic_open: elastic_pool_open(rule, &bucket, cx, decision),
+                        elastic_open: rule.elastic.as_ref().is_some_and(|pool| {
+                            let counters = &mut decision.counters;
+                            cx.table
+                                .pool_open(cx.store, cx.now, pool, bucket.cost, counters)
+                        }),
                         ..bucket
                     },
                     client,
@@ -394,47 +409,6 @@ fn acquire_local(
     cx.table.acquire(cx.store, cx.now, &local)
 }
 
-/// Whether an elastic enforce-mode rule's pool has room for this request, so that a limit
-/// it is over lets it pass (`crate::rule::ElasticPool`). A pool that cannot be read is
-/// taken as closed, the strict limit, and counted.
-fn elastic_pool_open(
-    rule: &Rule,
-    bucket: &BucketRequest<'_>,
-    cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
-    decision: &mut Decision<'_>,
-) -> bool {
-    let Some(pool) = &rule.elastic else {
-        return false;
-    };
-    let mut counters = LimiterCounters::default();
-    let open = cx
-        .table
-        .pool_has_room(cx.store, cx.now, pool, bucket.cost, &mut counters);
-    counters.pool_failures += u32::from(open.is_err());
-    decision.absorb_counters(&counters);
-    open.unwrap_or(false)
-}
-
-/// Step 3, once allowed: every elastic rule's pool is charged for the request it admitted,
-/// within its client's limit or over it, so the pool measures the rule's admitted traffic.
-fn charge_elastic_pools(
-    decision: &mut Decision<'_>,
-    enforced: &[Enforced<'_, '_>],
-    cx: &DecisionContext<'_, impl SharedStore, impl SharedStore>,
-) {
-    let mut counters = LimiterCounters::default();
-    for e in enforced {
-        let Some(pool) = &e.rule.elastic else {
-            continue;
-        };
-        let charged = cx
-            .table
-            .charge_pool(cx.store, cx.now, pool, e.bucket.cost, &mut counters);
-        counters.pool_failures += u32::from(charged.is_err());
-    }
-    decision.absorb_counters(&counters);
-}
-
 /// Step 5: what each enforce-mode rule did, told to `sink` in rule order, and what the
 /// request gets: its outcome, and when allowed, its tightest limit.
 fn record_outcomes<'r>(
@@ -550,19 +524,6 @@ impl<'r> Decision<'r> {
             self.global_table_full += 1;
         }
     }
-}
-
-/// How long `rule` may make its client's request wait: `None` for a rule that refuses
-/// (or runs in shadow mode for this client), zero while the queue has no room for it.
-fn delay_allowance(
-    rule: &Rule,
-    mode: Mode,
-    fingerprint: u64,
-    queue: Option<&DelayQueue>,
-) -> Option<u64> {
-    let policy = rule.delay.filter(|_| mode == Mode::Enforce)?;
-    let room = queue.is_some_and(|q| q.has_room(&policy, fingerprint));
-    Some(if room { policy.max_delay_ns } else { 0 })
 }
 
 /// Step 6, for an allowed request that must wait: what it counts against in the delay

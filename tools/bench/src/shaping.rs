@@ -50,11 +50,11 @@ const FLOOD_CONCURRENT: usize = 400;
 const FLOOD_PATIENCE: Duration = Duration::from_millis(100);
 const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
-/// A rule that never binds (a billion requests a second per key), with `option` merged in.
+/// A rule that never binds (a million requests a second per key), with `option` merged in.
 fn rule(option: Value) -> Value {
     let mut rule = json!({
         "name": "shaped", "key": {"header": "x-api-key"},
-        "limits": [{"requests": 1_000_000_000u64, "period": "second"}],
+        "limits": [{"requests": 1_000_000u64, "period": "second"}],
     });
     if let (Some(rule), Some(option)) = (rule.as_object_mut(), option.as_object()) {
         for (k, v) in option {
@@ -77,11 +77,11 @@ fn cost_variants() -> Vec<(&'static str, Value)> {
         (
             "soft",
             json!([{"name": "shaped", "key": {"header": "x-api-key"},
-                    "limits": [{"requests": 1_000_000_000u64, "period": "second", "soft_percent": 50}]}]),
+                    "limits": [{"requests": 1_000_000u64, "period": "second", "soft_percent": 50}]}]),
         ),
         (
             "elastic",
-            rule(json!({"elastic": {"requests": 1_000_000_000u64, "period": "second"}})),
+            rule(json!({"elastic": {"requests": 1_000_000u64, "period": "second"}})),
         ),
         (
             "in-flight",
@@ -445,7 +445,7 @@ fn markdown(
          front of the harness's echo upstream on loopback. {rounds} rounds of {round:?} per \
          phase and variant, the variants alternating within each round.\n\n\
          ## Cost of a rule that does not bind\n\n\
-         Five Envoys whose rule (a billion requests a second per key) differs only in one \
+         Five Envoys whose rule (a million requests a second per key) differs only in one \
          shaping option: none (`plain`), `soft_percent: 50`, an `elastic` ceiling, an \
          in-flight limit of 1,000, `on_limit: delay`. {CONCURRENT} clients back to back.\n\n\
          | variant | requests | p50 ms | p99 ms | p99 − plain's, by round (median, min–max) ms | Envoy CPU µs per request |\n\

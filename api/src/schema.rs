@@ -366,6 +366,14 @@ fn rule_spec_schema() -> serde_json::Value {
                                          "description": "The most requests of this rule waiting at once on one Envoy worker (default 1,024)"},
                 },
             },
+            "elastic": {
+                "type": ["object", "null"], "additionalProperties": false,
+                "required": ["requests", "period"],
+                "description": "An elastic rule: a client over its own limit is still admitted (with the `x-sluice-warning` response field, counted `warned`) while the requests this rule admitted in this Envoy, all clients together, stay within this ceiling; once they reach it, every client is held to its own limit again from the next request. Only with `requests` limits of `scope: proxy`, no soft limits, `on_limit: refuse`, and not in warn mode",
+                "properties": {"requests": amount, "period": period,
+                               "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000u64,
+                                         "description": "The ceiling's capacity; defaults to `requests`"}},
+            },
             "failure_mode": {"type": ["string", "null"], "enum": ["open", "closed", null],
                              "description": "Defaults to the proxy's"},
             "response": {
@@ -526,6 +534,7 @@ mod tests {
             "descriptor": {"domain": "d", "entries": [{"key": "k", "value": "v"}]},
             "on_limit": "delay",
             "delay": {"max_delay_ms": 500, "queue_per_key": 4, "queue_per_worker": 64},
+            "elastic": {"requests": 100, "period": "second", "burst": 50},
         }))
         .unwrap();
         let written = serde_json::to_value(&full).unwrap();
@@ -538,6 +547,7 @@ mod tests {
             ("match", &written["match"]),
             ("response", &written["response"]),
             ("delay", &written["delay"]),
+            ("elastic", &written["elastic"]),
         ] {
             for key in value.as_object().unwrap().keys() {
                 assert!(

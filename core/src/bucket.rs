@@ -22,6 +22,9 @@ pub struct BucketRequest<'a> {
     /// delay`): one whose tokens are due within `d` is admitted ahead and waits
     /// (`d` is zero while the delay queue is full: refused, but not remembered).
     pub max_delay_ns: Option<u64>,
+    /// The rule is elastic and its pool had room when the request arrived: a request
+    /// limit it is over passes, warned, instead of denying (`crate::rule::ElasticPool`).
+    pub elastic_open: bool,
 }
 
 impl BucketRequest<'_> {
@@ -32,10 +35,11 @@ impl BucketRequest<'_> {
 
     /// The one cost every limit charges, when there is one: a set with token limits has
     /// several, so its denials are not remembered (a smaller estimate may fit).
-    /// A set that may delay has none either: its next request may fit the queue.
+    /// A set that may delay has none either: its next request may fit the queue; nor
+    /// does one whose elastic pool is open: its next request may pass over the limit.
     pub fn uniform_cost(&self) -> Option<u64> {
-        (self.max_delay_ns.is_none() && !self.limits.iter().any(|l| l.counts.is_tokens()))
-            .then_some(self.cost)
+        let fixed = self.max_delay_ns.is_none() && !self.elastic_open;
+        (fixed && !self.limits.iter().any(|l| l.counts.is_tokens())).then_some(self.cost)
     }
 }
 
@@ -60,8 +64,9 @@ pub enum LimiterFailure {
 pub enum BucketResult {
     /// Charged; `tightest` is the limit with the fewest tokens left. `wait_ns` is
     /// non-zero when the tokens were reserved ahead: the request must wait that long.
-    /// `warned` has bit `1 << tier` set for each soft limit the request was admitted over
-    /// (within its margin, `crate::rule::SoftMargin`).
+    /// `warned` has bit `1 << tier` set for each limit the request was admitted over: a
+    /// soft limit, within its margin (`crate::rule::SoftMargin`), or a limit of an elastic
+    /// rule whose pool had room (`crate::rule::ElasticPool`).
     Allowed {
         tightest: TierVerdict,
         wait_ns: u64,
@@ -87,6 +92,8 @@ pub struct LimiterCounters {
     pub refund_failures: u32,
     /// Denials repeated from memory, without reading the bucket.
     pub remembered_denials: u32,
+    /// Elastic pools that could not be read (taken as closed) or charged.
+    pub pool_failures: u32,
 }
 
 /// Bucket sets per request held without a heap allocation; more spill to the heap.

@@ -99,6 +99,19 @@ impl Delayed {
     }
 }
 
+/// How long a request of `client` under `policy` (`None`: the rule refuses, or runs in
+/// shadow mode for this client) may be made to wait: `None` to refuse, zero while the
+/// worker's `queue` has no room for it.
+pub fn allowance(
+    policy: Option<DelayPolicy>,
+    client: u64,
+    queue: Option<&DelayQueue>,
+) -> Option<u64> {
+    let policy = policy?;
+    let room = queue.is_some_and(|q| q.has_room(&policy, client));
+    Some(if room { policy.max_delay_ns } else { 0 })
+}
+
 /// One worker's waiting requests, by due time.
 #[derive(Debug, Default)]
 pub struct DelayQueue {

@@ -58,6 +58,15 @@ pub fn client_fingerprint(rule_id: &str, client: &str) -> u64 {
     h.digest().max(1)
 }
 
+/// Identifies an elastic rule's pool in the slot table (`crate::rule::ElasticPool`): a
+/// slot key no client's [`client_fingerprint`] is derived like. Never zero.
+pub fn elastic_pool_fingerprint(rule_id: &str) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(b"elastic\0");
+    h.update(rule_id.as_bytes());
+    h.digest().max(1)
+}
+
 /// Identifies a rule among the rules whose requests wait in a worker's delay queue (its
 /// per-worker bound is counted under it).
 pub fn rule_identity(rule_id: &str) -> u64 {

@@ -63,6 +63,10 @@ pub struct RuleSpec {
     /// With `on_limit: delay`: how long a request may be held and how many may wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay: Option<DelaySpec>,
+    /// An elastic rule: a client over its own limit is still admitted while the rule's
+    /// requests admitted in this Envoy, all clients together, stay under this ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticSpec>,
 }
 
 /// What an enforce-mode rule does with a request over its limit.
@@ -95,6 +99,19 @@ pub struct DelaySpec {
     /// The most requests of this rule waiting at once on one worker (default 1,024).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_per_worker: Option<u32>,
+}
+
+/// An elastic rule's ceiling (`elastic`): the rate, over all the rule's clients together in
+/// one Envoy, under which clients may pass their own limits (see `docs/shaping.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElasticSpec {
+    /// Requests (each costing the rule's `cost`) per `period`, all clients together.
+    pub requests: u64,
+    pub period: PeriodSpec,
+    /// The ceiling's capacity; defaults to `requests`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
 }
 
 fn yes() -> bool {

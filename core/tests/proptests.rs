@@ -115,7 +115,7 @@ proptest! {
         let mut admitted: Vec<(u64, u64)> = Vec::new();
         for (gap, cost) in arrivals {
             now += gap;
-            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default(), max_delay_ns: None };
+            let request = BucketRequest { fingerprint: 42, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default(), max_delay_ns: None, elastic_open: false };
             if table.acquire(&store, Nanos::new(now), &[request]).allowed {
                 admitted.push((now, cost));
             }
@@ -146,7 +146,7 @@ proptest! {
             now += gap;
             naive.iter_mut().for_each(|n| n.refill(now));
             let expected = naive.iter().all(|n| n.fits(cost));
-            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default(), max_delay_ns: None };
+            let request = BucketRequest { fingerprint: 7, limits: &limits, cost, on_failure: FailureMode::Open, tokens: Default::default(), max_delay_ns: None, elastic_open: false };
             let outcome = table.acquire(&store, Nanos::new(now), &[request]);
             prop_assert_eq!(outcome.allowed, expected);
             let evaluated = matches!(outcome.buckets[0], BucketResult::Allowed { .. } | BucketResult::Denied { .. });

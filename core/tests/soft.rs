@@ -8,7 +8,7 @@ use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SECOND};
 
 mod support;
 
-use support::TestFilter;
+use support::{Reference, TestFilter};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 const MS: u64 = NANOS_PER_MILLI;
@@ -36,40 +36,6 @@ fn seen(decision: &Decision<'_>) -> Seen {
 
 fn key(k: &str) -> HttpRequest {
     HttpRequest::get("/work").with_header("x-api-key", k)
-}
-
-/// A token bucket in integers: `level` in tokens × 10^9, refilled by `rate` tokens a
-/// second (`rate` units a nanosecond), holding `burst` tokens.
-struct Reference {
-    level: u128,
-    rate: u128,
-    burst: u128,
-    at: u64,
-}
-
-impl Reference {
-    fn full(rate: u128, burst: u128, at: u64) -> Self {
-        Self {
-            level: burst * 1_000_000_000,
-            rate,
-            burst,
-            at,
-        }
-    }
-
-    fn refill(&mut self, now: u64) {
-        let elapsed = u128::from(now - self.at);
-        self.level = (self.level + elapsed * self.rate).min(self.burst * 1_000_000_000);
-        self.at = now;
-    }
-
-    fn has_one(&self) -> bool {
-        self.level >= 1_000_000_000
-    }
-
-    fn take_one(&mut self) {
-        self.level -= 1_000_000_000;
-    }
 }
 
 #[test]

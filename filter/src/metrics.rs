@@ -593,5 +593,6 @@ impl Metrics {
         self.slot_corrupt.add(u64::from(c.corrupt_slots));
         self.denials_remembered.add(u64::from(c.remembered_denials));
         self.errors.add(u64::from(c.refund_failures));
+        self.errors.add(u64::from(c.pool_failures));
     }
 }

@@ -463,3 +463,84 @@ fn a_soft_limit_warns_within_its_margin_refuses_beyond_it_and_warn_mode_never_re
     });
     assert_eq!(rule_stat("told", "denied"), 0);
 }
+
+/// An elastic rule on /work: 10 a second per key (5 at once); over that, a key passes
+/// while the rule's admitted requests in this Envoy, all keys together, are under 30 a
+/// second (15 at once).
+fn elastic_envoy(upstream: &Upstream) -> Envoy {
+    Envoy::start(EnvoyOptions {
+        rules: json!([
+            {"name": "elastic", "key": {"header": "x-api-key"},
+             "limits": [{"requests": 10, "period": "second", "burst": 5}],
+             "elastic": {"requests": 30, "period": "second", "burst": 15}},
+        ]),
+        upstream: upstream.target(),
+        ..Default::default()
+    })
+}
+
+/// The pool is read before a decision and charged after: each worker but the deciding one
+/// may take its last room at the same instant (two workers: one).
+const ELASTIC_RACE: f64 = 1.0;
+
+#[test]
+fn an_elastic_rule_lets_a_key_past_its_limit_while_the_ceiling_has_room_and_not_after() {
+    let upstream = Upstream::start();
+    let envoy = elastic_envoy(&upstream);
+    let client = Client::connect(envoy.listener_addr(), 20);
+    let key = |k: &'static str| move || Req::get("/work").header("x-api-key", k);
+
+    // Alone, a key passes its own limit up to the ceiling, told so; then it is refused.
+    let (alone, elapsed) = burst(&client, 60, key("a"), "elastic");
+    eprintln!("alone: {alone:?} in {elapsed:.3} s");
+    let within = alone.passed - alone.warned;
+    assert!(within >= 5, "held below its own limit: {alone:?}");
+    assert!(within as f64 <= 5.0 + 10.0 * elapsed, "{alone:?}");
+    assert!(
+        alone.passed >= 15,
+        "the ceiling's room was not lent: {alone:?}"
+    );
+    assert!(
+        alone.passed as f64 <= 15.0 + 30.0 * elapsed + ELASTIC_RACE,
+        "beyond the ceiling: {alone:?} in {elapsed:.3} s"
+    );
+
+    // The pool's debt (at most one burst) is paid and it is full again within 1 s.
+    std::thread::sleep(Duration::from_millis(1_500));
+    // Six keys within their own limits fill the ceiling (30 requests against its 15)...
+    let start = Instant::now();
+    let mut filled = 0;
+    for k in ["b", "c", "d", "e", "f", "g"] {
+        let (answered, _) = burst(&client, 5, key(k), "elastic");
+        assert_eq!(
+            (answered.passed, answered.warned),
+            (5, 0),
+            "{k}: {answered:?}"
+        );
+        filled += answered.passed;
+    }
+    // ...so a key over its limit is held to it: over its own limit it passes only what
+    // the pool got back since the filling began.
+    let (held, _) = burst(&client, 30, key("a"), "elastic");
+    let span = start.elapsed().as_secs_f64();
+    eprintln!("held: {held:?}, {span:.3} s after the filling began");
+    let within = held.passed - held.warned;
+    assert!(within >= 5, "held below its own limit: {held:?}");
+    let room = (15.0 + 30.0 * span - (filled + within) as f64).max(0.0);
+    assert!(
+        held.warned as f64 <= room + ELASTIC_RACE,
+        "passed beyond the ceiling: {held:?} with room for {room:.1} in {span:.3} s"
+    );
+
+    let passed = alone.passed + filled + held.passed;
+    assert_eq!(upstream.requests_seen(), passed);
+    assert_eq!(
+        envoy.counter("wasmcustom.sluice_warned_total"),
+        alone.warned + held.warned
+    );
+    assert_eq!(
+        envoy.counter("wasmcustom.sluice_denied_total"),
+        alone.refused + held.refused
+    );
+    assert_eq!(envoy.counter("wasmcustom.sluice_errors_total"), 0);
+}

@@ -13,6 +13,7 @@
 //! A denial is remembered for the wait it reported ([`RememberedDenials`]), so a client
 //! that keeps knocking is denied again without a shared-data read until then.
 
+mod elastic;
 mod placement;
 
 use std::num::NonZeroU32;
@@ -348,6 +349,12 @@ impl SlotTable {
             let (own, wait) = limit.gcra.check_ahead(tat, at, cost, max_delay);
             wait_ns = wait_ns.max(wait);
             let (verdict, tats) = match limit.soft {
+                // Over its own limit while the rule's elastic pool has room: passes,
+                // warned, its own bucket uncharged (`crate::rule::ElasticPool`).
+                None if !own.allowed && request.elastic_open && !limit.counts.is_tokens() => {
+                    warned |= 1 << tier;
+                    (admitted_over(own, own.new_tat), (None, None))
+                }
                 None => (own, (Some(own.new_tat), None)),
                 Some(margin) => {
                     let margin_tat = Nanos::new(next.tat_of(margin.identity).unwrap_or(0));
@@ -546,15 +553,21 @@ fn check_soft(own: Verdict, margin: Verdict) -> SoftChecked {
         };
     }
     SoftChecked {
-        verdict: Verdict {
-            allowed: true,
-            new_tat: margin.new_tat,
-            remaining: 0,
-            reset_ns: own.reset_ns,
-            retry_after_ns: 0,
-        },
+        verdict: admitted_over(own, margin.new_tat),
         tats: (None, Some(margin.new_tat)),
         warned: true,
+    }
+}
+
+/// The verdict of a request admitted over a limit whose own bucket (`own`) had no room:
+/// nothing left, and the limit's own refill time.
+fn admitted_over(own: Verdict, new_tat: Nanos) -> Verdict {
+    Verdict {
+        allowed: true,
+        new_tat,
+        remaining: 0,
+        reset_ns: own.reset_ns,
+        retry_after_ns: 0,
     }
 }
 
@@ -610,6 +623,7 @@ mod test_support {
             on_failure: FailureMode::Open,
             tokens: Default::default(),
             max_delay_ns: None,
+            elastic_open: false,
         }
     }
 

@@ -12,6 +12,7 @@
 
 mod cost;
 mod delay;
+mod elastic;
 mod in_flight;
 mod key;
 mod limit;
@@ -27,6 +28,7 @@ pub use delay::{
     DEFAULT_QUEUE_PER_KEY, DEFAULT_QUEUE_PER_WORKER, DelayPolicy, MAX_DELAY_MS,
     MAX_QUEUE_PER_WORKER, NO_GLOBAL_DELAY,
 };
+pub use elastic::{ELASTIC_LIMITS_ONLY_PROXY_REQUESTS, ElasticPool};
 pub use in_flight::{InFlightLimit, MAX_CONCURRENT, NO_GLOBAL_IN_FLIGHT};
 pub use key::{COMPOSITE_SEPARATOR, ClientKey};
 pub use limit::{Counts, Limit, MAX_LIMITS_PER_RULE, MAX_PERIOD_SECONDS, MAX_REQUESTS};
@@ -77,6 +79,9 @@ pub struct Rule {
     /// Set (`on_limit: delay`): an over-limit request waits for its tokens, within these
     /// bounds, instead of being refused.
     pub delay: Option<DelayPolicy>,
+    /// Set (`elastic`): a client over its own limit still passes while this pool, the
+    /// rule's admitted traffic in this Envoy, has room.
+    pub elastic: Option<ElasticPool>,
     /// The spec this rule was built from, kept for export and diffs.
     pub spec: RuleSpec,
 }
@@ -158,6 +163,8 @@ impl TryFrom<RuleSpec> for Rule {
         let tokens = TokenBudget::build(spec.tokens.as_ref(), has_token_limits, &mut problems);
         let all_limits = limits.iter().chain(overrides.values().flatten());
         let delay = DelayPolicy::build(&spec, &id, all_limits, &mut problems);
+        let all_limits = limits.iter().chain(overrides.values().flatten());
+        let elastic = ElasticPool::build(&spec, &id, all_limits, &mut problems);
         let (Some(key), Some(cost)) = (key, cost) else {
             // Building either one failed, and that recorded why.
             return Err(problems.into_errors());
@@ -184,6 +191,7 @@ impl TryFrom<RuleSpec> for Rule {
             descriptor,
             tokens,
             delay,
+            elastic,
             spec,
         })
     }

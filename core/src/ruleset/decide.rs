@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use super::in_flight::{self, InFlightContext, Place, take_place};
 use super::{Decision, DecisionSink, Outcome, RuleOutcome, Ruleset};
-use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, TierVerdict};
+use crate::bucket::{BucketRequest, BucketResult, INLINE_BUCKETS, LimiterCounters, TierVerdict};
 use crate::delay::{DelayQueue, Delayed, QueueKey, Refund};
 use crate::gcra::Verdict;
 use crate::global::lease::{FleetView, Spend};
@@ -149,13 +149,21 @@ impl Ruleset {
             return;
         }
         let acquisition = acquire_local(&enforced, cx);
-        decision.absorb_counters(&acquisition);
+        decision.absorb_counters(&acquisition.counters);
         if !acquisition.allowed {
             // Step 4: what the slot table denied keeps no global tokens either.
             spends.undo_all(&cx.global, cx.now);
         }
         record_outcomes(decision, &enforced, &acquisition, sink);
         if acquisition.allowed && decision.is_allowed() {
+            // An elastic rule's pool measures what the rule admitted.
+            for e in &enforced {
+                if let Some(pool) = &e.rule.elastic {
+                    let counters = &mut decision.counters;
+                    cx.table
+                        .charge_pool(cx.store, cx.now, pool, e.bucket.cost, counters);
+                }
+            }
             reserve_tokens(decision, &enforced, &acquisition, &spends, request.path());
             if acquisition.wait_ns > 0 {
                 decision.delayed = Some(delayed(&enforced, &acquisition));
@@ -208,20 +216,32 @@ impl Ruleset {
                         TokenEstimate::of(b, &request.body_facts().unwrap_or_default())
                     }),
                 max_delay_ns: None,
+                elastic_open: false,
             };
             let mode = rule.mode_for(&client);
             if mode != rule.mode {
                 decision.rollout_shadowed += 1;
             }
             let bucket = BucketRequest {
-                max_delay_ns: delay_allowance(rule, mode, bucket.fingerprint, cx.queue),
+                max_delay_ns: crate::delay::allowance(
+                    rule.delay.filter(|_| mode == Mode::Enforce),
+                    bucket.fingerprint,
+                    cx.queue,
+                ),
                 ..bucket
             };
             match mode {
                 Mode::Enforce => enforced.push(Enforced {
                     rule,
                     rendered,
-                    bucket,
+                    bucket: BucketRequest {
+                        elastic_open: rule.elastic.as_ref().is_some_and(|pool| {
+                            let counters = &mut decision.counters;
+                            cx.table
+                                .pool_open(cx.store, cx.now, pool, bucket.cost, counters)
+                        }),
+                        ..bucket
+                    },
                     client,
                     global: None,
                 }),
@@ -487,14 +507,14 @@ impl<'r> Decision<'r> {
         self.warnings.extend(tiers.map(|t| limits.limit_name(t)));
     }
 
-    fn absorb_counters(&mut self, acquisition: &Acquisition) {
-        let c = &acquisition.counters;
+    fn absorb_counters(&mut self, c: &LimiterCounters) {
         self.counters.cas_conflicts += c.cas_conflicts;
         self.counters.shared_slots += c.shared_slots;
         self.counters.evictions += c.evictions;
         self.counters.corrupt_slots += c.corrupt_slots;
         self.counters.refund_failures += c.refund_failures;
         self.counters.remembered_denials += c.remembered_denials;
+        self.counters.pool_failures += c.pool_failures;
     }
 
     /// Counts a global limit that could not be evaluated.
@@ -504,19 +524,6 @@ impl<'r> Decision<'r> {
             self.global_table_full += 1;
         }
     }
-}
-
-/// How long `rule` may make its client's request wait: `None` for a rule that refuses
-/// (or runs in shadow mode for this client), zero while the queue has no room for it.
-fn delay_allowance(
-    rule: &Rule,
-    mode: Mode,
-    fingerprint: u64,
-    queue: Option<&DelayQueue>,
-) -> Option<u64> {
-    let policy = rule.delay.filter(|_| mode == Mode::Enforce)?;
-    let room = queue.is_some_and(|q| q.has_room(&policy, fingerprint));
-    Some(if room { policy.max_delay_ns } else { 0 })
 }
 
 /// Step 6, for an allowed request that must wait: what it counts against in the delay
@@ -678,7 +685,7 @@ fn charge_shadow(
     let acquisition = cx
         .table
         .acquire(cx.store, cx.now, std::slice::from_ref(bucket));
-    decision.absorb_counters(&acquisition);
+    decision.absorb_counters(&acquisition.counters);
     match acquisition.buckets.first() {
         Some(BucketResult::Denied { binding }) => {
             spends.undo_all(&cx.global, cx.now);

@@ -52,3 +52,58 @@ impl TestFilter {
         }
     }
 }
+
+/// A token bucket in integers, the reference a decision is checked against: `level` in
+/// tokens × 10^9, refilled by `rate` tokens a second (`rate` units a nanosecond), holding
+/// `burst` tokens, and going at most `debt` tokens below empty when charged regardless
+/// (`charge_with_debt`).
+pub struct Reference {
+    level: i128,
+    rate: i128,
+    burst: i128,
+    debt: i128,
+    at: u64,
+}
+
+const UNIT: i128 = 1_000_000_000;
+
+impl Reference {
+    pub fn full(rate: u128, burst: u128, at: u64) -> Self {
+        Self::with_debt(rate, burst, 0, at)
+    }
+
+    /// A full bucket that [`Reference::charge_with_debt`] may take `debt` tokens below empty.
+    pub fn with_debt(rate: u128, burst: u128, debt: u128, at: u64) -> Self {
+        let (rate, burst, debt) = (rate as i128, burst as i128, debt as i128);
+        Self {
+            level: burst * UNIT,
+            rate,
+            burst,
+            debt,
+            at,
+        }
+    }
+
+    pub fn refill(&mut self, now: u64) {
+        let elapsed = i128::from(now - self.at);
+        self.level = (self.level + elapsed * self.rate).min(self.burst * UNIT);
+        self.at = now;
+    }
+
+    pub fn has_one(&self) -> bool {
+        self.level >= UNIT
+    }
+
+    pub fn take_one(&mut self) {
+        assert!(self.has_one(), "the reference took a token it did not have");
+        self.level -= UNIT;
+    }
+
+    /// Takes one token whether or not there is one; one that would go beyond the debt is
+    /// forgiven whole, as `Gcra::charge_debt` forgives it.
+    pub fn charge_with_debt(&mut self) {
+        if self.level - UNIT >= -self.debt * UNIT {
+            self.level -= UNIT;
+        }
+    }
+}

@@ -352,6 +352,7 @@ fn rule_for(
         tokens: None,
         on_limit: Default::default(),
         delay: None,
+        elastic: None,
     };
     Ok((rule, notes))
 }

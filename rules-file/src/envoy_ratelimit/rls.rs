@@ -88,6 +88,7 @@ pub(super) fn convert_for_rls(domain: &str, limits: Vec<LimitAt>, out: &mut Impo
             tokens: None,
             on_limit: Default::default(),
             delay: None,
+            elastic: None,
             descriptor: Some(DescriptorSpec {
                 domain: domain.to_string(),
                 entries: found

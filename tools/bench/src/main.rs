@@ -19,7 +19,9 @@
 //!    load and a rule edit every second for `--soak-minutes`, memory and reports checked;
 //! 6. tokens ([`tokens`], only when named): LLM token budgets' cost to streams;
 //! 7. rls ([`rls`], only when named): `ShouldRateLimit` throughput and latency of Sluice
-//!    as Envoy's rate limit service, in memory and on Redis, beside the wasm filter.
+//!    as Envoy's rate limit service, in memory and on Redis, beside the wasm filter;
+//! 8. shaping ([`shaping`], only when named): what shaping options cost a request they do
+//!    not bind, how on time a delayed request passes, memory under a queue flood.
 //!
 //! The machine is shared and noisy: the report gives ratios and differences from one
 //! interleaved run, medians with min–max over rounds, never absolute claims.
@@ -39,6 +41,7 @@ mod propagation;
 mod report;
 mod rls;
 mod setup;
+mod shaping;
 mod soak;
 mod stats;
 mod tokens;
@@ -130,6 +133,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             | Section::FleetScale
             | Section::Soak
             | Section::Hostcalls
+            | Section::Shaping
             | Section::Tokens
             | Section::Rls => None,
         };
@@ -219,6 +223,13 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
             rls_failed = true;
         }
     }
+    let mut shaping_failed = false;
+    if sections.contains(&Section::Shaping) {
+        if let Err(err) = shaping::run(&bench, &out_dir, &name) {
+            note(format!("section Shaping failed: {err:#}"));
+            shaping_failed = true;
+        }
+    }
     let mut hostcalls_failed = false;
     if sections.contains(&Section::Hostcalls) {
         if let Err(err) = hostcalls::run(&bench, &out_dir, &name) {
@@ -267,6 +278,7 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
         ("hostcalls", hostcalls_failed),
         ("tokens", tokens_failed),
         ("rls", rls_failed),
+        ("shaping", shaping_failed),
     ]
     .into_iter()
     .filter_map(|(name, failed)| failed.then_some(name))

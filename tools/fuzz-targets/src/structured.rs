@@ -14,7 +14,7 @@ use sluice_core::global::lease::FleetView;
 use sluice_core::identity::MetadataValue;
 use sluice_core::request::{HttpRequest, Identity};
 use sluice_core::spec::{
-    ClientIpSpec, CostSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec,
+    ClientIpSpec, CostSpec, ElasticSpec, FailureMode, GrpcStatus, HeaderCostSpec, HeaderMatchSpec,
     KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, MetadataKeySpec, Mode, NamedPeriod,
     OverrideSpec, PeerCertificateField, PeriodSpec, ResponseSpec, RuleSpec, Scope, TokensSpec,
     UsageMeasure, UsageSpec, ValueMatchSpec,
@@ -208,6 +208,15 @@ pub fn rule(u: &mut Unstructured<'_>) -> Result<RuleSpec> {
         },
         on_limit: Default::default(),
         delay: None,
+        elastic: if u.ratio(1, 6)? {
+            Some(ElasticSpec {
+                requests: number(u, REQUESTS)?,
+                period: period(u)?,
+                burst: sometimes(u, |u| number(u, REQUESTS))?,
+            })
+        } else {
+            None
+        },
     })
 }
 
@@ -285,16 +294,20 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Vec<LimitSpec>> {
     (0..len).map(|_| limit(u)).collect()
 }
 
+fn period(u: &mut Unstructured<'_>) -> Result<PeriodSpec> {
+    Ok(match u.int_in_range(0..=4)? {
+        0 => PeriodSpec::Named(NamedPeriod::Second),
+        1 => PeriodSpec::Named(NamedPeriod::Minute),
+        2 => PeriodSpec::Named(NamedPeriod::Hour),
+        3 => PeriodSpec::Named(NamedPeriod::Day),
+        _ => PeriodSpec::Seconds(number(u, SECONDS)?),
+    })
+}
+
 fn limit(u: &mut Unstructured<'_>) -> Result<LimitSpec> {
     let mut limit = LimitSpec {
         requests: Some(number(u, REQUESTS)?),
-        period: Some(match u.int_in_range(0..=4)? {
-            0 => PeriodSpec::Named(NamedPeriod::Second),
-            1 => PeriodSpec::Named(NamedPeriod::Minute),
-            2 => PeriodSpec::Named(NamedPeriod::Hour),
-            3 => PeriodSpec::Named(NamedPeriod::Day),
-            _ => PeriodSpec::Seconds(number(u, SECONDS)?),
-        }),
+        period: Some(period(u)?),
         burst: sometimes(u, |u| number(u, REQUESTS))?,
         scope: if u.ratio(1, 4)? {
             Scope::Global

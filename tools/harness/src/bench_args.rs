@@ -65,6 +65,10 @@ pub enum Section {
     /// memory and on Redis, beside the wasm filter on the same traffic (only when named;
     /// written beside the report).
     Rls,
+    /// Shaping: what soft, elastic, in-flight and delay options cost a request they do not
+    /// bind, how on time a delayed request passes, and Envoy's memory under a flood of
+    /// waiting requests from many keys (only when named; written beside the report).
+    Shaping,
 }
 
 impl BenchArgs {

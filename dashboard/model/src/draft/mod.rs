@@ -74,6 +74,8 @@ pub struct Draft {
     /// What an over-limit request gets (`on_limit`) and, when it waits, the `delay`
     /// section.
     pub delay: DelayDraft,
+    /// Not an input of the form yet: an elastic rule's ceiling, kept as loaded.
+    pub elastic: Option<sluice_core::spec::ElasticSpec>,
 }
 
 impl Draft {
@@ -104,6 +106,7 @@ impl Draft {
             descriptor: spec.descriptor.clone(),
             tokens: TokensDraft::from_spec(spec.tokens.as_ref()),
             delay: DelayDraft::from_spec(spec.on_limit, spec.delay.as_ref()),
+            elastic: spec.elastic,
         }
     }
 
@@ -178,6 +181,7 @@ impl Draft {
             tokens,
             on_limit,
             delay,
+            elastic: self.elastic,
         };
         (spec, numbers.problems)
     }
@@ -230,6 +234,7 @@ pub fn blank() -> RuleSpec {
         tokens: None,
         on_limit: Default::default(),
         delay: None,
+        elastic: None,
     }
 }
 

@@ -347,6 +347,8 @@ pub(super) struct FormState {
     pub descriptor: RwSignal<Option<DescriptorSpec>>,
     pub tokens: TokensInputs,
     pub delay: DelayInputs,
+    /// Not an input yet: an elastic rule's ceiling, kept as loaded.
+    pub elastic: RwSignal<Option<sluice_core::spec::ElasticSpec>>,
 }
 
 impl FormState {
@@ -373,6 +375,7 @@ impl FormState {
             descriptor: RwSignal::new(d.descriptor),
             tokens: TokensInputs::new(d.tokens),
             delay: DelayInputs::new(d.delay),
+            elastic: RwSignal::new(d.elastic),
         }
     }
 
@@ -401,6 +404,7 @@ impl FormState {
             descriptor: self.descriptor.get(),
             tokens: self.tokens.read(),
             delay: self.delay.read(),
+            elastic: self.elastic.get(),
         }
     }
 }

@@ -3,8 +3,9 @@
 
 use sluice_core::rule::{DEFAULT_QUEUE_PER_KEY, DEFAULT_QUEUE_PER_WORKER};
 use sluice_core::spec::{
-    DelaySpec, KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod, OnLimit,
-    PeerCertificateField, PeriodSpec, RuleSpec, Scope, TokensSpec, UsageMeasure, UsageSpec,
+    DelaySpec, ElasticSpec, KeyMissingSpec, KeySpec, LimitSpec, MatchSpec, Mode, NamedPeriod,
+    OnLimit, PeerCertificateField, PeriodSpec, RuleSpec, Scope, TokensSpec, UsageMeasure,
+    UsageSpec,
 };
 
 /// `1234` → `1,234`; `1_234_567` → `1.23M`.
@@ -212,19 +213,34 @@ pub fn limit(l: &LimitSpec) -> String {
         (Some(_), _) => " tokens",
     };
     let every = l.period.unwrap_or(PeriodSpec::Seconds(0));
-    let base = match every {
-        PeriodSpec::Seconds(_) => format!("{}{unit} per {}", count(amount), period(&every)),
-        _ => format!("{}{unit}/{}", count(amount), period(&every)),
-    };
-    let base = match l.burst {
-        Some(b) if b != amount => format!("{base}, burst {}", count(b)),
-        _ => base,
-    };
+    let base = bucket(amount, unit, &every, l.burst);
     if l.scope == Scope::Global {
         format!("{base}, fleet-wide")
     } else {
         base
     }
+}
+
+/// A bucket's rate and burst, as a limit and an elastic ceiling are written: `5/s, burst
+/// 10`, `1,000 tokens per 90 s`; a burst equal to the amount is the default, left out.
+fn bucket(amount: u64, unit: &str, every: &PeriodSpec, burst: Option<u64>) -> String {
+    let base = match every {
+        PeriodSpec::Seconds(_) => format!("{}{unit} per {}", count(amount), period(every)),
+        _ => format!("{}{unit}/{}", count(amount), period(every)),
+    };
+    match burst {
+        Some(b) if b != amount => format!("{base}, burst {}", count(b)),
+        _ => base,
+    }
+}
+
+/// An elastic rule's ceiling: `clients pass their limits while all of them together are
+/// under 300/s, burst 400, in each Envoy`.
+pub fn elastic(e: &ElasticSpec) -> String {
+    format!(
+        "clients pass their limits while all of them together are under {}, in each Envoy",
+        bucket(e.requests, "", &e.period, e.burst)
+    )
 }
 
 pub fn limits(ls: &[LimitSpec]) -> String {
@@ -627,6 +643,20 @@ mod tests {
             ),
             "delayed up to 250 ms, at most 4 waiting per client and 4 for the rule on each Envoy worker",
             "a client's default follows a smaller rule bound down"
+        );
+    }
+
+    #[test]
+    fn an_elastic_ceiling_in_a_few_words() {
+        let ceiling = |json: &str| elastic(&serde_json::from_str(json).unwrap());
+        assert_eq!(
+            ceiling(r#"{"requests":300,"period":"second","burst":400}"#),
+            "clients pass their limits while all of them together are under 300/s, burst 400, in each Envoy"
+        );
+        assert_eq!(
+            ceiling(r#"{"requests":1200,"period":90,"burst":1200}"#),
+            "clients pass their limits while all of them together are under 1,200 per 90 s, in each Envoy",
+            "a burst equal to the requests is the default"
         );
     }
 

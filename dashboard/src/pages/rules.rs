@@ -221,6 +221,12 @@ fn RuleRow(
                         "Fleet-wide"
                     </span>
                 })}
+                {spec.elastic.as_ref().map(|e| view! {
+                    " "
+                    <span class="badge" data-test="elastic" title=format!("Elastic: {}", format::elastic(e))>
+                        "Elastic"
+                    </span>
+                })}
                 <div class="muted small">{format::matcher(&spec.matcher)}" · per "{format::key(&spec.key)}
                     {(!spec.overrides.is_empty()).then(|| format!(" · {} override{}", spec.overrides.len(), if spec.overrides.len() == 1 { "" } else { "s" }))}
                 </div>

@@ -34,6 +34,35 @@ impl Choice for PeriodChoice {
     }
 }
 
+impl PeriodChoice {
+    /// The choice and the custom-seconds input that show `period` (none: per second). Used
+    /// by every period input of the form (a limit's, the elastic ceiling's).
+    pub fn from_spec(period: Option<PeriodSpec>) -> (PeriodChoice, Number<u64>) {
+        match period {
+            Some(PeriodSpec::Named(n)) => (PeriodChoice::Named(n), Number::empty()),
+            Some(PeriodSpec::Seconds(s)) => (PeriodChoice::Custom, Number::from(s)),
+            None => (PeriodChoice::Named(NamedPeriod::Second), Number::empty()),
+        }
+    }
+
+    /// The period the choice describes; the custom seconds are read only when picked, and
+    /// a missing one or one that is not a number is named at `field` (standing in as 0,
+    /// which the core refuses).
+    pub(super) fn to_spec(
+        self,
+        seconds: &Number<u64>,
+        numbers: &mut Numbers,
+        field: &str,
+    ) -> PeriodSpec {
+        match self {
+            PeriodChoice::Named(n) => PeriodSpec::Named(n),
+            PeriodChoice::Custom => {
+                PeriodSpec::Seconds(numbers.required(seconds, field).unwrap_or(0))
+            }
+        }
+    }
+}
+
 /// What a limit counts: requests, LLM tokens (and which usage), or requests in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitCounts {
@@ -129,11 +158,7 @@ impl Default for LimitDraft {
 impl LimitDraft {
     /// The inputs that show `spec`.
     pub fn from_spec(spec: &LimitSpec) -> LimitDraft {
-        let (period, seconds) = match spec.period {
-            Some(PeriodSpec::Named(n)) => (PeriodChoice::Named(n), Number::empty()),
-            Some(PeriodSpec::Seconds(s)) => (PeriodChoice::Custom, Number::from(s)),
-            None => (PeriodChoice::Named(NamedPeriod::Second), Number::empty()),
-        };
+        let (period, seconds) = PeriodChoice::from_spec(spec.period);
         LimitDraft {
             counts: LimitCounts::from_spec(spec),
             requests: spec
@@ -193,14 +218,9 @@ impl LimitDraft {
                 count: None,
             };
         }
-        let period = match self.period {
-            PeriodChoice::Named(n) => PeriodSpec::Named(n),
-            PeriodChoice::Custom => PeriodSpec::Seconds(
-                numbers
-                    .required(&self.seconds, &format!("{field}.period"))
-                    .unwrap_or(0),
-            ),
-        };
+        let period = self
+            .period
+            .to_spec(&self.seconds, numbers, &format!("{field}.period"));
         let burst = numbers.optional(&self.burst, &format!("{field}.burst"));
         let soft_percent = numbers.optional(&self.soft_percent, &format!("{field}.soft_percent"));
         let (requests, tokens, count) = match self.counts {

@@ -10,12 +10,14 @@
 //!
 //! By part of the rule: [`matcher`] (which requests), [`key`] (whose bucket, and what a
 //! request without a key gets), [`limit`] (limits and overrides), [`tokens`] (a token
-//! budget), [`cost`], [`delay`] (what an over-limit request gets); [`number`] reads numeric inputs and [`choice`] names the options of
-//! the form's `<select>`s.
+//! budget), [`cost`], [`delay`] (what an over-limit request gets), [`elastic`] (the ceiling under
+//! which clients may pass their limits); [`number`] reads numeric inputs and [`choice`]
+//! names the options of the form's `<select>`s.
 
 pub mod choice;
 pub mod cost;
 pub mod delay;
+pub mod elastic;
 pub mod key;
 pub mod limit;
 pub mod matcher;
@@ -31,6 +33,7 @@ use sluice_core::spec::{
 pub use choice::Choice;
 pub use cost::{CostDraft, CostKind};
 pub use delay::DelayDraft;
+pub use elastic::ElasticDraft;
 pub use key::{KeyDraft, KeyKind, KeyMissing, KeyMissingDraft};
 pub use limit::{LimitCounts, LimitDraft, OverrideDraft, PeriodChoice};
 pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, methods_field};
@@ -74,8 +77,8 @@ pub struct Draft {
     /// What an over-limit request gets (`on_limit`) and, when it waits, the `delay`
     /// section.
     pub delay: DelayDraft,
-    /// Not an input of the form yet: an elastic rule's ceiling, kept as loaded.
-    pub elastic: Option<sluice_core::spec::ElasticSpec>,
+    /// Whether the rule is elastic and its ceiling: the `elastic` section.
+    pub elastic: ElasticDraft,
 }
 
 impl Draft {
@@ -106,7 +109,7 @@ impl Draft {
             descriptor: spec.descriptor.clone(),
             tokens: TokensDraft::from_spec(spec.tokens.as_ref()),
             delay: DelayDraft::from_spec(spec.on_limit, spec.delay.as_ref()),
-            elastic: spec.elastic,
+            elastic: ElasticDraft::from_spec(spec.elastic.as_ref()),
         }
     }
 
@@ -157,6 +160,7 @@ impl Draft {
             .unwrap_or(100);
         let tokens = self.tokens.to_spec(self.counts_tokens(), &mut numbers);
         let (on_limit, delay) = self.delay.to_spec(&mut numbers);
+        let elastic = self.elastic.to_spec(&mut numbers);
         let spec = RuleSpec {
             id: nonempty(&self.id),
             name: self.name.trim().to_string(),
@@ -181,7 +185,7 @@ impl Draft {
             tokens,
             on_limit,
             delay,
-            elastic: self.elastic,
+            elastic,
         };
         (spec, numbers.problems)
     }

@@ -47,6 +47,11 @@ fn expressible() -> Vec<RuleSpec> {
             "on_limit":"delay","delay":{"max_delay_ms":1000}}"#,
         r#"{"name":"queued","key":"global","limits":[{"requests":2,"period":"second"}],
             "on_limit":"delay","delay":{"max_delay_ms":250,"queue_per_key":4,"queue_per_worker":64}}"#,
+        r#"{"name":"roomy","key":{"header":"x-api-key"},"limits":[{"requests":10,"period":"second"}],
+            "elastic":{"requests":300,"period":"second"}}"#,
+        r#"{"name":"roomy-slow","key":"path","limits":[{"requests":1,"period":"minute"},{"concurrent":4}],
+            "overrides":[{"client":"acme","limits":[{"requests":5,"period":"minute"}]}],
+            "elastic":{"requests":600,"period":45,"burst":50}}"#,
     ] {
         rules.push(spec(json));
     }
@@ -276,7 +281,8 @@ fn the_methods_input_follows_the_first_refused_method() {
 }
 
 /// The fields the core names for a draft of the blank rule changed by `edit`.
-fn fields_after(edit: impl FnOnce(&mut Draft)) -> Vec<String> {
+/// The fields the form and the core name after `edit` on a valid blank rule.
+pub(super) fn fields_after(edit: impl FnOnce(&mut Draft)) -> Vec<String> {
     let mut draft = Draft::from_spec(&blank());
     draft.name = "ok".into();
     edit(&mut draft);

@@ -34,6 +34,9 @@ pub(super) fn RuleDetails(rule: RuleView) -> impl IntoView {
                     <dt>"Enforced for"</dt><dd data-test="rollout">{format::rollout(s.mode, s.enforce_percent)}</dd>
                     <dt>"Limits"</dt><dd>{format::limits(&s.limits)}</dd>
                     <dt>"Over the limit"</dt><dd data-test="on-limit">{format::on_limit(s.on_limit, s.delay.as_ref())}</dd>
+                    {s.elastic.as_ref().map(|e| view! {
+                        <dt>"Elastic"</dt><dd data-test="elastic">{format::elastic(e)}</dd>
+                    })}
                     {s.tokens.as_ref().map(|t| view! {
                         <dt>"Token budget"</dt><dd data-test="token-budget">{format::token_budget(t)}</dd>
                     })}

@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use sluice_core::spec::{NamedPeriod, Scope, UsageMeasure};
-use sluice_dashboard_model::draft::{LimitCounts, LimitDraft, OverrideDraft, PeriodChoice};
+use sluice_dashboard_model::draft::{LimitCounts, LimitDraft, Number, OverrideDraft, PeriodChoice};
 
 use super::inputs::{Field, number, select, switch, text};
 use super::state::{LimitRow, OverrideRow};
@@ -16,6 +16,25 @@ const PERIODS: &[(PeriodChoice, &str)] = &[
     (PeriodChoice::Named(NamedPeriod::Day), "day"),
     (PeriodChoice::Custom, "seconds…"),
 ];
+
+/// A period input: the `<select>` named `name`, and beside it, when "seconds…" is
+/// picked, the custom seconds (named `{name}.seconds`). A limit's and the elastic
+/// ceiling's periods are both this.
+pub(super) fn period(
+    choice: RwSignal<PeriodChoice>,
+    seconds: RwSignal<Number<u64>>,
+    name: impl Into<Signal<String>>,
+) -> impl IntoView {
+    let name = name.into();
+    view! {
+        <div class="period">
+            {select(choice, Some(name), PERIODS)}
+            <Show when=move || choice.get() == PeriodChoice::Custom>
+                {number(seconds, Signal::derive(move || format!("{}.seconds", name.get())), "30")}
+            </Show>
+        </div>
+    }
+}
 
 /// What a limit can count; the option values are [`LimitCounts`]'s.
 const COUNTS: &[(LimitCounts, &str)] = &[
@@ -67,12 +86,7 @@ pub(super) fn Limits(
                             <Show when=move || row.counts.get() != LimitCounts::InFlight
                                 fallback=|| view! { <div class="field span2 field-hint">"of one client's requests in flight in this Envoy: each holds its place until its response ends"</div> }>
                                 <Field label="per" path=path("period")>
-                                    <div class="period">
-                                        {select(row.period, Some(path("period")), PERIODS)}
-                                        <Show when=move || row.period.get() == PeriodChoice::Custom>
-                                            {number(row.seconds, Signal::derive(move || format!("{}.seconds", path("period").get())), "30")}
-                                        </Show>
-                                    </div>
+                                    {period(row.period, row.seconds, path("period"))}
                                 </Field>
                                 <Field label="Burst" path=path("burst") hint="capacity; default = the amount">
                                     {number(row.burst, path("burst"), "")}

@@ -7,7 +7,8 @@
 //! `state.rs` holds the inputs' typed signals, read into and filled from the model's
 //! `Draft`; `inputs.rs` the labelled field and the inputs for text, numbers, choices and
 //! switches; `sections.rs` and `limits.rs` the form's sections, `delay.rs` what an
-//! over-limit request gets (refused, or delayed within its queues), `tokens.rs` the token
+//! over-limit request gets (refused, or delayed within its queues), `elastic.rs` the
+//! ceiling under which clients may pass their limits, `tokens.rs` the token
 //! budget's and `identity.rs` the inputs for keys from identity, a missing key and the
 //! rollout; `editor.rs` the page around them (JSON mode, live check, saving);
 //! `details.rs` what a viewer sees.
@@ -15,6 +16,7 @@
 mod delay;
 mod details;
 mod editor;
+mod elastic;
 mod identity;
 mod inputs;
 mod limits;

@@ -8,6 +8,7 @@ use sluice_dashboard_model::draft::{
 };
 
 use super::delay::OnLimitFields;
+use super::elastic::ElasticFields;
 use super::identity::{
     KeyMissingFields, RolloutField, certificate_field, cookie_field, metadata_fields,
 };
@@ -62,6 +63,7 @@ pub(super) fn FormBody(form: FormState, is_new: bool) -> impl IntoView {
             <p class="muted small">"A token bucket per client and limit: it refills at requests/period and holds at most burst. A request must fit every limit."</p>
             <Limits rows=form.limits prefix="limits" />
             <OnLimitFields inputs=form.delay />
+            <ElasticFields inputs=form.elastic />
         </section>
         <TokenBudgetSection form=form />
         <Overrides overrides=form.overrides />

@@ -10,9 +10,9 @@ use sluice_core::spec::{
     FailureMode, GrpcStatus, Mode, OnLimit, PeerCertificateField, Scope, ValueMatchSpec,
 };
 use sluice_dashboard_model::draft::{
-    CostDraft, CostKind, DelayDraft, Draft, HeaderCondition, HeaderDraft, KeyDraft, KeyKind,
-    KeyMissing, KeyMissingDraft, LimitCounts, LimitDraft, MatchDraft, Number, OverrideDraft,
-    PeriodChoice, TokensDraft, UsageKind,
+    CostDraft, CostKind, DelayDraft, Draft, ElasticDraft, HeaderCondition, HeaderDraft, KeyDraft,
+    KeyKind, KeyMissing, KeyMissingDraft, LimitCounts, LimitDraft, MatchDraft, Number,
+    OverrideDraft, PeriodChoice, TokensDraft, UsageKind,
 };
 
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(1);
@@ -290,6 +290,38 @@ impl DelayInputs {
     }
 }
 
+/// The elastic switch and the ceiling's inputs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ElasticInputs {
+    pub on: RwSignal<bool>,
+    pub requests: RwSignal<Number<u64>>,
+    pub period: RwSignal<PeriodChoice>,
+    pub seconds: RwSignal<Number<u64>>,
+    pub burst: RwSignal<Number<u64>>,
+}
+
+impl ElasticInputs {
+    fn new(d: ElasticDraft) -> ElasticInputs {
+        ElasticInputs {
+            on: RwSignal::new(d.on),
+            requests: RwSignal::new(d.requests),
+            period: RwSignal::new(d.period),
+            seconds: RwSignal::new(d.seconds),
+            burst: RwSignal::new(d.burst),
+        }
+    }
+
+    fn read(&self) -> ElasticDraft {
+        ElasticDraft {
+            on: self.on.get(),
+            requests: self.requests.get(),
+            period: self.period.get(),
+            seconds: self.seconds.get(),
+            burst: self.burst.get(),
+        }
+    }
+}
+
 /// The cost's inputs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CostInputs {
@@ -347,8 +379,7 @@ pub(super) struct FormState {
     pub descriptor: RwSignal<Option<DescriptorSpec>>,
     pub tokens: TokensInputs,
     pub delay: DelayInputs,
-    /// Not an input yet: an elastic rule's ceiling, kept as loaded.
-    pub elastic: RwSignal<Option<sluice_core::spec::ElasticSpec>>,
+    pub elastic: ElasticInputs,
 }
 
 impl FormState {
@@ -375,7 +406,7 @@ impl FormState {
             descriptor: RwSignal::new(d.descriptor),
             tokens: TokensInputs::new(d.tokens),
             delay: DelayInputs::new(d.delay),
-            elastic: RwSignal::new(d.elastic),
+            elastic: ElasticInputs::new(d.elastic),
         }
     }
 
@@ -404,7 +435,7 @@ impl FormState {
             descriptor: self.descriptor.get(),
             tokens: self.tokens.read(),
             delay: self.delay.read(),
-            elastic: self.elastic.get(),
+            elastic: self.elastic.read(),
         }
     }
 }

@@ -27,6 +27,7 @@ mod artifacts;
 pub mod browser;
 mod client;
 mod envoy;
+pub mod page;
 pub mod registry;
 mod tls;
 mod upstream;

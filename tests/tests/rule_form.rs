@@ -310,6 +310,11 @@ async fn elastic_form(
         !exists(web, ".field-error[data-field='limits[1].soft_percent']").await,
         "the problem is the combination, shown at the elastic switch"
     );
+    web.execute(
+        "document.querySelector('[data-test=elastic]').scrollIntoView({block: 'center'})",
+        vec![],
+    )
+    .await?;
     browser.screenshot("rule-form-elastic-refused").await?;
     click(
         web,

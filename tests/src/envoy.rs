@@ -251,6 +251,14 @@ impl Envoy {
         write_discovered_filter(path, typed_config).unwrap_or_else(|err| panic!("{err:#}"));
     }
 
+    /// How many filter configurations Envoy has applied from the discovery file
+    /// ([`Envoy::replace_filter`]).
+    pub fn ecds_reloads(&self) -> u64 {
+        self.stats_matching("^extension_config_discovery\\..*config_reload$")
+            .values()
+            .sum()
+    }
+
     /// The listener's address (the kernel chose the port).
     pub fn listener_addr(&self) -> SocketAddr {
         self.process.listener()

@@ -27,6 +27,7 @@ mod artifacts;
 pub mod browser;
 mod client;
 mod envoy;
+pub mod h2;
 pub mod page;
 pub mod registry;
 mod tls;

@@ -21,6 +21,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use sluice_harness::llm::{LlmOptions, LlmUpstream};
+use sluice_tests::h2::{H2Call, H2Load, H2Outcome, h2_run};
 use sluice_tests::{Client, Envoy, EnvoyOptions, Req, Target, wait_for};
 
 /// A burst that 120 s per token cannot refill within a test, that [`MANY`] mixed requests
@@ -307,106 +308,30 @@ fn json_call(n: u64, fault: &'static str, stream: bool) -> (Value, &'static str)
     )
 }
 
-/// What an HTTP/2 run got: answers by status, and calls whose stream was reset or whose
-/// answer broke off.
-#[derive(Debug, Default)]
-struct H2Outcome {
-    by_status: BTreeMap<u16, u64>,
-    reset: u64,
-}
-
-impl H2Outcome {
-    fn answered(&self, status: u16) -> u64 {
-        self.by_status.get(&status).copied().unwrap_or(0)
-    }
-
-    /// Calls that did not end in a whole 200 answer.
-    fn failed(&self) -> u64 {
-        self.reset
-            + self
-                .by_status
-                .iter()
-                .filter(|(s, _)| **s != 200)
-                .map(|(_, n)| n)
-                .sum::<u64>()
-    }
-}
-
-/// Sends `total` calls to `/v1/chat/completions` for API key `k` over HTTP/2, made by
-/// `call(n)` (a body, and the fault the fake answers with), 32 at a time over four
-/// connections, reading each answer to its end or its reset; bounded by [`MANY_DEADLINE`].
-///
-/// HTTP/2 because Envoy resets a downstream HTTP/2 stream the moment its upstream call
-/// fails, where an HTTP/1.1 connection is closed only after Envoy's delayed-close timeout
-/// (1 s): thousands of aborted calls would take an hour over a few HTTP/1.1 connections.
-fn h2_run(
+/// Sends `total` calls to `/v1/chat/completions` for API key `k` over HTTP/2 (see
+/// [`h2_run`]), made by `call(n)` (a body, and the fault the fake answers with), 32 at a
+/// time over four connections, reading each answer to its end or its reset; bounded by
+/// [`MANY_DEADLINE`].
+fn llm_h2_run(
     addr: SocketAddr,
     total: u64,
     call: impl Fn(u64) -> (Value, &'static str) + Send + Sync + 'static,
 ) -> H2Outcome {
-    const CONNECTIONS: usize = 4;
-    const STREAMS: usize = 8;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let call = Arc::new(call);
-    let next = Arc::new(AtomicU64::new(0));
-    let run = async move {
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..CONNECTIONS {
-            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (sender, connection) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            for _ in 0..STREAMS {
-                let (mut sender, call, next) =
-                    (sender.clone(), Arc::clone(&call), Arc::clone(&next));
-                tasks.spawn(async move {
-                    let mut outcome = H2Outcome::default();
-                    loop {
-                        let n = next.fetch_add(1, Ordering::Relaxed);
-                        if n >= total {
-                            return outcome;
-                        }
-                        let (body, fault) = call(n);
-                        let request =
-                            hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
-                                .header("x-api-key", "k")
-                                .header("content-type", "application/json")
-                                .header("x-llm-fault", fault)
-                                .body(Full::new(Bytes::from(body.to_string())))
-                                .unwrap();
-                        match sender.send_request(request).await {
-                            Ok(response) => {
-                                let status = response.status().as_u16();
-                                match response.into_body().collect().await {
-                                    Ok(_) => *outcome.by_status.entry(status).or_default() += 1,
-                                    Err(_) => outcome.reset += 1,
-                                }
-                            }
-                            Err(_) => outcome.reset += 1,
-                        }
-                    }
-                });
-            }
-        }
-        let mut all = H2Outcome::default();
-        while let Some(part) = tasks.join_next().await {
-            let part = part.unwrap();
-            all.reset += part.reset;
-            for (status, n) in part.by_status {
-                *all.by_status.entry(status).or_default() += n;
-            }
-        }
-        all
+    let load = H2Load {
+        connections: 4,
+        streams: 8,
+        deadline: MANY_DEADLINE,
     };
-    runtime
-        .block_on(async { tokio::time::timeout(MANY_DEADLINE, run).await })
-        .unwrap_or_else(|_| panic!("{total} calls did not end within {MANY_DEADLINE:?}"))
+    h2_run(addr, total, load, move |n| {
+        let (body, fault) = call(n);
+        let request = hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
+            .header("x-api-key", "k")
+            .header("content-type", "application/json")
+            .header("x-llm-fault", fault)
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("a request");
+        H2Call::whole(request)
+    })
 }
 
 #[test]
@@ -430,10 +355,10 @@ fn failed_aborted_and_reset_calls_refund_their_reservation() {
     );
     // Streams the upstream aborts halfway, then calls failing every other way: an abort
     // before the body, and 500s streamed and not.
-    let aborted = h2_run(envoy.listener_addr(), MANY, |n| json_call(n, "abort", true));
+    let aborted = llm_h2_run(envoy.listener_addr(), MANY, |n| json_call(n, "abort", true));
     assert_eq!(aborted.answered(200), 0, "{aborted:?}");
     assert_eq!(aborted.failed(), MANY, "{aborted:?}");
-    let others = h2_run(envoy.listener_addr(), MANY / 5, |n| match n % 3 {
+    let others = llm_h2_run(envoy.listener_addr(), MANY / 5, |n| match n % 3 {
         0 => json_call(n, "abort", false),
         1 => json_call(n, "status-500", true),
         _ => json_call(n, "status-500", false),

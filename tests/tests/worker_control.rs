@@ -214,7 +214,7 @@ fn an_elected_worker_follows_the_admin_api_and_a_successor_takes_over_when_its_v
     // (d) Failover: a new filter configuration (a new VM configuration) makes Envoy start
     // new VMs and tear the old ones down, the elected worker's among them. Its root
     // releases the lease as it goes, and a worker of the new VMs takes over.
-    let reloads_before = ecds_reloads(&s.envoy);
+    let reloads_before = s.envoy.ecds_reloads();
     let takeovers_before = s.takeovers();
     s.envoy.replace_filter(|wasm| {
         wasm["config"]["vm_config"]["configuration"] = json!({
@@ -225,7 +225,7 @@ fn an_elected_worker_follows_the_admin_api_and_a_successor_takes_over_when_its_v
     wait_for(
         "Envoy to apply the new filter configuration",
         RELOAD_PATIENCE,
-        || ecds_reloads(&s.envoy) > reloads_before,
+        || s.envoy.ecds_reloads() > reloads_before,
     );
     let applied = Instant::now();
     wait_for("a new root to take over", RELOAD_PATIENCE, || {
@@ -269,12 +269,6 @@ fn an_elected_worker_follows_the_admin_api_and_a_successor_takes_over_when_its_v
 }
 
 /// Filter configurations Envoy took from the discovery file (first load included).
-fn ecds_reloads(envoy: &Envoy) -> u64 {
-    envoy
-        .stats_matching("^extension_config_discovery\\..*config_reload$")
-        .values()
-        .sum()
-}
 
 /// (e) A control section naming a cluster Envoy does not have: the control service says
 /// so once (naming the cluster and what to create), counts every refused call, and

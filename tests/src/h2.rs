@@ -18,6 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 /// One call: its request, and how long the caller waits for the whole answer before
 /// giving up on it (`None`: to its end).
+#[derive(Debug)]
 pub struct H2Call {
     pub request: hyper::Request<Full<Bytes>>,
     pub give_up_after: Option<Duration>,

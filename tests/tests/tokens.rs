@@ -9,16 +9,12 @@
 //! they take (a deadline far beyond any machine's need only stops a hung run); the other
 //! loads run for a duration, never a count that assumes a speed.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http_body_util::Full;
 use serde_json::{Value, json};
 use sluice_harness::llm::{LlmOptions, LlmUpstream};
 use sluice_tests::h2::{H2Call, H2Load, H2Outcome, h2_run};

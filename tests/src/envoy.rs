@@ -251,8 +251,8 @@ impl Envoy {
         write_discovered_filter(path, typed_config).unwrap_or_else(|err| panic!("{err:#}"));
     }
 
-    /// How many filter configurations Envoy has applied from the discovery file
-    /// ([`Envoy::replace_filter`]).
+    /// How many filter configurations Envoy has taken from the discovery file, the first
+    /// load included ([`Envoy::replace_filter`]).
     pub fn ecds_reloads(&self) -> u64 {
         self.stats_matching("^extension_config_discovery\\..*config_reload$")
             .values()

@@ -268,8 +268,6 @@ fn an_elected_worker_follows_the_admin_api_and_a_successor_takes_over_when_its_v
     s.check_reports_arrived();
 }
 
-/// Filter configurations Envoy took from the discovery file (first load included).
-
 /// (e) A control section naming a cluster Envoy does not have: the control service says
 /// so once (naming the cluster and what to create), counts every refused call, and
 /// traffic flows under the static rules.

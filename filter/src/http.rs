@@ -299,9 +299,7 @@ impl SluiceHttp {
 
 impl Context for SluiceHttp {
     fn on_done(&mut self) -> bool {
-        self.stop_waiting();
-        self.abandon_tokens();
-        self.let_go_of_places();
+        self.end_stream();
         true
     }
 }
@@ -324,6 +322,18 @@ impl SluiceHttp {
 
     /// Lets go of the request's places: its stream ended, however it ended (`on_log`
     /// comes first, `on_done` also for a context torn down without a log). Once only.
+    /// The stream ended (however it ended; called from `on_log` and `on_done`, and acting
+    /// once): what it still holds goes back. After its root was torn down, it flushes the
+    /// worker's metrics itself (`Shared::orphaned`).
+    fn end_stream(&mut self) {
+        self.stop_waiting();
+        self.abandon_tokens();
+        self.let_go_of_places();
+        if self.shared.orphaned.get() {
+            self.shared.metrics().flush();
+        }
+    }
+
     fn let_go_of_places(&mut self) {
         if std::mem::take(&mut self.holds_places) {
             let now = clock::now().unwrap_or_default();
@@ -488,9 +498,7 @@ impl HttpContext for SluiceHttp {
     }
 
     fn on_log(&mut self) {
-        self.stop_waiting();
-        self.abandon_tokens();
-        self.let_go_of_places();
+        self.end_stream();
     }
 }
 

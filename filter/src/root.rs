@@ -91,6 +91,10 @@ impl Context for SluiceRoot {
         if let Some(seat) = self.seat() {
             seat.release();
         }
+        if let Part::Filter(filter) = &self.part {
+            filter.shared.orphaned.set(true);
+            filter.shared.metrics().flush();
+        }
         true
     }
 }

@@ -35,6 +35,10 @@ pub struct Shared {
     pub in_flight: InFlight,
     /// This worker's requests waiting for their tokens (`on_limit: delay`).
     pub delay: DelayedRequests,
+    /// Set when the worker's filter root is torn down (its configuration was replaced)
+    /// while requests it admitted still run: no tick is left to flush their metrics, so
+    /// each flushes them as it ends.
+    pub orphaned: Cell<bool>,
 }
 
 impl Default for Shared {
@@ -49,6 +53,7 @@ impl Default for Shared {
             // The clock at start-up tells this worker's holder ids from other workers'.
             in_flight: InFlight::new(crate::clock::now().map_or(0, |t| t.get())),
             delay: DelayedRequests::default(),
+            orphaned: Cell::new(false),
         }
     }
 }

@@ -68,7 +68,8 @@ impl H2Outcome {
         self.reset + self.given_up + not_ok
     }
 
-    fn add(&mut self, other: H2Outcome) {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: H2Outcome) {
         self.reset += other.reset;
         self.given_up += other.given_up;
         for (status, n) in other.by_status {

@@ -5,13 +5,13 @@
 use sluice_core::report::Aggregate;
 use sluice_core::request::HttpRequest;
 use sluice_core::rule::Rule;
-use sluice_core::ruleset::{Decision, Outcome};
+use sluice_core::ruleset::Outcome;
 use sluice_core::spec::RuleSpec;
 use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SECOND};
 
 mod support;
 
-use support::{Reference, TestFilter};
+use support::{Reference, Seen, TestFilter, key, seen};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 const MS: u64 = NANOS_PER_MILLI;
@@ -23,25 +23,6 @@ const MS: u64 = NANOS_PER_MILLI;
 const ELASTIC: &str = r#"[{"name":"elastic","key":{"header":"x-api-key"},
     "limits":[{"requests":4,"period":"second"}],
     "elastic":{"requests":10,"period":"second"}}]"#;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seen {
-    Allowed,
-    Warned,
-    Denied,
-}
-
-fn seen(decision: &Decision<'_>) -> Seen {
-    match decision.outcome {
-        Outcome::Allowed if decision.warnings.is_empty() => Seen::Allowed,
-        Outcome::Allowed => Seen::Warned,
-        _ => Seen::Denied,
-    }
-}
-
-fn key(k: &str) -> HttpRequest {
-    HttpRequest::get("/work").with_header("x-api-key", k)
-}
 
 fn decide(filter: &TestFilter, request: &HttpRequest, now: u64) -> Seen {
     seen(

@@ -3,12 +3,12 @@
 
 use sluice_core::report::Aggregate;
 use sluice_core::request::HttpRequest;
-use sluice_core::ruleset::{Decision, Outcome};
+use sluice_core::ruleset::Outcome;
 use sluice_core::time::{NANOS_PER_MILLI, NANOS_PER_SECOND};
 
 mod support;
 
-use support::{Reference, TestFilter};
+use support::{Reference, Seen, TestFilter, key, seen};
 
 const T0: u64 = 1_700_000_000 * NANOS_PER_SECOND;
 const MS: u64 = NANOS_PER_MILLI;
@@ -18,25 +18,6 @@ const MS: u64 = NANOS_PER_MILLI;
 /// plain token bucket in integers is an exact reference.
 const SOFT: &str = r#"[{"name":"soft","key":{"header":"x-api-key"},
     "limits":[{"requests":8,"period":"second","soft_percent":25}]}]"#;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seen {
-    Allowed,
-    Warned,
-    Denied,
-}
-
-fn seen(decision: &Decision<'_>) -> Seen {
-    match decision.outcome {
-        Outcome::Allowed if decision.warnings.is_empty() => Seen::Allowed,
-        Outcome::Allowed => Seen::Warned,
-        _ => Seen::Denied,
-    }
-}
-
-fn key(k: &str) -> HttpRequest {
-    HttpRequest::get("/work").with_header("x-api-key", k)
-}
 
 #[test]
 fn over_a_spent_limit_requests_are_warned_within_the_margin_and_denied_beyond() {

@@ -7,7 +7,8 @@
 use sluice_core::config::FilterConfig;
 use sluice_core::delay::DelayQueue;
 use sluice_core::global::lease::FleetView;
-use sluice_core::ruleset::{DecisionContext, GlobalBuckets};
+use sluice_core::request::HttpRequest;
+use sluice_core::ruleset::{Decision, DecisionContext, GlobalBuckets, Outcome};
 use sluice_core::store::MemoryStore;
 use sluice_core::time::Nanos;
 
@@ -106,4 +107,26 @@ impl Reference {
             self.level -= UNIT;
         }
     }
+}
+
+/// What a request got from a rule that may pass it over its limit (a soft or elastic
+/// limit, warn mode): passed, passed with a warning, or refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    Allowed,
+    Warned,
+    Denied,
+}
+
+pub fn seen(decision: &Decision<'_>) -> Seen {
+    match decision.outcome {
+        Outcome::Allowed if decision.warnings.is_empty() => Seen::Allowed,
+        Outcome::Allowed => Seen::Warned,
+        _ => Seen::Denied,
+    }
+}
+
+/// A request to `/work` from client `k` (its `x-api-key`).
+pub fn key(k: &str) -> HttpRequest {
+    HttpRequest::get("/work").with_header("x-api-key", k)
 }

@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::{Value, json};
-use sluice_admin::rls::{ASSIGNMENT_TTL, MAX_MESSAGE_BYTES, RlsLimits};
+use sluice_admin::rls::{ASSIGNMENT_TTL, MAX_MESSAGE_BYTES, RlsAuth, RlsLimits};
 use sluice_admin::server::ServeOptions;
 use sluice_admin::testing::{Backend, TestApp, TestDb, TestServer};
 use tokio::sync::mpsc;
@@ -45,6 +45,8 @@ async fn server(limits: RlsLimits) -> (TestDb, TestServer) {
         ServeOptions {
             rls_listen: Some("127.0.0.1:0".parse().unwrap()),
             rls_limits: limits,
+            // The protocol alone: tokens are `rls_auth.rs`'s.
+            rls_auth: RlsAuth::None,
             ..ServeOptions::default()
         },
     )

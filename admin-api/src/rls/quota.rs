@@ -35,6 +35,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
+use super::auth::{self, RlsAuth};
 use super::limits::{ASSIGNMENT_TTL, RlsLimits};
 use super::rules::Current;
 use super::stats::Stats;
@@ -52,6 +53,8 @@ pub(crate) struct Rlqs {
     /// How many streams hold each client's bucket (by rule and client), which divides
     /// its rate and burst among them.
     pub(crate) holders: Arc<Mutex<HashMap<u64, u64>>>,
+    /// What a stream's opening call must show.
+    pub(crate) auth: RlsAuth,
 }
 
 impl Rlqs {
@@ -60,8 +63,10 @@ impl Rlqs {
         rules: Current,
         stats: Arc<Stats>,
         limits: RlsLimits,
+        auth: RlsAuth,
     ) -> Rlqs {
         Rlqs {
+            auth,
             state,
             rules,
             stats,
@@ -391,6 +396,7 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         call: tonic::Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<tonic::Response<Self::StreamRateLimitQuotasStream>, tonic::Status> {
+        auth::check(&self.state, self.auth, &call).await?;
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
             self.refused("max_streams");
             return Err(tonic::Status::resource_exhausted(format!(

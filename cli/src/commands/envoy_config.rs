@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use sluice_core::config::DEFAULT_SLOTS;
 use sluice_envoy_config::{
     AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
-    EnvoyConfigOptions, KeyHeader, PluginConfig, RlqsService, RlsAction, RlsService, Upstream,
-    UpstreamProtocol, descriptors_for_rules, rls_domains,
+    EnvoyConfigOptions, KeyHeader, PluginConfig, RlqsService, RlsAction, RlsCredentials,
+    RlsService, Upstream, UpstreamProtocol, descriptors_for_rules, rls_domains,
 };
 
 use super::{Failure, FailureModeArg, filter_spec, write_output};
@@ -179,6 +179,25 @@ pub struct EnvoyConfigArgs {
     /// Deny a quota bucket's requests until the quota service has assigned it a quota.
     #[arg(long, requires = "rlqs")]
     rlqs_fail_closed: bool,
+    /// With --rls/--rlqs: a token with the `proxy` role (`sluice token create --role
+    /// proxy`) that Envoy sends in every call (`sluice serve --rls-auth token`).
+    #[arg(long, value_name = "TOKEN")]
+    rls_token: Option<String>,
+    /// With --rls/--rlqs: speak TLS to the service (`sluice serve --tls-cert`), checking
+    /// its certificate against these PEM CA certificates.
+    #[arg(long, value_name = "FILE")]
+    rls_ca: Option<PathBuf>,
+    /// The name the service's certificate must carry, sent as SNI (default: its IP
+    /// address, matched as an IP address).
+    #[arg(long, value_name = "NAME", requires = "rls_ca")]
+    rls_sni: Option<String>,
+    /// A PEM client certificate Envoy presents to the service (`sluice serve
+    /// --rls-client-ca`). Needs --rls-client-key.
+    #[arg(long, value_name = "FILE", requires_all = ["rls_ca", "rls_client_key"])]
+    rls_client_cert: Option<PathBuf>,
+    /// The PEM private key of --rls-client-cert.
+    #[arg(long, value_name = "FILE", requires = "rls_client_cert")]
+    rls_client_key: Option<PathBuf>,
 }
 
 /// The domain and the descriptors made for the `descriptor` rules of the rules file at
@@ -234,6 +253,17 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         if let Some(rlqs) = &options.rlqs {
             rlqs.check().map_err(Failure::BadInput)?;
         }
+        options.rls_credentials = RlsCredentials {
+            token: args.rls_token.clone(),
+            tls: tls_files(
+                "rls",
+                args.rls_ca.as_deref(),
+                args.rls_sni.as_ref(),
+                args.rls_client_cert
+                    .as_deref()
+                    .zip(args.rls_client_key.as_deref()),
+            )?,
+        };
         if args.rls.is_some() && args.upstream == Upstream::Direct {
             // Its route would carry no `rate_limits`: the service would never be asked.
             return Err(Failure::BadInput(
@@ -275,6 +305,11 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
             "--filter is required without --rls or --rlqs".into(),
         ));
     };
+    if args.rls_token.is_some() || args.rls_ca.is_some() {
+        return Err(Failure::BadInput(
+            "--rls-token and --rls-ca apply only with --rls or --rlqs".into(),
+        ));
+    }
     let filter = std::path::absolute(filter)
         .with_context(|| format!("resolving the filter path {}", filter.display()))?;
     if !filter.is_file() {
@@ -329,27 +364,43 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     write_output(args.output.as_deref(), &yaml)
 }
 
-/// `--admin-ca` and the flags beside it, with absolute paths (Envoy resolves relative
-/// ones against its own working directory). Files that cannot be read here are refused:
-/// they are usually on the machine Envoy runs on, and a typo is best caught now.
+/// `--admin-ca` and the flags beside it.
 fn admin_tls(args: &EnvoyConfigArgs) -> Result<Option<AdminTls>, Failure> {
-    let Some(ca) = &args.admin_ca else {
+    tls_files(
+        "admin",
+        args.admin_ca.as_deref(),
+        args.admin_sni.as_ref(),
+        args.admin_client_cert
+            .as_deref()
+            .zip(args.admin_client_key.as_deref()),
+    )
+}
+
+/// `--PREFIX-ca` and the flags beside it (`admin` or `rls`), with absolute paths (Envoy
+/// resolves relative ones against its own working directory). Files that cannot be read
+/// here are refused: they are usually on the machine Envoy runs on, and a typo is best
+/// caught now.
+fn tls_files(
+    prefix: &str,
+    ca: Option<&Path>,
+    sni: Option<&String>,
+    client: Option<(&Path, &Path)>,
+) -> Result<Option<AdminTls>, Failure> {
+    let Some(ca) = ca else {
         return Ok(None);
     };
     let file = |flag: &str, path: &Path| -> Result<PathBuf, Failure> {
+        let flag = format!("{prefix}-{flag}");
         let absolute = std::path::absolute(path)
             .map_err(|e| Failure::BadInput(format!("--{flag} {}: {e}", path.display())))?;
         std::fs::File::open(&absolute)
             .map_err(|e| Failure::BadInput(format!("--{flag} {}: {e}", path.display())))?;
         Ok(absolute)
     };
-    let mut tls = AdminTls::new(file("admin-ca", ca)?);
-    tls.sni = args.admin_sni.clone();
-    if let (Some(cert), Some(key)) = (&args.admin_client_cert, &args.admin_client_key) {
-        tls.client_cert = Some((
-            file("admin-client-cert", cert)?,
-            file("admin-client-key", key)?,
-        ));
+    let mut tls = AdminTls::new(file("ca", ca)?);
+    tls.sni = sni.cloned();
+    if let Some((cert, key)) = client {
+        tls.client_cert = Some((file("client-cert", cert)?, file("client-key", key)?));
     }
     Ok(Some(tls))
 }

@@ -271,27 +271,20 @@ impl Stream {
                 take(&service.holders, holder);
                 held.holder = holder;
             }
-            if active {
-                held.last_active = now;
-                if let Some(m) = &matched {
-                    service.stats.record_quota(
-                        m,
-                        usage.num_requests_allowed,
-                        usage.num_requests_denied,
-                    );
-                }
-            }
-            let left = match &matched {
+            let charged = match &matched {
                 Some(m) if !m.charges.is_empty() => {
                     let ids: Vec<u64> = m.charges.iter().map(|c| c.bucket).collect();
                     let allowed = usage.num_requests_allowed;
                     let charged = service
                         .state
                         .coordinator()
-                        .charge(&ids, now, |at, tats| charge_usage(m, tats, at, allowed))
+                        .charge(&ids, now, |at, tats| {
+                            let charge = charge_usage(m, tats, at, allowed);
+                            ((charge.left, charge.shadow_denied), charge.writes)
+                        })
                         .await;
                     match charged {
-                        Ok(left) => Some(left),
+                        Ok(charged) => Some(charged),
                         Err(err) => {
                             tracing::debug!(%err, "quota service: usage not charged");
                             service
@@ -308,6 +301,20 @@ impl Stream {
                 }
                 _ => None,
             };
+            if active {
+                held.last_active = now;
+                if let Some(m) = &matched {
+                    // Unknown when the buckets could not be charged: all count as allowed.
+                    let shadow_denied = charged.map_or(0, |(_, shadow_denied)| shadow_denied);
+                    service.stats.record_quota(
+                        m,
+                        usage.num_requests_allowed,
+                        usage.num_requests_denied,
+                        shadow_denied,
+                    );
+                }
+            }
+            let left = charged.map(|(left, _)| left);
             let holders = count(&service.holders, held.holder);
             let basis = assign(matched.as_ref(), holders, None);
             if fresh || basis != held.basis {

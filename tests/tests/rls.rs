@@ -311,6 +311,68 @@ fn rls_with_client_certificates_an_envoy_without_one_is_refused() {
     check_a_limit_binds_behind(envoy.listener_addr(), &admin);
 }
 
+/// Redis killed under load (docs/rls.md#failures): every request is answered within
+/// Envoy's configured timeout (plus the slack of a busy machine), none is refused or
+/// reset; once Redis is gone the service answers with the rules' failure mode (open:
+/// counted as `unavailable` and `failed_open`) and the generated configuration lets
+/// everything through; with Redis back, the limit binds again.
+#[test]
+fn rls_on_redis_killed_under_load_every_call_answers_in_time_and_fails_open() {
+    if !redis_available() {
+        return;
+    }
+    const TIMEOUT_MS: u32 = 500;
+    let bound = Duration::from_millis(u64::from(TIMEOUT_MS) + 1_000);
+    let mut redis = RedisServer::start();
+    let admin = admin_with(Some(&redis.url()), per_key_rule(50, 50));
+    let service = RlsService {
+        timeout_ms: TIMEOUT_MS,
+        ..rls_service(
+            admin.rls_addr(),
+            vec![vec!["header:x-api-key=api_key".parse().unwrap()]],
+        )
+    };
+    let (_upstream, envoy) = envoy_calling(service, admin.rls_credentials());
+    let client = Client::connect(envoy.listener_addr(), CONNECTIONS);
+    let limited = client.run_for(Duration::from_secs(1), |_| keyed("alice"));
+    assert!(
+        limited.total.get(429) > 0,
+        "the limit binds first: {limited:?}"
+    );
+
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        redis.kill();
+        redis
+    });
+    let across = client.run_for(Duration::from_secs(2), |_| keyed("alice"));
+    let mut redis = killer.join().unwrap();
+    assert_eq!(across.total.errors, 0, "{:?}", across.total.first_error);
+    assert_eq!(
+        across.total.get(200) + across.total.get(429),
+        across.total.responses(),
+        "{across:?}"
+    );
+    assert!(across.total.slowest <= bound, "{across:?}");
+
+    let gone = client.run_for(Duration::from_secs(1), |_| keyed("alice"));
+    assert_eq!(gone.total.errors, 0, "{:?}", gone.total.first_error);
+    assert_eq!(gone.total.get(200), gone.total.responses(), "{gone:?}");
+    assert!(gone.total.slowest <= bound, "{gone:?}");
+    assert!(metric(&admin, "sluice_rls_failures_total{reason=\"unavailable\"} ") > 0.0);
+    assert!(
+        metric(
+            &admin,
+            "sluice_rls_descriptors_total{outcome=\"failed_open\"} "
+        ) > 0.0
+    );
+
+    redis.restart();
+    wait_for("the limit binding again", Duration::from_secs(10), || {
+        (0..60).any(|_| client.send(keyed("alice")).status == 429)
+    });
+}
+
 /// What a user writes once for both sides: the rules the service decides, from which
 /// `sluice envoy-config --rls --rules` also makes the route's descriptors. The API key's
 /// limit binds under the load below; the tenant's is far above it.

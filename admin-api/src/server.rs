@@ -14,7 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::conn::{self, ConnLimits};
 use crate::http::{self, AppState};
-use crate::rls::{self, RlsLimits};
+use crate::rls::{self, RlsAuth, RlsLimits};
 use crate::store::{Actor, NewToken, Role, Store, StoreError, TokenInfo, now_ms};
 use crate::tls::OverTls;
 use crate::ui;
@@ -54,6 +54,11 @@ pub struct ServeOptions {
     /// given, within `rls_limits` (see [`crate::rls`]).
     pub rls_listen: Option<SocketAddr>,
     pub rls_limits: RlsLimits,
+    /// What a caller of the rate limit service must show: a proxy token by default.
+    pub rls_auth: RlsAuth,
+    /// The rate limit service's own TLS instead of `tls` (with `--rls-client-ca`: the
+    /// same certificate, requiring client certificates, [`crate::tls::client_auth_config`]).
+    pub rls_tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// `Strict-Transport-Security` on every answer over TLS: a browser that has reached the
@@ -109,8 +114,9 @@ pub async fn start_with(
             rls::start(
                 state.clone(),
                 rls_listen,
-                options.tls.clone(),
+                options.rls_tls.clone().or_else(|| options.tls.clone()),
                 options.rls_limits,
+                options.rls_auth,
             )
             .await?,
         ),

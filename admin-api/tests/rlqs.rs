@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::{Value, json};
-use sluice_admin::rls::{ASSIGNMENT_TTL, MAX_MESSAGE_BYTES, RlsLimits};
+use sluice_admin::rls::{ASSIGNMENT_TTL, MAX_MESSAGE_BYTES, RlsAuth, RlsLimits};
 use sluice_admin::server::ServeOptions;
 use sluice_admin::testing::{Backend, TestApp, TestDb, TestServer};
 use tokio::sync::mpsc;
@@ -45,6 +45,8 @@ async fn server(limits: RlsLimits) -> (TestDb, TestServer) {
         ServeOptions {
             rls_listen: Some("127.0.0.1:0".parse().unwrap()),
             rls_limits: limits,
+            // The protocol alone: tokens are `rls_auth.rs`'s.
+            rls_auth: RlsAuth::None,
             ..ServeOptions::default()
         },
     )
@@ -500,4 +502,49 @@ async fn reported_usage_reaches_the_rules_reports_and_per_rule_counters() {
         .await,
         19.0
     );
+}
+
+/// A shadow rule's bucket is assigned `ALLOW_ALL`, so Envoy admits everything; what its
+/// bucket had no room for is counted as its would-be denials (`shadow_denied`), as a
+/// shadow descriptor of `ShouldRateLimit` is, and only what fitted is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_rules_usage_over_its_limit_counts_as_shadow_denied() {
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    let trial = json!({
+        "name": "trial", "key": "global", "mode": "shadow",
+        "limits": [{"requests": 1, "period": "minute"}],
+        "descriptor": {"domain": "edge", "entries": [{"key": "api_key"}]}
+    });
+    TestApp::new(&db).await.create(&trial).await;
+    let server = TestServer::start_with(
+        &db,
+        ServeOptions {
+            rls_listen: Some("127.0.0.1:0".parse().unwrap()),
+            rls_auth: RlsAuth::None,
+            ..ServeOptions::default()
+        },
+    )
+    .await;
+    let mut quota = open(channel(server.server.rls_addr().unwrap()).await)
+        .await
+        .unwrap();
+    quota.send(vec![usage("acme", 5)]).await;
+    quota.actions().await;
+    quota.send(vec![usage("acme", 2)]).await;
+    quota.actions().await;
+
+    let counter = |outcome: &str| format!("sluice_rule_{outcome}_total{{sluice_rule=\"trial\"}} ");
+    let started = std::time::Instant::now();
+    while metric(&server, &counter("shadow_denied")).await < 6.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "shadow_denied: {}",
+            metric(&server, &counter("shadow_denied")).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // One request of the minute fitted; the other six would have been denied.
+    assert_eq!(metric(&server, &counter("shadow_denied")).await, 6.0);
+    assert_eq!(metric(&server, &counter("allowed")).await, 1.0);
+    assert_eq!(metric(&server, &counter("denied")).await, 0.0);
 }

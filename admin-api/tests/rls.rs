@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use sluice_admin::http::AppState;
 use sluice_admin::pipeline::MetricsConfig;
-use sluice_admin::rls::{MAX_MESSAGE_BYTES, RlsLimits};
+use sluice_admin::rls::{MAX_MESSAGE_BYTES, RlsAuth, RlsLimits};
 use sluice_admin::server::ServeOptions;
 use sluice_admin::testing::{Backend, TestApp, TestDb, TestServer};
 use sluice_coordinator::redis::RedisBuckets;
@@ -49,6 +49,8 @@ fn options(limits: RlsLimits) -> ServeOptions {
     ServeOptions {
         rls_listen: Some("127.0.0.1:0".parse().unwrap()),
         rls_limits: limits,
+        // The protocol alone: tokens are `rls_auth.rs`'s.
+        rls_auth: RlsAuth::None,
         ..ServeOptions::default()
     }
 }

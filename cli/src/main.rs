@@ -43,7 +43,8 @@ enum Command {
     #[command(subcommand)]
     Rules(RulesCommand),
     /// Print an Envoy bootstrap (YAML) that runs the Sluice filter in front of an upstream.
-    EnvoyConfig(EnvoyConfigArgs),
+    // Boxed: its flags make it several times larger than the other commands.
+    EnvoyConfig(Box<EnvoyConfigArgs>),
     /// Print what to apply on a platform: Istio or Envoy Gateway resources, a filter
     /// snippet for your own Envoy, or the admin API's Kubernetes manifests.
     #[command(subcommand)]

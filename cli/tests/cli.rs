@@ -174,11 +174,12 @@ async fn the_first_start_prints_a_generated_admin_token_once(db: TestDb) {
     assert_eq!(db.store.list_tokens().await.unwrap().len(), 1);
 }
 
-/// A bootstrap token anyone could guess, or connection limits that cannot be served
-/// with, stop `sluice serve` at start-up with exit status 2 and a message naming the
-/// setting; nothing is stored.
+/// A bootstrap token anyone could guess, connection limits that cannot be served with,
+/// or a rate limit service whose callers' authentication was not chosen, stop `sluice
+/// serve` at start-up with exit status 2 and a message naming the setting; nothing is
+/// stored.
 async fn bad_serve_settings_stop_start_up_with_a_clear_message(db: TestDb) {
-    let cases: [(&str, &[&str], &str); 3] = [
+    let cases: [(&str, &[&str], &str); 5] = [
         ("abc", &[], "SLUICE_ADMIN_TOKEN is 3 characters long"),
         (
             "a-long-enough-bootstrap-secret-0123456789",
@@ -189,6 +190,24 @@ async fn bad_serve_settings_stop_start_up_with_a_clear_message(db: TestDb) {
             "a-long-enough-bootstrap-secret-0123456789",
             &["--header-read-timeout", "0s"],
             "--header-read-timeout must be at least 1ms",
+        ),
+        (
+            "a-long-enough-bootstrap-secret-0123456789",
+            &["--rls-listen", "127.0.0.1:0"],
+            "--rls-listen needs --rls-auth: `token`",
+        ),
+        (
+            "a-long-enough-bootstrap-secret-0123456789",
+            &[
+                "--rls-listen",
+                "127.0.0.1:0",
+                "--rls-auth",
+                "none",
+                "--rls-client-ca",
+                "/nonexistent/ca.pem",
+            ],
+            // Client certificates need TLS.
+            "--tls-cert <FILE>",
         ),
     ];
     for (token, flags, message) in cases {

@@ -124,7 +124,7 @@ impl AdminTls {
         }
     }
 
-    fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &PathBuf> {
         std::iter::once(&self.ca).chain(self.client_cert.iter().flat_map(|(c, k)| [c, k]))
     }
 }
@@ -263,19 +263,22 @@ pub(crate) fn admin_cluster(admin: &AdminConnection) -> Value {
         });
     }
     if let Some(tls) = &admin.tls {
-        cluster["transport_socket"] = upstream_tls(&urls, tls);
+        let hosts: Vec<&str> = urls.iter().map(|url| url.host.as_str()).collect();
+        cluster["transport_socket"] = upstream_tls(&hosts, tls);
     }
     cluster
 }
 
-/// Envoy's `UpstreamTlsContext` for the admin cluster. A trusted CA alone checks only the
-/// chain: the expected name is matched against the certificate's subject alternative
-/// names explicitly, or any certificate from that CA would do.
-fn upstream_tls(urls: &[&AdminUrl], tls: &AdminTls) -> Value {
+/// Envoy's `UpstreamTlsContext` for a cluster whose endpoints are `hosts` (names or IP
+/// addresses): the admin API's, or the rate limit service's. A trusted CA alone checks
+/// only the chain: the expected name is matched against the certificate's subject
+/// alternative names explicitly, or any certificate from that CA would do.
+pub(crate) fn upstream_tls(hosts: &[&str], tls: &AdminTls) -> Value {
     let file = |path: &PathBuf| json!({ "filename": path.to_string_lossy() });
-    let san = |url: &AdminUrl| match url.ip() {
+    let ip = |host: &str| host.parse::<std::net::IpAddr>().ok();
+    let san = |host: &str| match ip(host) {
         Some(ip) => json!({ "san_type": "IP_ADDRESS", "matcher": { "exact": ip.to_string() } }),
-        None => json!({ "san_type": "DNS", "matcher": { "exact": url.host } }),
+        None => json!({ "san_type": "DNS", "matcher": { "exact": host } }),
     };
     // SNI carries host names only (RFC 6066): an IP address is matched as an IP SAN and
     // not sent. The cluster sends one SNI, the first URL's; a certificate naming any of
@@ -286,10 +289,8 @@ fn upstream_tls(urls: &[&AdminUrl], tls: &AdminTls) -> Value {
             vec![json!({ "san_type": "DNS", "matcher": { "exact": name } })],
         ),
         None => (
-            urls.first()
-                .filter(|url| url.ip().is_none())
-                .map(|url| url.host.as_str()),
-            urls.iter().map(|url| san(url)).collect(),
+            hosts.first().copied().filter(|host| ip(host).is_none()),
+            hosts.iter().map(|host| san(host)).collect(),
         ),
     };
     let mut common = json!({

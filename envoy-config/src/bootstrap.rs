@@ -40,6 +40,7 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
         rlqs.check().map_err(EnvoyConfigError::InvalidRlqs)?;
     }
     if options.rls.is_some() || options.rlqs.is_some() {
+        options.rls_credentials.check()?;
         return Ok(with_services(options));
     }
     if !options.filter_wasm.is_absolute() {
@@ -94,14 +95,14 @@ fn with_services(options: &EnvoyConfigOptions) -> Bootstrap {
         if let Some(action) = route.get_mut("route") {
             action["rate_limits"] = rls.rate_limits();
         }
-        clusters.push(rls.cluster());
-        filters.push(rls.filter());
+        clusters.push(rls.cluster(&options.rls_credentials));
+        filters.push(rls.filter(&options.rls_credentials));
     }
     if let Some(rlqs) = &options.rlqs {
         if options.rls.is_none() {
-            clusters.push(rlqs.cluster());
+            clusters.push(rlqs.cluster(&options.rls_credentials));
         }
-        filters.push(rlqs.filter());
+        filters.push(rlqs.filter(&options.rls_credentials));
     }
     filters.push(router());
     let listener = listener(options, route, filters);
@@ -306,6 +307,84 @@ mod tests {
                 .contains("http2_protocol_options")
         );
         assert!(config.get("bootstrap_extensions").is_none());
+    }
+
+    #[test]
+    fn the_rate_limit_and_quota_filters_send_the_proxy_token_and_speak_tls_with_a_client_certificate()
+     {
+        let mut opts = options(Upstream::Cluster("127.0.0.1:8081".parse().unwrap()));
+        let addr = "127.0.0.1:8082".parse().unwrap();
+        opts.rls = Some(RlsService {
+            addr,
+            domain: "edge".into(),
+            descriptors: vec![vec![RlsAction::RemoteAddress]],
+            timeout_ms: 250,
+            fail_closed: false,
+        });
+        opts.rlqs = Some(crate::RlqsService {
+            addr,
+            domain: "edge".into(),
+            bucket: RlsAction::parse_list("header:x-api-key=api_key").unwrap(),
+            reporting_interval_ms: 1_000,
+            fail_closed: false,
+        });
+        let plain = parse(&render(&opts).unwrap());
+        let filters = |config: &Value| {
+            config
+                .pointer("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config/http_filters")
+                .unwrap()
+                .clone()
+        };
+        assert!(!filters(&plain).to_string().contains("initial_metadata"));
+        assert!(plain["static_resources"]["clusters"][1]["transport_socket"].is_null());
+
+        let mut tls = crate::AdminTls::new("/pki/ca.pem");
+        tls.client_cert = Some(("/pki/client.pem".into(), "/pki/client.key".into()));
+        opts.rls_credentials = crate::RlsCredentials {
+            token: Some("slc_proxy".into()),
+            tls: Some(tls),
+        };
+        let config = parse(&render(&opts).unwrap());
+        let filters = filters(&config);
+        let metadata = json!([{"key": "authorization", "value": "Bearer slc_proxy"}]);
+        assert_eq!(
+            filters[0]["typed_config"]["rate_limit_service"]["grpc_service"]["initial_metadata"],
+            metadata
+        );
+        assert_eq!(
+            filters[1]["typed_config"]["rlqs_server"]["initial_metadata"],
+            metadata
+        );
+        let clusters = config["static_resources"]["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 2, "one cluster for both services");
+        let context = &clusters[1]["transport_socket"]["typed_config"];
+        let common = &context["common_tls_context"];
+        assert_eq!(common["alpn_protocols"], json!(["h2"]));
+        assert_eq!(
+            common["validation_context"]["trusted_ca"]["filename"],
+            "/pki/ca.pem"
+        );
+        assert_eq!(
+            common["validation_context"]["match_typed_subject_alt_names"],
+            json!([{"san_type": "IP_ADDRESS", "matcher": {"exact": "127.0.0.1"}}])
+        );
+        assert_eq!(
+            common["tls_certificates"],
+            json!([{
+                "certificate_chain": {"filename": "/pki/client.pem"},
+                "private_key": {"filename": "/pki/client.key"},
+            }])
+        );
+        assert!(
+            context.get("sni").is_none(),
+            "an IP address is not sent as SNI"
+        );
+
+        opts.rls_credentials.tls = Some(crate::AdminTls::new("pki/ca.pem"));
+        assert!(matches!(
+            render(&opts),
+            Err(EnvoyConfigError::RelativeTlsPath(_))
+        ));
     }
 
     #[test]

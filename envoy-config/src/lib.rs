@@ -50,5 +50,8 @@ pub use options::{
 pub use output::Bootstrap;
 pub use plugin::{PLUGIN_NAME, WASM_FILTER, plugin_configuration};
 pub use rlqs::{REUSE_EXPIRED_ASSIGNMENT_S, RlqsService};
-pub use rls::{KeyHeader, RLS_CLUSTER, RlsAction, RlsService, descriptors_for_rules, rls_domains};
+pub use rls::{
+    KeyHeader, RLS_CLUSTER, RlsAction, RlsCredentials, RlsService, descriptors_for_rules,
+    rls_domains,
+};
 pub use sluice_core::listening::Scheme;

@@ -11,7 +11,7 @@ use sluice_core::config::FilterConfigSpec;
 
 use crate::admin::AdminConnection;
 use crate::rlqs::RlqsService;
-use crate::rls::RlsService;
+use crate::rls::{RlsCredentials, RlsService};
 
 /// Envoy's usual admin address.
 pub const DEFAULT_ENVOY_ADMIN: SocketAddr =
@@ -117,6 +117,9 @@ pub struct EnvoyConfigOptions {
     /// Set: Envoy's quota filter (RLQS) asks Sluice's quota service instead of running
     /// the wasm filter (and besides `rls` when both are set).
     pub rlqs: Option<RlqsService>,
+    /// What `rls` and `rlqs` show Sluice's listener: a proxy token, TLS, a client
+    /// certificate.
+    pub rls_credentials: RlsCredentials,
 }
 
 impl EnvoyConfigOptions {
@@ -134,6 +137,7 @@ impl EnvoyConfigOptions {
             control_mode: ControlMode::default(),
             rls: None,
             rlqs: None,
+            rls_credentials: RlsCredentials::default(),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use crate::rls::{RLS_CLUSTER, RlsAction, grpc_cluster};
+use crate::rls::{RlsAction, RlsCredentials, grpc_cluster};
 
 /// The quota filter's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ impl RlqsService {
     }
 
     /// The `http_filters` entry, before the router.
-    pub(crate) fn filter(&self) -> Value {
+    pub(crate) fn filter(&self, credentials: &RlsCredentials) -> Value {
         let headers: Vec<&str> = self
             .bucket
             .iter()
@@ -117,7 +117,7 @@ impl RlqsService {
             "name": "envoy.filters.http.rate_limit_quota",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig",
-                "rlqs_server": { "envoy_grpc": { "cluster_name": RLS_CLUSTER } },
+                "rlqs_server": credentials.grpc_service(),
                 "domain": self.domain,
                 "bucket_matchers": { "matcher_list": { "matchers": [{
                     "predicate": predicate,
@@ -128,8 +128,8 @@ impl RlqsService {
     }
 
     /// The service's cluster: the rate limit service's.
-    pub(crate) fn cluster(&self) -> Value {
-        grpc_cluster(self.addr)
+    pub(crate) fn cluster(&self, credentials: &RlsCredentials) -> Value {
+        grpc_cluster(self.addr, credentials)
     }
 }
 
@@ -163,7 +163,8 @@ mod tests {
 
     #[test]
     fn the_filter_builds_bucket_ids_from_headers_and_fails_open() {
-        let filter = service("header:x-api-key=api_key,generic:tier=free").filter();
+        let filter = service("header:x-api-key=api_key,generic:tier=free")
+            .filter(&RlsCredentials::default());
         let config = &filter["typed_config"];
         assert_eq!(config["domain"], "edge");
         let settings = &config["bucket_matchers"]["matcher_list"]["matchers"][0]["on_match"]["action"]
@@ -182,7 +183,7 @@ mod tests {
             fail_closed: true,
             ..service("header:x-api-key=api_key")
         };
-        let filter = closed.filter();
+        let filter = closed.filter(&RlsCredentials::default());
         let settings = &filter["typed_config"]["bucket_matchers"]["matcher_list"]["matchers"][0]["on_match"]
             ["action"]["typed_config"];
         assert_eq!(

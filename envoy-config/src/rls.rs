@@ -10,8 +10,49 @@ use std::str::FromStr;
 use serde_json::{Value, json};
 use sluice_core::spec::RuleSpec;
 
+use crate::admin::{AdminTls, upstream_tls};
+use crate::error::EnvoyConfigError;
+
 /// The cluster of Sluice's rate limit service.
 pub const RLS_CLUSTER: &str = "sluice_rls";
+
+/// How Envoy shows itself to Sluice's gRPC listener (`sluice serve --rls-auth token`,
+/// `--rls-client-ca`), for the rate limit and the quota filter alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RlsCredentials {
+    /// A token with the `proxy` role, sent as `authorization: Bearer TOKEN` in every
+    /// call's `initial_metadata`.
+    pub token: Option<String>,
+    /// TLS to the listener (`sluice serve --tls-cert`): the CA its certificate must chain
+    /// to, the name it must carry (by default its IP address), and the client certificate
+    /// `--rls-client-ca` asks for.
+    pub tls: Option<AdminTls>,
+}
+
+impl RlsCredentials {
+    /// Refuses TLS files Envoy would resolve against its own working directory.
+    pub(crate) fn check(&self) -> Result<(), EnvoyConfigError> {
+        match self
+            .tls
+            .iter()
+            .flat_map(AdminTls::paths)
+            .find(|p| !p.is_absolute())
+        {
+            Some(relative) => Err(EnvoyConfigError::RelativeTlsPath(relative.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The `GrpcService` both filters call the listener through.
+    pub(crate) fn grpc_service(&self) -> Value {
+        let mut service = json!({ "envoy_grpc": { "cluster_name": RLS_CLUSTER } });
+        if let Some(token) = &self.token {
+            service["initial_metadata"] =
+                json!([{ "key": "authorization", "value": format!("Bearer {token}") }]);
+        }
+        service
+    }
+}
 
 /// The native filter's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +112,7 @@ impl FromStr for RlsAction {
 
 impl RlsService {
     /// The `http_filters` entry, before the router.
-    pub(crate) fn filter(&self) -> Value {
+    pub(crate) fn filter(&self, credentials: &RlsCredentials) -> Value {
         json!({
             "name": "envoy.filters.http.ratelimit",
             "typed_config": {
@@ -82,15 +123,15 @@ impl RlsService {
                 "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
                 "rate_limit_service": {
                     "transport_api_version": "V3",
-                    "grpc_service": { "envoy_grpc": { "cluster_name": RLS_CLUSTER } },
+                    "grpc_service": credentials.grpc_service(),
                 },
             },
         })
     }
 
     /// The service's cluster.
-    pub(crate) fn cluster(&self) -> Value {
-        grpc_cluster(self.addr)
+    pub(crate) fn cluster(&self, credentials: &RlsCredentials) -> Value {
+        grpc_cluster(self.addr, credentials)
     }
 
     /// The route's `rate_limits`: one entry per descriptor, its actions in order.
@@ -105,9 +146,9 @@ impl RlsService {
 }
 
 /// The cluster of Sluice's gRPC listener (rate limit and quota services): HTTP/2, one
-/// static endpoint.
-pub(crate) fn grpc_cluster(addr: SocketAddr) -> Value {
-    json!({
+/// static endpoint, over TLS (ALPN `h2`) when `credentials` say so.
+pub(crate) fn grpc_cluster(addr: SocketAddr, credentials: &RlsCredentials) -> Value {
+    let mut cluster = json!({
         "name": RLS_CLUSTER,
         "type": "STATIC",
         "connect_timeout": "1s",
@@ -126,7 +167,14 @@ pub(crate) fn grpc_cluster(addr: SocketAddr) -> Value {
                 },
             } } }] }],
         },
-    })
+    });
+    if let Some(tls) = &credentials.tls {
+        let ip = addr.ip().to_string();
+        let mut socket = upstream_tls(&[ip.as_str()], tls);
+        socket["typed_config"]["common_tls_context"]["alpn_protocols"] = json!(["h2"]);
+        cluster["transport_socket"] = socket;
+    }
+    cluster
 }
 
 /// Which request header carries a descriptor entry's value (`--rls-key-header KEY=NAME`).

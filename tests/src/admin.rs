@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hyper::Method;
 use serde_json::{Value, json};
 use sluice_core::listening::Scheme;
-use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl};
+use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl, RlsCredentials};
 use sluice_harness::load::Req;
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
 use tempfile::TempDir;
@@ -25,7 +25,19 @@ pub struct AdminServer {
     api: AdminApi,
     /// `--tls-cert/--tls-key`: the API over TLS.
     tls: Option<ServeTls>,
+    /// With `--rls-auth token`: a proxy token for the rate limit service's callers.
+    rls_token: Option<String>,
     dir: TempDir,
+}
+
+/// How the rate limit service (`--rls-listen 127.0.0.1:0`) is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RlsMode {
+    Off,
+    /// `--rls-auth token`, and a proxy token made for its callers.
+    Token,
+    /// `--rls-auth none --rls-client-ca`: client certificates alone (needs TLS).
+    ClientCertificates,
 }
 
 /// What a server over TLS needs, and what its clients trust.
@@ -64,9 +76,36 @@ impl AdminServer {
     }
 
     /// Starts a server that also serves Envoy's rate limit service on a free loopback
-    /// port (`--rls-listen 127.0.0.1:0`), its buckets in the Redis at `redis` if given.
+    /// port (`--rls-listen 127.0.0.1:0`), its buckets in the Redis at `redis` if given,
+    /// its callers needing a proxy token ([`AdminServer::rls_credentials`] has one).
     pub fn start_rls(redis: Option<&str>) -> AdminServer {
-        AdminServer::start_full(None, redis.map(str::to_string), None, true)
+        AdminServer::start_full(None, redis.map(str::to_string), None, RlsMode::Token)
+    }
+
+    /// Starts a server over TLS with `pki`'s server certificate whose rate limit service
+    /// requires a client certificate signed by `pki`'s CA (`--rls-client-ca`), and no
+    /// token (`--rls-auth none`).
+    pub fn start_rls_mtls(pki: &TestPki) -> AdminServer {
+        AdminServer::start_full(
+            None,
+            None,
+            Some(ServeTls {
+                cert: pki.server_cert(),
+                key: pki.server_key(),
+                ca: pki.ca(),
+                client: pki.client_config(),
+            }),
+            RlsMode::ClientCertificates,
+        )
+    }
+
+    /// What an Envoy needs to call the rate limit service: the proxy token made for it
+    /// (with `--rls-auth token`), and over TLS, the test CA to check the server with.
+    pub fn rls_credentials(&self) -> RlsCredentials {
+        RlsCredentials {
+            token: self.rls_token.clone(),
+            tls: self.tls.as_ref().map(|tls| AdminTls::new(&tls.ca)),
+        }
     }
 
     /// Where it serves the rate limit service (see [`AdminServer::start_rls`]).
@@ -85,14 +124,14 @@ impl AdminServer {
         redis: Option<String>,
         tls: Option<ServeTls>,
     ) -> AdminServer {
-        AdminServer::start_full(database, redis, tls, false)
+        AdminServer::start_full(database, redis, tls, RlsMode::Off)
     }
 
     fn start_full(
         database: Option<String>,
         redis: Option<String>,
         tls: Option<ServeTls>,
-        rls: bool,
+        rls: RlsMode,
     ) -> AdminServer {
         let dir = tempfile::Builder::new()
             .prefix("sluice-admin-")
@@ -111,14 +150,38 @@ impl AdminServer {
                 tls.key.display().to_string(),
             ];
         }
-        if rls {
-            serve
-                .flags
-                .extend(["--rls-listen".into(), "127.0.0.1:0".into()]);
+        match rls {
+            RlsMode::Off => {}
+            RlsMode::Token => serve.flags.extend([
+                "--rls-listen".into(),
+                "127.0.0.1:0".into(),
+                "--rls-auth".into(),
+                "token".into(),
+            ]),
+            RlsMode::ClientCertificates => serve.flags.extend([
+                "--rls-listen".into(),
+                "127.0.0.1:0".into(),
+                "--rls-auth".into(),
+                "none".into(),
+                "--rls-client-ca".into(),
+                tls.as_ref()
+                    .expect("client certificates need TLS")
+                    .ca
+                    .display()
+                    .to_string(),
+            ]),
         }
         let api = AdminApi::start(&serve).unwrap_or_else(|err| panic!("{err:#}"));
-        let server = AdminServer { api, tls, dir };
+        let mut server = AdminServer {
+            api,
+            tls,
+            rls_token: None,
+            dir,
+        };
         server.check_scheme();
+        if rls == RlsMode::Token {
+            server.rls_token = Some(server.create_token("proxy", "rls-caller"));
+        }
         server
     }
 

@@ -12,7 +12,7 @@ use sluice_core::config::FilterConfigSpec;
 use sluice_core::spec::FailureMode;
 use sluice_envoy_config::{
     self as envoy_config, AdminConnection, ControlMode, EnvoyConfigOptions, LISTENER_NAME,
-    PluginConfig, RlqsService, RlsService, WASM_FILTER,
+    PluginConfig, RlqsService, RlsCredentials, RlsService, WASM_FILTER,
 };
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess, parse_stats};
 
@@ -63,6 +63,9 @@ pub struct EnvoyOptions {
     /// Envoy's quota filter (RLQS) asking Sluice's quota service instead of the wasm
     /// filter (set `wasm_filter: false` too).
     pub rlqs: Option<RlqsService>,
+    /// What `rls` and `rlqs` show Sluice's listener (a proxy token, TLS, a client
+    /// certificate): [`crate::AdminServer::rls_credentials`].
+    pub rls_credentials: RlsCredentials,
     /// HTTP filters placed ahead of every other (as Envoy configuration, JSON), e.g.
     /// `jwt_authn` verifying tokens before Sluice reads their claims.
     pub filters_before: Vec<Value>,
@@ -87,6 +90,7 @@ impl Default for EnvoyOptions {
             filter_discovery: false,
             rls: None,
             rlqs: None,
+            rls_credentials: RlsCredentials::default(),
             filters_before: Vec::new(),
         }
     }
@@ -185,6 +189,7 @@ impl Envoy {
         config.control_mode = options.control_mode;
         config.rls = options.rls.clone();
         config.rlqs = options.rlqs.clone();
+        config.rls_credentials = options.rls_credentials.clone();
         let mut bootstrap = envoy_config::build(&config).context("generating the Envoy config")?;
         let discovered_filter = if options.filter_discovery {
             let path = dir.path().join("sluice-filter.json");

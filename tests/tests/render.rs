@@ -360,3 +360,81 @@ fn envoy_accepts_the_rendered_filter_snippet() {
         );
     }
 }
+
+/// `sluice render ratelimit` (no wasm): the native rate limit and quota filters with a
+/// proxy token, their cluster and the route's `rate_limits`, put into the smallest
+/// bootstrap a user's own could be, pass `envoy --mode validate`.
+#[test]
+fn envoy_accepts_the_rendered_ratelimit_snippet() {
+    let artifacts = Artifacts::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let snippet = documents(&render(&[
+        "ratelimit",
+        "--rls",
+        "127.0.0.1:8081",
+        "--rls-domain",
+        "edge",
+        "--rls-action",
+        "header:x-api-key=api_key",
+        "--rls-descriptor",
+        "generic:route=login,remote_address",
+        "--rlqs",
+        "127.0.0.1:8081",
+        "--rlqs-domain",
+        "edge",
+        "--rlqs-bucket",
+        "header:x-api-key=api_key",
+        "--rls-token",
+        "slc_example_proxy_token",
+    ]))
+    .remove(0);
+    let mut http_filters = snippet["http_filters"].as_array().unwrap().clone();
+    assert_eq!(http_filters.len(), 2, "{snippet:#}");
+    http_filters.push(json!({
+        "name": "envoy.filters.http.router",
+        "typed_config": { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
+    }));
+    let mut clusters = snippet["clusters"].as_array().unwrap().clone();
+    clusters.push(json!({
+        "name": "upstream",
+        "type": "STATIC",
+        "load_assignment": { "cluster_name": "upstream", "endpoints": [{ "lb_endpoints": [{
+            "endpoint": { "address": { "socket_address": { "address": "127.0.0.1", "port_value": 8000 } } },
+        }] }] },
+    }));
+    let bootstrap = json!({
+        "static_resources": {
+            "listeners": [{
+                "name": "ingress",
+                "address": { "socket_address": { "address": "127.0.0.1", "port_value": 0 } },
+                "filter_chains": [{ "filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "ingress",
+                        "route_config": { "virtual_hosts": [{
+                            "name": "all",
+                            "domains": ["*"],
+                            "routes": [{ "match": { "prefix": "/" }, "route": {
+                                "cluster": "upstream",
+                                "rate_limits": snippet["rate_limits"],
+                            } }],
+                        }] },
+                        "http_filters": http_filters,
+                    },
+                }] }],
+            }],
+            "clusters": clusters,
+        },
+    });
+    let config = dir.path().join("envoy.json");
+    std::fs::write(&config, bootstrap.to_string()).unwrap();
+    let output = run(Command::new(artifacts.envoy())
+        .args(["--mode", "validate", "--log-level", "warn", "-c"])
+        .arg(&config));
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains("OK"),
+        "envoy refused the snippet:\n{}\n{bootstrap:#}",
+        text(&output)
+    );
+}

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sluice_envoy_config::{RlqsService, RlsAction};
+use sluice_envoy_config::{RlqsService, RlsAction, RlsCredentials};
 use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, Upstream, wait_for};
 
 const CONNECTIONS: usize = 8;
@@ -20,8 +20,14 @@ fn keyed(key: &str) -> Req {
     Req::get("/rlqs").header("x-api-key", key)
 }
 
-/// An Envoy whose quota filter puts each API key in its own bucket and asks `addr`.
-fn envoy(upstream: &Upstream, addr: SocketAddr, fail_closed: bool) -> Envoy {
+/// An Envoy whose quota filter puts each API key in its own bucket and asks `addr`,
+/// showing it `credentials`.
+fn envoy(
+    upstream: &Upstream,
+    addr: SocketAddr,
+    credentials: RlsCredentials,
+    fail_closed: bool,
+) -> Envoy {
     Envoy::start(EnvoyOptions {
         wasm_filter: false,
         upstream: upstream.target(),
@@ -35,6 +41,7 @@ fn envoy(upstream: &Upstream, addr: SocketAddr, fail_closed: bool) -> Envoy {
             reporting_interval_ms: 500,
             fail_closed,
         }),
+        rls_credentials: credentials,
         ..Default::default()
     })
 }
@@ -63,7 +70,7 @@ fn rlqs_a_limit_binds_within_burst_plus_rate_and_far_above_denies_nothing() {
         admin.metrics_text().contains("sluice_rls_rules 1")
     });
     let upstream = Upstream::start();
-    let envoy = envoy(&upstream, admin.rls_addr(), false);
+    let envoy = envoy(&upstream, admin.rls_addr(), admin.rls_credentials(), false);
     let client = Client::connect(envoy.listener_addr(), CONNECTIONS);
 
     // The bucket's first request is allowed before any assignment (the generated
@@ -117,7 +124,7 @@ fn closed_port() -> SocketAddr {
 fn rlqs_out_of_reach_fails_open_by_default_and_closed_when_asked() {
     let upstream = Upstream::start();
     let addr = closed_port();
-    let open = envoy(&upstream, addr, false);
+    let open = envoy(&upstream, addr, RlsCredentials::default(), false);
     let client = Client::connect(open.listener_addr(), CONNECTIONS);
     let counts = client.run_for(Duration::from_secs(1), |i| keyed(&format!("k{}", i % 5)));
     assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
@@ -125,7 +132,7 @@ fn rlqs_out_of_reach_fails_open_by_default_and_closed_when_asked() {
     assert!(counts.total.get(200) > 0, "{counts:?}");
     drop(open);
 
-    let closed = envoy(&upstream, addr, true);
+    let closed = envoy(&upstream, addr, RlsCredentials::default(), true);
     let client = Client::connect(closed.listener_addr(), CONNECTIONS);
     let counts = client.run_for(Duration::from_secs(1), |i| keyed(&format!("k{}", i % 5)));
     assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);

@@ -8,13 +8,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_envoy_config::{LISTENER_NAME, RlsAction, RlsService};
+use sluice_envoy_config::{AdminTls, LISTENER_NAME, RlsAction, RlsCredentials, RlsService};
 use sluice_harness::envoy::{EnvoyLaunch, EnvoyProcess};
 use sluice_harness::load::Load;
 use sluice_harness::{RedisServer, redis_available};
 use sluice_tests::{
-    ADMIN_TOKEN, AdminServer, Artifacts, Client, Envoy, EnvoyOptions, Method, Req, Upstream,
-    wait_for,
+    ADMIN_TOKEN, AdminServer, Artifacts, Client, Envoy, EnvoyOptions, Method, Req, TestPki,
+    Upstream, wait_for,
 };
 
 const CONNECTIONS: usize = 8;
@@ -40,12 +40,7 @@ struct Setup {
 
 impl Setup {
     fn start(redis: Option<&str>, rule: Value) -> Setup {
-        let admin = AdminServer::start_rls(redis);
-        let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule));
-        assert_eq!(status, 201, "{body}");
-        wait_for("the RLS rule in force", Duration::from_secs(5), || {
-            admin.metrics_text().contains("sluice_rls_rules 1")
-        });
+        let admin = admin_with(redis, rule);
         let actions = vec!["header:x-api-key=api_key".parse().unwrap()];
         Setup::with_envoy(admin, vec![actions])
     }
@@ -65,22 +60,46 @@ impl Setup {
     }
 }
 
+/// `sluice serve --rls-listen` (buckets in the Redis at `redis` if given) with `rule` in
+/// force.
+fn admin_with(redis: Option<&str>, rule: Value) -> AdminServer {
+    let admin = AdminServer::start_rls(redis);
+    let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule));
+    assert_eq!(status, 201, "{body}");
+    wait_for("the RLS rule in force", Duration::from_secs(5), || {
+        admin.metrics_text().contains("sluice_rls_rules 1")
+    });
+    admin
+}
+
 /// An Envoy with the native ratelimit filter asking `admin`, its requests sending
 /// `descriptors` (each the actions of its entries), and the upstream behind it.
 fn envoy_asking(admin: &AdminServer, descriptors: Vec<Vec<RlsAction>>) -> (Upstream, Envoy) {
+    let service = rls_service(admin.rls_addr(), descriptors);
+    envoy_calling(service, admin.rls_credentials())
+}
+
+/// The native filter's settings for `addr`, failing open.
+fn rls_service(addr: SocketAddr, descriptors: Vec<Vec<RlsAction>>) -> RlsService {
+    RlsService {
+        addr,
+        domain: "edge".into(),
+        descriptors,
+        // Generous: a decision that times out fails open, which the ceiling
+        // below would catch as over-admission on a slow machine.
+        timeout_ms: 2_000,
+        fail_closed: false,
+    }
+}
+
+/// An Envoy calling `service` with `credentials`, and the upstream behind it.
+fn envoy_calling(service: RlsService, credentials: RlsCredentials) -> (Upstream, Envoy) {
     let upstream = Upstream::start();
     let envoy = Envoy::start(EnvoyOptions {
         wasm_filter: false,
         upstream: upstream.target(),
-        rls: Some(RlsService {
-            addr: admin.rls_addr(),
-            domain: "edge".into(),
-            descriptors,
-            // Generous: a decision that times out fails open, which the ceiling
-            // below would catch as over-admission on a slow machine.
-            timeout_ms: 2_000,
-            fail_closed: false,
-        }),
+        rls: Some(service),
+        rls_credentials: credentials,
         ..Default::default()
     });
     (upstream, envoy)
@@ -212,6 +231,148 @@ fn rls_on_redis_a_limit_binds_exactly_and_far_above_denies_nothing() {
     check_a_limit_far_above_denies_nothing(&setup);
 }
 
+/// Drives `alice` through the Envoy at `listener` for 1 s, far over her limit, and
+/// returns the counts; every request is answered (none times out or resets).
+fn over_the_limit(listener: SocketAddr) -> sluice_tests::Outcome {
+    let client = Client::connect(listener, CONNECTIONS);
+    let counts = client.run_for(Duration::from_secs(1), |_| keyed("alice"));
+    assert_eq!(counts.total.errors, 0, "{:?}", counts.total.first_error);
+    counts
+}
+
+/// With `--rls-auth token`, an Envoy sending the proxy token is limited as before (every
+/// other test here sends one too); one sending none is refused `UNAUTHENTICATED`, counted,
+/// and its requests follow its own failure mode: through when it fails open (no 429
+/// although the load is far over the limit: nothing was decided), Envoy's 500 when it
+/// fails closed.
+#[test]
+fn rls_an_envoy_without_the_proxy_token_is_refused_and_fails_open_or_closed_as_configured() {
+    let setup = Setup::start(None, per_key_rule(50, 50));
+    let actions = || vec![vec!["header:x-api-key=api_key".parse().unwrap()]];
+
+    let (_open_upstream, open) = envoy_calling(
+        rls_service(setup.admin.rls_addr(), actions()),
+        RlsCredentials::default(),
+    );
+    let counts = over_the_limit(open.listener_addr());
+    assert_eq!(counts.total.get(429), 0, "{counts:?}");
+    assert!(counts.total.get(200) > 100, "{counts:?}");
+    let refused = setup.metric("sluice_rls_unauthenticated_total{reason=\"missing_token\"} ");
+    assert!(
+        refused >= counts.total.get(200) as f64,
+        "{refused} refused, {counts:?}"
+    );
+    assert_eq!(setup.metric("sluice_rls_requests_total{code=\"ok\"} "), 0.0);
+
+    let closed_service = RlsService {
+        fail_closed: true,
+        ..rls_service(setup.admin.rls_addr(), actions())
+    };
+    let (_closed_upstream, closed) = envoy_calling(closed_service, RlsCredentials::default());
+    let counts = over_the_limit(closed.listener_addr());
+    assert_eq!(counts.total.get(200), 0, "{counts:?}");
+    assert!(counts.total.get(500) > 0, "{counts:?}");
+
+    check_a_limit_binds(&setup);
+}
+
+/// With `--rls-client-ca` (and `--rls-auth none`), an Envoy presenting a client
+/// certificate from that CA (`sluice envoy-config --rls-client-cert`, certificates made
+/// here) is limited as before; one presenting none fails the TLS handshake, so its
+/// requests follow its failure mode (closed here: Envoy's 500, never a 200).
+#[test]
+fn rls_with_client_certificates_an_envoy_without_one_is_refused() {
+    let pki = TestPki::new();
+    let admin = AdminServer::start_rls_mtls(&pki);
+    let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(per_key_rule(50, 50)));
+    assert_eq!(status, 201, "{body}");
+    wait_for("the RLS rule in force", Duration::from_secs(5), || {
+        admin.metrics_text().contains("sluice_rls_rules 1")
+    });
+    let actions = || vec![vec!["header:x-api-key=api_key".parse().unwrap()]];
+
+    let anonymous = RlsService {
+        fail_closed: true,
+        ..rls_service(admin.rls_addr(), actions())
+    };
+    let (_anonymous_upstream, envoy) = envoy_calling(anonymous, admin.rls_credentials());
+    let counts = over_the_limit(envoy.listener_addr());
+    assert_eq!(counts.total.get(200), 0, "{counts:?}");
+    assert!(counts.total.get(500) > 0, "{counts:?}");
+    drop(envoy);
+
+    let mut tls = AdminTls::new(pki.ca());
+    tls.client_cert = Some(pki.client_cert());
+    let credentials = RlsCredentials {
+        token: None,
+        tls: Some(tls),
+    };
+    let (_upstream, envoy) = envoy_calling(rls_service(admin.rls_addr(), actions()), credentials);
+    check_a_limit_binds_behind(envoy.listener_addr(), &admin);
+}
+
+/// Redis killed under load (docs/rls.md#failures): every request is answered within
+/// Envoy's configured timeout (plus the slack of a busy machine), none is refused or
+/// reset; once Redis is gone the service answers with the rules' failure mode (open:
+/// counted as `unavailable` and `failed_open`) and the generated configuration lets
+/// everything through; with Redis back, the limit binds again.
+#[test]
+fn rls_on_redis_killed_under_load_every_call_answers_in_time_and_fails_open() {
+    if !redis_available() {
+        return;
+    }
+    const TIMEOUT_MS: u32 = 500;
+    let bound = Duration::from_millis(u64::from(TIMEOUT_MS) + 1_000);
+    let mut redis = RedisServer::start();
+    let admin = admin_with(Some(&redis.url()), per_key_rule(50, 50));
+    let service = RlsService {
+        timeout_ms: TIMEOUT_MS,
+        ..rls_service(
+            admin.rls_addr(),
+            vec![vec!["header:x-api-key=api_key".parse().unwrap()]],
+        )
+    };
+    let (_upstream, envoy) = envoy_calling(service, admin.rls_credentials());
+    let client = Client::connect(envoy.listener_addr(), CONNECTIONS);
+    let limited = client.run_for(Duration::from_secs(1), |_| keyed("alice"));
+    assert!(
+        limited.total.get(429) > 0,
+        "the limit binds first: {limited:?}"
+    );
+
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        redis.kill();
+        redis
+    });
+    let across = client.run_for(Duration::from_secs(2), |_| keyed("alice"));
+    let mut redis = killer.join().unwrap();
+    assert_eq!(across.total.errors, 0, "{:?}", across.total.first_error);
+    assert_eq!(
+        across.total.get(200) + across.total.get(429),
+        across.total.responses(),
+        "{across:?}"
+    );
+    assert!(across.total.slowest <= bound, "{across:?}");
+
+    let gone = client.run_for(Duration::from_secs(1), |_| keyed("alice"));
+    assert_eq!(gone.total.errors, 0, "{:?}", gone.total.first_error);
+    assert_eq!(gone.total.get(200), gone.total.responses(), "{gone:?}");
+    assert!(gone.total.slowest <= bound, "{gone:?}");
+    assert!(metric(&admin, "sluice_rls_failures_total{reason=\"unavailable\"} ") > 0.0);
+    assert!(
+        metric(
+            &admin,
+            "sluice_rls_descriptors_total{outcome=\"failed_open\"} "
+        ) > 0.0
+    );
+
+    redis.restart();
+    wait_for("the limit binding again", Duration::from_secs(10), || {
+        (0..60).any(|_| client.send(keyed("alice")).status == 429)
+    });
+}
+
 /// What a user writes once for both sides: the rules the service decides, from which
 /// `sluice envoy-config --rls --rules` also makes the route's descriptors. The API key's
 /// limit binds under the load below; the tenant's is far above it.
@@ -267,6 +428,8 @@ fn rls_a_bootstrap_rendered_from_the_rules_limits_at_the_limit_and_not_below() {
         &rules,
         "--rls-key-header",
         "api_key=x-api-key",
+        "--rls-token",
+        admin.rls_credentials().token.as_deref().unwrap(),
         // Generous, as above: a decision timing out fails open.
         "--rls-timeout-ms",
         "2000",

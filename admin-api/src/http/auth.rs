@@ -41,18 +41,21 @@ pub(crate) enum Permission {
     SendReports,
     /// `POST /api/v1/quota/sync`: a proxy's leases of global buckets.
     SyncQuota,
+    /// Calls to Envoy's rate limit and quota services (`--rls-listen`).
+    AskRateLimit,
 }
 
 impl Permission {
     /// Every permission, in declaration order.
     #[cfg(test)]
-    const ALL: [Permission; 6] = [
+    const ALL: [Permission; 7] = [
         Permission::Read,
         Permission::WriteRules,
         Permission::PollRuleset,
         Permission::ManageTokens,
         Permission::SendReports,
         Permission::SyncQuota,
+        Permission::AskRateLimit,
     ];
 
     /// What the permission allows, for 403 messages.
@@ -64,6 +67,7 @@ impl Permission {
             Permission::ManageTokens => "manage tokens",
             Permission::SendReports => "send reports",
             Permission::SyncQuota => "sync global buckets",
+            Permission::AskRateLimit => "call the rate limit or quota service",
         }
     }
 }
@@ -74,7 +78,10 @@ impl Permission {
     fn proxys_own(self) -> bool {
         matches!(
             self,
-            Permission::PollRuleset | Permission::SendReports | Permission::SyncQuota
+            Permission::PollRuleset
+                | Permission::SendReports
+                | Permission::SyncQuota
+                | Permission::AskRateLimit
         )
     }
 }
@@ -85,12 +92,18 @@ pub(crate) fn allows(role: Role, permission: Permission) -> bool {
         Role::Admin => true,
         Role::Editor => !matches!(
             permission,
-            Permission::ManageTokens | Permission::SendReports | Permission::SyncQuota
+            Permission::ManageTokens
+                | Permission::SendReports
+                | Permission::SyncQuota
+                | Permission::AskRateLimit
         ),
         Role::Viewer => matches!(permission, Permission::Read | Permission::PollRuleset),
         Role::Proxy => matches!(
             permission,
-            Permission::PollRuleset | Permission::SendReports | Permission::SyncQuota
+            Permission::PollRuleset
+                | Permission::SendReports
+                | Permission::SyncQuota
+                | Permission::AskRateLimit
         ),
     }
 }
@@ -134,10 +147,10 @@ impl<N> Auth<N> {
     }
 }
 
-/// The token in `Authorization: Bearer TOKEN` (scheme case-insensitive, RFC 9110).
-fn bearer(parts: &Parts) -> Result<&str, ApiError> {
-    let value = parts
-        .headers
+/// The token in `Authorization: Bearer TOKEN` (scheme case-insensitive, RFC 9110): an
+/// HTTP request's headers, or a gRPC call's metadata.
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let value = headers
         .get(header::AUTHORIZATION)
         .ok_or(ApiError::Unauthenticated(
             "missing Authorization header: send `Authorization: Bearer TOKEN`",
@@ -229,7 +242,7 @@ pub(crate) async fn authenticate(
 ) -> Result<TokenInfo, ApiError> {
     let peer = Peer::of(parts);
     if parts.headers.contains_key(header::AUTHORIZATION) {
-        let secret = bearer(parts)?;
+        let secret = bearer(&parts.headers)?;
         let found = if permission.proxys_own() {
             remembered(state, peer, secret).await?
         } else {
@@ -267,7 +280,7 @@ async fn looked_up(
 
 /// The active token with this secret, from memory where it is remembered (refreshed in
 /// the background when due), else from the database, then remembered.
-async fn remembered(
+pub(crate) async fn remembered(
     state: &AppState,
     peer: Peer,
     secret: &str,
@@ -358,10 +371,13 @@ mod tests {
     #[test]
     fn the_role_matrix() {
         let table = [
-            (Role::Admin, [true, true, true, true, true, true]),
-            (Role::Editor, [true, true, true, false, false, false]),
-            (Role::Viewer, [true, false, true, false, false, false]),
-            (Role::Proxy, [false, false, true, false, true, true]),
+            (Role::Admin, [true, true, true, true, true, true, true]),
+            (Role::Editor, [true, true, true, false, false, false, false]),
+            (
+                Role::Viewer,
+                [true, false, true, false, false, false, false],
+            ),
+            (Role::Proxy, [false, false, true, false, true, true, true]),
         ];
         for (role, expected) in table {
             let got = Permission::ALL.map(|p| allows(role, p));

@@ -165,6 +165,9 @@ pub struct RlsMetrics {
     /// What quota streams were refused, by reason (`max_streams`, `max_stream_buckets`,
     /// `invalid`, `idle`).
     pub(crate) quota_refused: Family<ReasonLabel, Counter>,
+    /// Calls of either service refused before anything was read or charged, by reason
+    /// (`missing_token`, `bad_token`, `wrong_role`, `throttled`, `unavailable`).
+    pub(crate) unauthenticated: Family<ReasonLabel, Counter>,
     /// The decisions of both services per rule, under the names the filter's per-rule
     /// counters have in Envoy, so one query covers both.
     pub(crate) per_rule: PerRuleCounters,
@@ -306,6 +309,11 @@ impl RlsMetrics {
             "sluice_rlqs_refused",
             "What the quota service (RLQS) refused, by reason (max_streams, max_stream_buckets: a bucket given no assignment, invalid, idle: a stream ended)",
             self.quota_refused.clone(),
+        );
+        registry.register(
+            "sluice_rls_unauthenticated",
+            "Rate limit and quota service calls refused for their token, by reason (missing_token, bad_token: unknown, revoked or malformed, wrong_role, throttled: too many failures from the address, unavailable: the token store did not answer)",
+            self.unauthenticated.clone(),
         );
         self.per_rule.register(registry);
     }

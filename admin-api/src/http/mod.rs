@@ -54,7 +54,7 @@ use axum::routing::get;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub(crate) use body::{MAX_BODY_BYTES, header_items};
+pub(crate) use body::{MAX_BODY_BYTES, Peer, header_items};
 pub(crate) use error::ApiError;
 pub(crate) use metrics::ConnectionMetrics;
 pub(crate) use metrics::{CodeLabel, OutcomeLabel, ReasonLabel, RlsMetrics};

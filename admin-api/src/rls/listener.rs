@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use super::limits::RlsLimits;
 use crate::http::ConnectionMetrics;
@@ -23,6 +23,8 @@ use crate::http::ConnectionMetrics;
 #[derive(Debug)]
 pub(crate) struct Conn {
     io: Io,
+    /// The peer's address, for the failed-authentication limit (`Request::remote_addr`).
+    info: TcpConnectInfo,
     _permit: OwnedSemaphorePermit,
     _open: OpenGuard,
 }
@@ -44,8 +46,10 @@ impl Drop for OpenGuard {
 }
 
 impl Connected for Conn {
-    type ConnectInfo = ();
-    fn connect_info(&self) {}
+    type ConnectInfo = TcpConnectInfo;
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.info.clone()
+    }
 }
 
 impl AsyncRead for Conn {
@@ -104,7 +108,7 @@ pub(crate) fn accept(
                 accepted = listener.accept() => accepted,
                 () = send.closed() => return,
             };
-            let Ok((stream, _peer)) = stream else {
+            let Ok((stream, peer)) = stream else {
                 // Out of file descriptors or the like: try again in a moment.
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
@@ -117,6 +121,10 @@ pub(crate) fn accept(
             counts.open.inc();
             let open = OpenGuard(counts.clone());
             let _ = stream.set_nodelay(true);
+            let info = TcpConnectInfo {
+                local_addr: stream.local_addr().ok(),
+                remote_addr: Some(peer),
+            };
             let send = send.clone();
             let tls = tls.clone();
             tokio::spawn(async move {
@@ -145,6 +153,7 @@ pub(crate) fn accept(
                 let _ = send
                     .send(Ok(Conn {
                         io,
+                        info,
                         _permit: permit,
                         _open: open,
                     }))

@@ -11,12 +11,14 @@
 //! call: convert, check, plan, charge, answer, count), `quota` (the quota service's
 //! streams, RLQS, experimental: usage charged, assignments answered, every stream
 //! bounded), `listener` (connections within the cap, TLS handshakes within their
-//! timeout).
+//! timeout, client certificates checked when asked), `auth` (a call's token).
 //!
-//! Architecture Invariant: the listener authenticates no one (Envoy's rate limit filter
-//! sends no credentials by default): it belongs on loopback or a mesh-internal address,
-//! as envoyproxy/ratelimit does; `docs/rls.md` says so.
+//! Architecture Invariant: no call is answered, and nothing charged, before its caller is
+//! authenticated as `sluice serve` was told: a proxy token in the call's metadata
+//! ([`RlsAuth::Token`]) unless `--rls-auth none` says the listener is reached by trusted
+//! peers only, and a client certificate from `--rls-client-ca` when given.
 
+mod auth;
 mod limits;
 mod listener;
 mod quota;
@@ -35,6 +37,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 
+pub use auth::RlsAuth;
 pub use limits::{
     ABANDON_AFTER, ASSIGNMENT_TTL, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_CONNECTIONS,
     MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES, MAX_QUOTA_STREAMS, MAX_STREAM_BUCKETS, MAX_STREAMS,
@@ -58,6 +61,7 @@ pub(crate) async fn start(
     listen: SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: RlsLimits,
+    auth: RlsAuth,
 ) -> io::Result<RlsServer> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
@@ -82,12 +86,14 @@ pub(crate) async fn start(
         current.clone(),
         stats.clone(),
         limits,
+        auth,
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let service = RateLimitServiceServer::new(service::Rls {
         state: state.clone(),
         rules: current,
         stats,
+        auth,
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let server = tonic::transport::Server::builder()

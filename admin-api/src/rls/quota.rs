@@ -35,6 +35,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
+use super::auth::{self, RlsAuth};
 use super::limits::{ASSIGNMENT_TTL, RlsLimits};
 use super::rules::Current;
 use super::stats::Stats;
@@ -52,6 +53,8 @@ pub(crate) struct Rlqs {
     /// How many streams hold each client's bucket (by rule and client), which divides
     /// its rate and burst among them.
     pub(crate) holders: Arc<Mutex<HashMap<u64, u64>>>,
+    /// What a stream's opening call must show.
+    pub(crate) auth: RlsAuth,
 }
 
 impl Rlqs {
@@ -60,8 +63,10 @@ impl Rlqs {
         rules: Current,
         stats: Arc<Stats>,
         limits: RlsLimits,
+        auth: RlsAuth,
     ) -> Rlqs {
         Rlqs {
+            auth,
             state,
             rules,
             stats,
@@ -266,27 +271,20 @@ impl Stream {
                 take(&service.holders, holder);
                 held.holder = holder;
             }
-            if active {
-                held.last_active = now;
-                if let Some(m) = &matched {
-                    service.stats.record_quota(
-                        m,
-                        usage.num_requests_allowed,
-                        usage.num_requests_denied,
-                    );
-                }
-            }
-            let left = match &matched {
+            let charged = match &matched {
                 Some(m) if !m.charges.is_empty() => {
                     let ids: Vec<u64> = m.charges.iter().map(|c| c.bucket).collect();
                     let allowed = usage.num_requests_allowed;
                     let charged = service
                         .state
                         .coordinator()
-                        .charge(&ids, now, |at, tats| charge_usage(m, tats, at, allowed))
+                        .charge(&ids, now, |at, tats| {
+                            let charge = charge_usage(m, tats, at, allowed);
+                            ((charge.left, charge.shadow_denied), charge.writes)
+                        })
                         .await;
                     match charged {
-                        Ok(left) => Some(left),
+                        Ok(charged) => Some(charged),
                         Err(err) => {
                             tracing::debug!(%err, "quota service: usage not charged");
                             service
@@ -303,6 +301,20 @@ impl Stream {
                 }
                 _ => None,
             };
+            if active {
+                held.last_active = now;
+                if let Some(m) = &matched {
+                    // Unknown when the buckets could not be charged: all count as allowed.
+                    let shadow_denied = charged.map_or(0, |(_, shadow_denied)| shadow_denied);
+                    service.stats.record_quota(
+                        m,
+                        usage.num_requests_allowed,
+                        usage.num_requests_denied,
+                        shadow_denied,
+                    );
+                }
+            }
+            let left = charged.map(|(left, _)| left);
             let holders = count(&service.holders, held.holder);
             let basis = assign(matched.as_ref(), holders, None);
             if fresh || basis != held.basis {
@@ -391,6 +403,7 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         call: tonic::Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<tonic::Response<Self::StreamRateLimitQuotasStream>, tonic::Status> {
+        auth::check(&self.state, self.auth, &call).await?;
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
             self.refused("max_streams");
             return Err(tonic::Status::resource_exhausted(format!(

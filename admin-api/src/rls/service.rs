@@ -24,6 +24,7 @@ use sluice_core::rule::Limit;
 use sluice_core::ruleset::RuleOutcome;
 use sluice_core::spec::FailureMode;
 
+use super::auth::{self, RlsAuth};
 use super::rules::Current;
 use super::stats::Stats;
 use crate::http::{AppState, CodeLabel, OutcomeLabel, ReasonLabel};
@@ -34,6 +35,7 @@ pub(crate) struct Rls {
     pub(crate) state: AppState,
     pub(crate) rules: Current,
     pub(crate) stats: Arc<Stats>,
+    pub(crate) auth: RlsAuth,
 }
 
 /// The core's request from the wire's, refusing what the core cannot represent.
@@ -272,6 +274,7 @@ impl RateLimitService for Rls {
         &self,
         call: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        auth::check(&self.state, self.auth, &call).await?;
         let checked = request(call.into_inner()).and_then(|r| {
             r.check()
                 .map(|()| r)

@@ -44,10 +44,17 @@ impl Stats {
     }
 
     /// Counts one bucket's usage in a quota report: the requests Envoy's quota filter
-    /// allowed and denied since its last report.
-    pub(crate) fn record_quota(&self, matched: &Matched, allowed: u64, denied: u64) {
+    /// allowed (of which a shadow rule would have denied `shadow_denied`) and denied since
+    /// its last report.
+    pub(crate) fn record_quota(
+        &self,
+        matched: &Matched,
+        allowed: u64,
+        denied: u64,
+        shadow_denied: u64,
+    ) {
         let mut pending = self.pending();
-        for (outcome, requests) in quota_outcomes(allowed, denied) {
+        for (outcome, requests) in quota_outcomes(allowed, denied, shadow_denied) {
             if requests > 0 {
                 pending.record_outcomes(&matched.rule_id, outcome, &matched.client, requests, 0);
             }

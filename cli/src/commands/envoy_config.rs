@@ -9,10 +9,10 @@ use anyhow::Context as _;
 use sluice_core::config::DEFAULT_SLOTS;
 use sluice_envoy_config::{
     AdminConnection, AdminTls, AdminUrl, ControlMode, DEFAULT_ENVOY_ADMIN, EnvoyConfigError,
-    EnvoyConfigOptions, KeyHeader, PluginConfig, RlqsService, RlsAction, RlsService, Upstream,
-    UpstreamProtocol, descriptors_for_rules, rls_domains,
+    EnvoyConfigOptions, PluginConfig, Upstream, UpstreamProtocol,
 };
 
+use super::rls_args::{RlsArgs, tls_files};
 use super::{Failure, FailureModeArg, filter_spec, write_output};
 
 #[derive(Debug, clap::Args)]
@@ -79,7 +79,8 @@ pub struct EnvoyConfigArgs {
         long,
         value_name = "https://HOST:PORT",
         requires = "proxy_token",
-        value_delimiter = ','
+        value_delimiter = ',',
+        conflicts_with_all = ["rls", "rlqs"]
     )]
     admin_url: Vec<AdminUrl>,
 
@@ -127,114 +128,16 @@ pub struct EnvoyConfigArgs {
     /// Gateway allow). The admin API's cluster is written either way.
     #[arg(long, value_enum, value_name = "MODE", requires = "admin_url")]
     control: Option<ControlMode>,
-    /// Instead of the wasm filter, Envoy's native rate limit filter
-    /// (envoy.filters.http.ratelimit) asking Sluice's rate limit service at this address
-    /// (`sluice serve --rls-listen`), with X-RateLimit headers, failing open.
-    #[arg(long, value_name = "IP:PORT", conflicts_with = "admin_url")]
-    rls: Option<SocketAddr>,
-    /// The descriptor domain the native filter sends (rules' `descriptor.domain`)
-    /// [default: the one domain of the --rules' descriptors, else `sluice`].
-    #[arg(long, value_name = "DOMAIN", requires = "rls")]
-    rls_domain: Option<String>,
-    /// With --rules: the request header a descriptor key is read from (repeat the flag;
-    /// a pseudo-header such as `:path` too) [default: the key with `_` as `-`].
-    #[arg(long, value_name = "KEY=HEADER", requires = "rules")]
-    rls_key_header: Vec<KeyHeader>,
-    /// One entry of the descriptor each request sends, in order: remote_address,
-    /// header:NAME=KEY or generic:KEY=VALUE (repeat the flag) [default: remote_address].
-    #[arg(long, value_name = "ACTION", requires = "rls")]
-    rls_action: Vec<RlsAction>,
-    /// One more descriptor each request sends, its actions comma-separated in order
-    /// (`generic:route=slow,header:x-api-key=api_key`); repeat for several. The
-    /// `--rls-action`s, when given, are the first descriptor.
-    #[arg(long, value_name = "ACTION,...", requires = "rls", value_parser = RlsAction::parse_list)]
-    rls_descriptor: Vec<Vec<RlsAction>>,
-    /// How long Envoy waits for the rate limit service before letting the request through.
-    #[arg(long, value_name = "MS", default_value_t = 100, requires = "rls")]
-    rls_timeout_ms: u32,
-    /// Refuse requests when the rate limit service does not answer in time.
-    #[arg(long, requires = "rls")]
-    rls_fail_closed: bool,
-    /// Instead of the wasm filter (or besides --rls), Envoy's quota filter
-    /// (envoy.filters.http.rate_limit_quota, experimental in Envoy) asking Sluice's quota
-    /// service at this address (`sluice serve --rls-listen`), failing open.
-    #[arg(long, value_name = "IP:PORT", conflicts_with_all = ["admin_url", "rules"])]
-    rlqs: Option<SocketAddr>,
-    /// The domain the quota filter reports (rules' `descriptor.domain`).
-    #[arg(
-        long,
-        value_name = "DOMAIN",
-        default_value = "sluice",
-        requires = "rlqs"
-    )]
-    rlqs_domain: String,
-    /// One entry of each request's quota bucket id: header:NAME=KEY or
-    /// generic:KEY=VALUE (repeat the flag; at least one header). A request without
-    /// every header is in no bucket and not limited.
-    #[arg(long, value_name = "ACTION", requires = "rlqs")]
-    rlqs_bucket: Vec<RlsAction>,
-    /// How often Envoy reports usage to the quota service and renews its assignments.
-    #[arg(long, value_name = "MS", default_value_t = 1_000, requires = "rlqs")]
-    rlqs_reporting_interval_ms: u32,
-    /// Deny a quota bucket's requests until the quota service has assigned it a quota.
-    #[arg(long, requires = "rlqs")]
-    rlqs_fail_closed: bool,
-}
-
-/// The domain and the descriptors made for the `descriptor` rules of the rules file at
-/// `path` (`--rls` with `--rules`).
-fn rule_descriptors(
-    path: &Path,
-    args: &EnvoyConfigArgs,
-) -> Result<(String, Vec<Vec<RlsAction>>), Failure> {
-    let read = sluice_rules_file::read_rules_file(path)
-        .map_err(|err| Failure::BadInput(format!("{:#}", anyhow::Error::from(err))))?;
-    let domains = rls_domains(&read);
-    let domain = match (&args.rls_domain, domains.len()) {
-        (Some(domain), _) => domain.clone(),
-        (None, 1) => domains
-            .iter()
-            .next()
-            .map(|d| d.to_string())
-            .unwrap_or_default(),
-        (None, _) => {
-            return Err(Failure::BadInput(format!(
-                "{}: its descriptor rules name the domains {:?}: choose one with --rls-domain",
-                path.display(),
-                domains
-            )));
-        }
-    };
-    let descriptors = descriptors_for_rules(&read, &domain, &args.rls_key_header);
-    if descriptors.is_empty() {
-        return Err(Failure::BadInput(format!(
-            "{}: no rule has a descriptor of domain `{domain}`",
-            path.display()
-        )));
-    }
-    Ok((domain, descriptors))
+    #[command(flatten)]
+    services: RlsArgs,
 }
 
 /// Renders the bootstrap to `--output` or standard output. Wrong rules, flags or files
 /// are [`Failure::BadInput`], each named where it must be fixed.
 pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
-    if args.rls.is_some() || args.rlqs.is_some() {
-        let mut options = EnvoyConfigOptions::new(args.listen, args.upstream, PathBuf::new());
-        options.concurrency = args.concurrency;
-        options.upstream_protocol = args.upstream_protocol;
-        options.envoy_admin = args.envoy_admin;
-        options.config_path = args.output.clone();
-        options.rlqs = args.rlqs.map(|addr| RlqsService {
-            addr,
-            domain: args.rlqs_domain.clone(),
-            bucket: args.rlqs_bucket.clone(),
-            reporting_interval_ms: args.rlqs_reporting_interval_ms,
-            fail_closed: args.rlqs_fail_closed,
-        });
-        if let Some(rlqs) = &options.rlqs {
-            rlqs.check().map_err(Failure::BadInput)?;
-        }
-        if args.rls.is_some() && args.upstream == Upstream::Direct {
+    let services = &args.services;
+    if services.rls.is_some() || services.rlqs.is_some() {
+        if services.rls.is_some() && args.upstream == Upstream::Direct {
             // Its route would carry no `rate_limits`: the service would never be asked.
             return Err(Failure::BadInput(
                 "--rls needs an --upstream address: Envoy's ratelimit filter skips routes \
@@ -242,31 +145,13 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
                     .into(),
             ));
         }
-        let Some(addr) = args.rls else {
-            let yaml = sluice_envoy_config::render(&options).map_err(anyhow::Error::from)?;
-            return write_output(args.output.as_deref(), &yaml);
-        };
-        let (domain, mut descriptors) = match &args.rules {
-            Some(path) => rule_descriptors(path, args)?,
-            None => (
-                args.rls_domain.clone().unwrap_or_else(|| "sluice".into()),
-                Vec::new(),
-            ),
-        };
-        if !args.rls_action.is_empty() {
-            descriptors.insert(0, args.rls_action.clone());
-        }
-        descriptors.extend(args.rls_descriptor.iter().cloned());
-        if descriptors.is_empty() {
-            descriptors.push(vec![RlsAction::RemoteAddress]);
-        }
-        options.rls = Some(RlsService {
-            addr,
-            domain,
-            descriptors,
-            timeout_ms: args.rls_timeout_ms,
-            fail_closed: args.rls_fail_closed,
-        });
+        let mut options = EnvoyConfigOptions::new(args.listen, args.upstream, PathBuf::new());
+        options.concurrency = args.concurrency;
+        options.upstream_protocol = args.upstream_protocol;
+        options.envoy_admin = args.envoy_admin;
+        options.config_path = args.output.clone();
+        (options.rls, options.rlqs, options.rls_credentials) =
+            services.services(args.rules.as_deref())?;
         let yaml = sluice_envoy_config::render(&options).map_err(anyhow::Error::from)?;
         return write_output(args.output.as_deref(), &yaml);
     }
@@ -275,6 +160,11 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
             "--filter is required without --rls or --rlqs".into(),
         ));
     };
+    if services.rls_token.is_some() || services.rls_ca.is_some() {
+        return Err(Failure::BadInput(
+            "--rls-token and --rls-ca apply only with --rls or --rlqs".into(),
+        ));
+    }
     let filter = std::path::absolute(filter)
         .with_context(|| format!("resolving the filter path {}", filter.display()))?;
     if !filter.is_file() {
@@ -329,29 +219,16 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
     write_output(args.output.as_deref(), &yaml)
 }
 
-/// `--admin-ca` and the flags beside it, with absolute paths (Envoy resolves relative
-/// ones against its own working directory). Files that cannot be read here are refused:
-/// they are usually on the machine Envoy runs on, and a typo is best caught now.
+/// `--admin-ca` and the flags beside it.
 fn admin_tls(args: &EnvoyConfigArgs) -> Result<Option<AdminTls>, Failure> {
-    let Some(ca) = &args.admin_ca else {
-        return Ok(None);
-    };
-    let file = |flag: &str, path: &Path| -> Result<PathBuf, Failure> {
-        let absolute = std::path::absolute(path)
-            .map_err(|e| Failure::BadInput(format!("--{flag} {}: {e}", path.display())))?;
-        std::fs::File::open(&absolute)
-            .map_err(|e| Failure::BadInput(format!("--{flag} {}: {e}", path.display())))?;
-        Ok(absolute)
-    };
-    let mut tls = AdminTls::new(file("admin-ca", ca)?);
-    tls.sni = args.admin_sni.clone();
-    if let (Some(cert), Some(key)) = (&args.admin_client_cert, &args.admin_client_key) {
-        tls.client_cert = Some((
-            file("admin-client-cert", cert)?,
-            file("admin-client-key", key)?,
-        ));
-    }
-    Ok(Some(tls))
+    tls_files(
+        "admin",
+        args.admin_ca.as_deref(),
+        args.admin_sni.as_ref(),
+        args.admin_client_cert
+            .as_deref()
+            .zip(args.admin_client_key.as_deref()),
+    )
 }
 
 /// Names where a problem must be fixed: the rules file and the rule's field, or the flag.

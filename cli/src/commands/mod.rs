@@ -6,8 +6,9 @@
 //! * [`token`]: `sluice token create|list|revoke`, directly in the database.
 //! * [`rules`]: `sluice rules apply|export`, through a running server's API.
 //! * [`envoy_config`]: `sluice envoy-config` ([`sluice_envoy_config`]); needs no server.
-//! * [`render`]: `sluice render istio|envoy-gateway|envoy|kubernetes`
+//! * [`render`]: `sluice render istio|envoy-gateway|envoy|kubernetes|ratelimit`
 //!   ([`sluice_envoy_config::render`]); needs no server.
+//! * [`rls_args`]: the `--rls`/`--rlqs` flags `envoy-config` and `render ratelimit` share.
 //!
 //! `envoy-config` and `render` both write the filter's plugin configuration: its flags'
 //! values become one with [`filter_spec`].
@@ -22,6 +23,7 @@ use sluice_core::spec::FailureMode;
 pub mod database;
 pub mod envoy_config;
 pub mod render;
+pub mod rls_args;
 pub mod rules;
 pub mod serve;
 pub mod token;

@@ -1,4 +1,4 @@
-//! `sluice render istio|envoy-gateway|envoy|kubernetes`: flags to
+//! `sluice render istio|envoy-gateway|envoy|kubernetes|ratelimit`: flags to
 //! [`sluice_envoy_config::render`]'s options; the rules, proxy token and module files read
 //! here; the YAML written out. Needs no server.
 
@@ -9,10 +9,12 @@ use sha2::{Digest as _, Sha256};
 use sluice_core::config::{DEFAULT_SLOTS, FilterConfigSpec};
 use sluice_envoy_config::render::{
     self, AdminService, Database, EnvoyGatewayOptions, EnvoyOptions, Follow, IstioAdmin,
-    IstioOptions, IstioPhase, KubernetesOptions, ProxyToken, RenderError, Rendered, TargetRef,
+    IstioOptions, IstioPhase, KubernetesOptions, ProxyToken, RatelimitOptions, RenderError,
+    Rendered, TargetRef,
 };
 use sluice_envoy_config::{AdminConnection, AdminTls, AdminUrl};
 
+use super::rls_args::RlsArgs;
 use super::{Failure, FailureModeArg, filter_spec, write_output};
 
 #[derive(Debug, clap::Subcommand)]
@@ -29,6 +31,25 @@ pub enum RenderCommand {
     /// The admin API's own manifests: Namespace, ServiceAccount, storage, Deployment,
     /// Service (the kustomize base in deploy/kubernetes/).
     Kubernetes(KubernetesArgs),
+    /// No wasm: Envoy's native rate limit filter (--rls) and/or quota filter (--rlqs)
+    /// asking `sluice serve --rls-listen`, its cluster and the route's rate_limits, for
+    /// your own Envoy configuration (what `sluice envoy-config --rls` puts in a bootstrap).
+    Ratelimit(RatelimitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RatelimitArgs {
+    /// With --rls: the rules the route's descriptors are made for (each distinct list of
+    /// a `descriptor` rule's entries in the domain is one descriptor).
+    #[arg(long, value_name = "FILE.json|.yaml|.yml")]
+    rules: Option<PathBuf>,
+
+    #[command(flatten)]
+    services: RlsArgs,
+
+    /// Write the YAML to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 /// The plugin configuration's own settings.
@@ -375,7 +396,22 @@ pub fn run(command: &RenderCommand) -> Result<(), Failure> {
         RenderCommand::EnvoyGateway(args) => envoy_gateway(args),
         RenderCommand::Envoy(args) => envoy(args),
         RenderCommand::Kubernetes(args) => kubernetes(args),
+        RenderCommand::Ratelimit(args) => ratelimit(args),
     }
+}
+
+fn ratelimit(args: &RatelimitArgs) -> Result<(), Failure> {
+    let (rls, rlqs, credentials) = args.services.services(args.rules.as_deref())?;
+    let options = RatelimitOptions {
+        rls,
+        rlqs,
+        credentials,
+    };
+    let yaml = render::ratelimit(&options)
+        .map_err(bad)?
+        .to_yaml()
+        .map_err(|e| Failure::Other(e.into()))?;
+    write_output(args.output.as_deref(), &yaml)
 }
 
 fn istio(args: &IstioArgs) -> Result<(), Failure> {

@@ -12,7 +12,7 @@ use sluice_admin::http::AppState;
 use sluice_admin::http::failed_auth::FailureLimit;
 use sluice_admin::http::report_guard::ReportRate;
 use sluice_admin::pipeline::MetricsConfig;
-use sluice_admin::rls::RlsLimits;
+use sluice_admin::rls::{RlsAuth, RlsLimits};
 use sluice_admin::server::{self, ADMIN_TOKEN_ENV, Bootstrap, BootstrapError, ServeOptions};
 use sluice_coordinator::Backend;
 use sluice_coordinator::guard;
@@ -121,12 +121,26 @@ pub struct ServeArgs {
     #[arg(long, value_name = "IP:PORT")]
     metrics_listen: Option<SocketAddr>,
 
-    /// Also serve Envoy's rate limit service (envoy.service.ratelimit.v3, gRPC) on this
-    /// address, with the same TLS as --listen: rules with a `descriptor` decide it (see
-    /// docs/rls.md). It authenticates no one: keep it on loopback or a mesh-internal
-    /// address.
+    /// Also serve Envoy's rate limit and quota services (envoy.service.ratelimit.v3 and
+    /// rate_limit_quota.v3, gRPC) on this address, with the same TLS as --listen: rules
+    /// with a `descriptor` decide them (see docs/rls.md). Needs --rls-auth.
     #[arg(long, value_name = "IP:PORT")]
     rls_listen: Option<SocketAddr>,
+
+    /// Who may call --rls-listen: `token`, a token with the proxy role in every call's
+    /// metadata (`authorization: Bearer TOKEN`; `sluice envoy-config --rls-token` writes
+    /// it into Envoy's configuration); `none`, anyone who reaches the address (only for
+    /// loopback, a mesh-internal address, or with --rls-client-ca). No default: versions
+    /// before it answered anyone, and Envoys sending no token would be refused and fail
+    /// open, unnoticed.
+    #[arg(long, value_enum, value_name = "token|none", requires = "rls_listen")]
+    rls_auth: Option<RlsAuthArg>,
+
+    /// Require a client certificate chaining to these PEM CA certificates on
+    /// --rls-listen (mutual TLS; needs --tls-cert). A client without one fails the TLS
+    /// handshake.
+    #[arg(long, value_name = "FILE", requires_all = ["rls_listen", "tls_cert"])]
+    rls_client_ca: Option<PathBuf>,
 
     /// gRPC connections open at once on --rls-listen; more are closed at once.
     #[arg(long, value_name = "N", default_value_t = sluice_admin::rls::MAX_CONNECTIONS)]
@@ -158,6 +172,29 @@ pub struct ServeArgs {
     rlqs_abandon_after: Duration,
 }
 
+/// `--rls-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RlsAuthArg {
+    Token,
+    None,
+}
+
+/// What a caller of the rate limit service must show, or why `sluice serve` cannot start
+/// with these flags.
+fn rls_auth(args: &ServeArgs) -> Result<RlsAuth, Failure> {
+    match (args.rls_listen, args.rls_auth) {
+        (None, _) | (Some(_), Some(RlsAuthArg::Token)) => Ok(RlsAuth::Token),
+        (Some(_), Some(RlsAuthArg::None)) => Ok(RlsAuth::None),
+        (Some(_), None) => Err(Failure::BadInput(
+            "--rls-listen needs --rls-auth: `token` to require a proxy token in every call \
+                 (give Envoy one with `sluice envoy-config --rls-token`), or `none` to answer \
+                 whoever reaches the address, as earlier versions did (loopback, a \
+                 mesh-internal address, or with --rls-client-ca); see docs/rls.md#authentication"
+                .into(),
+        )),
+    }
+}
+
 fn init_logging() {
     // RUST_LOG overrides, e.g. RUST_LOG=sluice_admin=debug shows every request.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -177,6 +214,16 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             sluice_admin::tls::server_config(cert, key)
+                .map_err(|err| Failure::BadInput(err.to_string()))?,
+        ),
+        _ => None,
+    };
+    let rls_auth = rls_auth(&args)?;
+    // With client certificates the rate limit service has TLS of its own: the same
+    // certificate, and a handshake that requires theirs.
+    let rls_tls = match (&args.rls_client_ca, &args.tls_cert, &args.tls_key) {
+        (Some(ca), Some(cert), Some(key)) => Some(
+            sluice_admin::tls::client_auth_config(cert, key, ca)
                 .map_err(|err| Failure::BadInput(err.to_string()))?,
         ),
         _ => None,
@@ -290,6 +337,8 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         metrics_listen: args.metrics_listen,
         rls_listen: args.rls_listen,
         rls_limits,
+        rls_auth,
+        rls_tls,
     };
     let server = server::start_with(state, args.listen, options)
         .await

@@ -38,12 +38,18 @@ fn outcome(planned: &Planned, status: &Status, request_denied: bool) -> RuleOutc
 }
 
 /// What a quota report's usage of one bucket says for its rule: the requests Envoy's
-/// quota filter allowed and those it denied, each with how many. Nearness to the limit
-/// is not known from a report, so none is counted as near.
-pub fn quota_outcomes(allowed: u64, denied: u64) -> [(RuleOutcome, u64); 2] {
+/// quota filter allowed (of which `shadow_denied` a shadow rule would have denied, from
+/// [`super::quota::charge_usage`]) and those it denied, each with how many. Nearness to
+/// the limit is not known from a report, so none is counted as near.
+pub fn quota_outcomes(allowed: u64, denied: u64, shadow_denied: u64) -> [(RuleOutcome, u64); 3] {
+    let shadow_denied = shadow_denied.min(allowed);
     [
-        (RuleOutcome::Allowed { near_limit: false }, allowed),
+        (
+            RuleOutcome::Allowed { near_limit: false },
+            allowed - shadow_denied,
+        ),
         (RuleOutcome::Denied, denied),
+        (RuleOutcome::ShadowDenied, shadow_denied),
     ]
 }
 
@@ -132,13 +138,33 @@ mod tests {
         let plan = rules.plan(&request("edge", &[&[("api_key", "acme")]]));
         let matched = plan.descriptors[0].rule.as_ref().unwrap();
         let mut aggregate = Aggregate::default();
-        for (outcome, n) in quota_outcomes(40, 7) {
+        for (outcome, n) in quota_outcomes(40, 7, 0) {
             aggregate.record_outcomes(&matched.rule_id, outcome, &matched.client, n, 0);
         }
         let batch = aggregate.take();
         let counts = &batch.rules[0].counts;
-        assert_eq!((counts.allowed, counts.denied), (40, 7));
+        assert_eq!(
+            (counts.allowed, counts.denied, counts.shadow_denied),
+            (40, 7, 0)
+        );
         assert_eq!(batch.rules[0].top_clients[0].client, "acme");
         assert_eq!(batch.rules[0].top_clients[0].throttled, 7);
+    }
+
+    #[test]
+    fn a_quota_report_counts_a_shadow_rules_would_be_denials_as_shadow_denied() {
+        let rules = rules(&[SHADOW]);
+        let plan = rules.plan(&request("edge", &[&[("path", "/")]]));
+        let matched = plan.descriptors[0].rule.as_ref().unwrap();
+        let mut aggregate = Aggregate::default();
+        for (outcome, n) in quota_outcomes(10, 0, 9) {
+            aggregate.record_outcomes(&matched.rule_id, outcome, &matched.client, n, 0);
+        }
+        let batch = aggregate.take();
+        let counts = &batch.rules[0].counts;
+        assert_eq!(
+            (counts.allowed, counts.denied, counts.shadow_denied),
+            (1, 0, 9)
+        );
     }
 }

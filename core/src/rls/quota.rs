@@ -111,17 +111,40 @@ pub fn assign(matched: Option<&Matched>, holders: u64, tokens_left: Option<u64>)
     }
 }
 
+/// What charging one report's usage of a bucket did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageCharge {
+    /// Whole tokens left in the bucket of the [`assigned_limit`] (`u64::MAX`: none).
+    pub left: u64,
+    /// Of the requests reported allowed, those a shadow rule would have denied (its
+    /// buckets had no room for them); 0 for an enforced rule.
+    pub shadow_denied: u64,
+    /// The buckets' new theoretical arrival times (the shape the coordinator's `charge`
+    /// takes).
+    pub writes: Vec<(u64, Nanos)>,
+}
+
 /// Charges `allowed` requests, which Envoy already served, to every bucket of `matched`
-/// (`tats`: their theoretical arrival times, in the order of `matched.charges`), into
-/// debt if need be (at most one burst of it, as a token limit's commit). Returns the
-/// whole tokens left in the bucket of the [`assigned_limit`] and the writes (the shape
-/// the coordinator's `charge` takes).
-pub fn charge_usage(
-    matched: &Matched,
-    tats: &[Nanos],
-    now: Nanos,
-    allowed: u64,
-) -> (u64, Vec<(u64, Nanos)>) {
+/// (`tats`: their theoretical arrival times, in the order of `matched.charges`).
+///
+/// An enforced rule's requests are charged whole, into debt if need be (at most one
+/// burst of it, as a token limit's commit). A shadow rule's bucket is assigned
+/// `ALLOW_ALL`, so Envoy admitted everything: the requests that fit every bucket are
+/// charged, and the rest are its would-be denials, charged nothing, as a shadow
+/// descriptor of `ShouldRateLimit` is. (The reported requests came over the reporting
+/// interval; they are weighed against the buckets as they stand at the report, refilled
+/// meanwhile up to their burst.)
+pub fn charge_usage(matched: &Matched, tats: &[Nanos], now: Nanos, allowed: u64) -> UsageCharge {
+    let charged = if matched.shadow {
+        matched
+            .charges
+            .iter()
+            .zip(tats)
+            .map(|(charge, tat)| charge.limit.gcra.check(*tat, now, 0).remaining)
+            .fold(allowed, u64::min)
+    } else {
+        allowed
+    };
     let assigned = assigned_limit(matched);
     let mut left = u64::MAX;
     let writes = matched
@@ -129,14 +152,18 @@ pub fn charge_usage(
         .iter()
         .zip(tats)
         .map(|(charge, tat)| {
-            let (new_tat, _forgiven) = charge.limit.gcra.charge_debt(*tat, now, allowed);
+            let (new_tat, _forgiven) = charge.limit.gcra.charge_debt(*tat, now, charged);
             if Some(charge.limit) == assigned {
                 left = charge.limit.gcra.check(new_tat, now, 0).remaining;
             }
             (charge.bucket, new_tat)
         })
         .collect();
-    (left, writes)
+    UsageCharge {
+        left,
+        shadow_denied: allowed - charged,
+        writes,
+    }
 }
 
 #[cfg(test)]
@@ -227,16 +254,42 @@ mod tests {
     fn usage_is_charged_to_every_limit_into_debt_and_reports_what_is_left() {
         let m = matched(&[("tier", "free"), ("api_key", "acme")]).unwrap();
         let now = Nanos::from_secs(1_000);
-        let (left, writes) = charge_usage(&m, &[Nanos::ZERO, Nanos::ZERO], now, 12);
-        assert_eq!(writes.len(), 2);
-        assert_eq!(left, 18, "30 − 12 in the bucket of 100 a minute");
-        let tats: Vec<Nanos> = writes.iter().map(|(_, t)| *t).collect();
+        let first = charge_usage(&m, &[Nanos::ZERO, Nanos::ZERO], now, 12);
+        assert_eq!(first.writes.len(), 2);
+        assert_eq!(first.left, 18, "30 − 12 in the bucket of 100 a minute");
+        let tats: Vec<Nanos> = first.writes.iter().map(|(_, t)| *t).collect();
         // 40 more than the 18 left: served anyway, the bucket in debt, nothing left.
-        let (left, writes) = charge_usage(&m, &tats, now, 40);
-        assert_eq!(left, 0);
-        assert!(writes[0].1 > now.saturating_add(Nanos::from_secs(18)));
+        let over = charge_usage(&m, &tats, now, 40);
+        assert_eq!((over.left, over.shadow_denied), (0, 0));
+        assert!(over.writes[0].1 > now.saturating_add(Nanos::from_secs(18)));
         // Nothing reported: nothing changes.
-        let (_, again) = charge_usage(&m, &tats, now, 0);
-        assert_eq!(again.iter().map(|(_, t)| *t).collect::<Vec<_>>(), tats);
+        let again = charge_usage(&m, &tats, now, 0);
+        assert_eq!(
+            again.writes.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+            tats
+        );
+    }
+
+    #[test]
+    fn a_shadow_rule_charges_what_fits_and_counts_the_rest_as_would_be_denials() {
+        // One a second, burst 1: a full bucket has room for one request.
+        let m = matched(&[("trial", "t1")]).unwrap();
+        let now = Nanos::from_secs(1_000);
+        let one = charge_usage(&m, &[Nanos::ZERO], now, 1);
+        assert_eq!(one.shadow_denied, 0, "within the limit: no would-be denial");
+        let five = charge_usage(&m, &[Nanos::ZERO], now, 5);
+        assert_eq!(five.shadow_denied, 4);
+        assert_eq!(
+            five.writes, one.writes,
+            "only the request that fitted is charged"
+        );
+        let tats: Vec<Nanos> = five.writes.iter().map(|(_, t)| *t).collect();
+        // The bucket is empty now: every further request would have been denied.
+        let empty = charge_usage(&m, &tats, now, 3);
+        assert_eq!(empty.shadow_denied, 3);
+        assert_eq!(empty.writes[0].1, tats[0], "nothing charged");
+        // A second later it has refilled one.
+        let later = charge_usage(&m, &tats, now.saturating_add(Nanos::from_secs(1)), 3);
+        assert_eq!(later.shadow_denied, 2);
     }
 }

@@ -12,13 +12,16 @@
 //!   own Envoy configuration; both are what [`crate::build`] puts in a full bootstrap.
 //! * [`kubernetes`]: the admin API's own manifests (Deployment, Service, storage), the
 //!   kustomize base committed in `deploy/kubernetes/`.
+//! * [`ratelimit`]: no wasm: Envoy's native rate limit (and quota) filter asking Sluice's
+//!   gRPC listener, its cluster and the route's `rate_limits`, for users who write their
+//!   own Envoy configuration; made by the same functions as `envoy-config --rls`.
 //!
 //! Pure, like the rest of the crate: the CLI reads rules, token and module files and
 //! passes their contents in. Secrets are never invented: the proxy token is the caller's
 //! or [`TOKEN_PLACEHOLDER`], and the admin API's manifests only name the Secrets the
 //! operator creates.
 //!
-//! What the four share: `resources` (the YAML documents under their comment header,
+//! What they share: `resources` (the YAML documents under their comment header,
 //! Kubernetes names and metadata, policy targets, [`RenderError`]) and `follow` (how the
 //! elected worker follows the admin API: the proxy token and the plugin configuration's
 //! `control` section).
@@ -28,6 +31,7 @@ mod envoy_gateway;
 mod follow;
 mod istio;
 mod kubernetes;
+mod ratelimit;
 mod resources;
 
 pub use envoy::{EnvoyOptions, envoy};
@@ -39,4 +43,5 @@ pub use kubernetes::{
     DATA_DIR, DATABASE_SECRET, Database, KubernetesOptions, REDIS_SECRET, RUN_AS, SECRET_KEY_TOKEN,
     SECRET_KEY_URL, default_admin_image, kubernetes, kubernetes_stream,
 };
+pub use ratelimit::{RatelimitOptions, ratelimit};
 pub use resources::{RenderError, Rendered, TargetRef, default_filter_image};

@@ -138,12 +138,13 @@ impl Generator {
 
     /// Writes `<name>.yaml`: Envoy in front of `upstream` behind its native ratelimit
     /// filter, which asks the rate limit service at `rls` for one descriptor per request
-    /// (`api_key` from `x-api-key`, domain `domain`), waiting at most 1 s. (Not `direct`:
-    /// the filter skips routes that answer themselves.)
+    /// (`api_key` from `x-api-key`, domain `domain`), sending the proxy `token`, waiting
+    /// at most 1 s. (Not `direct`: the filter skips routes that answer themselves.)
     pub fn write_rls(
         &self,
         name: &str,
         rls: SocketAddr,
+        token: &str,
         domain: &str,
         concurrency: u32,
         upstream: SocketAddr,
@@ -161,6 +162,7 @@ impl Generator {
             .args(["--rls", &rls.to_string(), "--rls-domain", domain])
             .args(["--rls-action", "header:x-api-key=api_key"])
             .args(["--rls-timeout-ms", "1000"])
+            .args(["--rls-token", token])
             .args(["--concurrency", &concurrency.to_string()])
             .args(["--envoy-admin", "127.0.0.1:0"])
             .arg("--output")

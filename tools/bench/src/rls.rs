@@ -3,8 +3,9 @@
 //!
 //! One run, the same traffic everywhere: requests spread over [`KEYS`] API keys, each
 //! under a limit far above the load (every decision is a real bucket charge, none
-//! denies). Two `sluice serve --rls-listen` (SQLite for the rules; buckets in memory, and
-//! in a throwaway Redis), then:
+//! denies). Two `sluice serve --rls-listen --rls-auth token` (SQLite for the rules;
+//! buckets in memory, and in a throwaway Redis; every call carries a proxy token, as
+//! Envoy's do), then:
 //!
 //! 1. **gRPC, saturating**: a Rust client (tonic, Envoy's own protos) keeps
 //!    [`IN_FLIGHT`] calls in flight over [`CHANNELS`] HTTP/2 connections for the round's
@@ -37,6 +38,7 @@ use sluice_harness::cmd::{note, step};
 use sluice_harness::serve::{AdminApi, Serve};
 use sluice_harness::upstream::EchoUpstream;
 use tokio::sync::Semaphore;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::setup::Bench;
@@ -105,6 +107,8 @@ impl Grpc {
 struct Server {
     store: &'static str,
     api: AdminApi,
+    /// The proxy token every call sends (`--rls-auth token`), as Envoy's would.
+    token: String,
     saturating: Vec<Grpc>,
     paced: Vec<Grpc>,
     through_envoy: Vec<Measured>,
@@ -128,12 +132,19 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
             format!("sqlite://{}/rls-{store}.db", dir.display()),
         );
         serve.redis = redis_url;
-        serve.flags = vec!["--rls-listen".into(), "127.0.0.1:0".into()];
+        serve.flags = vec![
+            "--rls-listen".into(),
+            "127.0.0.1:0".into(),
+            "--rls-auth".into(),
+            "token".into(),
+        ];
         let api = AdminApi::start(&serve)?;
         api.create_rule(&rls_rule())?;
+        let token = api.proxy_token("bench-rls")?;
         servers.push(Server {
             store,
             api,
+            token,
             saturating: Vec::new(),
             paced: Vec::new(),
             through_envoy: Vec::new(),
@@ -163,11 +174,13 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
         let native = bench.generator.write_rls(
             &format!("rls-native-{}", server.store),
             rls,
+            &server.token,
             DOMAIN,
             WORKERS,
             upstream.addr(),
         )?;
-        commands.push(native.command.clone());
+        // The report is committed: the command says where the token goes, not what it is.
+        commands.push(native.command.replace(&server.token, "TOKEN"));
         envoys.push(bench.start_envoy(
             &native.path,
             WORKERS,
@@ -187,7 +200,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
         note(format!("rls: round {}", round + 1));
         for server in &mut servers {
             let addr = server.api.rls().context("started with --rls-listen")?.addr;
-            let channels = runtime.block_on(connect(addr))?;
+            let channels = runtime.block_on(connect(addr, &server.token))?;
             let ticks = server.api.cpu_ticks()?;
             let mut saturating = runtime.block_on(saturate(&channels, settings.round))?;
             saturating.server_cpu_ms = (server.api.cpu_ticks()? - ticks) as f64 * 10.0;
@@ -211,14 +224,27 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-async fn connect(addr: std::net::SocketAddr) -> Result<Vec<Channel>> {
+/// A connection to the service and the `authorization` metadata its calls carry.
+#[derive(Clone)]
+struct Caller {
+    channel: Channel,
+    authorization: AsciiMetadataValue,
+}
+
+async fn connect(addr: std::net::SocketAddr, token: &str) -> Result<Vec<Caller>> {
+    let authorization: AsciiMetadataValue = format!("Bearer {token}")
+        .parse()
+        .context("the proxy token as metadata")?;
     let mut channels = Vec::with_capacity(CHANNELS);
     for _ in 0..CHANNELS {
         let channel = Endpoint::from_shared(format!("http://{addr}"))?
             .connect()
             .await
             .with_context(|| format!("connecting to the rate limit service at {addr}"))?;
-        channels.push(channel);
+        channels.push(Caller {
+            channel,
+            authorization: authorization.clone(),
+        });
     }
     Ok(channels)
 }
@@ -239,10 +265,13 @@ fn request(n: u64) -> RateLimitRequest {
 }
 
 /// One call: its latency, or `None` when it failed; and whether it was over the limit.
-async fn call(channel: Channel, n: u64) -> (Option<f64>, bool) {
+async fn call(caller: Caller, n: u64) -> (Option<f64>, bool) {
     let started = Instant::now();
-    let answer = RateLimitServiceClient::new(channel)
-        .should_rate_limit(request(n))
+    let mut call = tonic::Request::new(request(n));
+    call.metadata_mut()
+        .insert("authorization", caller.authorization);
+    let answer = RateLimitServiceClient::new(caller.channel)
+        .should_rate_limit(call)
         .await;
     match answer {
         Ok(response) => (
@@ -295,7 +324,7 @@ impl Tally {
 }
 
 /// [`IN_FLIGHT`] callers, each calling again as soon as its answer arrives, for `duration`.
-async fn saturate(channels: &[Channel], duration: Duration) -> Result<Grpc> {
+async fn saturate(channels: &[Caller], duration: Duration) -> Result<Grpc> {
     let tally = Arc::new(Tally::default());
     let started = Instant::now();
     let stop = started + duration;
@@ -320,7 +349,7 @@ async fn saturate(channels: &[Channel], duration: Duration) -> Result<Grpc> {
 
 /// Calls started at `rate` a second (in batches every millisecond) for `duration`, each
 /// its own task; a start waits while [`PACED_IN_FLIGHT`] are unanswered.
-async fn pace(channels: &[Channel], rate: u64, duration: Duration) -> Result<Grpc> {
+async fn pace(channels: &[Caller], rate: u64, duration: Duration) -> Result<Grpc> {
     let tally = Arc::new(Tally::default());
     let in_flight = Arc::new(Semaphore::new(PACED_IN_FLIGHT));
     let started = Instant::now();

@@ -109,6 +109,17 @@ impl RedisCluster {
         Ok(keys)
     }
 
+    /// The sum of one numeric `INFO` field over the live masters (`total_net_input_bytes`
+    /// of `stats`: what the cluster's masters were sent, replication aside).
+    pub fn masters_info_field(&self, section: &str, field: &str) -> Result<u64> {
+        let views = self.views()?;
+        views
+            .iter()
+            .filter(|v| v.master && !v.failed)
+            .map(|v| self.node(v.port)?.info_field(section, field))
+            .sum()
+    }
+
     /// Kills the master serving `slot` (SIGKILL, as a crash would) and waits until its
     /// replica serves the slot and every live node says the cluster is whole again.
     /// Returns how long the slot had no master.

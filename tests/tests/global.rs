@@ -557,14 +557,14 @@ fn under_load_while<T>(f: &Fleet, fault: impl FnOnce() -> T) -> (Vec<Tally>, Dur
 }
 
 /// Through a fault, the fleet stays within the fallback bound (plus `lost`, what Redis may
-/// have lost) and admits at least 0.6 of the refill (a sync refused while its bucket's
+/// have lost) and admits at least 0.7 of the refill (a sync refused while its bucket's
 /// slot has no master hands its Envoy's share of it to fallback shares that add up to at
 /// least 0.8 of the rate); nothing fails at the Envoys.
 fn check_within_fallback_bound(counts: &[Tally], outer: Duration, lost: u64, what: &str) {
     check_only_200_and_429(counts);
     let admitted = admitted_by_all(counts);
     let ceiling = fallback_ceiling(outer) + lost;
-    let floor = floor_over(counts, 0.6);
+    let floor = floor_over(counts, 0.7);
     eprintln!("{what}: {admitted} admitted in {outer:?}, bounds [{floor}, {ceiling}]");
     assert!(
         admitted <= ceiling,

@@ -110,7 +110,7 @@ impl RedisCluster {
     }
 
     /// The sum of one numeric `INFO` field over the live masters (`total_net_input_bytes`
-    /// of `stats`: what the cluster's masters were sent, replication aside).
+    /// of `stats`: what the cluster's masters were sent).
     pub fn masters_info_field(&self, section: &str, field: &str) -> Result<u64> {
         let views = self.views()?;
         views

@@ -1,7 +1,8 @@
 //! `POST /api/v1/quota/sync`: the coordinator of global buckets as proxies see it: who may
 //! sync, what is refused, the warm-up after a start, pre-debited grants shared by a fleet,
-//! two replicas sharing one real Redis, a Redis outage, and the OpenAPI description. (The
-//! arithmetic itself is tested in `sluice-core`.)
+//! two replicas sharing one real Redis (one server, and a three-master Redis Cluster), a
+//! Redis outage, and the OpenAPI description. (The arithmetic itself is tested in
+//! `sluice-core`.)
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use sluice_coordinator as quota;
 use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::global::coordinator::Settings;
 use sluice_core::time::Nanos;
-use sluice_harness::{RedisServer, redis_available};
+use sluice_harness::{RedisCluster, RedisServer, redis_available};
 
 /// How long a bucket counts as young for these syncs (every 500 ms): the coordinator keeps
 /// the other proxies' even shares meanwhile.
@@ -61,6 +62,36 @@ async fn with_redis() -> Option<(RedisServer, TestDb)> {
     let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
     TestApp::new(&db).await.create(&fleet_rule()).await;
     Some((redis, db))
+}
+
+/// The tests' Redis: one server, or a cluster of three masters and their replicas.
+enum TestRedis {
+    Server(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl TestRedis {
+    fn url(&self) -> String {
+        match self {
+            TestRedis::Server(server) => server.url(),
+            TestRedis::Cluster(cluster) => cluster.url(),
+        }
+    }
+}
+
+/// [`with_redis`], on a Redis Cluster when `cluster`.
+async fn on_redis(cluster: bool) -> Option<(TestRedis, TestDb)> {
+    if !cluster {
+        let (server, db) = with_redis().await?;
+        return Some((TestRedis::Server(server), db));
+    }
+    if !redis_available() {
+        return None;
+    }
+    let cluster = RedisCluster::start();
+    let db = TestDb::new(Backend::Sqlite).await.expect("sqlite");
+    TestApp::new(&db).await.create(&fleet_rule()).await;
+    Some((TestRedis::Cluster(cluster), db))
 }
 
 /// An app whose global buckets live in the Redis at `url` (one `sluice serve` replica).
@@ -403,7 +434,16 @@ async fn a_fleet_shares_one_bucket_and_every_grant_is_taken_at_once() {
 
 #[tokio::test]
 async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
-    let Some((redis, db)) = with_redis().await else {
+    two_replicas_share_buckets_and_the_fleet(false).await;
+}
+
+#[tokio::test]
+async fn two_replicas_on_a_redis_cluster_share_buckets_and_the_fleet() {
+    two_replicas_share_buckets_and_the_fleet(true).await;
+}
+
+async fn two_replicas_share_buckets_and_the_fleet(cluster: bool) {
+    let Some((redis, db)) = on_redis(cluster).await else {
         return;
     };
     let (one, two) = (
@@ -456,7 +496,17 @@ async fn two_replicas_on_one_redis_share_buckets_and_the_fleet() {
 
 #[tokio::test]
 async fn concurrent_syncs_on_one_replica_are_settled_together_and_never_grant_twice() {
-    let Some((redis, db)) = with_redis().await else {
+    concurrent_syncs_are_settled_together_and_never_grant_twice(false).await;
+}
+
+/// The same on a cluster, where a batch's commands go out as one pipeline per hash slot.
+#[tokio::test]
+async fn concurrent_syncs_on_a_redis_cluster_are_settled_together_and_never_grant_twice() {
+    concurrent_syncs_are_settled_together_and_never_grant_twice(true).await;
+}
+
+async fn concurrent_syncs_are_settled_together_and_never_grant_twice(cluster: bool) {
+    let Some((redis, db)) = on_redis(cluster).await else {
         return;
     };
     let api = replica(&db, &redis.url()).await;
@@ -670,7 +720,18 @@ async fn refused_for(api: &TestApp, reason: &str) -> u64 {
 /// and counted; buckets whose keys expired free their room.
 #[tokio::test]
 async fn redis_keeps_the_bucket_bounds_across_replicas_and_expiry_frees_room() {
-    let Some((redis, db)) = with_redis().await else {
+    bucket_bounds_hold_across_replicas_and_expiry_frees_room(false).await;
+}
+
+/// The same on a cluster, where the sorted sets that count buckets are in other hash
+/// slots than the buckets.
+#[tokio::test]
+async fn a_redis_cluster_keeps_the_bucket_bounds_across_replicas_and_expiry_frees_room() {
+    bucket_bounds_hold_across_replicas_and_expiry_frees_room(true).await;
+}
+
+async fn bucket_bounds_hold_across_replicas_and_expiry_frees_room(cluster: bool) {
+    let Some((redis, db)) = on_redis(cluster).await else {
         return;
     };
     let bounds = quota::guard::Bounds {

@@ -1,6 +1,6 @@
 //! Envoy's rate limit service (`sluice serve --rls-listen`) over real gRPC: a tonic client
 //! from Envoy's own protos against a real server, in memory and on a real Redis (two
-//! replicas sharing one), plain and over TLS; and every bound a client is held to
+//! replicas sharing one server, or a Redis Cluster), plain and over TLS; and every bound a client is held to
 //! (message size, descriptors, entries, string lengths, costs, connections, the call's
 //! timeout), each refused with a clear status and changing nothing. (The decisions
 //! themselves are tested in `sluice-core`'s `rls` module.)
@@ -25,7 +25,7 @@ use sluice_admin::testing::{Backend, TestApp, TestDb, TestServer};
 use sluice_coordinator::redis::RedisBuckets;
 use sluice_core::rls::{MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES, MAX_KEY_LEN, MAX_VALUE_LEN};
 use sluice_core::rule::MAX_COST;
-use sluice_harness::{RedisServer, redis_available};
+use sluice_harness::{RedisCluster, RedisServer, redis_available};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tonic::transport::{Channel, Endpoint};
@@ -582,9 +582,23 @@ async fn on_redis_two_replicas_share_each_bucket() {
         return;
     }
     let redis = RedisServer::start();
+    two_replicas_share_each_bucket(&redis.url()).await;
+}
+
+/// The same on a Redis Cluster of three masters (`redis+cluster://`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_two_replicas_share_each_bucket() {
+    if !redis_available() {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    two_replicas_share_each_bucket(&cluster.url()).await;
+}
+
+async fn two_replicas_share_each_bucket(url: &str) {
     let db = db_with(&per_key()).await;
-    let a = replica(&db, &redis.url(), RlsLimits::default()).await;
-    let b = replica(&db, &redis.url(), RlsLimits::default()).await;
+    let a = replica(&db, url, RlsLimits::default()).await;
+    let b = replica(&db, url, RlsLimits::default()).await;
     let mut ra = client(a.server.rls_addr().unwrap()).await;
     let mut rb = client(b.server.rls_addr().unwrap()).await;
     let mut admitted = 0;

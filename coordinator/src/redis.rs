@@ -11,8 +11,9 @@
 //! id, so the buckets of one group share a Redis Cluster hash slot. A batch reads each
 //! group's buckets with one `MGET` and writes them with one call of a compare-and-set
 //! script over that group's keys (all pipelined): every command stays within one hash
-//! slot, so the same commands work on a Redis Cluster, and 10,000 buckets cost a few
-//! hundred commands instead of 20,000. (One `GET` and one script call per bucket kept one
+//! slot, so the same commands work on a Redis Cluster, where [`link`] sends them as one
+//! pipeline per slot (`redis+cluster://` seed nodes, [`RedisTarget`]), and 10,000 buckets
+//! cost a few hundred commands instead of 20,000. (One `GET` and one script call per bucket kept one
 //! Redis core saturated at 20 proxies × 10,000 buckets: 192,000 commands a second and a
 //! sync p99 of 267 ms.)
 //!
@@ -46,14 +47,13 @@
 //! proxies by last sync; the coordinator's *epoch* (when Redis's state began) is a key set
 //! only if missing: if Redis lost its data, the epoch is new and the coordinator warms up.
 
+mod link;
 mod sets;
 mod value;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, RedisResult, Script};
+use redis::{ErrorKind, RedisError, RedisResult, Script};
 use sluice_core::gcra::Gcra;
 use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
 use sluice_core::time::Nanos;
@@ -61,6 +61,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::guard::Bounds;
 use crate::memory::{NOT_KEPT, NotKept};
+use link::{Batch, Link, read};
+pub use link::{CLUSTER_SCHEME, RedisTarget};
 pub use sets::RECORD_SLACK_MS;
 use sets::{Admission, BUCKETS_KEY, Bound, Records, Written, member};
 use value::Stored;
@@ -103,7 +105,7 @@ return written
 
 #[derive(Clone)]
 pub struct RedisBuckets {
-    connection: ConnectionManager,
+    connection: Link,
     batches: mpsc::Sender<Job>,
     compare_and_set: Script,
     /// Charges of this replica that share a bucket take turns (a lock per stripe of
@@ -169,21 +171,12 @@ struct Job {
 }
 
 impl RedisBuckets {
-    /// Connects to `url` (`redis://HOST:PORT[/DB]`) and starts this replica's batcher.
-    /// Fails when Redis does not answer, so `sluice serve --redis` stops at start-up
-    /// rather than serving without it.
+    /// Connects to `url` (`redis://HOST:PORT[/DB]`, or a Redis Cluster's seed nodes as
+    /// `redis+cluster://HOST:PORT[,HOST:PORT...]`, see [`RedisTarget`]) and starts this
+    /// replica's batcher. Fails when Redis does not answer, so `sluice serve --redis`
+    /// stops at start-up rather than serving without it.
     pub async fn connect(url: &str) -> RedisResult<Self> {
-        let client = Client::open(url)?;
-        // Short timeouts: a sync that cannot reach Redis answers 503 at once, and the
-        // proxies fall back to their shares instead of waiting.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(1);
-        let mut connection = client.get_connection_manager_with_config(config).await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut connection)
-            .await?;
+        let connection = Link::connect(&RedisTarget::parse(url)?).await?;
         let (batches, queue) = mpsc::channel(QUEUE);
         tokio::spawn(
             Batcher {
@@ -297,44 +290,42 @@ impl RedisBuckets {
     /// dropped when its time comes: an overcount, never an undercount).
     async fn compare_and_set_all(
         &self,
-        con: &mut ConnectionManager,
+        con: &mut Link,
         planned: &[Planned],
         counted_at_ms: Option<u64>,
     ) -> RedisResult<Vec<bool>> {
         let ids: Vec<u64> = planned.iter().map(|p| p.id).collect();
         let groups = by_group(&ids);
-        let mut write = redis::pipe();
-        write.load_script(&self.compare_and_set).ignore();
+        let mut write = Batch::default();
         for members in groups.values() {
-            let mut invocation = self.compare_and_set.prepare_invoke();
-            for id in members {
-                let Some(write) = planned.iter().find(|p| p.id == *id) else {
-                    continue;
-                };
+            let writes: Vec<&Planned> = members
+                .iter()
+                .filter_map(|id| planned.iter().find(|p| p.id == *id))
+                .collect();
+            let keys: Vec<String> = writes.iter().map(|w| key(w.id)).collect();
+            let invocation = write.script(&self.compare_and_set, &keys);
+            for w in writes {
                 invocation
-                    .key(key(*id))
-                    .arg(write.old.clone().unwrap_or_default())
-                    .arg(value::encode(&write.state, write.creator.as_deref()))
-                    .arg(write.keep_ms);
+                    .arg(w.old.clone().unwrap_or_default())
+                    .arg(value::encode(&w.state, w.creator.as_deref()))
+                    .arg(w.keep_ms);
             }
-            write.invoke_script(&invocation);
         }
         if let Some(now_ms) = counted_at_ms {
             write
-                .cmd("ZREMRANGEBYSCORE")
+                .on(BUCKETS_KEY, "ZREMRANGEBYSCORE")
                 .arg(BUCKETS_KEY)
                 .arg("-inf")
-                .arg(now_ms)
-                .ignore();
-            let record = write.cmd("ZADD").arg(BUCKETS_KEY).arg("GT");
+                .arg(now_ms);
+            let record = write.on(BUCKETS_KEY, "ZADD").arg(BUCKETS_KEY).arg("GT");
             for p in planned {
                 record.arg(now_ms + p.keep_ms).arg(member(p.id));
             }
-            write.ignore();
         }
-        let replies: Vec<Vec<i64>> = write.query_async(con).await?;
+        let replies = con.send(&write, &[&self.compare_and_set]).await?;
         let mut written: HashMap<u64, bool> = HashMap::new();
         for (members, reply) in groups.values().zip(replies) {
+            let reply: Vec<i64> = read(reply)?;
             for (id, ok) in members.iter().zip(reply) {
                 written.insert(*id, ok == 1);
             }
@@ -348,12 +339,7 @@ impl RedisBuckets {
     /// Gives `backlog_ns` of a bucket's backlog back (never beyond full), retrying on
     /// another writer's change at most [`MAX_ROUNDS`] times: a refund that cannot be
     /// written leaves the bucket charged, which errs toward admitting less.
-    async fn refund(
-        &self,
-        con: &mut ConnectionManager,
-        id: u64,
-        backlog_ns: u64,
-    ) -> RedisResult<()> {
+    async fn refund(&self, con: &mut Link, id: u64, backlog_ns: u64) -> RedisResult<()> {
         for _ in 0..MAX_ROUNDS {
             let (now, olds) = read_buckets(con, &[id]).await?;
             let Some(old) = olds.into_iter().next().flatten() else {
@@ -386,13 +372,15 @@ impl RedisBuckets {
     /// milliseconds, Redis's clock).
     pub async fn fleet(&self) -> RedisResult<Vec<(String, i64)>> {
         let mut con = self.connection.clone();
-        redis::cmd("ZRANGE")
+        let mut range = Batch::default();
+        range
+            .on(FLEET_KEY, "ZRANGE")
             .arg(FLEET_KEY)
             .arg(0)
             .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(&mut con)
-            .await
+            .arg("WITHSCORES");
+        let mut replies = con.send(&range, &[]).await?;
+        read(replies.pop().unwrap_or(redis::Value::Nil))
     }
 
     /// Settles one proxy's sync in the next batch.
@@ -426,10 +414,7 @@ const RLS_ROUNDS: usize = 10;
 const RLS_KEEP_MS: u64 = 1_000;
 
 /// Redis's clock (ns) and the bytes of each of `ids` (`None`: missing), in one pipeline.
-async fn read_buckets(
-    con: &mut ConnectionManager,
-    ids: &[u64],
-) -> RedisResult<(u64, Vec<Option<Vec<u8>>>)> {
+async fn read_buckets(con: &mut Link, ids: &[u64]) -> RedisResult<(u64, Vec<Option<Vec<u8>>>)> {
     read_buckets_held(con, ids)
         .await
         .map(|(now, olds, _)| (now, olds))
@@ -439,30 +424,26 @@ async fn read_buckets(
 /// members whose keys expired since the last prune still count, which errs toward fewer
 /// new buckets).
 async fn read_buckets_held(
-    con: &mut ConnectionManager,
+    con: &mut Link,
     ids: &[u64],
 ) -> RedisResult<(u64, Vec<Option<Vec<u8>>>, u64)> {
     let groups = by_group(ids);
-    let mut read = redis::pipe();
-    read.cmd("TIME");
+    let mut batch = Batch::default();
+    batch.on(EPOCH_KEY, "TIME");
     for members in groups.values() {
-        let get = read.cmd("MGET");
-        for id in members {
-            get.arg(key(*id));
-        }
+        mget(&mut batch, members);
     }
-    read.cmd("ZCARD").arg(BUCKETS_KEY);
-    let mut replies: Vec<redis::Value> = read.query_async(con).await?;
+    batch.on(BUCKETS_KEY, "ZCARD").arg(BUCKETS_KEY);
+    let mut replies = con.send(&batch, &[]).await?;
     let held: u64 = match replies.pop() {
-        Some(reply) => redis::from_redis_value(reply)?,
+        Some(reply) => read(reply)?,
         None => 0,
     };
     let rest = replies.split_off(1);
-    let (seconds, micros): (u64, u64) = redis::from_redis_value(replies.remove(0))?;
-    let now = seconds * 1_000_000_000 + micros * 1_000;
+    let now = nanos(replies.remove(0))?;
     let mut found: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
     for (members, reply) in groups.values().zip(rest) {
-        let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(reply)?;
+        let values: Vec<Option<Vec<u8>>> = read(reply)?;
         for (id, value) in members.iter().zip(values) {
             found.insert(*id, value);
         }
@@ -476,7 +457,7 @@ async fn read_buckets_held(
 
 /// The task that settles this replica's syncs in batches.
 struct Batcher {
-    connection: ConnectionManager,
+    connection: Link,
     compare_and_set: Script,
     /// What this replica last wrote of each bucket's sorted-set members.
     records: Records,
@@ -516,44 +497,44 @@ impl Batcher {
     /// the order the syncs arrived.
     async fn settle_batch(&mut self, syncs: &[SyncJob]) -> RedisResult<Vec<Settled>> {
         let mut con = self.connection.clone();
-        let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
-        let now = seconds * 1_000_000_000 + micros * 1_000;
+        // On a cluster, the epoch key's master answers: one clock for every replica.
+        let mut clock = Batch::default();
+        clock.on(EPOCH_KEY, "TIME");
+        let now = nanos(con.send(&clock, &[]).await?.remove(0))?;
         let now_ms = now / 1_000_000;
 
-        let mut fleet = redis::pipe();
+        let mut fleet = Batch::default();
         fleet
-            .cmd("SET")
+            .on(EPOCH_KEY, "SET")
             .arg(EPOCH_KEY)
             .arg(now)
             .arg("NX")
             .arg("GET");
-        let zadd = fleet.cmd("ZADD").arg(FLEET_KEY);
+        let zadd = fleet.on(FLEET_KEY, "ZADD").arg(FLEET_KEY);
         for sync in syncs {
             zadd.arg(now_ms).arg(&sync.proxy);
         }
         fleet
-            .ignore()
-            .cmd("ZREMRANGEBYSCORE")
+            .on(FLEET_KEY, "ZREMRANGEBYSCORE")
             .arg(FLEET_KEY)
             .arg("-inf")
-            .arg(now_ms.saturating_sub(FLEET_FORGET_MS))
-            .ignore();
+            .arg(now_ms.saturating_sub(FLEET_FORGET_MS));
         for sync in syncs {
             fleet
-                .cmd("ZCOUNT")
+                .on(FLEET_KEY, "ZCOUNT")
                 .arg(FLEET_KEY)
                 .arg(now_ms.saturating_sub(sync.fleet_memory_ns / 1_000_000))
                 .arg("+inf");
         }
         let (epoch, fleet_sizes): (Option<u64>, Vec<u64>) = {
-            let mut replies: Vec<redis::Value> = fleet.query_async(&mut con).await?;
+            let mut replies = con.send(&fleet, &[]).await?;
+            // The sizes follow the epoch, the fleet's ZADD and its prune.
             let sizes = replies
-                .split_off(1)
+                .split_off(3)
                 .into_iter()
-                .map(|v| redis::from_redis_value(v).map_err(RedisError::from))
+                .map(read)
                 .collect::<RedisResult<Vec<u64>>>()?;
-            let epoch = redis::from_redis_value(replies.remove(0))?;
-            (epoch, sizes)
+            (read(replies.remove(0))?, sizes)
         };
         let epoch = epoch.unwrap_or(now);
         self.records.begin(epoch, now_ms);
@@ -596,14 +577,16 @@ impl Batcher {
                 break;
             }
             let groups = by_group(&pending);
-            let mut read = redis::pipe();
+            let mut reads = Batch::default();
             for ids in groups.values() {
-                let get = read.cmd("MGET");
-                for id in ids {
-                    get.arg(key(*id));
-                }
+                mget(&mut reads, ids);
             }
-            let replies: Vec<Vec<Option<Vec<u8>>>> = read.query_async(&mut con).await?;
+            let replies: Vec<Vec<Option<Vec<u8>>>> = con
+                .send(&reads, &[])
+                .await?
+                .into_iter()
+                .map(read)
+                .collect::<RedisResult<_>>()?;
             commands += groups.len() as u64;
 
             // Buckets Redis does not hold: kept only within the bounds.
@@ -637,13 +620,13 @@ impl Batcher {
                 }
             }
 
-            // Loading is idempotent and cheap; it keeps a Redis that restarted (and lost its
-            // scripts) from refusing the EVALSHAs that follow.
-            let mut write = redis::pipe();
-            write.load_script(&self.compare_and_set).ignore();
+            // A node that lost its scripts (restarted, or a replica just promoted) answers
+            // NOSCRIPT, and those groups are sent again behind a SCRIPT LOAD.
+            let mut write = Batch::default();
             let mut planned = Vec::with_capacity(groups.len());
             for (ids, olds) in groups.values().zip(replies) {
-                let mut invocation = self.compare_and_set.prepare_invoke();
+                let mut keys = Vec::with_capacity(ids.len());
+                let mut argv: Vec<(Vec<u8>, Vec<u8>, u64)> = Vec::with_capacity(ids.len());
                 let mut settled_group = Vec::with_capacity(ids.len());
                 for (id, old) in ids.iter().zip(olds) {
                     if admission.refused.contains_key(id) {
@@ -675,19 +658,31 @@ impl Batcher {
                         settled.push((s, b, grant));
                     }
                     let keep_ms = keep_ns / 1_000_000 + 1;
-                    invocation
-                        .key(key(*id))
-                        .arg(old.unwrap_or_default())
-                        .arg(value::encode(&state, creator.as_deref()))
-                        .arg(keep_ms);
+                    keys.push(key(*id));
+                    argv.push((
+                        old.unwrap_or_default(),
+                        value::encode(&state, creator.as_deref()),
+                        keep_ms,
+                    ));
                     let until_ms = now_ms + keep_ms;
                     settled_group.push((*id, settled, Written { until_ms, creator }));
                 }
-                write.invoke_script(&invocation);
+                if keys.is_empty() {
+                    continue;
+                }
+                let invocation = write.script(&self.compare_and_set, &keys);
+                for (old, new, keep_ms) in argv {
+                    invocation.arg(old).arg(new).arg(keep_ms);
+                }
                 planned.push(settled_group);
             }
-            let written_groups: Vec<Vec<i64>> = write.query_async(&mut con).await?;
-            commands += planned.len() as u64 + 1;
+            let written_groups: Vec<Vec<i64>> = con
+                .send(&write, &[&self.compare_and_set])
+                .await?
+                .into_iter()
+                .map(read)
+                .collect::<RedisResult<_>>()?;
+            commands += planned.len() as u64;
             pending = Vec::new();
             for (group, replies) in planned.into_iter().zip(written_groups) {
                 for ((id, settled, write), ok) in group.into_iter().zip(replies) {
@@ -745,6 +740,20 @@ impl Batcher {
             })
             .collect())
     }
+}
+
+/// An `MGET` of `ids`' keys (all of one group).
+fn mget(batch: &mut Batch, ids: &[u64]) {
+    let keys: Vec<String> = ids.iter().map(|id| key(*id)).collect();
+    if let Some(first) = keys.first() {
+        batch.on(first, "MGET").arg(&keys);
+    }
+}
+
+/// Redis's `TIME` reply in nanoseconds.
+fn nanos(reply: redis::Value) -> RedisResult<u64> {
+    let (seconds, micros): (u64, u64) = read(reply)?;
+    Ok(seconds * 1_000_000_000 + micros * 1_000)
 }
 
 /// A bucket's key: its group's hash tag, then its id.

@@ -3,15 +3,20 @@
 //! what one bucket would, and without the admin API (or its Redis) each Envoy keeps to
 //! its share.
 //!
+//! On Redis, two `sluice serve` replicas share the fleet, on one server and on a Redis
+//! Cluster of three masters, and the cluster's faults (a master killed and its replica
+//! promoted, the bucket's hash slot moved to another master) happen under load.
+//!
 //! Load runs for a duration, never a count, and every assertion is a bound on
 //! `burst + rate × elapsed` with the windows the load client measures, so the outcome does
 //! not depend on how fast the machine is.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice_harness::load::Load;
-use sluice_harness::{RedisServer, redis_available};
+use sluice_harness::{RedisCluster, RedisServer, redis_available};
 use sluice_tests::{AdminServer, Client, Envoy, EnvoyOptions, Method, Req, Tally, wait_for};
 
 const RATE: u64 = 20;
@@ -29,6 +34,9 @@ fn rule() -> Value {
 
 struct Fleet {
     admin: AdminServer,
+    /// More `sluice serve` replicas on the same Redis, each with its own database holding
+    /// the same rules (so the same bucket ids); Envoy `i` follows replica `i % replicas`.
+    others: Vec<AdminServer>,
     envoys: Vec<Envoy>,
 }
 
@@ -44,19 +52,43 @@ fn fleet_of(admin: AdminServer) -> Fleet {
 impl Fleet {
     /// `envoys` Envoys with `workers` workers each following `admin`, with `rule` in place.
     fn start(admin: AdminServer, envoys: usize, workers: usize, rule: Value) -> Fleet {
-        let token = admin.create_token("proxy", "fleet");
+        Fleet::on_replicas(vec![admin], envoys, workers, rule)
+    }
+
+    /// `envoys` Envoys with `workers` workers each, spread over the `replicas` in turn,
+    /// with `rule` in place on every replica.
+    fn on_replicas(
+        replicas: Vec<AdminServer>,
+        envoys: usize,
+        workers: usize,
+        rule: Value,
+    ) -> Fleet {
+        let tokens: Vec<String> = replicas
+            .iter()
+            .map(|admin| admin.create_token("proxy", "fleet"))
+            .collect();
         let envoys: Vec<Envoy> = (0..envoys)
             .map(|i| {
+                let at = i % replicas.len();
+                let connection = replicas[at].connection(&tokens[at], &format!("edge-{i}"));
                 Envoy::start(EnvoyOptions {
-                    admin: Some(admin.connection(&token, &format!("edge-{i}"))),
+                    admin: Some(connection),
                     concurrency: workers,
                     ..Default::default()
                 })
             })
             .collect();
-        let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule));
-        assert_eq!(status, 201, "{body}");
-        let fleet = Fleet { admin, envoys };
+        for admin in &replicas {
+            let (status, body) = admin.call(Method::POST, "/api/v1/rules", Some(rule.clone()));
+            assert_eq!(status, 201, "{body}");
+        }
+        let mut replicas = replicas.into_iter();
+        let admin = replicas.next().expect("a replica");
+        let fleet = Fleet {
+            admin,
+            others: replicas.collect(),
+            envoys,
+        };
         fleet.wait_until_coordinated();
         fleet
     }
@@ -108,8 +140,7 @@ impl Fleet {
         let (counts, outer) = self.load(Duration::from_secs(3));
         check_only_200_and_429(&counts);
         let admitted = admitted_by_all(&counts);
-        // One whole token of rounding per Envoy.
-        let bound = 2 * BURST + (1.1 * RATE as f64 * outer.as_secs_f64()).ceil() as u64 + 3;
+        let bound = fallback_ceiling(outer);
         assert!(
             admitted <= bound,
             "fleet-wide {admitted} admitted while {while_what}, at most {bound}: {counts:?}"
@@ -138,14 +169,73 @@ impl Fleet {
     /// Skewed load on all three Envoys at once for `duration`. Returns each Envoy's counts
     /// and the window that holds every decision.
     fn load(&self, duration: Duration) -> (Vec<Tally>, Duration) {
-        let started = Instant::now();
-        let targets = self.envoys.iter().map(Envoy::listener_addr).zip(SPLIT);
-        let outcome = Load::new(targets)
-            .for_duration(duration)
-            .run(|_| Req::get("/g/x"))
-            .unwrap_or_else(|err| panic!("{err:#}"));
-        (outcome.per_target, started.elapsed())
+        skewed_load(self.targets(), duration)
     }
+
+    /// The Envoys' listeners, with the connections of a 70/20/10 split.
+    fn targets(&self) -> Vec<(SocketAddr, usize)> {
+        self.envoys
+            .iter()
+            .map(Envoy::listener_addr)
+            .zip(SPLIT)
+            .collect()
+    }
+
+    /// Under load for 4 s, the fleet admits what one bucket does: at most
+    /// `burst + rate × elapsed` over the outer window, at least 0.75 of the refill over
+    /// the inner one (the lag of tokens in flight, docs/global-limits.md), every Envoy
+    /// refused some (alone each would have admitted the whole limit), and nothing failed.
+    fn check_one_limit_under_load(&self) {
+        let (counts, outer) = self.load(Duration::from_secs(4));
+        check_only_200_and_429(&counts);
+        let admitted = admitted_by_all(&counts);
+        let demand: u64 = counts.iter().map(Tally::responses).sum();
+        let ceiling = one_limit(outer);
+        let floor = floor_over(&counts, 0.75);
+        assert!(
+            demand > 2 * ceiling,
+            "the load must exceed the limit: {demand} requests"
+        );
+        assert!(
+            admitted <= ceiling,
+            "fleet-wide {admitted} admitted, at most {ceiling} allowed in {outer:?}: {counts:?}"
+        );
+        assert!(
+            admitted >= floor,
+            "fleet-wide {admitted} admitted, at least {floor} expected: {counts:?}"
+        );
+        for (envoy, c) in self.envoys.iter().zip(&counts) {
+            assert!(c.get(429) > 0, "{c:?}");
+            assert!(
+                envoy.counter("wasmcustom.sluice_control_syncs_total") > 0,
+                "the control service synced"
+            );
+        }
+    }
+
+    /// Every replica's `/metrics`.
+    fn replicas(&self) -> impl Iterator<Item = &AdminServer> {
+        std::iter::once(&self.admin).chain(&self.others)
+    }
+}
+
+/// Skewed closed-loop load on `targets` for `duration`: each target's counts and the
+/// window that holds every decision. A function of addresses, so a test can run it on a
+/// thread of its own while it breaks something.
+fn skewed_load(targets: Vec<(SocketAddr, usize)>, duration: Duration) -> (Vec<Tally>, Duration) {
+    let started = Instant::now();
+    let outcome = Load::new(targets)
+        .for_duration(duration)
+        .run(|_| Req::get("/g/x"))
+        .unwrap_or_else(|err| panic!("{err:#}"));
+    (outcome.per_target, started.elapsed())
+}
+
+/// `share` of the refill over the shortest window in which every Envoy was busy (the
+/// fleet's bucket refilled at least this long under load).
+fn floor_over(counts: &[Tally], share: f64) -> u64 {
+    let inner = counts.iter().map(Tally::busy).min().unwrap_or_default();
+    (share * RATE as f64 * inner.as_secs_f64()) as u64
 }
 
 /// Whether `/api/v1/proxies` says that every Envoy of the fleet is on fallback shares
@@ -159,6 +249,13 @@ fn all_listed_on_fallback(admin: &AdminServer, on_fallback: bool) -> bool {
                     .iter()
                     .all(|p| p["global_sync"]["on_fallback"] == json!(on_fallback))
         })
+}
+
+/// What the fleet admits at most over `outer` while it runs on fallback shares (or only
+/// part of `outer`): what is left of the leases (at most one burst in all) and shares of
+/// one burst and 1.1 of the rate, plus one whole token of rounding per Envoy.
+fn fallback_ceiling(outer: Duration) -> u64 {
+    2 * BURST + (1.1 * RATE as f64 * outer.as_secs_f64()).ceil() as u64 + 3
 }
 
 /// What one bucket admits at most over `outer`: `burst + rate × outer`, rounded up.
@@ -180,35 +277,7 @@ fn check_only_200_and_429(counts: &[Tally]) {
 #[test]
 fn three_envoys_admit_one_global_limit_together() {
     let f = fleet();
-    let (counts, outer) = f.load(Duration::from_secs(4));
-    check_only_200_and_429(&counts);
-    let admitted = admitted_by_all(&counts);
-    let demand: u64 = counts.iter().map(Tally::responses).sum();
-    let ceiling = one_limit(outer);
-    // The shortest window in which every Envoy was busy: the fleet's bucket refilled at
-    // least this long under load.
-    let inner = counts.iter().map(Tally::busy).min().unwrap_or_default();
-    let floor = (0.75 * RATE as f64 * inner.as_secs_f64()) as u64;
-    assert!(
-        demand > 2 * ceiling,
-        "the load must exceed the limit: {demand} requests"
-    );
-    assert!(
-        admitted <= ceiling,
-        "fleet-wide {admitted} admitted, at most {ceiling} allowed in {outer:?}: {counts:?}"
-    );
-    assert!(
-        admitted >= floor,
-        "fleet-wide {admitted} admitted, at least {floor} expected over {inner:?}: {counts:?}"
-    );
-    // Each Envoy alone would have admitted the whole limit: together they shared one.
-    for (envoy, c) in f.envoys.iter().zip(&counts) {
-        assert!(c.get(429) > 0, "{c:?}");
-        assert!(
-            envoy.counter("wasmcustom.sluice_control_syncs_total") > 0,
-            "the control service synced"
-        );
-    }
+    f.check_one_limit_under_load();
     let metrics = f.admin.metrics_text();
     assert!(metrics.contains("sluice_quota_fleet_size 3"), "{metrics}");
 }
@@ -431,4 +500,134 @@ fn an_envoy_with_nothing_to_sync_syncs_only_every_few_seconds() {
         envoy.counter(SYNCS) >= coordinated + 4,
         "syncs at the interval again while a global bucket is used"
     );
+}
+
+/// Three Envoys (two workers each) on two `sluice serve` replicas keeping their buckets in
+/// the Redis at `url` (`redis://` or `redis+cluster://`), with the global rule in place.
+fn fleet_on_redis(url: &str) -> Fleet {
+    let replicas = vec![
+        AdminServer::start_with_redis(url),
+        AdminServer::start_with_redis(url),
+    ];
+    Fleet::on_replicas(replicas, 3, 2, rule())
+}
+
+/// On one Redis, two replicas settle one fleet: one limit, as in memory.
+#[test]
+fn on_redis_three_envoys_on_two_replicas_admit_one_global_limit_together() {
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    fleet_on_redis(&redis.url()).check_one_limit_under_load();
+}
+
+/// On a Redis Cluster of three masters: the same bounds as on one Redis.
+#[test]
+fn on_a_redis_cluster_three_envoys_on_two_replicas_admit_one_global_limit_together() {
+    if !redis_available() {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    let f = fleet_on_redis(&cluster.url());
+    f.check_one_limit_under_load();
+    for admin in f.replicas() {
+        let metrics = admin.metrics_text();
+        assert!(metrics.contains("sluice_quota_fleet_size 3"), "{metrics}");
+    }
+}
+
+/// The hash slot of the fleet's one bucket (the rule's key is `global`), once it is in use.
+fn bucket_slot(f: &Fleet, cluster: &mut RedisCluster) -> u16 {
+    f.load(Duration::from_secs(2));
+    let keys = cluster.keys("sluice:quota:*:b:*").unwrap();
+    assert_eq!(keys.len(), 1, "one bucket: {keys:?}");
+    cluster.slot_of(&keys[0]).unwrap()
+}
+
+/// Skewed load for 8 s with `fault` done to the cluster 1 s in: each Envoy's counts, the
+/// window holding every decision, and what `fault` returned.
+fn under_load_while<T>(f: &Fleet, fault: impl FnOnce() -> T) -> (Vec<Tally>, Duration, T) {
+    let targets = f.targets();
+    let load = std::thread::spawn(move || skewed_load(targets, Duration::from_secs(8)));
+    std::thread::sleep(Duration::from_secs(1));
+    let done = fault();
+    let (counts, outer) = load.join().expect("the load thread");
+    (counts, outer, done)
+}
+
+/// Through a fault, the fleet stays within the fallback bound (plus `lost`, what Redis may
+/// have lost) and admits at least 0.7 of the refill (a sync refused while its bucket's
+/// slot has no master hands its Envoy's share of it to fallback shares that add up to at
+/// least 0.8 of the rate); nothing fails at the Envoys.
+fn check_within_fallback_bound(counts: &[Tally], outer: Duration, lost: u64, what: &str) {
+    check_only_200_and_429(counts);
+    let admitted = admitted_by_all(counts);
+    let ceiling = fallback_ceiling(outer) + lost;
+    let floor = floor_over(counts, 0.7);
+    eprintln!("{what}: {admitted} admitted in {outer:?}, bounds [{floor}, {ceiling}]");
+    assert!(
+        admitted <= ceiling,
+        "{what}: fleet-wide {admitted} admitted, at most {ceiling} in {outer:?}: {counts:?}"
+    );
+    assert!(
+        admitted >= floor,
+        "{what}: fleet-wide {admitted} admitted, at least {floor} expected: {counts:?}"
+    );
+}
+
+/// The master holding the fleet's bucket is killed under load, and its replica takes
+/// over (about two seconds with a 1 s node timeout): the syncs meanwhile are refused
+/// (503, counted at the Envoys), the Envoys keep to their fallback shares, and the fleet
+/// stays within the fallback bound plus one burst (replication is asynchronous: the
+/// bucket's last write may not have reached the replica, and a lost pre-debit can be
+/// granted again, never more than the bucket holds). Once the cluster is whole, one limit
+/// exactly again.
+#[test]
+fn on_a_redis_cluster_the_fleet_limit_holds_while_the_buckets_master_fails_over() {
+    if !redis_available() {
+        return;
+    }
+    let mut cluster = RedisCluster::start();
+    let f = fleet_on_redis(&cluster.url());
+    let slot = bucket_slot(&f, &mut cluster);
+    let failures = || f.total("wasmcustom.sluice_control_sync_failures_total");
+    let (failures_before, fallback_before) = (failures(), f.fallback_admissions());
+    let (counts, outer, took) = under_load_while(&f, || cluster.kill_master_of(slot).unwrap());
+    check_within_fallback_bound(&counts, outer, BURST, &format!("failover in {took:?}"));
+    assert!(failures() > failures_before, "refused syncs are counted");
+    assert!(
+        f.fallback_admissions() > fallback_before,
+        "fallback admissions are counted"
+    );
+
+    f.wait_until_coordinated();
+    f.check_one_limit_under_load();
+}
+
+/// The fleet's bucket's hash slot moves to another master under load, slowly (2 s with
+/// its key still at the old master, 2 s with the key moved and clients sent on by `ASK`):
+/// the fleet stays within the fallback bound throughout (a sync refused mid-move puts its
+/// Envoy on fallback shares; nothing is lost, so no allowance beyond it), the bucket
+/// arrives with its state, and one limit holds exactly after.
+#[test]
+fn on_a_redis_cluster_the_fleet_limit_holds_while_the_buckets_slot_moves() {
+    if !redis_available() {
+        return;
+    }
+    let mut cluster = RedisCluster::start();
+    let f = fleet_on_redis(&cluster.url());
+    let slot = bucket_slot(&f, &mut cluster);
+    let from = cluster.master_port_of(slot).unwrap();
+    let failures_before = f.total("wasmcustom.sluice_control_sync_failures_total");
+    let (counts, outer, to) = under_load_while(&f, || {
+        cluster.migrate_slot(slot, Duration::from_secs(2)).unwrap()
+    });
+    let refused = f.total("wasmcustom.sluice_control_sync_failures_total") - failures_before;
+    check_within_fallback_bound(&counts, outer, 0, &format!("{refused} syncs refused"));
+    assert_ne!(to, from);
+    assert_eq!(cluster.master_port_of(slot).unwrap(), to);
+    assert_eq!(cluster.keys("sluice:quota:*:b:*").unwrap().len(), 1);
+
+    f.check_one_limit_under_load();
 }

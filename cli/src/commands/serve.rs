@@ -50,7 +50,9 @@ pub struct ServeArgs {
     metrics_max_rows: u64,
 
     /// Keep global (fleet-wide) buckets in this Redis instead of in memory, so several
-    /// `sluice serve` replicas share them and they survive restarts.
+    /// `sluice serve` replicas share them and they survive restarts. A Redis Cluster is
+    /// named by seed nodes: redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]
+    /// (the rest of the cluster is learnt from them).
     #[arg(long, env = "SLUICE_REDIS", value_name = "redis://HOST:PORT[/DB]")]
     redis: Option<String>,
 

@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 
 use redis::RedisResult;
-use redis::aio::ConnectionManager;
 
+use super::link::{Batch, Link, read};
 use crate::guard::Bounds;
 
 /// Every bucket held, scored by when its key expires (Unix ms, Redis's clock).
@@ -76,7 +76,7 @@ impl Admission {
     /// the commands sent.
     pub async fn decide(
         &mut self,
-        con: &mut ConnectionManager,
+        con: &mut Link,
         missing: Vec<(u64, String)>,
         now_ms: u64,
         bounds: Bounds,
@@ -85,18 +85,24 @@ impl Admission {
         creators.sort_unstable();
         creators.dedup();
         let sets = std::iter::once(BUCKETS_KEY.to_string());
-        let mut count = redis::pipe();
+        let mut count = Batch::default();
         for set in sets.chain(creators.iter().map(|p| owner_key(p))) {
             count
-                .cmd("ZREMRANGEBYSCORE")
+                .on(&set, "ZREMRANGEBYSCORE")
                 .arg(&set)
                 .arg("-inf")
-                .arg(now_ms)
-                .ignore()
-                .cmd("ZCARD")
-                .arg(&set);
+                .arg(now_ms);
+            count.on(&set, "ZCARD").arg(&set);
         }
-        let counts: Vec<u64> = count.query_async(con).await?;
+        // Each set's prune, then its count.
+        let counts: Vec<u64> = con
+            .send(&count, &[])
+            .await?
+            .into_iter()
+            .skip(1)
+            .step_by(2)
+            .map(read)
+            .collect::<RedisResult<_>>()?;
         let mut total = counts[0] as usize + self.kept.len();
         let mut per_proxy: HashMap<String, usize> = HashMap::new();
         for (p, n) in creators.iter().zip(&counts[1..]) {
@@ -124,23 +130,22 @@ impl Admission {
     /// Returns the buckets held and the commands sent.
     pub async fn record(
         &self,
-        con: &mut ConnectionManager,
+        con: &mut Link,
         records: &mut Records,
         named: &[(&str, u64)],
         written: &HashMap<u64, Written>,
     ) -> RedisResult<(u64, u64)> {
-        let mut record = redis::pipe();
+        let mut record = Batch::default();
         let mut commands = 1;
         let all: Vec<(u64, u64)> = written
             .iter()
             .filter_map(|(id, w)| Some((records.all(*id, w.until_ms)?, *id)))
             .collect();
         if !all.is_empty() {
-            let add = record.cmd("ZADD").arg(BUCKETS_KEY).arg("GT");
+            let add = record.on(BUCKETS_KEY, "ZADD").arg(BUCKETS_KEY).arg("GT");
             for (score, id) in all {
                 add.arg(score).arg(member(id));
             }
-            record.ignore();
             commands += 1;
         }
         // Per creator: its members to add (new) and to refresh (XX: only while there).
@@ -166,7 +171,7 @@ impl Admission {
                 if members.is_empty() {
                     continue;
                 }
-                let add = record.cmd("ZADD").arg(&set);
+                let add = record.on(&set, "ZADD").arg(&set);
                 if only_there {
                     add.arg("XX");
                 }
@@ -174,28 +179,22 @@ impl Admission {
                 for (score, id) in members {
                     add.arg(*score).arg(member(*id));
                 }
-                record.ignore();
                 commands += 1;
             }
             if let Some(last) = new.iter().chain(&again).map(|(score, _)| *score).max() {
                 // The set goes when its last bucket would: a proxy that never comes back
                 // leaves nothing behind. GT: never sooner than a bucket it holds.
-                record
-                    .cmd("PEXPIREAT")
-                    .arg(&set)
-                    .arg(last)
-                    .arg("GT")
-                    .ignore()
-                    .cmd("PEXPIREAT")
-                    .arg(&set)
-                    .arg(last)
-                    .arg("NX")
-                    .ignore();
+                record.on(&set, "PEXPIREAT").arg(&set).arg(last).arg("GT");
+                record.on(&set, "PEXPIREAT").arg(&set).arg(last).arg("NX");
                 commands += 2;
             }
         }
-        record.cmd("ZCARD").arg(BUCKETS_KEY);
-        let (held,): (u64,) = record.query_async(con).await?;
+        record.on(BUCKETS_KEY, "ZCARD").arg(BUCKETS_KEY);
+        // The count is the last reply; the others are the writes'.
+        let held = match con.send(&record, &[]).await?.pop() {
+            Some(reply) => read(reply)?,
+            None => 0,
+        };
         Ok((held, commands))
     }
 }

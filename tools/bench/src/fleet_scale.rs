@@ -1,7 +1,8 @@
 //! Fleet-wide limits at mesh scale (`cargo xtask bench --only fleet-scale`, issue #33):
 //! a load generator that speaks the sync protocol for many proxies at once (not Envoys),
 //! against real `sluice serve` processes: one coordinating in memory, then two replicas
-//! on one PostgreSQL and one Redis.
+//! on one PostgreSQL and one Redis, then the same two on a Redis Cluster of three masters
+//! (each with a replica) on the same machine.
 //!
 //! Every simulated proxy sends one `POST /api/v1/quota/sync` per sync interval (the
 //! default), the proxies' clocks spread over the interval, each reporting the few hot
@@ -24,7 +25,7 @@ use sluice_core::global::sync::{BucketUsage, SYNC_PATH, SyncRequest};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::load::{Bytes, Load, Outcome, Req};
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
-use sluice_harness::{POSTGRES_URL_ENV, RedisServer};
+use sluice_harness::{POSTGRES_URL_ENV, RedisCluster, RedisServer};
 
 use crate::global::global_rule;
 use crate::setup::Bench;
@@ -114,7 +115,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
         measure.as_secs(),
     )?;
     let mut failures = Vec::new();
-    for backend in [Backend::Memory, Backend::Replicas] {
+    for backend in [Backend::Memory, Backend::Replicas, Backend::Cluster] {
         if let Err(err) = backend.measure(bench, measure, &mut md) {
             note(format!("fleet scale, {}: {err:#}", backend.title()));
             writeln!(md, "\n**{} failed:** {err:#}\n", backend.title())?;
@@ -139,6 +140,35 @@ enum Backend {
     Memory,
     /// Two replicas on one PostgreSQL and one Redis, each taking half the proxies.
     Replicas,
+    /// The same two replicas on a Redis Cluster (`redis+cluster://`).
+    Cluster,
+}
+
+/// The Redis a point runs on.
+enum BenchRedis {
+    Server(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl BenchRedis {
+    fn url(&self) -> String {
+        match self {
+            BenchRedis::Server(server) => server.url(),
+            BenchRedis::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// Redis's network bytes in and out so far (a cluster's: its masters', summed).
+    fn counters(&self) -> Result<(u64, u64)> {
+        let field = |field: &str| match self {
+            BenchRedis::Server(server) => server.info_field("stats", field),
+            BenchRedis::Cluster(cluster) => cluster.masters_info_field("stats", field),
+        };
+        Ok((
+            field("total_net_input_bytes")?,
+            field("total_net_output_bytes")?,
+        ))
+    }
 }
 
 impl Backend {
@@ -146,6 +176,16 @@ impl Backend {
         match self {
             Backend::Memory => "One admin API, buckets in memory",
             Backend::Replicas => "Two admin API replicas on one Redis",
+            Backend::Cluster => "Two admin API replicas on a Redis Cluster of three masters",
+        }
+    }
+
+    /// A name for the backend in rule names.
+    fn slug(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Replicas => "redis",
+            Backend::Cluster => "cluster",
         }
     }
 
@@ -196,7 +236,8 @@ impl Backend {
     fn point(self, bench: &Bench, proxies: usize, measure: Duration) -> Result<Point> {
         let redis = match self {
             Backend::Memory => None,
-            Backend::Replicas => Some(RedisServer::try_start()?),
+            Backend::Replicas => Some(BenchRedis::Server(RedisServer::try_start()?)),
+            Backend::Cluster => Some(BenchRedis::Cluster(RedisCluster::try_start()?)),
         };
         let mut serve = match self {
             Backend::Memory => Serve::new(
@@ -206,7 +247,7 @@ impl Backend {
                     bench.run_dir.display()
                 ),
             ),
-            Backend::Replicas => Serve::new(
+            Backend::Replicas | Backend::Cluster => Serve::new(
                 bench.generator.sluice_bin.clone(),
                 std::env::var(POSTGRES_URL_ENV).with_context(|| {
                     format!(
@@ -215,15 +256,22 @@ impl Backend {
                 })?,
             ),
         };
-        serve.redis = redis.as_ref().map(RedisServer::url);
+        serve.redis = redis.as_ref().map(BenchRedis::url);
         serve.flags = vec!["--max-connections".into(), MAX_CONNECTIONS.to_string()];
         let replicas: Vec<AdminApi> = match self {
             Backend::Memory => vec![AdminApi::start(&serve)?],
-            Backend::Replicas => vec![AdminApi::start(&serve)?, AdminApi::start(&serve)?],
+            Backend::Replicas | Backend::Cluster => {
+                vec![AdminApi::start(&serve)?, AdminApi::start(&serve)?]
+            }
         };
         // The coordinator takes only limits a global rule produces. PostgreSQL's database
         // outlives one point, so each point's rule has its own name (the same limit).
-        let rule = global_rule(&format!("fleet-scale-{proxies}"), RATE, BURST, "global");
+        let rule = global_rule(
+            &format!("fleet-scale-{proxies}-{}", self.slug()),
+            RATE,
+            BURST,
+            "global",
+        );
         replicas[0].create_rule(&rule)?;
 
         let bodies = bodies(proxies);
@@ -243,14 +291,14 @@ impl Backend {
         // syncs create every bucket), then measure.
         drive(&targets, &bodies, proxies, Duration::from_secs(2))?;
         let cpu_before = cpu_ticks(&replicas)?;
-        let redis_before = redis.as_ref().map(redis_counters).transpose()?;
+        let redis_before = redis.as_ref().map(BenchRedis::counters).transpose()?;
         let commands_before = redis_commands(&replicas)?;
         let outcome = drive(&targets, &bodies, proxies, measure)?;
         let cpu_s = cpu_ticks(&replicas)?.saturating_sub(cpu_before) as f64 / 100.0;
         let seconds = outcome.elapsed.as_secs_f64();
         let redis = match (&redis, redis_before) {
             (Some(server), Some(before)) => {
-                let after = redis_counters(server)?;
+                let after = server.counters()?;
                 Some(RedisRates {
                     commands_per_s: (redis_commands(&replicas)? - commands_before) / seconds,
                     bytes_in_per_s: after.0.saturating_sub(before.0) as f64 / seconds,
@@ -390,12 +438,4 @@ fn redis_commands(replicas: &[AdminApi]) -> Result<f64> {
         .iter()
         .map(|a| a.metric("sluice_quota_redis_commands_total"))
         .sum()
-}
-
-/// Redis's network bytes in and out so far.
-fn redis_counters(redis: &RedisServer) -> Result<(u64, u64)> {
-    Ok((
-        redis.info_field("stats", "total_net_input_bytes")?,
-        redis.info_field("stats", "total_net_output_bytes")?,
-    ))
 }

@@ -15,6 +15,8 @@
 //! * [`RedisServer`] and [`PostgresServer`]: throwaway servers for tests (Debian's
 //!   `redis-server` on a free loopback port; a PostgreSQL cluster of our own in a private
 //!   temporary folder), stopped when dropped, restartable on the same port for fault tests;
+//!   [`RedisCluster`]: three masters and their replicas of that `redis-server` in cluster
+//!   mode, with a master's failover and a slot's migration for fault tests;
 //!   [`PostgresDatabase`]: a fresh database on a server given by URL, such as the suite's.
 //!   `cargo xtask test` installs the servers if missing and names them in
 //!   `SLUICE_REDIS_SERVER` and `SLUICE_POSTGRES_BIN`; without those variables the tests look
@@ -33,6 +35,7 @@ pub mod llm;
 pub mod load;
 mod postgres;
 mod redis;
+mod redis_cluster;
 pub mod serve;
 pub mod upstream;
 
@@ -41,6 +44,7 @@ pub use postgres::{
     postgres_available, server_bin_dir, stop_left_behind, with_database,
 };
 pub use redis::{REDIS_SERVER_ENV, REQUIRE_REDIS_ENV, RedisServer, redis_available};
+pub use redis_cluster::RedisCluster;
 
 use std::time::{Duration, Instant};
 

@@ -22,6 +22,8 @@ pub struct RedisServer {
     binary: PathBuf,
     addr: SocketAddr,
     dir: tempfile::TempDir,
+    /// Arguments beyond the throwaway defaults (cluster mode, see `RedisCluster`).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -32,8 +34,12 @@ impl RedisServer {
     }
 
     pub fn try_start() -> Result<RedisServer> {
-        let binary = std::env::var_os(REDIS_SERVER_ENV)
-            .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
+        RedisServer::try_start_with(&[])
+    }
+
+    /// [`RedisServer::try_start`] with more arguments for `redis-server`.
+    pub fn try_start_with(extra: &[&str]) -> Result<RedisServer> {
+        let binary = server_binary();
         let dir = tempfile::Builder::new()
             .prefix("sluice-redis-")
             .tempdir()
@@ -47,6 +53,7 @@ impl RedisServer {
             binary,
             addr,
             dir,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
         server.try_restart()?;
@@ -66,17 +73,37 @@ impl RedisServer {
     /// `total_net_input_bytes` of `stats`), asked with `redis-cli` (Debian's
     /// `redis-tools`, installed with the server).
     pub fn info_field(&self, section: &str, field: &str) -> Result<u64> {
-        let out = Command::new("redis-cli")
-            .args(["-h", &self.addr.ip().to_string()])
-            .args(["-p", &self.addr.port().to_string()])
-            .args(["INFO", section])
-            .output()
-            .context("running redis-cli")?;
+        let out = self.cli(&["INFO", section])?;
         let prefix = format!("{field}:");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
+        out.lines()
             .find_map(|line| line.trim().strip_prefix(prefix.as_str())?.parse().ok())
             .with_context(|| format!("redis-cli INFO {section} gave no {field}"))
+    }
+
+    /// What `redis-cli` prints for one command sent to this server (raw: one reply
+    /// element per line); an error when it cannot run, or prints an error.
+    pub fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(cli_binary())
+            .args(["-h", &self.addr.ip().to_string()])
+            .args(["-p", &self.addr.port().to_string()])
+            .args(args)
+            .output()
+            .context("running redis-cli")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() || text.starts_with("ERR") || text.starts_with("(error)") {
+            bail!(
+                "redis-cli {} on {}: {text}{}",
+                args.join(" "),
+                self.addr,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(text)
+    }
+
+    /// Whether the server was started and not killed since (without asking the process).
+    pub fn is_started(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Whether the server process is running.
@@ -112,6 +139,7 @@ impl RedisServer {
             .arg(&log)
             // A throwaway server: nothing written to disk, nothing kept across a restart.
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -149,6 +177,24 @@ impl Drop for RedisServer {
     }
 }
 
+fn server_binary() -> PathBuf {
+    std::env::var_os(REDIS_SERVER_ENV).map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+}
+
+/// `redis-cli`, installed with the server: beside it, else on `PATH`.
+fn cli_binary() -> PathBuf {
+    let beside = server_binary().with_file_name("redis-cli");
+    if beside
+        .parent()
+        .is_some_and(|dir| !dir.as_os_str().is_empty())
+        && beside.exists()
+    {
+        beside
+    } else {
+        PathBuf::from("redis-cli")
+    }
+}
+
 /// Whether a Redis answers `PING` on `addr`. Written out rather than through a client
 /// crate: this is the one command the launcher needs, and the product's code uses a real
 /// client.
@@ -177,8 +223,7 @@ pub const REQUIRE_REDIS_ENV: &str = "SLUICE_REQUIRE_REDIS";
 /// does not, unless [`REQUIRE_REDIS_ENV`] is set, as under `cargo xtask test`: then this
 /// panics.
 pub fn redis_available() -> bool {
-    let binary = std::env::var_os(REDIS_SERVER_ENV)
-        .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
+    let binary = server_binary();
     let found = Command::new(&binary)
         .arg("--version")
         .output()

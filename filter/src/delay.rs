@@ -18,8 +18,9 @@ use sluice_core::time::{NANOS_PER_MILLI, Nanos};
 
 use crate::metrics::DelayMetrics;
 
-/// The worker's tick while its ruleset has a rule that delays: a waiting request passes
-/// at most this long after its tokens are due.
+/// The worker's longest tick while its ruleset has a rule that delays: a waiting request
+/// passes at most this long after its tokens are due. While requests wait, the tick is
+/// aimed at the first one's due time ([`DelayedRequests::next_tick`]).
 pub const DELAY_TICK: Duration = Duration::from_millis(10);
 
 /// One worker's waiting requests, and what the passed ones tell their responses.
@@ -90,5 +91,19 @@ impl DelayedRequests {
     /// Whether any request waits.
     pub fn is_empty(&self) -> bool {
         self.queue.borrow().is_empty()
+    }
+
+    /// The tick that passes the first waiting request as soon after its due time as
+    /// Envoy's millisecond timer allows: the time until then, rounded up to a whole
+    /// millisecond, at least 1 ms and at most [`DELAY_TICK`] (also when none waits).
+    pub fn next_tick(&self, now: Nanos) -> Duration {
+        let Some(due) = self.queue.borrow().next_due() else {
+            return DELAY_TICK;
+        };
+        let ms = due
+            .get()
+            .saturating_sub(now.get())
+            .div_ceil(NANOS_PER_MILLI);
+        Duration::from_millis(ms).clamp(Duration::from_millis(1), DELAY_TICK)
     }
 }

@@ -250,19 +250,19 @@ impl FilterRoot {
         }
     }
 
-    /// Ticks at [`DELAY_TICK`] while the rules may delay requests or any still waits, so
-    /// each passes at most one such tick after it is due; at the routine's pace
-    /// otherwise.
+    /// Ticks at most [`DELAY_TICK`] apart while the rules may delay requests or any still
+    /// waits, aimed at the first waiter's due time, so each passes at most one such tick
+    /// after it is due and most far sooner; at the routine's pace otherwise.
     fn follow_tick_period(&mut self) {
         let delays = self
             .shared
             .config()
             .is_some_and(|c| c.ruleset.has_delay_rules())
             || !self.shared.delay.is_empty();
-        let period = if delays {
-            DELAY_TICK
-        } else {
-            self.routine_period()
+        let period = match clock::now() {
+            Some(now) if delays => self.shared.delay.next_tick(now),
+            _ if delays => DELAY_TICK,
+            _ => self.routine_period(),
         };
         if period != self.period {
             self.period = period;

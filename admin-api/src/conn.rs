@@ -146,6 +146,7 @@ pub(crate) async fn serve(
         let _ = tcp.set_nodelay(true);
         let app = app.clone();
         let tls = tls.clone();
+        let counts = counts.clone();
         let closing = closing.subscribe();
         tokio::spawn(async move {
             match tls {
@@ -157,9 +158,15 @@ pub(crate) async fn serve(
                             connection(stream, peer, app, limits, closing, permit).await;
                         }
                         // A client that does not speak TLS or does not trust the
-                        // certificate: its problem, worth a debug line only.
-                        Ok(Err(err)) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        // certificate: its problem, worth a debug line and a count only.
+                        Ok(Err(err)) => {
+                            tracing::debug!(%peer, "TLS handshake failed: {err}");
+                            counts.handshake_failed(Some(&err));
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            counts.handshake_failed(None);
+                        }
                     }
                 }
             }

@@ -354,7 +354,8 @@ fn tls() -> Tls {
 /// Slowloris over TLS: a client that never starts its handshake is closed after
 /// `--tls-handshake-timeout`, one that sends half a request head after its handshake
 /// after `--header-read-timeout` (neither before); a valid request is answered, with
-/// `Strict-Transport-Security`.
+/// `Strict-Transport-Security`. The silent client counts as a handshake `timeout`, a
+/// client speaking plain HTTP to the TLS port as a `tls` failure, and nothing else does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_over_tls_is_closed_after_its_timeouts() {
     let db = sqlite().await;
@@ -362,6 +363,8 @@ async fn slowloris_over_tls_is_closed_after_its_timeouts() {
     let options = ServeOptions {
         limits: limits(SHORT * 2, LONG, SHORT, 64),
         tls: Some(tls.server.clone()),
+        // Plain HTTP, so the test's client reads it without the test CA.
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..ServeOptions::default()
     };
     let api = TestServer::start_with(&db, options).await;
@@ -389,6 +392,26 @@ async fn slowloris_over_tls_is_closed_after_its_timeouts() {
     assert!(after >= SHORT, "no handshake: closed after {after:?}");
     let after = closed_after(&mut slow, slow_since).await;
     assert!(after >= SHORT * 2, "half a head: closed after {after:?}");
+
+    let failures =
+        |reason: &str| format!("sluice_admin_handshake_failures_total{{reason=\"{reason}\"}}");
+    wait_for_metrics(&api, "the silent client counted", |m| {
+        sample(m, &failures("timeout")) == Some(1.0)
+    })
+    .await;
+    let answer = raw(addr(&api), &get("/healthz", "")).await;
+    assert_eq!(status(&answer), 0, "plain HTTP on the TLS port: {answer}");
+    wait_for_metrics(&api, "plain HTTP counted as a TLS failure", |m| {
+        sample(m, &failures("tls")) == Some(1.0)
+    })
+    .await;
+    let text = api.metrics().await;
+    assert_eq!(sample(&text, &failures("timeout")), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, &failures("client_certificate")),
+        None,
+        "{text}"
+    );
 }
 
 /// Header floods: at most [`MAX_HEADERS`] header fields and [`MAX_HEAD_BYTES`] of head

@@ -562,3 +562,33 @@ async fn envoy_config_writes_the_native_ratelimit_filter_for_the_rate_limit_serv
             .contains("remote_address, header:NAME=KEY or generic:KEY=VALUE")
     );
 }
+
+/// A proxy token goes to a rate limit service that is not on loopback only over TLS, or
+/// with `--rls-insecure`, which the file then warns of; to loopback, in clear text.
+#[tokio::test]
+async fn envoy_config_sends_the_rls_token_in_clear_text_only_where_told() {
+    let config = |addr: &'static str, extra: &'static [&'static str]| {
+        let mut command = sluice();
+        command
+            .args(["envoy-config", "--listen", "127.0.0.1:10000"])
+            .args(["--upstream", "127.0.0.1:8000", "--rls", addr])
+            .args(["--rls-token", "slc_proxy_secret"])
+            .args(extra);
+        async move { command.output().await.unwrap() }
+    };
+    let remote = config("10.0.0.7:8081", &[]).await;
+    let stderr = String::from_utf8_lossy(&remote.stderr);
+    assert_eq!(remote.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--rls-insecure"), "{stderr}");
+    assert!(remote.stdout.is_empty());
+
+    let insecure = config("10.0.0.7:8081", &["--rls-insecure"]).await;
+    assert_eq!(insecure.status.code(), Some(0));
+    let yaml = String::from_utf8_lossy(&insecure.stdout);
+    assert!(yaml.contains("WARNING: --rls-insecure"), "{yaml}");
+    assert!(yaml.contains("Bearer slc_proxy_secret"), "{yaml}");
+
+    let loopback = config("127.0.0.1:8081", &[]).await;
+    assert_eq!(loopback.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&loopback.stdout).contains("WARNING"));
+}

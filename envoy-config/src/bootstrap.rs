@@ -40,7 +40,7 @@ pub fn build(options: &EnvoyConfigOptions) -> Result<Bootstrap, EnvoyConfigError
         rlqs.check().map_err(EnvoyConfigError::InvalidRlqs)?;
     }
     if options.rls.is_some() || options.rlqs.is_some() {
-        options.rls_credentials.check()?;
+        options.rls_credentials.check(options.service_addrs())?;
         return Ok(with_services(options));
     }
     if !options.filter_wasm.is_absolute() {
@@ -343,6 +343,7 @@ mod tests {
         opts.rls_credentials = crate::RlsCredentials {
             token: Some("slc_proxy".into()),
             tls: Some(tls),
+            insecure: false,
         };
         let config = parse(&render(&opts).unwrap());
         let filters = filters(&config);

@@ -21,6 +21,13 @@ pub enum EnvoyConfigError {
     )]
     PlainHttpToRemote(String),
     #[error(
+        "refusing to send the proxy token (--rls-token) in clear text to the rate limit \
+         service at {0}, which is not a loopback address: give --rls-ca to speak TLS to it \
+         (`sluice serve --tls-cert`), or pass --rls-insecure on a network you trust (or one \
+         a service mesh encrypts)"
+    )]
+    PlainRlsTokenToRemote(std::net::SocketAddr),
+    #[error(
         "{0}: an https:// admin URL needs --admin-ca FILE, the PEM CA certificates Envoy \
          checks the admin API's certificate against (for a publicly trusted certificate, \
          the system bundle, e.g. /etc/ssl/certs/ca-certificates.crt); without one Envoy \

@@ -140,6 +140,14 @@ impl EnvoyConfigOptions {
             rls_credentials: RlsCredentials::default(),
         }
     }
+
+    /// The addresses of Sluice's gRPC listener the native filters call (`rls`, `rlqs`).
+    pub(crate) fn service_addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.rls
+            .iter()
+            .map(|r| r.addr)
+            .chain(self.rlqs.iter().map(|q| q.addr))
+    }
 }
 
 #[cfg(test)]

@@ -100,6 +100,11 @@ pub(crate) fn header(options: &EnvoyConfigOptions) -> Vec<String> {
             None => {}
         }
     }
+    lines.extend(
+        options
+            .rls_credentials
+            .clear_text_warning(options.service_addrs()),
+    );
     lines
 }
 

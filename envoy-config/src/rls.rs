@@ -27,20 +27,56 @@ pub struct RlsCredentials {
     /// to, the name it must carry (by default its IP address), and the client certificate
     /// `--rls-client-ca` asks for.
     pub tls: Option<AdminTls>,
+    /// Allows the token in clear text (no `tls`) to an address that is not loopback
+    /// (`--rls-insecure`): a network the operator trusts, or one a mesh encrypts.
+    pub insecure: bool,
 }
 
 impl RlsCredentials {
-    /// Refuses TLS files Envoy would resolve against its own working directory.
-    pub(crate) fn check(&self) -> Result<(), EnvoyConfigError> {
-        match self
+    /// Refuses TLS files Envoy would resolve against its own working directory, and a
+    /// token that would cross the network in clear text to any of `addrs` (the listeners
+    /// the filters call) unless `insecure` says so.
+    pub(crate) fn check(
+        &self,
+        addrs: impl IntoIterator<Item = SocketAddr>,
+    ) -> Result<(), EnvoyConfigError> {
+        if let Some(relative) = self
             .tls
             .iter()
             .flat_map(AdminTls::paths)
             .find(|p| !p.is_absolute())
         {
-            Some(relative) => Err(EnvoyConfigError::RelativeTlsPath(relative.clone())),
-            None => Ok(()),
+            return Err(EnvoyConfigError::RelativeTlsPath(relative.clone()));
         }
+        match self.clear_text_to(addrs) {
+            Some(remote) if !self.insecure => Err(EnvoyConfigError::PlainRlsTokenToRemote(remote)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The first of `addrs` that is not loopback when the token would reach it in clear
+    /// text (a token and no TLS).
+    pub(crate) fn clear_text_to(
+        &self,
+        addrs: impl IntoIterator<Item = SocketAddr>,
+    ) -> Option<SocketAddr> {
+        if self.token.is_none() || self.tls.is_some() {
+            return None;
+        }
+        addrs.into_iter().find(|addr| !addr.ip().is_loopback())
+    }
+
+    /// The generated file's warning when `--rls-insecure` let the token go in clear text.
+    pub(crate) fn clear_text_warning(
+        &self,
+        addrs: impl IntoIterator<Item = SocketAddr>,
+    ) -> Option<String> {
+        self.clear_text_to(addrs).map(|remote| {
+            format!(
+                "WARNING: --rls-insecure: the proxy token crosses the network to {remote} in \
+                 clear text."
+            )
+        })
     }
 
     /// The `GrpcService` both filters call the listener through.
@@ -275,6 +311,43 @@ impl RlsAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both sides of the clear-text rule: a token without TLS goes to loopback freely, to
+    /// any other address only with `insecure`; with TLS, or without a token, anywhere.
+    #[test]
+    fn a_token_goes_in_clear_text_only_to_loopback_unless_insecure_says_so() {
+        let loopback: SocketAddr = "127.0.0.1:8081".parse().unwrap();
+        let loopback_v6: SocketAddr = "[::1]:8081".parse().unwrap();
+        let remote: SocketAddr = "10.0.0.7:8081".parse().unwrap();
+        let token = RlsCredentials {
+            token: Some("slc_proxy".into()),
+            ..RlsCredentials::default()
+        };
+        assert!(token.check([loopback, loopback_v6]).is_ok());
+        assert!(token.clear_text_warning([loopback]).is_none());
+        match token.check([loopback, remote]) {
+            Err(err @ EnvoyConfigError::PlainRlsTokenToRemote(addr)) => {
+                assert_eq!(addr, remote);
+                assert!(err.to_string().contains("--rls-insecure"), "{err}");
+                assert!(err.to_string().contains("--rls-ca"), "{err}");
+            }
+            other => panic!("{remote} was accepted in clear text: {other:?}"),
+        }
+        let insecure = RlsCredentials {
+            insecure: true,
+            ..token.clone()
+        };
+        assert!(insecure.check([remote]).is_ok());
+        let warning = insecure.clear_text_warning([remote]).unwrap();
+        assert!(warning.contains("10.0.0.7:8081"), "{warning}");
+        let tls = RlsCredentials {
+            tls: Some(AdminTls::new("/pki/ca.pem")),
+            ..token.clone()
+        };
+        assert!(tls.check([remote]).is_ok());
+        assert!(tls.clear_text_warning([remote]).is_none());
+        assert!(RlsCredentials::default().check([remote]).is_ok());
+    }
 
     #[test]
     fn actions_are_read_from_their_flags() {

@@ -105,6 +105,7 @@ impl AdminServer {
         RlsCredentials {
             token: self.rls_token.clone(),
             tls: self.tls.as_ref().map(|tls| AdminTls::new(&tls.ca)),
+            insecure: false,
         }
     }
 

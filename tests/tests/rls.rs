@@ -278,8 +278,9 @@ fn rls_an_envoy_without_the_proxy_token_is_refused_and_fails_open_or_closed_as_c
 
 /// With `--rls-client-ca` (and `--rls-auth none`), an Envoy presenting a client
 /// certificate from that CA (`sluice envoy-config --rls-client-cert`, certificates made
-/// here) is limited as before; one presenting none fails the TLS handshake, so its
-/// requests follow its failure mode (closed here: Envoy's 500, never a 200).
+/// here) is limited as before; one presenting none fails the TLS handshake, counted as
+/// such, so its requests follow its failure mode (closed here: Envoy's 500, never a
+/// 200).
 #[test]
 fn rls_with_client_certificates_an_envoy_without_one_is_refused() {
     let pki = TestPki::new();
@@ -300,12 +301,15 @@ fn rls_with_client_certificates_an_envoy_without_one_is_refused() {
     assert_eq!(counts.total.get(200), 0, "{counts:?}");
     assert!(counts.total.get(500) > 0, "{counts:?}");
     drop(envoy);
+    let refused = "sluice_rls_handshake_failures_total{reason=\"client_certificate\"}";
+    assert!(metric(&admin, refused) > 0.0, "{}", admin.metrics_text());
 
     let mut tls = AdminTls::new(pki.ca());
     tls.client_cert = Some(pki.client_cert());
     let credentials = RlsCredentials {
         token: None,
         tls: Some(tls),
+        insecure: false,
     };
     let (_upstream, envoy) = envoy_calling(rls_service(admin.rls_addr(), actions()), credentials);
     check_a_limit_binds_behind(envoy.listener_addr(), &admin);

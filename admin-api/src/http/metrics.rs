@@ -291,6 +291,11 @@ impl RlsMetrics {
             self.connections.refused.clone(),
         );
         registry.register(
+            "sluice_rls_handshake_failures",
+            HANDSHAKE_FAILURES_HELP,
+            self.connections.handshake_failures.clone(),
+        );
+        registry.register(
             "sluice_rls_rules",
             "Rules with a descriptor section in force (RLS rules)",
             self.rules.clone(),
@@ -324,6 +329,38 @@ impl RlsMetrics {
 pub struct ConnectionMetrics {
     pub(crate) open: Gauge,
     pub(crate) refused: Counter,
+    /// Connections that ended before they were served, by [`ConnectionMetrics::handshake_failed`]'s
+    /// reason.
+    pub(crate) handshake_failures: Family<ReasonLabel, Counter>,
+}
+
+/// The help text of both listeners' `*_handshake_failures_total`.
+const HANDSHAKE_FAILURES_HELP: &str = "Connections closed before they were served: their TLS \
+    handshake failed, by reason (client_certificate: none presented, or one the client CA did \
+    not sign; tls: any other handshake failure, such as a client not speaking TLS; timeout: \
+    no handshake, or without TLS no first bytes, within --tls-handshake-timeout)";
+
+impl ConnectionMetrics {
+    /// Counts a connection that ended before it was served: its TLS handshake failed with
+    /// `error`, or (`None`) it did not finish, or without TLS did not start, within
+    /// `--tls-handshake-timeout`.
+    pub(crate) fn handshake_failed(&self, error: Option<&std::io::Error>) {
+        // tokio-rustls hands rustls' own error back inside the I/O error.
+        let tls_error = error.map(|e| {
+            e.get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        let reason = match tls_error {
+            None => "timeout",
+            Some(Some(
+                rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_),
+            )) => "client_certificate",
+            Some(_) => "tls",
+        };
+        self.handshake_failures
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
 }
 
 fn duration_histogram() -> Histogram {
@@ -354,6 +391,11 @@ impl Metrics {
             "sluice_admin_refused_connections",
             "Connections closed at once because --max-connections were open",
             connections.refused.clone(),
+        );
+        registry.register(
+            "sluice_admin_handshake_failures",
+            HANDSHAKE_FAILURES_HELP,
+            connections.handshake_failures.clone(),
         );
         registry.register(
             "sluice_admin_http_requests",

@@ -127,6 +127,7 @@ pub(crate) fn accept(
             };
             let send = send.clone();
             let tls = tls.clone();
+            let counts = counts.clone();
             tokio::spawn(async move {
                 let io = match tls {
                     None => {
@@ -137,16 +138,29 @@ pub(crate) fn accept(
                         let first = stream.peek(&mut byte);
                         match tokio::time::timeout(limits.tls_handshake_timeout, first).await {
                             Ok(Ok(1..)) => Io::Plain(stream),
-                            _ => return,
+                            // Closed or reset without a word (a TCP health check): not
+                            // a failure.
+                            Ok(_) => return,
+                            Err(_) => {
+                                counts.handshake_failed(None);
+                                return;
+                            }
                         }
                     }
                     Some(acceptor) => {
                         let handshake = acceptor.accept(stream);
+                        // A failed or slow handshake closes the connection (and frees
+                        // its slot as `open` and `permit` drop).
                         match tokio::time::timeout(limits.tls_handshake_timeout, handshake).await {
                             Ok(Ok(tls)) => Io::Tls(Box::new(tls)),
-                            // A failed or slow handshake closes the connection (and frees
-                            // its slot as `open` and `permit` drop).
-                            _ => return,
+                            Ok(Err(err)) => {
+                                counts.handshake_failed(Some(&err));
+                                return;
+                            }
+                            Err(_) => {
+                                counts.handshake_failed(None);
+                                return;
+                            }
                         }
                     }
                 };

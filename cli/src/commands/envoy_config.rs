@@ -152,7 +152,10 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
         options.config_path = args.output.clone();
         (options.rls, options.rlqs, options.rls_credentials) =
             services.services(args.rules.as_deref())?;
-        let yaml = sluice_envoy_config::render(&options).map_err(anyhow::Error::from)?;
+        let yaml = sluice_envoy_config::render(&options).map_err(|err| match err {
+            EnvoyConfigError::PlainRlsTokenToRemote(_) => Failure::BadInput(err.to_string()),
+            other => Failure::Other(other.into()),
+        })?;
         return write_output(args.output.as_deref(), &yaml);
     }
     let Some(filter) = &args.filter else {
@@ -160,9 +163,9 @@ pub fn run(args: &EnvoyConfigArgs) -> Result<(), Failure> {
             "--filter is required without --rls or --rlqs".into(),
         ));
     };
-    if services.rls_token.is_some() || services.rls_ca.is_some() {
+    if services.rls_token.is_some() || services.rls_ca.is_some() || services.rls_insecure {
         return Err(Failure::BadInput(
-            "--rls-token and --rls-ca apply only with --rls or --rlqs".into(),
+            "--rls-token, --rls-ca and --rls-insecure apply only with --rls or --rlqs".into(),
         ));
     }
     let filter = std::path::absolute(filter)

@@ -71,6 +71,11 @@ pub struct RlsArgs {
     /// proxy`) that Envoy sends in every call (`sluice serve --rls-auth token`).
     #[arg(long, value_name = "TOKEN")]
     pub rls_token: Option<String>,
+    /// With --rls-token and without --rls-ca: allow a service address that is not
+    /// loopback, the token crossing the network in clear text (a network you trust, or
+    /// one a service mesh encrypts). Refused without it.
+    #[arg(long)]
+    pub rls_insecure: bool,
     /// With --rls/--rlqs: speak TLS to the service (`sluice serve --tls-cert`), checking
     /// its certificate against these PEM CA certificates.
     #[arg(long, value_name = "FILE")]
@@ -107,6 +112,7 @@ impl RlsArgs {
         }
         let credentials = RlsCredentials {
             token: self.rls_token.clone(),
+            insecure: self.rls_insecure,
             tls: tls_files(
                 "rls",
                 self.rls_ca.as_deref(),

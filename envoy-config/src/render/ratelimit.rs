@@ -25,7 +25,11 @@ pub struct RatelimitOptions {
 /// call, and with `rls` the route's `rate_limits`, as one YAML document with the keys
 /// `http_filters`, `clusters` and `rate_limits`.
 pub fn ratelimit(options: &RatelimitOptions) -> Result<Bootstrap, RenderError> {
-    options.credentials.check()?;
+    let addrs = || {
+        let rls = options.rls.iter().map(|r| r.addr);
+        rls.chain(options.rlqs.iter().map(|q| q.addr))
+    };
+    options.credentials.check(addrs())?;
     if let Some(rlqs) = &options.rlqs {
         rlqs.check().map_err(EnvoyConfigError::InvalidRlqs)?;
     }
@@ -69,6 +73,7 @@ pub fn ratelimit(options: &RatelimitOptions) -> Result<Bootstrap, RenderError> {
                 .to_string(),
         );
     }
+    header.extend(options.credentials.clear_text_warning(addrs()));
     Ok(Bootstrap {
         header: wrap(&header),
         config,
@@ -115,6 +120,7 @@ mod tests {
             credentials: RlsCredentials {
                 token: Some("slc_proxy".into()),
                 tls: None,
+                insecure: false,
             },
         }
     }

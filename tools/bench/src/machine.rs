@@ -107,6 +107,28 @@ pub fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
+/// Pins the calling thread to `cpus` (a `taskset -c` list) with `taskset -p`, for a load
+/// generator's threads inside this process (the bench forbids unsafe code, so no
+/// `sched_setaffinity`). The thread's id is read from `/proc/thread-self`; a failure is
+/// reported and the thread stays unpinned.
+pub fn pin_this_thread(cpus: &str) {
+    let tid = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|link| link.file_name().map(|t| t.to_string_lossy().into_owned()));
+    let pinned = tid.as_deref().is_some_and(|tid| {
+        Command::new("taskset")
+            .args(["-p", "-c", cpus, tid])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !pinned {
+        cmd::note(format!(
+            "could not pin a load thread to CPU {cpus}: it runs unpinned"
+        ));
+    }
+}
+
 fn git_commit() -> String {
     let root = cmd::project_root();
     let Some(commit) = cmd::probe(

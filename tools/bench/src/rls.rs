@@ -132,6 +132,9 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
             format!("sqlite://{}/rls-{store}.db", dir.display()),
         );
         serve.redis = redis_url;
+        // The server on one core and the client on the other: calls per core-second are
+        // the server's, and the client does not steal its time.
+        serve.cpus = bench.envoy_cpus.clone();
         serve.flags = vec![
             "--rls-listen".into(),
             "127.0.0.1:0".into(),
@@ -191,8 +194,14 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
     }
     let mut wasm_runs = Vec::new();
 
+    let load_cpus = bench.load_cpus.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .on_thread_start(move || {
+            if let Some(cpus) = &load_cpus {
+                crate::machine::pin_this_thread(cpus);
+            }
+        })
         .enable_all()
         .build()
         .context("the client's runtime")?;
@@ -438,6 +447,14 @@ fn markdown(
     rate: u64,
 ) -> String {
     let settings = &bench.settings;
+    let pinning = match (&bench.envoy_cpus, &bench.load_cpus) {
+        (Some(server), Some(client)) => format!(
+            "Each `sluice serve` runs on CPU {server} only, the client on CPU {client} only, \
+             so a server has one core."
+        ),
+        _ => "The server and the client run unpinned (no taskset or one core).".to_string(),
+    };
+    let batch = rate / 1_000;
     let mut out = format!(
         "# Sluice as Envoy's rate limit service: what a decision costs\n\n\
          Produced by `cargo xtask bench --only rls`. The same traffic everywhere: requests \
@@ -453,7 +470,9 @@ fn markdown(
          again at its answer. *Paced*: calls started at {rate} a second (open loop, at most \
          {PACED_IN_FLIGHT} unanswered). Calls per core-second: calls divided by the \
          server's CPU time over the run (`/proc/<pid>/stat`), all of `sluice serve`'s \
-         threads. Latency over every call of every round.\n\n\
+         threads. {pinning} Paced calls start in batches every millisecond ({batch} at a \
+         time), as a timer of a millisecond allows. Latency over every call of every \
+         round.\n\n\
          | run | store | calls/s | calls per core-second | p50 ms | p99 ms | errors | over limit |\n\
          |---|---|---|---|---|---|---|---|\n"
     ));
@@ -472,7 +491,9 @@ fn markdown(
         "\n## The same traffic through Envoy\n\nwrk, {} connections, against Envoy ({WORKERS} \
          workers, in front of one echo upstream) with the wasm filter deciding inside Envoy, and with \
          Envoy's native ratelimit filter asking each server (`sluice envoy-config --rls`, \
-         one descriptor per request). Medians over rounds.\n\n\
+         one descriptor per request). Pinned as above, Envoy and the server it asks share \
+         one core, as the wasm filter's Envoy has one core to itself. Medians over \
+         rounds.\n\n\
          | Envoy with | requests/s | p50 ms | p99 ms | non-2xx | errors |\n|---|---|---|---|---|---|\n",
         settings.connections
     ));

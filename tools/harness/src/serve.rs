@@ -33,6 +33,9 @@ pub struct Serve {
     pub flags: Vec<String>,
     /// The server's log (its stderr) on ours, for a test's output; discarded otherwise.
     pub show_log: bool,
+    /// `taskset -c` CPU list, e.g. `"0"`: the server's threads run only there (and its
+    /// runtime sizes itself to them); `None` leaves it unpinned.
+    pub cpus: Option<String>,
 }
 
 impl Serve {
@@ -44,6 +47,7 @@ impl Serve {
             redis: None,
             flags: Vec::new(),
             show_log: false,
+            cpus: None,
         }
     }
 }
@@ -200,7 +204,15 @@ impl Drop for AdminApi {
 
 /// Starts `sluice serve` and waits for its listening line (`sluice_core::listening`).
 fn spawn(serve: &Serve, listen: SocketAddr) -> Result<(Child, Listening, Option<RlsListening>)> {
-    let mut command = Command::new(&serve.sluice);
+    // taskset execs the server, so the child's pid is the server's own.
+    let mut command = match &serve.cpus {
+        Some(cpus) => {
+            let mut taskset = Command::new("taskset");
+            taskset.args(["-c", cpus]).arg(&serve.sluice);
+            taskset
+        }
+        None => Command::new(&serve.sluice),
+    };
     command
         .args(["serve", "--listen", &listen.to_string()])
         .args(["--database", &serve.database]);

@@ -325,36 +325,54 @@ impl AdditiveRow for ProxyBucket {
     }
 }
 
+/// The key columns of a client's row of one rule in one bucket (`metric_clients`,
+/// `metric_requesters`).
+const CLIENT_KEY: &[&str] = &["resolution", "bucket_ms", "rule_id", "client"];
+
+/// Binds a client row's key (resolution, bucket, rule, client), then its `counters`.
+fn bind_client_row<'q>(
+    query: AnyQuery<'q>,
+    bucket: (Resolution, i64),
+    rule: &'q str,
+    client: &'q str,
+    counters: &[u64],
+) -> AnyQuery<'q> {
+    let (resolution, bucket_ms) = bucket;
+    let mut query = (query.bind(resolution.seconds()).bind(bucket_ms))
+        .bind(rule)
+        .bind(client);
+    for &n in counters {
+        query = query.bind(to_i64(n));
+    }
+    query
+}
+
 impl AdditiveRow for ClientBucket {
     const TABLE: &'static str = "metric_clients";
-    const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id", "client"];
+    const KEY: &'static [&'static str] = CLIENT_KEY;
     const COUNTERS: &'static [&'static str] = &["throttled", "error", "tokens"];
 
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
-        query
-            .bind(self.resolution.seconds())
-            .bind(self.bucket_ms)
-            .bind(&self.rule)
-            .bind(&self.client)
-            .bind(to_i64(self.throttled))
-            .bind(to_i64(self.error))
-            .bind(to_i64(self.tokens))
+        let bucket = (self.resolution, self.bucket_ms);
+        let counters = [self.throttled, self.error, self.tokens];
+        bind_client_row(query, bucket, &self.rule, &self.client, &counters)
     }
 }
 
 impl AdditiveRow for RequesterBucket {
     const TABLE: &'static str = "metric_requesters";
-    const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id", "client"];
+    const KEY: &'static [&'static str] = CLIENT_KEY;
     const COUNTERS: &'static [&'static str] = &["requests", "error"];
 
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
-        query
-            .bind(self.resolution.seconds())
-            .bind(self.bucket_ms)
-            .bind(&self.rule)
-            .bind(&self.client)
-            .bind(to_i64(self.requests))
-            .bind(to_i64(self.error))
+        let bucket = (self.resolution, self.bucket_ms);
+        bind_client_row(
+            query,
+            bucket,
+            &self.rule,
+            &self.client,
+            &[self.requests, self.error],
+        )
     }
 }
 

@@ -127,7 +127,8 @@ async fn a_report_is_visible_in_every_query_before_and_after_the_flush(db: TestD
                 // denied; the summed wait, like tokens, is not held to the request ceiling.
                 "warned": 7, "delayed": 6, "delay_wait_ms": 3_000_000, "in_flight_refused": 3,
                 "top_clients": [{"client": "acme", "throttled": 6, "error": 0, "tokens": 700},
-                                {"client": "a b/c", "throttled": 4, "error": 1}]},
+                                {"client": "a b/c", "throttled": 4, "error": 1}],
+                "top_requesters": [{"client": "acme", "requests": 60, "error": 0}]},
                {"rule": "deleted-since", "denied": 1, "top_clients": [{"client": "acme", "throttled": 1}]}]),
     );
     body["overflow"] = json!(0);
@@ -403,7 +404,7 @@ async fn bad_reports_are_refused_and_change_nothing(db: TestDb) {
     let series_path = format!("/api/v1/metrics/series?from={}&to={}", now - HOUR, now + 1);
     assert_eq!(totals(&api.read(&series_path).await), (0, 0, 0));
     flush(&api, &db).await;
-    assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0, 0]);
     assert!(db.store.list_proxies().await.unwrap().is_empty());
     let metrics = api.metrics().await;
     assert_contains(&metrics, "sluice_admin_reports_ingested_total 0");
@@ -627,7 +628,7 @@ async fn rollups_agree_at_every_resolution(db: TestDb) {
         assert_eq!(totals(&one).1, 18 * 2, "{step}");
     }
     // Stored: one row per bucket and rule (and per proxy), not one per report.
-    let [rule_rows, proxy_rows, _] = db.store.metric_row_counts().await.unwrap();
+    let [rule_rows, proxy_rows, _, _] = db.store.metric_row_counts().await.unwrap();
     assert_eq!(rule_rows, 18 + 3 + 1);
     assert_eq!(proxy_rows, 2 * (18 + 3 + 1));
 }
@@ -854,7 +855,7 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
     )
     .await;
     flush(&api, &db).await;
-    assert_eq!(db.store.metric_row_counts().await.unwrap(), [5, 5, 3]);
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [5, 5, 3, 0]);
     let pipeline = api.state.pipeline();
     // Nothing is past retention yet.
     assert_eq!(pipeline.run_retention(&db.store, now).await.unwrap(), 0);
@@ -882,7 +883,7 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
     );
     assert_eq!(
         db.store.metric_row_counts().await.unwrap(),
-        [2, 2, 1],
+        [2, 2, 1, 0],
         "only hours are left"
     );
     assert_eq!(
@@ -892,7 +893,7 @@ async fn retention_deletes_old_buckets_per_resolution(db: TestDb) {
             .unwrap(),
         5
     );
-    assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0]);
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [0, 0, 0, 0]);
     let m = api.metrics().await;
     assert_contains(&m, "sluice_admin_metrics_rows_deleted_total 13");
 }
@@ -1074,7 +1075,7 @@ async fn a_clean_stop_writes_every_accepted_report(db: TestDb) {
     }
     assert_eq!(
         db.store.metric_row_counts().await.unwrap(),
-        [0, 0, 0],
+        [0, 0, 0, 0],
         "nothing flushed yet"
     );
     api.server.stop().await.unwrap();
@@ -1294,15 +1295,15 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
         }
     }
     db.store.load_metrics(&batch).await.unwrap();
-    assert_eq!(db.store.metric_row_counts().await.unwrap(), [30, 10, 8]);
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [30, 10, 8, 0]);
 
     let pruned = pipeline.enforce_row_cap(&db.store).await.unwrap();
     assert_eq!(
         pruned,
-        [20, 0, 0],
+        [20, 0, 0, 0],
         "the four oldest minutes; the others are at or under"
     );
-    assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 8]);
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 8, 0]);
     let left = format!(
         "/api/v1/metrics/series?from={start}&to={}&step=1m",
         start + 6 * MINUTE
@@ -1314,7 +1315,7 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
     );
     assert_eq!(
         pipeline.enforce_row_cap(&db.store).await.unwrap(),
-        [0, 0, 0],
+        [0, 0, 0, 0],
         "at the cap"
     );
 
@@ -1334,9 +1335,9 @@ async fn each_metrics_table_is_capped_and_loses_its_oldest_buckets_counted(db: T
     db.store.load_metrics(&batch).await.unwrap();
     assert_eq!(
         pipeline.enforce_row_cap(&db.store).await.unwrap(),
-        [0, 0, 4]
+        [0, 0, 4, 0]
     );
-    assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 7]);
+    assert_eq!(db.store.metric_row_counts().await.unwrap(), [10, 10, 7, 0]);
 
     let api = TestApp {
         app: http::app(state.clone()),

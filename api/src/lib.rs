@@ -36,7 +36,7 @@ pub use metrics::{
 pub use problem::{FieldError, Problem};
 pub use proxies::{GlobalSyncView, ProxyList, ProxyView};
 pub use query::{MAX_SAFE_INTEGER, Whole};
-pub use rules::{ApplyQuery, ChangeSummary, ListQuery, RuleList, RuleView, etag};
+pub use rules::{ApplyQuery, ChangeSummary, ListQuery, RuleEstimate, RuleList, RuleView, etag};
 pub use ruleset::PollQuery;
 pub use session::{SessionView, SignIn};
 pub use sluice_core::spec::RuleSpec;

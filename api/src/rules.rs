@@ -80,6 +80,85 @@ pub struct ChangeSummary {
     pub added: Vec<String>,
     pub updated: Vec<String>,
     pub removed: Vec<String>,
+    /// A dry run's estimate, per added or updated rule, of what it would have throttled
+    /// of the last hour's traffic (absent from an applied change).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub estimates: Vec<RuleEstimate>,
+}
+
+/// What a new or changed rule would have throttled of the traffic recorded over the last
+/// hour (`POST /api/v1/rules:estimate`, and each rule of a dry-run apply): the recorded
+/// clients' requests replayed, 10 s bucket by 10 s bucket, through the rule's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleEstimate {
+    /// The rule estimated (its id).
+    pub rule: String,
+    /// The rule whose recorded traffic was replayed: this rule itself, or a rule with the
+    /// same match and key. Absent: no traffic was recorded under this match and key, and
+    /// nothing is estimated.
+    pub traffic_of: Option<String>,
+    /// The window replayed, in seconds (the last hour).
+    pub window_seconds: u64,
+    /// Requests the rule with this traffic decided in the window (exact).
+    pub requests: u64,
+    /// Requests that would have been throttled, of those replayed.
+    pub throttled_requests: u64,
+    /// Clients with at least one throttled request.
+    pub throttled_clients: u64,
+    /// Clients and requests replayed: those in the recorded top clients.
+    pub replayed_clients: u64,
+    pub replayed_requests: u64,
+    /// Of the replayed requests, how many may belong to other clients (the recorded
+    /// counts are upper bounds).
+    pub uncertain_requests: u64,
+    /// Requests of clients outside the recorded top clients: not replayed, so at most
+    /// this many more could be throttled.
+    pub untracked_requests: u64,
+    /// Clients left out by the estimate's work bound, and their requests.
+    pub skipped_clients: u64,
+    pub skipped_requests: u64,
+}
+
+impl RuleEstimate {
+    /// The estimate in one sentence, as the CLI and the dashboard show it.
+    pub fn sentence(&self) -> String {
+        let Some(source) = &self.traffic_of else {
+            return format!(
+                "{}: no traffic was recorded under this match and key in the last hour, so \
+                 nothing can be estimated (run the rule in `mode: shadow` for a while to see \
+                 what it would throttle)",
+                self.rule
+            );
+        };
+        let minutes = self.window_seconds / 60;
+        let from = if *source == self.rule {
+            String::new()
+        } else {
+            format!(" (traffic of rule {source})")
+        };
+        let mut text = format!(
+            "{}: would have throttled ~{} of {} requests from {} of {} clients in the last {minutes} minutes{from}",
+            self.rule,
+            self.throttled_requests,
+            self.requests,
+            self.throttled_clients,
+            self.replayed_clients,
+        );
+        if self.untracked_requests > 0 {
+            text.push_str(&format!(
+                "; {} requests of less busy clients were not replayed (at most that many more)",
+                self.untracked_requests
+            ));
+        }
+        if self.skipped_clients > 0 {
+            text.push_str(&format!(
+                "; {} clients ({} requests) were left out by the work bound",
+                self.skipped_clients, self.skipped_requests
+            ));
+        }
+        text
+    }
 }
 
 /// `POST /api/v1/rules:apply`'s options.

@@ -22,6 +22,7 @@
 //! * [`listening`]: the line `sluice serve` announces its address with.
 //! * [`rls`]: Envoy's rate limit service (`envoy.service.ratelimit.v3`) decided by rules
 //!   with a `descriptor` section, over the coordinator's buckets.
+//! * [`estimate`]: rule dry runs: what a rule would have throttled of recorded traffic.
 //! * [`usage`]: LLM token usage read from response bodies (JSON or event streams) as they
 //!   pass, for token budgets.
 //!
@@ -46,6 +47,7 @@ pub mod config;
 pub mod control;
 pub mod delay;
 pub mod denials;
+pub mod estimate;
 pub mod gcra;
 pub mod global;
 pub mod grpc;

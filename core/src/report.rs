@@ -7,6 +7,11 @@
 //! `k` entries finds every client whose throttled count exceeds `total / k`, and for each
 //! reported client `count - error ≤ true count ≤ count`. Merging two summaries adds their
 //! errors, which the report carries so the dashboard can say how exact a figure is.
+//!
+//! A second summary of the same size keeps the clients that sent the rule the most
+//! *requests*, whatever their outcome: what a rule dry run replays through changed limits
+//! (`crate::estimate`), since the throttled clients alone cannot say what a lower limit
+//! would throttle.
 
 use std::collections::BTreeMap;
 
@@ -221,11 +226,63 @@ fn truncate(client: &str) -> &str {
     client.get(..end).unwrap_or_default()
 }
 
+/// One client in a top-K summary of the clients sending a rule the most requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientRequests {
+    pub client: String,
+    /// Requests the rule decided for this client, whatever their outcome: an upper bound.
+    pub requests: u64,
+    /// How much of `requests` may belong to clients this entry replaced.
+    #[serde(default)]
+    pub error: u64,
+}
+
+/// The clients sending a rule the most requests: the same Space-Saving summary (and
+/// bounds) as [`TopClients`], counting requests instead of throttled requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopRequesters(TopClients);
+
+impl TopRequesters {
+    /// Counts `requests` requests of `client`.
+    pub fn record(&mut self, client: &str, requests: u64) {
+        self.0.record(client, requests, 0);
+    }
+
+    /// Folds in a summary as it travels.
+    pub fn merge(&mut self, entries: &[ClientRequests]) {
+        for e in entries {
+            self.0.add(
+                &e.client,
+                Throttled {
+                    requests: e.requests,
+                    error: e.error,
+                    tokens: 0,
+                },
+            );
+        }
+    }
+
+    /// The entries, most requests first.
+    pub fn sorted(&self) -> Vec<ClientRequests> {
+        self.0
+            .sorted()
+            .into_iter()
+            .map(|e| ClientRequests {
+                client: e.client,
+                requests: e.throttled,
+                error: e.error,
+            })
+            .collect()
+    }
+}
+
 /// Statistics of one rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleStats {
     pub counts: RuleCounts,
     pub top: TopClients,
+    pub requesters: TopRequesters,
 }
 
 /// Per-rule statistics over an interval: what a worker collects between flushes and
@@ -271,6 +328,12 @@ impl Aggregate {
         let Some(stats) = self.stats_for(rule_id) else {
             return;
         };
+        // Every request the rule decided for a client counts towards its requesters, whatever
+        // the outcome, as the counts count them: not a request without a key (the rule did
+        // not apply), nor one another rule denied first (the rule was not asked).
+        if !matches!(outcome, RuleOutcome::KeyMissing | RuleOutcome::NotCharged) {
+            stats.requesters.record(client, requests);
+        }
         let c = &mut stats.counts;
         let throttled = |count: &mut u64, throttled_tokens: &mut u64, top: &mut TopClients| {
             *count = count.saturating_add(requests);
@@ -339,6 +402,7 @@ impl Aggregate {
             stats
                 .top
                 .merge(&TopClients::from_entries(rule.top_clients.clone()));
+            stats.requesters.merge(&rule.top_requesters);
         }
         self.overflow = self.overflow.saturating_add(batch.overflow);
     }
@@ -351,6 +415,7 @@ impl Aggregate {
                 rule,
                 counts: stats.counts,
                 top_clients: stats.top.sorted(),
+                top_requesters: stats.requesters.sorted(),
             })
             .collect();
         RuleBatch {
@@ -381,6 +446,10 @@ pub struct RuleReport {
     /// Most throttled first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top_clients: Vec<ClientCount>,
+    /// Most requests first: the clients sending the rule the most requests, whatever
+    /// their outcome (for rule dry runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_requesters: Vec<ClientRequests>,
 }
 
 /// Longest proxy id.
@@ -509,6 +578,11 @@ mod tests {
                     error: 0,
                     tokens: 250,
                 }],
+                top_requesters: vec![ClientRequests {
+                    client: "c".into(),
+                    requests: 4,
+                    error: 0,
+                }],
             }],
             overflow: 0,
         };
@@ -524,6 +598,7 @@ mod tests {
         assert_eq!(merged.rules[0].counts.tokens_throttled, 500);
         assert_eq!(merged.rules[0].top_clients[0].throttled, 2);
         assert_eq!(merged.rules[0].top_clients[0].tokens, 500);
+        assert_eq!(merged.rules[0].top_requesters[0].requests, 8);
         assert!(agg.is_empty());
     }
 
@@ -543,6 +618,7 @@ mod tests {
                 error: 0,
                 tokens: 0,
             }],
+            top_requesters: Vec::new(),
         };
         let json = serde_json::to_string(&report).unwrap();
         assert!(!json.contains("tokens"), "{json}");
@@ -620,6 +696,50 @@ mod tests {
     }
 
     #[test]
+    fn requesters_count_every_decided_request_and_merge_like_top_clients() {
+        let mut worker = Aggregate::default();
+        for (outcome, client, n) in [
+            (RuleOutcome::Allowed { near_limit: false }, "alice", 5),
+            (RuleOutcome::Denied, "alice", 2),
+            (RuleOutcome::ShadowDenied, "bob", 3),
+            (RuleOutcome::Warned, "carol", 1),
+            // Not the rule's to decide: no key, or another rule denied first.
+            (RuleOutcome::KeyMissing, "", 4),
+            (RuleOutcome::NotCharged, "dave", 4),
+        ] {
+            worker.record_outcomes("r", outcome, client, n, 0);
+        }
+        let batch = worker.take();
+        let requesters: Vec<_> = batch.rules[0]
+            .top_requesters
+            .iter()
+            .map(|c| (c.client.as_str(), c.requests))
+            .collect();
+        assert_eq!(requesters, [("alice", 7), ("bob", 3), ("carol", 1)]);
+        // Merged as the control service merges workers' batches, and bounded the same way:
+        // a newcomer to a full summary inherits the smallest count as its error.
+        let mut merged = Aggregate::default();
+        merged.merge(&batch);
+        merged.merge(&batch);
+        for i in 0..TOP_CLIENTS as u64 {
+            merged.record_outcomes("r", RuleOutcome::Denied, &format!("c{i}"), 100 + i, 0);
+        }
+        let top = merged.take().rules[0].top_requesters.clone();
+        assert_eq!(top.len(), TOP_CLIENTS);
+        assert!(top.iter().all(|c| c.client.starts_with('c')), "{top:?}");
+        let replaced = top
+            .iter()
+            .find(|c| c.error > 0)
+            .expect("an inherited count");
+        assert!(replaced.requests - replaced.error >= 100, "{replaced:?}");
+        let json = serde_json::to_string(&batch.rules[0]).unwrap();
+        assert!(
+            json.contains(r#""top_requesters":[{"client":"alice","requests":7,"error":0}"#),
+            "{json}"
+        );
+    }
+
+    #[test]
     fn merged_counts_saturate_instead_of_wrapping() {
         // Found by the `rule_batch` fuzz target: two batches from shared data whose
         // counts add up past u64::MAX panicked (debug) or wrapped to a small count.
@@ -637,6 +757,11 @@ mod tests {
                     error: u64::MAX,
                     tokens: u64::MAX,
                 }],
+                top_requesters: vec![ClientRequests {
+                    client: "c".into(),
+                    requests: u64::MAX,
+                    error: u64::MAX,
+                }],
             }],
             overflow: u64::MAX,
         };
@@ -649,6 +774,7 @@ mod tests {
         assert_eq!(merged.rules[0].top_clients[0].throttled, u64::MAX);
         assert_eq!(merged.rules[0].top_clients[0].error, u64::MAX);
         assert_eq!(merged.rules[0].top_clients[0].tokens, u64::MAX);
+        assert_eq!(merged.rules[0].top_requesters[0].requests, u64::MAX);
         assert_eq!(merged.rules[0].counts.tokens_used, u64::MAX);
     }
 }

@@ -12,8 +12,9 @@ use web_sys::{Request, RequestCredentials, RequestInit, Response};
 /// The API's request and answer types, as the server defines them.
 pub use sluice_api::{
     AuditList, ChangeKind, ChangeSummary, ClientHistory, ClientMetricsList, DiffView, FieldError,
-    GlobalSyncView, Overview, Problem, ProxyList, RuleList, RuleMetricsList, RuleSpec, RuleView,
-    Series, SeriesPoint, SessionView, SignIn, StreamEvent, VersionList, VersionView,
+    GlobalSyncView, Overview, Problem, ProxyList, RuleEstimate, RuleList, RuleMetricsList,
+    RuleSpec, RuleView, Series, SeriesPoint, SessionView, SignIn, StreamEvent, VersionList,
+    VersionView,
 };
 
 /// A failed call: the problem document's parts, or a network failure (status 0).

@@ -78,6 +78,16 @@ pub async fn type_into(web: &Web, css: &str, text: &str) -> Result<()> {
         .with_context(|| format!("typing into {css}"))
 }
 
+/// Picks `value` in the form's `<select>` named `name`.
+pub async fn pick(web: &Web, name: &str, value: &str) -> Result<()> {
+    click(web, &format!("select[name='{name}'] option[value={value}]")).await
+}
+
+/// The value property of the input or `<select>` `css`.
+pub async fn value_of(web: &Web, css: &str) -> Result<Option<String>> {
+    Ok(wait_for(web, css).await?.prop("value").await?)
+}
+
 /// From the rules page, opens the form for a new rule and names it.
 pub async fn start_new_rule(web: &Web, name: &str) -> Result<()> {
     click(web, "[data-test=new-rule]").await?;

@@ -1,5 +1,6 @@
 //! The rule form in a real browser against a real admin API: the inputs for token
-//! budgets, keys from identity, rollouts and warn mode, and for elastic rules, each
+//! budgets, keys from identity, rollouts and warn mode, composite keys and value
+//! conditions (with the rule's dry-run estimate), and for elastic rules, each
 //! saved rule read back from the API exactly and shown again when the form reopens, and
 //! a viewer's page stating what was saved. Screenshots land in `target/screenshots/`.
 //!
@@ -12,8 +13,8 @@ use fantoccini::Client as Web;
 use sluice_core::spec::{Mode, RuleSpec};
 use sluice_tests::browser::{AdminServer, Browser, browser_available};
 use sluice_tests::page::{
-    UI_WAIT, click, eventually, exists, fill_limit, nav, save_rule, sign_in, start_new_rule,
-    stored_spec, type_into, wait_for, wait_text,
+    UI_WAIT, click, eventually, exists, fill_limit, nav, pick, save_rule, sign_in, start_new_rule,
+    stored_spec, type_into, value_of, wait_for, wait_text,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,11 +265,6 @@ async fn the_rule_form_makes_an_elastic_rule() -> Result<()> {
     result
 }
 
-/// The value property of the input or `<select>` `css`.
-async fn value_of(web: &Web, css: &str) -> Result<Option<String>> {
-    Ok(wait_for(web, css).await?.prop("value").await?)
-}
-
 async fn elastic_form(
     admin: &AdminServer,
     browser: &Browser,
@@ -386,5 +382,118 @@ async fn elastic_form(
     )
     .await?;
     browser.screenshot("viewer-rule-elastic").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rule_form_makes_a_composite_key_and_a_value_condition() -> Result<()> {
+    assert!(
+        browser_available(),
+        "Chromium and chromedriver are missing: run `cargo xtask test`"
+    );
+    let admin = AdminServer::start()?;
+    let browser = Browser::start().await?;
+    let web = browser.client();
+    let result = composite_form(&admin, &browser, web).await;
+    if result.is_err() {
+        let _ = browser.screenshot("rule-form-composite-failure").await;
+    }
+    browser.close().await;
+    result
+}
+
+async fn composite_form(admin: &AdminServer, browser: &Browser, web: &Web) -> Result<()> {
+    web.goto(&admin.url("/")).await?;
+    wait_for(web, "form.signin").await?;
+    sign_in(web, admin.admin_token()).await?;
+    nav(web, "Rules").await?;
+    start_new_rule(web, "per-tenant-user").await?;
+
+    // Whose bucket: the tenant header and the JWT's subject together.
+    pick(web, "key_kind", "composite").await?;
+    click(web, "[data-test=add-key-part]").await?;
+    type_into(web, "input[name='key.composite[0].header']", "x-tenant").await?;
+    // One part is not a composite key: the core's refusal shows at the parts.
+    wait_text(
+        web,
+        ".field-error[data-field='key.composite']",
+        "must have 2 to 4 parts",
+    )
+    .await?;
+    click(web, "[data-test=add-key-part]").await?;
+    pick(web, "key.composite[1].kind", "metadata").await?;
+    type_into(
+        web,
+        "input[name='key.composite[1].metadata.filter']",
+        "envoy.filters.http.jwt_authn",
+    )
+    .await?;
+    type_into(
+        web,
+        "input[name='key.composite[1].metadata.path']",
+        "payload, sub",
+    )
+    .await?;
+
+    // Which requests: the JWT's plan claim is pro, and a beta cookie is present.
+    click(web, "[data-test=add-value-condition]").await?;
+    type_into(
+        web,
+        "input[name='match.values[0].value.metadata.path']",
+        "payload, plan",
+    )
+    .await?;
+    type_into(web, "input[name='match.values[0].equals']", "pro").await?;
+    click(web, "[data-test=add-value-condition]").await?;
+    pick(web, "match.values[1].value.kind", "cookie").await?;
+    type_into(web, "input[name='match.values[1].value.cookie']", "beta").await?;
+    pick(web, "match.values[1].condition", "present").await?;
+    fill_limit(web, 0, "10", "second").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+
+    // The dry run: nothing was ever recorded under this key, and the form says so.
+    click(web, "[data-test=estimate-button]").await?;
+    wait_text(web, "[data-test=estimate]", "no traffic was recorded").await?;
+    browser.screenshot("rule-form-composite").await?;
+    save_rule(web, "per-tenant-user").await?;
+    let expected: RuleSpec = serde_json::from_str(
+        r#"{"name":"per-tenant-user",
+            "match":{"values":[
+                {"value":{"metadata":{"filter":"envoy.filters.http.jwt_authn","path":["payload","plan"]}},"equals":"pro"},
+                {"value":{"cookie":"beta"},"present":true}]},
+            "key":{"composite":[{"header":"x-tenant"},
+                {"metadata":{"filter":"envoy.filters.http.jwt_authn","path":["payload","sub"]}}]},
+            "limits":[{"requests":10,"period":"second"}]}"#,
+    )?;
+    assert_eq!(stored_spec(admin, "per-tenant-user")?, expected);
+
+    // It opens in the form again (not as JSON), every part and condition as saved; an edit
+    // of one part is saved as such.
+    click(web, "[data-rule=per-tenant-user] [data-test=edit]").await?;
+    for (input, value) in [
+        ("select[name=key_kind]", "composite"),
+        ("input[name='key.composite[0].header']", "x-tenant"),
+        (
+            "input[name='key.composite[1].metadata.path']",
+            "payload, sub",
+        ),
+        ("input[name='match.values[0].equals']", "pro"),
+        ("input[name='match.values[1].value.cookie']", "beta"),
+    ] {
+        assert_eq!(
+            value_of(web, input).await?.as_deref(),
+            Some(value),
+            "{input}"
+        );
+    }
+    type_into(web, "input[name='key.composite[0].header']", "x-org").await?;
+    wait_text(web, "[data-test=live-check]", "Valid rule").await?;
+    click(web, "[data-test=save]").await?;
+    eventually("the edited part to be stored", UI_WAIT, async || {
+        let stored = stored_spec(admin, "per-tenant-user").ok()?;
+        let json = serde_json::to_value(&stored.key).ok()?;
+        (json["composite"][0]["header"] == "x-org").then_some(())
+    })
+    .await?;
     Ok(())
 }

@@ -16,6 +16,7 @@ mod audit;
 pub(crate) mod auth;
 mod body;
 pub(crate) mod error;
+mod estimate;
 pub mod failed_auth;
 mod issued;
 mod metrics;
@@ -75,6 +76,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(rules::enable_rule))
         .routes(routes!(rules::disable_rule))
         .routes(routes!(rules::apply_rules))
+        .routes(routes!(estimate::estimate_rule))
         .routes(routes!(rules::export_rules))
         .routes(routes!(versions::list_versions))
         .routes(routes!(versions::get_version))

@@ -26,7 +26,7 @@ use super::error::{ApiError, Input};
 use super::openapi::{AuthErrors, WriteErrors};
 use super::proxy_ids::{IdPath, IdRefusal};
 use super::report_guard::{SeqRefusal, ceiling};
-use crate::pipeline::{RejectReason, Tally, ValidReport, ValidRule};
+use crate::pipeline::{RejectReason, RequestTally, Tally, ValidReport, ValidRule};
 use crate::store::{Counts, REQUEST_COUNTS, now_ms};
 
 /// How far in the future a report may end (clock skew).
@@ -142,6 +142,29 @@ pub struct RuleBody {
     #[serde(default)]
     #[schema(max_items = 100)]
     pub top_clients: Vec<ClientBody>,
+    /// The clients sending the rule the most requests, whatever their outcome (for rule
+    /// dry runs), most first, at most 100 (proxies send 20).
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    pub top_requesters: Vec<RequesterBody>,
+}
+
+/// `sluice_core::report::ClientRequests`: one entry of a Space-Saving summary of requests.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ClientRequests)]
+pub struct RequesterBody {
+    /// The client key, at most 256 characters.
+    #[schema(max_length = 256)]
+    pub client: String,
+    /// Requests the rule decided for the client, an upper bound.
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub requests: u64,
+    /// How much of `requests` may belong to clients this entry replaced; more than
+    /// `requests` is kept as `requests`.
+    #[serde(default)]
+    #[schema(maximum = 1_000_000_000_000_u64)]
+    pub error: u64,
 }
 
 /// `sluice_core::report::ClientCount`: one entry of a Space-Saving summary.
@@ -187,6 +210,55 @@ impl Problems {
         if value > MAX_COUNT {
             self.add(field, format!("must be at most {MAX_COUNT}"));
         }
+    }
+
+    /// Checks a client key's length and returns the key as kept.
+    fn client(&mut self, client: String, field: impl FnOnce() -> String) -> String {
+        if client.chars().count() > MAX_CLIENT_CHARS {
+            self.add(
+                field,
+                format!("must be at most {MAX_CLIENT_CHARS} characters"),
+            );
+        }
+        // A client key is whatever a request carried, and a query parameter can carry
+        // %00: refusing the report would let any client hide a proxy's statistics, so NUL
+        // (which PostgreSQL cannot store) is replaced instead.
+        if client.contains('\0') {
+            client.replace('\0', "\u{fffd}")
+        } else {
+            client
+        }
+    }
+
+    /// Checks a rule's `top_requesters` and merges repeated clients.
+    fn requesters(&mut self, i: usize, list: Vec<RequesterBody>) -> Vec<(String, RequestTally)> {
+        if list.len() > MAX_CLIENTS_PER_RULE {
+            self.add(
+                || format!("rules[{i}].top_requesters"),
+                format!("must have at most {MAX_CLIENTS_PER_RULE} entries"),
+            );
+        }
+        let mut out: Vec<(String, RequestTally)> = Vec::with_capacity(list.len());
+        for (j, r) in list.into_iter().enumerate() {
+            let at = |field: &str| format!("rules[{i}].top_requesters[{j}].{field}");
+            let client = self.client(r.client, || at("client"));
+            self.count(|| at("requests"), r.requests);
+            self.count(|| at("error"), r.error);
+            let tally = RequestTally {
+                requests: r.requests,
+                error: r.error.min(r.requests),
+            };
+            merge_into(&mut out, client, tally, RequestTally::add);
+        }
+        out
+    }
+}
+
+/// Adds `value` to `client`'s entry in `list`, or appends it.
+fn merge_into<T>(list: &mut Vec<(String, T)>, client: String, value: T, add: impl Fn(&mut T, T)) {
+    match list.iter_mut().find(|(known, _)| *known == client) {
+        Some((_, t)) => add(t, value),
+        None => list.push((client, value)),
     }
 }
 
@@ -267,23 +339,10 @@ impl ReportBody {
             let mut clients: Vec<(String, Tally)> = Vec::with_capacity(rule.top_clients.len());
             for (j, c) in rule.top_clients.into_iter().enumerate() {
                 let at = |field: &str| format!("rules[{i}].top_clients[{j}].{field}");
-                if c.client.chars().count() > MAX_CLIENT_CHARS {
-                    problems.add(
-                        || at("client"),
-                        format!("must be at most {MAX_CLIENT_CHARS} characters"),
-                    );
-                }
+                let client = problems.client(c.client, || at("client"));
                 problems.count(|| at("throttled"), c.throttled);
                 problems.count(|| at("error"), c.error);
                 problems.count(|| at("tokens"), c.tokens);
-                // A client key is whatever a request carried, and a query parameter can
-                // carry %00: refusing the report would let any client hide a proxy's
-                // statistics, so NUL (which PostgreSQL cannot store) is replaced instead.
-                let client = if c.client.contains('\0') {
-                    c.client.replace('\0', "\u{fffd}")
-                } else {
-                    c.client
-                };
                 // An error above `throttled` says "all of it may be others'", as `throttled`
                 // does: kept as that, since the document cannot compare the two fields.
                 let tally = Tally {
@@ -291,21 +350,19 @@ impl ReportBody {
                     error: c.error.min(c.throttled),
                     tokens: c.tokens,
                 };
-                match clients.iter_mut().find(|(known, _)| *known == client) {
-                    Some((_, t)) => t.add(tally),
-                    None => clients.push((client, tally)),
-                }
+                merge_into(&mut clients, client, tally, Tally::add);
             }
+            let requesters = problems.requesters(i, rule.top_requesters);
             // A rule listed twice is counted once, with both entries' numbers.
             match index.get(&rule.rule) {
                 Some(&k) => {
                     let known = &mut rules[k];
                     known.counts.add(&counts);
                     for (client, tally) in clients {
-                        match known.clients.iter_mut().find(|(c, _)| *c == client) {
-                            Some((_, t)) => t.add(tally),
-                            None => known.clients.push((client, tally)),
-                        }
+                        merge_into(&mut known.clients, client, tally, Tally::add);
+                    }
+                    for (client, tally) in requesters {
+                        merge_into(&mut known.requesters, client, tally, RequestTally::add);
                     }
                 }
                 None => {
@@ -315,6 +372,7 @@ impl ReportBody {
                         rule: rule.rule,
                         counts,
                         clients,
+                        requesters,
                     });
                 }
             }
@@ -519,7 +577,8 @@ fn within_ceiling(report: &ValidReport, window_ms: i64) -> Result<(), Refused> {
             .clients
             .iter()
             .map(|(_, t)| ("top_clients", t.throttled));
-        for (name, value) in counts.chain(clients) {
+        let requesters = (rule.requesters.iter()).map(|(_, t)| ("top_requesters", t.requests));
+        for (name, value) in counts.chain(clients).chain(requesters) {
             if value > most && over.len() < MAX_PROBLEMS {
                 over.push(FieldError {
                     field: format!("rules[{}].{name}", rule.index),
@@ -542,7 +601,9 @@ mod tests {
     use super::*;
     use crate::http::body::parse_json;
     use serde_json::json;
-    use sluice_core::report::{ClientCount, Report, RuleBatch, RuleCounts, RuleReport};
+    use sluice_core::report::{
+        ClientCount, ClientRequests, Report, RuleBatch, RuleCounts, RuleReport,
+    };
 
     const NOW: i64 = 1_800_000_000_000;
 
@@ -574,6 +635,11 @@ mod tests {
                         throttled: 5,
                         error: 1,
                         tokens: 9,
+                    }],
+                    top_requesters: vec![ClientRequests {
+                        client: "acme".into(),
+                        requests: 40,
+                        error: 2,
                     }],
                 }],
                 overflow: 8,
@@ -629,7 +695,18 @@ mod tests {
             7,
             "the core's Report changed: update ReportBody"
         );
-        assert_eq!(keys(&full["rules"][0]).len(), 14, "RuleReport changed");
+        assert_eq!(keys(&full["rules"][0]).len(), 15, "RuleReport changed");
+        assert_eq!(keys(&full["rules"][0]["top_requesters"][0]).len(), 3);
+        assert_eq!(
+            r.requesters,
+            vec![(
+                "acme".to_string(),
+                RequestTally {
+                    requests: 40,
+                    error: 2
+                }
+            )]
+        );
         assert_eq!(keys(&full["rules"][0]["top_clients"][0]).len(), 4);
         // The smallest report the core accepts, the mirror accepts too; and vice versa
         // for what it refuses.

@@ -59,6 +59,7 @@ pub fn change_summary(edited: &Edited, dry_run: bool) -> ChangeSummary {
         added: ids(ChangeKind::Added),
         updated: ids(ChangeKind::Changed),
         removed: ids(ChangeKind::Removed),
+        estimates: Vec::new(),
     }
 }
 
@@ -495,7 +496,7 @@ fn check_unique_ids(specs: &[RuleSpec]) -> Result<(), ApiError> {
         (RulesFileSchema = "application/yaml"),
     ), description = "A rules file: a list of rules, or `{rules: [...]}`, as JSON or YAML. Rules are matched to stored ones by id; applying the same file twice changes nothing."),
     responses(
-        (status = 200, description = "Applied (or, with `dry_run`, checked)", body = ChangeSummary),
+        (status = 200, description = "Applied (or, with `dry_run`, checked, with an estimate per added or changed rule of what it would have throttled of the last hour's traffic)", body = ChangeSummary),
         WriteErrors,
         AuthErrors,
     ),
@@ -512,6 +513,7 @@ pub async fn apply_rules(
         .map_err(|_| ApiError::BadRequest("the body is not UTF-8 text".to_string()))?;
     let specs = parse_rules_body(&state, text, format).await?;
     check_unique_ids(&specs)?;
+    let estimated = query.dry_run.then(|| specs.clone());
     let file_ids: Vec<String> = specs
         .iter()
         .map(|s| rule_id(&canonical(s.clone())).to_string())
@@ -541,7 +543,24 @@ pub async fn apply_rules(
     if edited.created {
         state.committed(edited.version);
     }
-    Ok(Json(change_summary(&edited, query.dry_run)))
+    let mut summary = change_summary(&edited, query.dry_run);
+    if let Some(specs) = estimated {
+        // What the added and changed rules would have throttled of the last hour.
+        let changed: Vec<RuleSpec> = specs
+            .into_iter()
+            .map(canonical)
+            .filter(|s| {
+                let id = rule_id(s);
+                summary
+                    .added
+                    .iter()
+                    .chain(&summary.updated)
+                    .any(|c| c == id)
+            })
+            .collect();
+        summary.estimates = super::estimate::estimates(&state, changed).await?;
+    }
+    Ok(Json(summary))
 }
 
 /// How an export asks for YAML.

@@ -30,8 +30,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::store::{Counts, ProxyBeat, Resolution, Store, StoreError, now_ms};
-pub(crate) use pending::{Bucket, Pending, Tally};
+use crate::store::{Counts, METRIC_TABLES, ProxyBeat, Resolution, Store, StoreError, now_ms};
+pub(crate) use pending::{Bucket, Pending, RequestTally, Tally};
 
 /// How the pipeline flushes and how long it keeps data.
 #[derive(Debug, Clone)]
@@ -112,6 +112,8 @@ pub(crate) struct ValidRule {
     pub(crate) counts: Counts,
     /// Clients are unique within a rule.
     pub(crate) clients: Vec<(String, Tally)>,
+    /// The clients sending the rule the most requests; unique within a rule.
+    pub(crate) requesters: Vec<(String, RequestTally)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -216,6 +218,13 @@ impl Pipeline {
                 );
                 for (client, tally) in &rule.clients {
                     pending.add_client(resolution, bucket, &rule.rule, client, *tally);
+                }
+                // Dry runs read the last hour in 10 s buckets: coarser copies would only
+                // take room.
+                if resolution == Resolution::TenSeconds {
+                    for (client, tally) in &rule.requesters {
+                        pending.add_requester(bucket, &rule.rule, client, *tally);
+                    }
                 }
             }
         }
@@ -338,6 +347,7 @@ impl Pipeline {
                     ("metric_rule_buckets", batch.rules.len()),
                     ("metric_proxy_buckets", batch.proxies.len()),
                     ("metric_clients", batch.clients.len()),
+                    ("metric_requesters", batch.requesters.len()),
                     ("proxies", batch.beats.len()),
                 ] {
                     self.instruments
@@ -377,16 +387,12 @@ impl Pipeline {
     /// `sluice_admin_metrics_rows_deleted_total` (with retention's) and logs a warning per
     /// table naming the rows and the newest bucket deleted, so nothing goes unnoticed.
     /// Returns the rows deleted per table.
-    pub async fn enforce_row_cap(&self, store: &Store) -> Result<[u64; 3], StoreError> {
+    pub async fn enforce_row_cap(&self, store: &Store) -> Result<[u64; 4], StoreError> {
         let max = self.config.max_rows_per_table;
         let pruned = store.prune_metrics_over(max).await?;
-        let tables = [
-            "metric_rule_buckets",
-            "metric_proxy_buckets",
-            "metric_clients",
-        ];
-        let mut rows = [0; 3];
-        for ((table, (deleted, upto)), slot) in tables.into_iter().zip(pruned).zip(&mut rows) {
+        let mut rows = [0; 4];
+        for ((table, (deleted, upto)), slot) in METRIC_TABLES.into_iter().zip(pruned).zip(&mut rows)
+        {
             *slot = deleted;
             if deleted == 0 {
                 continue;

@@ -1,11 +1,12 @@
 //! What the pipeline holds in memory between flushes: counts per (resolution, bucket,
-//! proxy, rule), client tallies per (resolution, bucket, rule), and proxies' signs of life.
+//! proxy, rule), client tallies per (resolution, bucket, rule), the clients with the most
+//! requests per (10 s bucket, rule), and proxies' signs of life.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::store::{
-    ClientBucket, Counts, MetricsBatch, ProxyBeat, ProxyBucket, Resolution, RuleBucket, Span,
-    TOP_CLIENTS_PER_BUCKET,
+    ClientBucket, Counts, MetricsBatch, ProxyBeat, ProxyBucket, RequesterBucket, Resolution,
+    RuleBucket, Span, TOP_CLIENTS_PER_BUCKET,
 };
 
 /// Clients tracked in memory per rule and bucket before the tally is cut back to
@@ -31,6 +32,21 @@ impl Tally {
     }
 }
 
+/// A client's requests to a rule, whatever their outcome (an upper bound), and how much of
+/// them may belong to others.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RequestTally {
+    pub(crate) requests: u64,
+    pub(crate) error: u64,
+}
+
+impl RequestTally {
+    pub(crate) fn add(&mut self, other: RequestTally) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.error = self.error.saturating_add(other.error);
+    }
+}
+
 /// One bucket of one resolution.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Bucket {
@@ -38,6 +54,8 @@ pub(crate) struct Bucket {
     pub(crate) proxies: HashMap<String, HashMap<String, Counts>>,
     /// rule → client → tally.
     pub(crate) clients: HashMap<String, HashMap<String, Tally>>,
+    /// rule → client → requests (10 s buckets only).
+    pub(crate) requesters: HashMap<String, HashMap<String, RequestTally>>,
 }
 
 impl Bucket {
@@ -108,16 +126,39 @@ impl Pending {
         tally: Tally,
     ) {
         let bucket = self.buckets.entry((resolution, bucket_ms)).or_default();
-        let Some(tracked) = add_nested(&mut bucket.clients, rule, client, tally, Tally::add) else {
-            return;
-        };
-        self.entries += 1;
-        if tracked > MAX_CLIENTS_IN_MEMORY
-            && let Some(clients) = bucket.clients.get_mut(rule)
-        {
-            trim(clients, CLIENTS_KEPT_ON_TRIM);
-            self.entries -= tracked - clients.len();
-        }
+        let clients = &mut bucket.clients;
+        add_tracked(
+            clients,
+            rule,
+            client,
+            tally,
+            Tally::add,
+            |t| t.throttled,
+            &mut self.entries,
+        );
+    }
+
+    /// Adds a client's requests to a rule to a 10 s bucket.
+    pub(crate) fn add_requester(
+        &mut self,
+        bucket_ms: i64,
+        rule: &str,
+        client: &str,
+        tally: RequestTally,
+    ) {
+        let key = (Resolution::TenSeconds, bucket_ms);
+        let bucket = self.buckets.entry(key).or_default();
+        let requesters = &mut bucket.requesters;
+        let requests = |t: &RequestTally| t.requests;
+        add_tracked(
+            requesters,
+            rule,
+            client,
+            tally,
+            RequestTally::add,
+            requests,
+            &mut self.entries,
+        );
     }
 
     /// Folds another pending set in (a failed flush's data, back for the next attempt).
@@ -131,6 +172,11 @@ impl Pending {
             for (rule, clients) in &bucket.clients {
                 for (client, tally) in clients {
                     self.add_client(*resolution, *bucket_ms, rule, client, *tally);
+                }
+            }
+            for (rule, clients) in &bucket.requesters {
+                for (client, tally) in clients {
+                    self.add_requester(*bucket_ms, rule, client, *tally);
                 }
             }
         }
@@ -189,6 +235,18 @@ impl Pending {
                     });
                 }
             }
+            for (rule, clients) in &bucket.requesters {
+                for (client, tally) in top_by(clients, TOP_CLIENTS_PER_BUCKET, |t| t.requests) {
+                    batch.requesters.push(RequesterBucket {
+                        resolution,
+                        bucket_ms,
+                        rule: rule.clone(),
+                        client: client.to_string(),
+                        requests: tally.requests,
+                        error: tally.error,
+                    });
+                }
+            }
         }
         batch.beats = self.beats.values().cloned().collect();
         batch
@@ -221,21 +279,50 @@ fn add_nested<V>(
     }
 }
 
+/// Adds `value` for `client` of `rule` to a bucket's rule → client map, cutting the rule's
+/// clients back to [`CLIENTS_KEPT_ON_TRIM`] (those with the most `count`) when they grow
+/// past [`MAX_CLIENTS_IN_MEMORY`]; keeps `entries`, the entries held, up to date.
+fn add_tracked<T: Copy>(
+    map: &mut HashMap<String, HashMap<String, T>>,
+    rule: &str,
+    client: &str,
+    value: T,
+    add: impl FnOnce(&mut T, T),
+    count: impl Fn(&T) -> u64,
+    entries: &mut usize,
+) {
+    let Some(tracked) = add_nested(map, rule, client, value, add) else {
+        return;
+    };
+    *entries += 1;
+    if tracked > MAX_CLIENTS_IN_MEMORY
+        && let Some(clients) = map.get_mut(rule)
+    {
+        let kept: HashMap<String, T> = top_by(clients, CLIENTS_KEPT_ON_TRIM, count)
+            .into_iter()
+            .map(|(c, t)| (c.to_string(), t))
+            .collect();
+        *entries -= tracked - kept.len();
+        *clients = kept;
+    }
+}
+
 /// The `n` most throttled clients, most throttled first (ties by name, so the choice is
 /// stable).
 pub(crate) fn top(clients: &HashMap<String, Tally>, n: usize) -> Vec<(&str, Tally)> {
-    let mut all: Vec<(&str, Tally)> = clients.iter().map(|(c, t)| (c.as_str(), *t)).collect();
-    all.sort_unstable_by(|a, b| b.1.throttled.cmp(&a.1.throttled).then(a.0.cmp(b.0)));
-    all.truncate(n);
-    all
+    top_by(clients, n, |t| t.throttled)
 }
 
-fn trim(clients: &mut HashMap<String, Tally>, keep: usize) {
-    let kept: HashMap<String, Tally> = top(clients, keep)
-        .into_iter()
-        .map(|(c, t)| (c.to_string(), t))
-        .collect();
-    *clients = kept;
+/// The `n` clients with the most `count`, most first (ties by name).
+fn top_by<T: Copy>(
+    clients: &HashMap<String, T>,
+    n: usize,
+    count: impl Fn(&T) -> u64,
+) -> Vec<(&str, T)> {
+    let mut all: Vec<(&str, T)> = clients.iter().map(|(c, t)| (c.as_str(), *t)).collect();
+    all.sort_unstable_by(|a, b| count(&b.1).cmp(&count(&a.1)).then(a.0.cmp(b.0)));
+    all.truncate(n);
+    all
 }
 
 #[cfg(test)]

@@ -4,8 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{Bucket, Live, Pending, Pipeline, Tally};
-use crate::store::{ClientTotal, Counts, Resolution, Span, Store, StoreError};
+use sluice_core::estimate::{MAX_BUCKETS, RecordedBucket, RecordedClient};
+
+use super::{Bucket, Live, Pending, Pipeline, RequestTally, Tally};
+use crate::store::{
+    ClientTotal, Counts, Resolution, Span, Store, StoreError, TOP_CLIENTS_PER_BUCKET,
+};
 
 /// The range shown when none is given.
 pub(crate) const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
@@ -259,6 +263,70 @@ impl Pipeline {
         Ok(w.buckets()
             .map(|t| (t, by_bucket.get(&t).copied().unwrap_or_default()))
             .collect())
+    }
+
+    /// What rule `rule` decided over the window (10 s buckets): the requests, exactly,
+    /// and the clients that sent it the most, per bucket, for a dry run to replay.
+    pub(crate) async fn recorded_traffic(
+        &self,
+        store: &Store,
+        w: &Window,
+        rule: &str,
+    ) -> Result<(u64, Vec<RecordedClient>), StoreError> {
+        #[derive(Default)]
+        struct Memory {
+            decided: u64,
+            requesters: HashMap<(String, i64), RequestTally>,
+        }
+        let most_rows = u32::try_from(MAX_BUCKETS * TOP_CLIENTS_PER_BUCKET).unwrap_or(u32::MAX);
+        let (memory, (series, stored)) = self
+            .read_window(
+                w,
+                |acc: &mut Memory, t, bucket| {
+                    for (r, c) in bucket.rules(None) {
+                        if r == rule {
+                            acc.decided = acc.decided.saturating_add(c.decided());
+                        }
+                    }
+                    for (client, tally) in bucket.requesters.get(rule).into_iter().flatten() {
+                        let key = (client.clone(), t);
+                        acc.requesters.entry(key).or_default().add(*tally);
+                    }
+                },
+                |_| async move {
+                    let series = store.metric_series(w.span(), Some(rule), None).await?;
+                    let requesters = store.metric_requesters(w.span(), rule, most_rows).await?;
+                    Ok((series, requesters))
+                },
+            )
+            .await?;
+        let decided = (series.iter()).fold(memory.decided, |sum, (_, c)| {
+            sum.saturating_add(c.decided())
+        });
+        let mut per_pair = memory.requesters;
+        for row in stored {
+            let tally = RequestTally {
+                requests: row.requests,
+                error: row.error,
+            };
+            per_pair
+                .entry((row.client, row.bucket_ms))
+                .or_default()
+                .add(tally);
+        }
+        let mut clients: BTreeMap<String, Vec<RecordedBucket>> = BTreeMap::new();
+        for ((client, bucket_ms), tally) in per_pair {
+            clients.entry(client).or_default().push(RecordedBucket {
+                start_ms: u64::try_from(bucket_ms).unwrap_or(0),
+                requests: tally.requests,
+                error: tally.error,
+            });
+        }
+        let clients = clients
+            .into_iter()
+            .map(|(client, buckets)| RecordedClient { client, buckets })
+            .collect();
+        Ok((decided, clients))
     }
 
     /// Every rule with traffic in the window or defined now, with its totals and

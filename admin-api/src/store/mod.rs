@@ -32,8 +32,8 @@ use sqlx::{AnyPool, ConnectOptions as _};
 pub use audit::{Action, AuditEntry};
 pub use edit::{Edited, Working};
 pub use metrics::{
-    ClientBucket, ClientTotal, Counts, MetricsBatch, ProxyBucket, Resolution, RuleBucket, Span,
-    TOP_CLIENTS_PER_BUCKET,
+    ClientBucket, ClientTotal, Counts, METRIC_TABLES, MetricsBatch, ProxyBucket, RequesterBucket,
+    Resolution, RuleBucket, Span, TOP_CLIENTS_PER_BUCKET,
 };
 pub(crate) use metrics::{ProxyBeat, REQUEST_COUNTS};
 pub use notify::VersionNotices;

@@ -184,6 +184,10 @@ pub async fn run(command: RulesCommand) -> Result<(), Failure> {
             } else {
                 println!("{}: no changes (ruleset version {version})", file.display());
             }
+            // A dry run's estimate, per added or changed rule, from the last hour of reports.
+            for estimate in &summary.estimates {
+                println!("  estimate: {}", estimate.sentence());
+            }
         }
         RulesCommand::Export {
             format,

@@ -147,6 +147,7 @@ mod tests {
                     ..RuleCounts::default()
                 },
                 top_clients: Vec::new(),
+                top_requesters: Vec::new(),
             }],
             overflow: 0,
         }

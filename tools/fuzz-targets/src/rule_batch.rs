@@ -41,6 +41,7 @@ pub fn rule_batch(bytes: &[u8]) {
         for rule in &report.batch.rules {
             assert_eq!(Some(&rule.counts), expected.get(rule.rule.as_str()));
             assert!(rule.top_clients.len() <= TOP_CLIENTS);
+            assert!(rule.top_requesters.len() <= TOP_CLIENTS);
         }
     }
 }

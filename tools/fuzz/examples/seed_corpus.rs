@@ -23,7 +23,7 @@ use sluice_core::global::coordinator::{BucketState, Grant, Usage};
 use sluice_core::global::lease::{FleetView, LeaseEntry};
 use sluice_core::identity::encode_struct;
 use sluice_core::global::sync::{BucketUsage, SyncRequest, SyncResponse};
-use sluice_core::report::{ClientCount, Report, RuleBatch, RuleCounts, RuleReport};
+use sluice_core::report::{ClientCount, ClientRequests, Report, RuleBatch, RuleCounts, RuleReport};
 use sluice_core::slot::SlotValue;
 use sluice_core::spec::{FailureMode, RuleSpec};
 use sluice_core::time::Nanos;
@@ -196,6 +196,11 @@ fn main() {
                         tokens: 40,
                     },
                 ],
+                top_requesters: vec![ClientRequests {
+                    client: "alice".into(),
+                    requests: 90,
+                    error: 0,
+                }],
             },
             RuleReport {
                 rule: "per-ip-shadow".into(),
@@ -206,6 +211,7 @@ fn main() {
                     ..RuleCounts::default()
                 },
                 top_clients: vec![],
+                top_requesters: vec![],
             },
         ],
         overflow: 0,

@@ -12,7 +12,8 @@ use sqlx::any::AnyRow;
 use super::buckets::Span;
 use super::params::{Params, ROWS_PER_STATEMENT};
 use super::rows::{
-    AdditiveRow, COUNT_COLUMNS, ClientBucket, ClientTotal, Counts, ProxyBucket, RuleBucket,
+    AdditiveRow, COUNT_COLUMNS, ClientBucket, ClientTotal, Counts, ProxyBucket, RequesterBucket,
+    RuleBucket,
 };
 use crate::store::{AnyQuery, Store, StoreError, to_u64};
 
@@ -181,6 +182,38 @@ impl Store {
                     throttled: total.throttled,
                     error: total.error,
                     tokens: total.tokens,
+                })
+            })
+            .collect()
+    }
+
+    /// The clients with the most requests to `rule` in each bucket of `span`, at most
+    /// `limit` rows (the newest buckets first, then the most requests).
+    pub(crate) async fn metric_requesters(
+        &self,
+        span: Span,
+        rule: &str,
+        limit: u32,
+    ) -> Result<Vec<RequesterBucket>, StoreError> {
+        let sql = format!(
+            "SELECT bucket_ms, client, requests, error FROM {} \
+             WHERE {IN_RANGE} AND rule_id = $4 ORDER BY bucket_ms DESC, requests DESC LIMIT $5",
+            RequesterBucket::TABLE,
+        );
+        let rows = in_range(&sql, span)
+            .bind(rule)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(RequesterBucket {
+                    resolution: span.resolution,
+                    bucket_ms: row.try_get("bucket_ms")?,
+                    rule: rule.to_string(),
+                    client: row.try_get("client")?,
+                    requests: to_u64(row.try_get("requests")?),
+                    error: to_u64(row.try_get("error")?),
                 })
             })
             .collect()

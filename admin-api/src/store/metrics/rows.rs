@@ -206,6 +206,19 @@ pub struct ClientBucket {
     pub tokens: u64,
 }
 
+/// A client sending a rule many requests in a bucket (a dry run replays these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequesterBucket {
+    pub resolution: Resolution,
+    pub bucket_ms: i64,
+    pub rule: String,
+    pub client: String,
+    /// Requests the rule decided for the client, whatever their outcome: an upper bound.
+    pub requests: u64,
+    /// How much of `requests` may belong to others.
+    pub error: u64,
+}
+
 /// A proxy that sent a report: a sign of life.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProxyBeat {
@@ -223,13 +236,18 @@ pub struct MetricsBatch {
     pub rules: Vec<RuleBucket>,
     pub proxies: Vec<ProxyBucket>,
     pub clients: Vec<ClientBucket>,
+    pub requesters: Vec<RequesterBucket>,
     pub(crate) beats: Vec<ProxyBeat>,
 }
 
 impl MetricsBatch {
     /// Rows this batch writes (upserts), for the rows-written metric.
     pub fn rows(&self) -> usize {
-        self.rules.len() + self.proxies.len() + self.clients.len() + self.beats.len()
+        self.rules.len()
+            + self.proxies.len()
+            + self.clients.len()
+            + self.requesters.len()
+            + self.beats.len()
     }
 }
 
@@ -244,8 +262,12 @@ pub struct ClientTotal {
 }
 
 /// The metrics tables, each written by one [`AdditiveRow`] type.
-pub(super) const METRIC_TABLES: [&str; 3] =
-    [RuleBucket::TABLE, ProxyBucket::TABLE, ClientBucket::TABLE];
+pub const METRIC_TABLES: [&str; 4] = [
+    RuleBucket::TABLE,
+    ProxyBucket::TABLE,
+    ClientBucket::TABLE,
+    RequesterBucket::TABLE,
+];
 
 /// A metrics row stored by adding to the stored row with the same key: a bucket is
 /// written by many flushes, and each adds its counts to what the others stored.
@@ -303,20 +325,54 @@ impl AdditiveRow for ProxyBucket {
     }
 }
 
+/// The key columns of a client's row of one rule in one bucket (`metric_clients`,
+/// `metric_requesters`).
+const CLIENT_KEY: &[&str] = &["resolution", "bucket_ms", "rule_id", "client"];
+
+/// Binds a client row's key (resolution, bucket, rule, client), then its `counters`.
+fn bind_client_row<'q>(
+    query: AnyQuery<'q>,
+    bucket: (Resolution, i64),
+    rule: &'q str,
+    client: &'q str,
+    counters: &[u64],
+) -> AnyQuery<'q> {
+    let (resolution, bucket_ms) = bucket;
+    let mut query = (query.bind(resolution.seconds()).bind(bucket_ms))
+        .bind(rule)
+        .bind(client);
+    for &n in counters {
+        query = query.bind(to_i64(n));
+    }
+    query
+}
+
 impl AdditiveRow for ClientBucket {
     const TABLE: &'static str = "metric_clients";
-    const KEY: &'static [&'static str] = &["resolution", "bucket_ms", "rule_id", "client"];
+    const KEY: &'static [&'static str] = CLIENT_KEY;
     const COUNTERS: &'static [&'static str] = &["throttled", "error", "tokens"];
 
     fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
-        query
-            .bind(self.resolution.seconds())
-            .bind(self.bucket_ms)
-            .bind(&self.rule)
-            .bind(&self.client)
-            .bind(to_i64(self.throttled))
-            .bind(to_i64(self.error))
-            .bind(to_i64(self.tokens))
+        let bucket = (self.resolution, self.bucket_ms);
+        let counters = [self.throttled, self.error, self.tokens];
+        bind_client_row(query, bucket, &self.rule, &self.client, &counters)
+    }
+}
+
+impl AdditiveRow for RequesterBucket {
+    const TABLE: &'static str = "metric_requesters";
+    const KEY: &'static [&'static str] = CLIENT_KEY;
+    const COUNTERS: &'static [&'static str] = &["requests", "error"];
+
+    fn bind<'q>(&'q self, query: AnyQuery<'q>) -> AnyQuery<'q> {
+        let bucket = (self.resolution, self.bucket_ms);
+        bind_client_row(
+            query,
+            bucket,
+            &self.rule,
+            &self.client,
+            &[self.requests, self.error],
+        )
     }
 }
 

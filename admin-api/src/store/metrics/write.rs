@@ -5,7 +5,9 @@ use sqlx::{Any, Transaction};
 
 use super::buckets::Resolution;
 use super::params::{Params, ROWS_PER_STATEMENT};
-use super::rows::{AdditiveRow, ClientBucket, METRIC_TABLES, MetricsBatch, TOP_CLIENTS_PER_BUCKET};
+use super::rows::{
+    AdditiveRow, ClientBucket, METRIC_TABLES, MetricsBatch, RequesterBucket, TOP_CLIENTS_PER_BUCKET,
+};
 use crate::store::{Backend, Store, StoreError, to_i64};
 
 /// Buckets deleted per retention statement, so a large backlog is deleted in short
@@ -23,7 +25,14 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         upsert_rows(&mut tx, self.backend, batch).await?;
-        trim_to_top_clients(&mut tx, &batch.clients).await?;
+        let touched = batch
+            .clients
+            .iter()
+            .map(|r| (r.resolution, r.bucket_ms, r.rule.as_str()));
+        trim_to_top::<ClientBucket>(&mut tx, "throttled", touched).await?;
+        let touched =
+            (batch.requesters.iter()).map(|r| (r.resolution, r.bucket_ms, r.rule.as_str()));
+        trim_to_top::<RequesterBucket>(&mut tx, "requests", touched).await?;
         for beat in &batch.beats {
             // A report is a sign of life: last_seen moves forward. Address, token and
             // version are the polls' to keep current; a proxy that reports before it ever
@@ -102,8 +111,8 @@ impl Store {
     pub(crate) async fn prune_metrics_over(
         &self,
         max_rows: u64,
-    ) -> Result<[(u64, Option<i64>); 3], StoreError> {
-        let mut out = [(0, None); 3];
+    ) -> Result<[(u64, Option<i64>); 4], StoreError> {
+        let mut out = [(0, None); 4];
         for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
             let rows = self.count(table).await?;
             let Some(excess) = rows.checked_sub(max_rows).filter(|&n| n > 0) else {
@@ -128,8 +137,8 @@ impl Store {
     }
 
     /// Rows stored per table, for tests and benchmarks.
-    pub async fn metric_row_counts(&self) -> Result<[u64; 3], StoreError> {
-        let mut out = [0; 3];
+    pub async fn metric_row_counts(&self) -> Result<[u64; 4], StoreError> {
+        let mut out = [0; 4];
         for (slot, table) in out.iter_mut().zip(METRIC_TABLES) {
             *slot = self.count(table).await?;
         }
@@ -145,7 +154,8 @@ async fn upsert_rows(
 ) -> Result<(), StoreError> {
     upsert(tx, backend, &batch.rules).await?;
     upsert(tx, backend, &batch.proxies).await?;
-    upsert(tx, backend, &batch.clients).await
+    upsert(tx, backend, &batch.clients).await?;
+    upsert(tx, backend, &batch.requesters).await
 }
 
 /// `INSERT ... ON CONFLICT (key) DO UPDATE SET counter = stored + new` for `rows` rows.
@@ -182,31 +192,32 @@ async fn upsert<R: AdditiveRow>(
     Ok(())
 }
 
-/// Trims every bucket `rows` touched back to its [`TOP_CLIENTS_PER_BUCKET`] most
-/// throttled clients.
-async fn trim_to_top_clients(
+/// Trims every (resolution, bucket, rule) in `touched` of `R`'s table back to its
+/// [`TOP_CLIENTS_PER_BUCKET`] clients with the most `by` (the most throttled clients, or
+/// the clients with the most requests).
+async fn trim_to_top<'a, R: AdditiveRow>(
     tx: &mut Transaction<'static, Any>,
-    rows: &[ClientBucket],
+    by: &str,
+    touched: impl Iterator<Item = (Resolution, i64, &'a str)>,
 ) -> Result<(), StoreError> {
-    let mut touched: Vec<(Resolution, i64, &str)> = rows
-        .iter()
-        .map(|r| (r.resolution, r.bucket_ms, r.rule.as_str()))
-        .collect();
+    let mut touched: Vec<(Resolution, i64, &str)> = touched.collect();
     touched.sort_unstable();
     touched.dedup();
+    let table = R::TABLE;
+    let sql = format!(
+        "DELETE FROM {table} WHERE resolution = $1 AND bucket_ms = $2 AND rule_id = $3 \
+         AND client NOT IN (SELECT client FROM {table} \
+         WHERE resolution = $1 AND bucket_ms = $2 AND rule_id = $3 \
+         ORDER BY {by} DESC, client LIMIT $4)"
+    );
     for (resolution, bucket_ms, rule) in touched {
-        sqlx::query(
-            "DELETE FROM metric_clients WHERE resolution = $1 AND bucket_ms = $2 AND rule_id = $3 \
-             AND client NOT IN (SELECT client FROM metric_clients \
-             WHERE resolution = $1 AND bucket_ms = $2 AND rule_id = $3 \
-             ORDER BY throttled DESC, client LIMIT $4)",
-        )
-        .bind(resolution.seconds())
-        .bind(bucket_ms)
-        .bind(rule)
-        .bind(to_i64(TOP_CLIENTS_PER_BUCKET as u64))
-        .execute(&mut **tx)
-        .await?;
+        sqlx::query(&sql)
+            .bind(resolution.seconds())
+            .bind(bucket_ms)
+            .bind(rule)
+            .bind(to_i64(TOP_CLIENTS_PER_BUCKET as u64))
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }

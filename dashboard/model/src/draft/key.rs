@@ -1,6 +1,8 @@
 //! The client key's inputs: which kind of key, the header, parameter or cookie it names,
 //! the trusted hops of a client IP, where in dynamic metadata a verified identity is read,
-//! which certificate field; and what a request without a key gets.
+//! which certificate field, or the parts of a composite key (each one of those); and what a
+//! request without a key gets. The same inputs say which value a `match.values` condition
+//! reads (the match's value conditions).
 
 use sluice_core::spec::{
     ClientIpSpec, KeyMissingSpec, KeySpec, MetadataKeySpec, PeerCertificateField,
@@ -9,8 +11,7 @@ use sluice_core::spec::{
 use super::choice::Choice;
 use super::number::{Number, Numbers};
 
-/// The kinds of key the form edits: `KeySpec` without its data. Composite keys are
-/// edited as JSON; the form would show one as global.
+/// The kinds of key the form edits: `KeySpec` without its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {
     Header,
@@ -21,6 +22,8 @@ pub enum KeyKind {
     Metadata,
     PeerCertificate,
     Cookie,
+    /// Several of the others joined ([`KeyDraft::parts`]).
+    Composite,
 }
 
 impl Choice for KeyKind {
@@ -33,6 +36,7 @@ impl Choice for KeyKind {
         KeyKind::Metadata,
         KeyKind::PeerCertificate,
         KeyKind::Cookie,
+        KeyKind::Composite,
     ];
 
     /// The key's name on the wire.
@@ -46,6 +50,7 @@ impl Choice for KeyKind {
             KeyKind::Metadata => "metadata",
             KeyKind::PeerCertificate => "peer_certificate",
             KeyKind::Cookie => "cookie",
+            KeyKind::Composite => "composite",
         }
     }
 }
@@ -86,17 +91,35 @@ pub struct KeyDraft {
     pub metadata_path: String,
     /// Used by [`KeyKind::PeerCertificate`].
     pub certificate: PeerCertificateField,
+    /// Used by [`KeyKind::Composite`]: its parts, in order, each of another kind (kept as
+    /// typed while another kind is picked).
+    pub parts: Vec<KeyDraft>,
 }
 
 /// Whether the form's inputs can show `spec`: exactly when they read back to it. A
-/// composite key (which they would save as global) and a metadata path whose segments a
-/// comma-separated text cannot hold are edited as JSON.
+/// metadata path whose segments a comma-separated text cannot hold, and a composite key
+/// nested in another (which the core refuses anyway), are edited as JSON.
 pub fn form_shows(spec: &KeySpec) -> bool {
     KeyDraft::from_spec(spec).to_spec(&mut Numbers::default()) == *spec
 }
 
+impl Default for KeyDraft {
+    /// A global key, every other input empty.
+    fn default() -> KeyDraft {
+        KeyDraft::from_spec(&KeySpec::Global)
+    }
+}
+
 impl KeyDraft {
-    pub(super) fn from_spec(spec: &KeySpec) -> KeyDraft {
+    /// A new part of a composite key: a header, named as typed.
+    pub fn new_part() -> KeyDraft {
+        KeyDraft {
+            kind: KeyKind::Header,
+            ..KeyDraft::default()
+        }
+    }
+
+    pub fn from_spec(spec: &KeySpec) -> KeyDraft {
         let mut draft = KeyDraft {
             kind: KeyKind::Global,
             name: String::new(),
@@ -104,6 +127,7 @@ impl KeyDraft {
             metadata_filter: String::new(),
             metadata_path: String::new(),
             certificate: PeerCertificateField::UriSan,
+            parts: Vec::new(),
         };
         match spec {
             KeySpec::Header(h) => (draft.kind, draft.name) = (KeyKind::Header, h.clone()),
@@ -121,18 +145,37 @@ impl KeyDraft {
                 (draft.kind, draft.certificate) = (KeyKind::PeerCertificate, *field);
             }
             KeySpec::Cookie(c) => (draft.kind, draft.name) = (KeyKind::Cookie, c.clone()),
-            KeySpec::Global | KeySpec::Composite(_) => {}
+            KeySpec::Composite(parts) => {
+                draft.kind = KeyKind::Composite;
+                // A nested composite part would read back as global: `form_shows` then
+                // keeps the rule in JSON.
+                draft.parts = parts
+                    .iter()
+                    .map(|p| match p {
+                        KeySpec::Composite(_) => KeyDraft::default(),
+                        other => KeyDraft::from_spec(other),
+                    })
+                    .collect();
+            }
+            KeySpec::Global => {}
         }
         draft
     }
 
+    /// The rule's key the inputs describe; a bad number is named under `key`.
     pub(super) fn to_spec(&self, numbers: &mut Numbers) -> KeySpec {
+        self.to_spec_at(numbers, "key")
+    }
+
+    /// The key (or a value source) the inputs describe, bad numbers named under `field`
+    /// (`key`, `key.composite[1]`, `match.values[0].value`), as the core names them.
+    pub(super) fn to_spec_at(&self, numbers: &mut Numbers, field: &str) -> KeySpec {
         match self.kind {
             KeyKind::Header => KeySpec::Header(self.name.trim().to_string()),
             KeyKind::Query => KeySpec::Query(self.name.trim().to_string()),
             KeyKind::ClientIp => KeySpec::ClientIp(ClientIpSpec {
                 trusted_hops: numbers
-                    .optional(&self.hops, "key.client_ip.trusted_hops")
+                    .optional(&self.hops, &format!("{field}.client_ip.trusted_hops"))
                     .unwrap_or(0),
             }),
             KeyKind::Path => KeySpec::Path,
@@ -143,6 +186,18 @@ impl KeyDraft {
             }),
             KeyKind::PeerCertificate => KeySpec::PeerCertificate(self.certificate),
             KeyKind::Cookie => KeySpec::Cookie(self.name.trim().to_string()),
+            KeyKind::Composite => KeySpec::Composite(
+                self.parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, part)| match part.kind {
+                        // Only a nested composite could come here (the view offers no
+                        // such part): read as global, which the core names.
+                        KeyKind::Composite => KeySpec::Global,
+                        _ => part.to_spec_at(numbers, &format!("{field}.composite[{i}]")),
+                    })
+                    .collect(),
+            ),
         }
     }
 }
@@ -274,14 +329,57 @@ mod tests {
     }
 
     #[test]
-    fn a_composite_key_is_not_shown_by_the_form() {
-        // The page opens such a rule in JSON mode and refuses to switch to the form, because
-        // the form would save it as a global key.
-        let key: KeySpec =
-            serde_json::from_str(r#"{"composite":[{"header":"x-tenant"},"path"]}"#).unwrap();
-        assert_eq!(KeyDraft::from_spec(&key).kind, KeyKind::Global);
-        assert!(!form_shows(&key));
+    fn a_composite_key_reads_back_from_its_parts() {
+        let key: KeySpec = serde_json::from_str(
+            r#"{"composite":[{"header":"x-tenant"},"path",{"client_ip":{"trusted_hops":2}},
+                {"metadata":{"filter":"f","path":["claims","sub"]}}]}"#,
+        )
+        .unwrap();
+        let draft = KeyDraft::from_spec(&key);
+        assert_eq!(draft.kind, KeyKind::Composite);
+        let kinds: Vec<KeyKind> = draft.parts.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                KeyKind::Header,
+                KeyKind::Path,
+                KeyKind::ClientIp,
+                KeyKind::Metadata
+            ]
+        );
+        assert!(form_shows(&key));
         assert!(form_shows(&KeySpec::Path));
+        // Typed parts: names trimmed, a bad number named at its part.
+        let mut typed = draft.clone();
+        typed.parts[0].name = " x-org ".into();
+        typed.parts[2].hops = Number::parse("two");
+        let mut numbers = Numbers::default();
+        let KeySpec::Composite(parts) = typed.to_spec(&mut numbers) else {
+            panic!()
+        };
+        assert_eq!(parts[0], KeySpec::Header("x-org".into()));
+        assert_eq!(
+            numbers.problems[0].field,
+            "key.composite[2].client_ip.trusted_hops"
+        );
+        // Switching away and back keeps the parts as typed.
+        let global = KeyDraft {
+            kind: KeyKind::Global,
+            ..typed.clone()
+        };
+        assert_eq!(global.to_spec(&mut Numbers::default()), KeySpec::Global);
+        assert_eq!(global.parts, typed.parts);
+        // A new part is a header waiting for its name.
+        assert_eq!(KeyDraft::new_part().kind, KeyKind::Header);
+    }
+
+    #[test]
+    fn a_nested_composite_key_stays_in_json() {
+        // The core refuses it; the form cannot show it, so the page keeps it as JSON.
+        let key: KeySpec =
+            serde_json::from_str(r#"{"composite":[{"composite":["path","global"]},"path"]}"#)
+                .unwrap();
+        assert!(!form_shows(&key));
     }
 
     #[test]

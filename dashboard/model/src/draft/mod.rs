@@ -36,7 +36,7 @@ pub use delay::DelayDraft;
 pub use elastic::ElasticDraft;
 pub use key::{KeyDraft, KeyKind, KeyMissing, KeyMissingDraft};
 pub use limit::{LimitCounts, LimitDraft, OverrideDraft, PeriodChoice};
-pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, methods_field};
+pub use matcher::{HeaderCondition, HeaderDraft, MatchDraft, ValueDraft, methods_field};
 pub use number::{Number, NumberError, Whole};
 /// One problem with one field, as the API and the core name them (`limits[0].requests`).
 pub use sluice_core::validation::FieldError;
@@ -168,7 +168,7 @@ impl Draft {
             enabled: self.enabled,
             priority,
             mode: self.mode,
-            matcher: self.matcher.to_spec(),
+            matcher: self.matcher.to_spec(&mut numbers),
             key,
             key_missing: self.key_missing.to_spec(),
             enforce_percent,
@@ -189,6 +189,12 @@ impl Draft {
         };
         (spec, numbers.problems)
     }
+}
+
+/// Whether the form can show `spec` whole: its key and every value condition's source
+/// read back exactly. A rule it cannot show is edited as JSON.
+pub fn form_shows(spec: &RuleSpec) -> bool {
+    key::form_shows(&spec.key) && MatchDraft::form_shows(&spec.matcher)
 }
 
 /// Every problem with a spec: the form's own (not a number) first, then the core's, without

@@ -7,13 +7,12 @@ use leptos_router::NavigateOptions;
 use leptos_router::components::A;
 use leptos_router::hooks::use_navigate;
 use sluice_core::spec::RuleSpec;
-use sluice_dashboard_model::draft::key::form_shows;
-use sluice_dashboard_model::draft::{Draft, validate};
+use sluice_dashboard_model::draft::{Draft, form_shows, validate};
 
 use super::inputs::{Field, FormCtx};
 use super::sections::FormBody;
 use super::state::FormState;
-use crate::api::{self, FieldError, RuleView, enc};
+use crate::api::{self, FieldError, RuleEstimate, RuleView, enc};
 use crate::components::{Ctx, ErrorBanner};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -58,8 +57,8 @@ pub(super) fn RuleEditor(
     }
     // The form's inputs; switching back from JSON replaces them with fresh ones.
     let form = RwSignal::new(FormState::new(plain));
-    // JSON mode: for what the form cannot express (composite keys), or by choice.
-    let json_mode = RwSignal::new(!form_shows(&initial.key));
+    // JSON mode: for what the form cannot express (nested composite keys), or by choice.
+    let json_mode = RwSignal::new(!form_shows(&initial));
     let json_text = RwSignal::new(serde_json::to_string_pretty(&initial).unwrap_or_default());
 
     let built = Memo::new(move |_| {
@@ -184,10 +183,10 @@ pub(super) fn RuleEditor(
             json_mode.set(true);
         } else {
             match serde_json::from_str::<RuleSpec>(&json_text.get_untracked()) {
-                Ok(spec) if !form_shows(&spec.key) => {
+                Ok(spec) if !form_shows(&spec) => {
                     ctx.flash(
                         false,
-                        "Composite keys (and metadata paths with commas) can only be edited as JSON.",
+                        "Nested composite keys, value conditions on a composite key and metadata paths with commas can only be edited as JSON.",
                     );
                 }
                 Ok(spec) => {
@@ -216,6 +215,26 @@ pub(super) fn RuleEditor(
         })
     };
     let is_new = existing.is_none();
+    // A dry run of the rule as it stands against the last hour of reports.
+    let estimate = RwSignal::new(None::<Result<String, api::ApiError>>);
+    let run_estimate = move |_| {
+        let Some(spec) = built.get_untracked().0 else {
+            return;
+        };
+        estimate.set(Some(Ok("Estimating…".to_string())));
+        spawn_local(async move {
+            let answer: Result<RuleEstimate, _> =
+                api::post_json("/api/v1/rules:estimate", &spec).await;
+            estimate.set(Some(answer.map(|e| e.sentence())));
+        });
+    };
+    // An edit makes the last estimate stale.
+    Effect::new(move |previous: Option<()>| {
+        preview.track();
+        if previous.is_some() {
+            estimate.set(None);
+        }
+    });
 
     view! {
         <div class="page narrow">
@@ -261,11 +280,18 @@ pub(super) fn RuleEditor(
                             n => format!("{n} problems"),
                         }}
                     </span>
+                    <button type="button" class="btn" data-test="estimate-button" on:click=run_estimate
+                        disabled=move || !errors.with(Vec::is_empty)
+                        title="What this rule would have throttled of the last hour's traffic">"Estimate"</button>
                     <A href="/rules" attr:class="btn">"Cancel"</A>
                     <button type="submit" class="btn primary" data-test="save" disabled=move || save_state.get() == SaveState::Saving>
                         {move || if save_state.get() == SaveState::Saving { "Saving…" } else if is_new { "Create rule" } else { "Save changes" }}
                     </button>
                 </div>
+                {move || estimate.get().map(|answer| match answer {
+                    Ok(text) => view! { <p class="muted small" data-test="estimate">{text}</p> }.into_any(),
+                    Err(e) => view! { <ErrorBanner error=e /> }.into_any(),
+                })}
                 <details class="preview">
                     <summary>"Request body sent to the API"</summary>
                     <pre>{move || preview.get().unwrap_or_else(|| "(not valid JSON)".into())}</pre>

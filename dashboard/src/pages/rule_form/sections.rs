@@ -4,34 +4,23 @@
 use leptos::prelude::*;
 use sluice_core::spec::{FailureMode, Mode};
 use sluice_dashboard_model::draft::{
-    CostKind, HeaderCondition, HeaderDraft, KeyKind, methods_field,
+    CostKind, HeaderCondition, HeaderDraft, ValueDraft, methods_field,
 };
 
 use super::delay::OnLimitFields;
 use super::elastic::ElasticFields;
-use super::identity::{
-    KeyMissingFields, RolloutField, certificate_field, cookie_field, metadata_fields,
-};
+use super::identity::{KEY_KINDS, KeyMissingFields, PART_KINDS, RolloutField, key_source};
 use super::inputs::{Field, number, select, text};
 use super::limits::{Limits, Overrides};
-use super::state::{CostInputs, FormState, HeaderRow, KeyInputs, KeyMissingInputs, MatchInputs};
+use super::state::{
+    CostInputs, FormState, HeaderRow, KeyInputs, KeyMissingInputs, MatchInputs, ValueRow,
+};
 use super::tokens::TokenBudgetSection;
 
 const HEADER_CONDITIONS: &[(HeaderCondition, &str)] = &[
     (HeaderCondition::Present, "present"),
     (HeaderCondition::Absent, "absent"),
     (HeaderCondition::Equals, "equal to"),
-];
-
-const KEY_KINDS: &[(KeyKind, &str)] = &[
-    (KeyKind::Header, "a request header"),
-    (KeyKind::ClientIp, "the client IP"),
-    (KeyKind::Query, "a query parameter"),
-    (KeyKind::Path, "the path"),
-    (KeyKind::Global, "everyone together (global)"),
-    (KeyKind::Metadata, "verified identity (dynamic metadata)"),
-    (KeyKind::PeerCertificate, "the mTLS peer certificate"),
-    (KeyKind::Cookie, "a cookie"),
 ];
 
 const COST_KINDS: &[(CostKind, &str)] = &[
@@ -115,7 +104,7 @@ fn RuleSection(form: FormState, is_new: bool) -> impl IntoView {
     }
 }
 
-/// Which requests: paths, host, methods and header conditions.
+/// Which requests: paths, host, methods, header conditions and value conditions.
 #[component]
 fn MatchSection(inputs: MatchInputs) -> impl IntoView {
     let m = inputs;
@@ -159,7 +148,39 @@ fn MatchSection(inputs: MatchInputs) -> impl IntoView {
             </For>
             <button type="button" class="btn small"
                 on:click=move |_| m.headers.update(|hs| hs.push(HeaderRow::new(HeaderDraft::default())))>"+ Header condition"</button>
+            <ValueConditions values=m.values />
         </section>
+    }
+}
+
+/// Conditions on values read as keys are (`match.values`): a JWT claim, a cookie, a
+/// certificate field, a header...
+#[component]
+fn ValueConditions(values: RwSignal<Vec<ValueRow>>) -> impl IntoView {
+    let index = move |id: usize| values.with(|vs| vs.iter().position(|v| v.id == id).unwrap_or(0));
+    view! {
+        <For each=move || values.get() key=|v| v.id let:v>
+            {
+                let at = Signal::derive(move || format!("match.values[{}]", index(v.id)));
+                let source = Signal::derive(move || format!("{}.value", at.get()));
+                let kind_name = Signal::derive(move || format!("{}.kind", source.get()));
+                let equals = Signal::derive(move || format!("{}.equals", at.get()));
+                let condition = Signal::derive(move || format!("{}.condition", at.get()));
+                view! {
+                    <div class="inline-row" data-test="value-condition">
+                        {key_source(v.source, source, "Value of", kind_name, PART_KINDS)}
+                        <Field label="must be" path=at>{select(v.condition, Some(condition), HEADER_CONDITIONS)}</Field>
+                        <Show when=move || v.condition.get() == HeaderCondition::Equals>
+                            <Field label="Value" path=equals>{text(v.value, equals, "pro")}</Field>
+                        </Show>
+                        <button type="button" class="icon-btn" aria-label="Remove value condition"
+                            on:click=move |_| values.update(|vs| vs.retain(|x| x.id != v.id))>"×"</button>
+                    </div>
+                }
+            }
+        </For>
+        <button type="button" class="btn small" data-test="add-value-condition"
+            on:click=move |_| values.update(|vs| vs.push(ValueRow::new(ValueDraft::default())))>"+ Value condition (claim, cookie...)"</button>
     }
 }
 
@@ -170,22 +191,7 @@ fn KeySection(key: KeyInputs, missing: KeyMissingInputs) -> impl IntoView {
         <section class="card">
             <h2>"Whose bucket"</h2>
             <div class="grid2">
-                <Field label="Client key" path="key">
-                    {select(key.kind, Some("key_kind".into()), KEY_KINDS)}
-                </Field>
-                {move || match key.kind.get() {
-                    KeyKind::Header => view! { <Field label="Header name" path="key.header">{text(key.name, "key.header", "x-api-key")}</Field> }.into_any(),
-                    KeyKind::Query => view! { <Field label="Parameter name" path="key.query">{text(key.name, "key.query", "api_key")}</Field> }.into_any(),
-                    KeyKind::ClientIp => view! {
-                        <Field label="Trusted proxy hops" path="key.client_ip.trusted_hops" hint="0 = the TCP peer; N = Nth X-Forwarded-For entry from the right">
-                            {number(key.hops, "key.client_ip.trusted_hops", "0")}
-                        </Field>
-                    }.into_any(),
-                    KeyKind::Metadata => metadata_fields(key).into_any(),
-                    KeyKind::PeerCertificate => certificate_field(key).into_any(),
-                    KeyKind::Cookie => cookie_field(key).into_any(),
-                    KeyKind::Path | KeyKind::Global => ().into_any(),
-                }}
+                {key_source(key, Signal::derive(|| "key".to_string()), "Client key", Signal::derive(|| "key_kind".to_string()), KEY_KINDS)}
             </div>
             <KeyMissingFields inputs=missing />
         </section>

@@ -6,13 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leptos::prelude::*;
 use sluice_core::rls::DescriptorSpec;
-use sluice_core::spec::{
-    FailureMode, GrpcStatus, Mode, OnLimit, PeerCertificateField, Scope, ValueMatchSpec,
-};
+use sluice_core::spec::{FailureMode, GrpcStatus, Mode, OnLimit, PeerCertificateField, Scope};
 use sluice_dashboard_model::draft::{
     CostDraft, CostKind, DelayDraft, Draft, ElasticDraft, HeaderCondition, HeaderDraft, KeyDraft,
     KeyKind, KeyMissing, KeyMissingDraft, LimitCounts, LimitDraft, MatchDraft, Number,
-    OverrideDraft, PeriodChoice, TokensDraft, UsageKind,
+    OverrideDraft, PeriodChoice, TokensDraft, UsageKind, ValueDraft,
 };
 
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(1);
@@ -99,6 +97,50 @@ impl HeaderRow {
     }
 }
 
+/// One `match.values` condition's inputs: where the value is read, and what is asked of it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ValueRow {
+    pub id: usize,
+    pub source: KeyInputs,
+    pub condition: RwSignal<HeaderCondition>,
+    pub value: RwSignal<String>,
+}
+
+impl ValueRow {
+    pub fn new(d: ValueDraft) -> ValueRow {
+        ValueRow {
+            id: row_id(),
+            source: KeyInputs::new(d.source),
+            condition: RwSignal::new(d.condition),
+            value: RwSignal::new(d.value),
+        }
+    }
+
+    fn read(&self) -> ValueDraft {
+        ValueDraft {
+            source: self.source.read(),
+            condition: self.condition.get(),
+            value: self.value.get(),
+        }
+    }
+}
+
+/// One part of a composite key: a key's inputs of its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeyPartRow {
+    pub id: usize,
+    pub key: KeyInputs,
+}
+
+impl KeyPartRow {
+    pub fn new(d: KeyDraft) -> KeyPartRow {
+        KeyPartRow {
+            id: row_id(),
+            key: KeyInputs::new(d),
+        }
+    }
+}
+
 /// One per-client override's inputs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OverrideRow {
@@ -133,8 +175,7 @@ pub(super) struct MatchInputs {
     pub path_regex: RwSignal<String>,
     pub methods: RwSignal<String>,
     pub headers: RwSignal<Vec<HeaderRow>>,
-    /// No input shows them; kept so that saving the form does not drop them.
-    pub values: RwSignal<Vec<ValueMatchSpec>>,
+    pub values: RwSignal<Vec<ValueRow>>,
 }
 
 impl MatchInputs {
@@ -146,7 +187,7 @@ impl MatchInputs {
             path_regex: RwSignal::new(d.path_regex),
             methods: RwSignal::new(d.methods),
             headers: RwSignal::new(d.headers.into_iter().map(HeaderRow::new).collect()),
-            values: RwSignal::new(d.values),
+            values: RwSignal::new(d.values.into_iter().map(ValueRow::new).collect()),
         }
     }
 
@@ -160,7 +201,9 @@ impl MatchInputs {
             headers: self
                 .headers
                 .with(|hs| hs.iter().map(HeaderRow::read).collect()),
-            values: self.values.get(),
+            values: self
+                .values
+                .with(|vs| vs.iter().map(ValueRow::read).collect()),
         }
     }
 }
@@ -174,6 +217,8 @@ pub(super) struct KeyInputs {
     pub metadata_filter: RwSignal<String>,
     pub metadata_path: RwSignal<String>,
     pub certificate: RwSignal<PeerCertificateField>,
+    /// A composite key's parts (unused by a part itself).
+    pub parts: RwSignal<Vec<KeyPartRow>>,
 }
 
 impl KeyInputs {
@@ -185,6 +230,7 @@ impl KeyInputs {
             metadata_filter: RwSignal::new(d.metadata_filter),
             metadata_path: RwSignal::new(d.metadata_path),
             certificate: RwSignal::new(d.certificate),
+            parts: RwSignal::new(d.parts.into_iter().map(KeyPartRow::new).collect()),
         }
     }
 
@@ -196,6 +242,9 @@ impl KeyInputs {
             metadata_filter: self.metadata_filter.get(),
             metadata_path: self.metadata_path.get(),
             certificate: self.certificate.get(),
+            parts: self
+                .parts
+                .with(|ps| ps.iter().map(|p| p.key.read()).collect()),
         }
     }
 }

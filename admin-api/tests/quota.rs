@@ -575,6 +575,76 @@ async fn redis_commands(api: &TestApp) -> u64 {
         .unwrap_or_else(|| panic!("no Redis command count: {metrics}"))
 }
 
+/// The bucket [`drain`] and [`check_rebuilt`] use.
+const DRAINED: &str = "00000000000000d1";
+
+/// Warms `api` up and has proxy `edge-1` lease the whole of a new bucket: returns how long
+/// the fleet's bucket then takes to fill, in ms as the answer said, and when it said so.
+async fn drain(api: &TestApp, token: &str) -> (u64, Instant) {
+    warmed_up(api, token).await;
+    sync(api, token, "edge-1", DRAINED, 100).await;
+    tokio::time::sleep(young()).await;
+    let answer = sync(api, token, "edge-1", DRAINED, 100).await;
+    let drained_at = Instant::now();
+    assert!(granted(&answer) >= 90, "{answer}");
+    let full_in_ns = answer["grants"][0]["full_in_ns"].as_u64().unwrap();
+    (full_in_ns.div_ceil(1_000_000), drained_at)
+}
+
+/// Issue #33: after `api`'s coordinator lost its state, `edge-1` (on fallback shares, its
+/// syncs failed or answered "warming up") reports the level it last heard, counted down:
+/// the bucket is rebuilt at it, not young (it is not new to the fleet), and once warmed
+/// up grants only what refilled since the drain, never a fresh burst.
+async fn check_rebuilt(api: &TestApp, token: &str, (full_in_ms, drained_at): (u64, Instant)) {
+    let reported = full_in_ms.saturating_sub(drained_at.elapsed().as_millis() as u64);
+    assert!(reported > 0, "the bucket refilled before the test went on");
+    let mut knowing = bucket(DRAINED, 100);
+    knowing["full_in_ms"] = json!(reported);
+    let answer = sync_request(api, token)
+        .json(&sync_body("edge-1", json!([knowing])))
+        .expect(200)
+        .await
+        .json();
+    assert_eq!(answer["warming_up"], json!(true), "{answer}");
+    let grant = &answer["grants"][0];
+    assert_eq!(grant["full_in_ns"], json!(reported * 1_000_000), "{answer}");
+    assert_eq!(grant["young"], json!(false), "{answer}");
+
+    warmed_up(api, token).await;
+    let answer = sync(api, token, "edge-1", DRAINED, 100).await;
+    // 10/s since the drain, and a token of rounding; a bucket started full would grant
+    // the whole burst of 100.
+    let refilled = (drained_at.elapsed().as_secs_f64() * 10.0).ceil() as u64 + 1;
+    assert!(
+        granted(&answer) <= refilled.min(99),
+        "at most the {refilled} refilled since the drain: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_coordinator_rebuilds_a_bucket_from_the_level_proxies_report() {
+    let (db, api) = app().await;
+    let proxy = db.token(Role::Proxy).await;
+    let drained = drain(&api, &proxy).await;
+    // A new process over the same database: its buckets start empty, and it warms up.
+    let restarted = TestApp::new(&db).await;
+    check_rebuilt(&restarted, &proxy, drained).await;
+}
+
+#[tokio::test]
+async fn an_emptied_redis_is_rebuilt_from_the_level_proxies_report() {
+    let Some((redis, db)) = with_redis().await else {
+        return;
+    };
+    let api = replica(&db, &redis.url()).await;
+    let proxy = db.token(Role::Proxy).await;
+    let drained = drain(&api, &proxy).await;
+    redis
+        .cli(&["FLUSHALL"])
+        .unwrap_or_else(|err| panic!("{err:#}"));
+    check_rebuilt(&api, &proxy, drained).await;
+}
+
 #[tokio::test]
 async fn a_redis_outage_answers_at_once_and_recovery_warms_up() {
     let Some((mut redis, db)) = with_redis().await else {

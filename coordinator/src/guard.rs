@@ -63,6 +63,14 @@ pub fn most_held(limit: &Gcra, covers_ms: u64, interval_ms: u64) -> u64 {
     limit.burst().saturating_add(refill).saturating_mul(2)
 }
 
+/// The longest a proxy may report its bucket's fleet level as taking to fill
+/// (`full_in_ms`, whole milliseconds rounded up): the deepest debt a coordinator keeps,
+/// twice the bucket's capacity. Beyond it a report is refused: it could only be made up,
+/// and would starve the bucket it names while a coordinator warms up.
+pub fn deepest_level_ms(limit: &Gcra) -> u64 {
+    limit.capacity_ns().saturating_mul(2).div_ceil(1_000_000)
+}
+
 /// A limit as a sync carries it.
 pub type LimitKey = (u64, u64);
 

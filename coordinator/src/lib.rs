@@ -165,6 +165,15 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
                 format!("must be at most {}", 60 * MAX_INTERVAL_MS),
             );
         }
+        let deepest_ms = guard::deepest_level_ms(&limit);
+        if b.full_in_ms > deepest_ms {
+            problem(
+                format!("buckets[{i}].full_in_ms"),
+                format!(
+                    "must be at most {deepest_ms}: twice the time the bucket takes to fill from empty"
+                ),
+            );
+        }
         buckets.push((b.bucket, limit, usage));
     }
     if !problems.is_empty() {
@@ -645,6 +654,23 @@ mod tests {
                 "buckets[1].interval_ns",
                 "buckets[1].burst"
             ]
+        );
+    }
+
+    /// A fleet level reported by a proxy on fallback shares: up to twice the bucket's
+    /// capacity (20 s for 10/s with a burst of 100) is taken, a millisecond more refused.
+    #[test]
+    fn a_known_level_is_at_most_twice_the_buckets_capacity() {
+        let mut sync = request("a", vec![usage(1, 1)]);
+        sync.buckets[0].full_in_ms = 20_000;
+        let valid = validate(sync.clone()).unwrap();
+        assert_eq!(valid.buckets[0].2.known_full_in_ns, 20_000_000_000);
+        sync.buckets[0].full_in_ms = 20_001;
+        let problems = validate(sync).unwrap_err().0;
+        assert_eq!(problems[0].field, "buckets[0].full_in_ms");
+        assert!(
+            problems[0].message.contains("at most 20000"),
+            "{problems:?}"
         );
     }
 

@@ -37,7 +37,48 @@ struct Answer {
     /// The coordinator settled the sync, but its answer never reaches the proxy (it timed
     /// out on the way): the usages it reported, which the proxy still holds as unsent.
     lost: Option<Vec<(u64, Usage)>>,
+    /// A remote region's sync ([`Remote`]): settled at the shared state later than sent,
+    /// and answered (or timed out) later still.
+    remote: Option<RemoteCall>,
 }
+
+/// A remote region's sync on its way through its replica to the shared state.
+struct RemoteCall {
+    sent_at: u64,
+    /// When the replica's write lands at the shared state (`None`: it never does, the
+    /// link being cut or slower than the replica's Redis timeout).
+    settle_at: Option<u64>,
+    covers: Nanos,
+    /// The interval in force when sent: the coordinator sizes leases and shares by it.
+    interval: u64,
+    /// The answer reaches the proxy within its sync timeout.
+    answered: bool,
+}
+
+/// A second region: its proxies sync with their own `sluice serve` replica, which reads
+/// and writes the shared state (Redis, in the home region) over a slow link. The home
+/// region's proxies and replica are as everywhere else in this file.
+#[derive(Debug, Clone, Copy)]
+struct Remote {
+    /// Proxies from this index on are the remote region's.
+    first: usize,
+    /// The link's round trip.
+    rtt: u64,
+    /// When the link is cut: every Redis call of the remote replica times out.
+    cut: LinkCut,
+}
+
+/// When a link is cut, by the time.
+type LinkCut = fn(u64) -> bool;
+
+/// Sequential Redis round trips of one replica's batch (`coordinator/src/redis.rs`:
+/// `TIME`; the epoch and fleet pipeline; `MGET`; the compare-and-set script; the sorted
+/// sets), and the one in which its write lands at the shared state (half way through
+/// the fourth).
+const BATCH_ROUND_TRIPS: u64 = 5;
+const WRITE_ROUND_TRIPS: f64 = 3.5;
+/// A replica's Redis command timeout (`coordinator/src/redis/link.rs`).
+const REDIS_TIMEOUT: u64 = 1_000 * MS;
 
 struct Coordinator {
     buckets: HashMap<u64, BucketState>,
@@ -59,6 +100,10 @@ struct Fleet {
     /// fail before the coordinator sees them. None unless a test says so.
     cut_off: CutOff,
     syncs: u64,
+    /// Requests admitted so far, all proxies and buckets.
+    admitted: u64,
+    /// A second region behind a slow link (none unless a test says so).
+    remote: Option<Remote>,
 }
 
 /// Which syncs, by their number over the whole fleet (from 0).
@@ -110,6 +155,8 @@ impl Fleet {
             lose_answer: |_| false,
             cut_off: |_, _| false,
             syncs: 0,
+            admitted: 0,
+            remote: None,
         }
     }
 
@@ -118,18 +165,21 @@ impl Fleet {
         let limit = self.limit;
         let proxy = &mut self.proxies[p];
         let view = proxy.view;
-        proxy
+        let admitted = proxy
             .entries
             .entry(bucket)
             .or_insert_with(|| LeaseEntry::new(bucket, &limit, Nanos::new(now)))
             .spend(1, Nanos::new(now), &view)
-            .admitted()
+            .admitted();
+        self.admitted += u64::from(admitted);
+        admitted
     }
 
     /// Runs every sync that is due at `now`. A control service looks on its tick only, and
     /// each proxy's ticks have their own phase.
     fn sync_due(&mut self, now: u64) {
         for p in 0..self.proxies.len() {
+            self.settle_remote(p, now);
             if self.proxies[p]
                 .in_flight
                 .as_ref()
@@ -164,6 +214,11 @@ impl Fleet {
             let usage = entry.collect(Nanos::new(now), covers, &proxy.view);
             proxy.pending.entry(*bucket).or_default().merge(&usage);
         }
+        if let Some(remote) = self.remote.filter(|r| p >= r.first) {
+            self.send_remote(p, now, covers, remote);
+            return;
+        }
+        let proxy = &mut self.proxies[p];
         let lost = (self.lose_answer)(self.syncs);
         let failed = (self.cut_off)(p, now);
         self.syncs += 1;
@@ -207,6 +262,7 @@ impl Fleet {
                 view,
                 grants: Vec::new(),
                 lost: Some(reported),
+                remote: None,
             }
         } else {
             Answer {
@@ -214,6 +270,7 @@ impl Fleet {
                 view,
                 grants,
                 lost: None,
+                remote: None,
             }
         });
         if self.answer_delay == 0 && !lost {
@@ -224,7 +281,24 @@ impl Fleet {
     /// Applies proxy `p`'s answer now (an answer without delay arrives with its sync).
     fn answer(&mut self, p: usize, now: u64) {
         let proxy = &mut self.proxies[p];
-        if let Some(answer) = proxy.in_flight.take() {
+        if let Some(mut answer) = proxy.in_flight.take() {
+            if let Some(call) = answer.remote.take() {
+                // As the control service does: the interval adapts to the wait, and a
+                // sync given up on leaves the usage for the next one (its replica may have
+                // settled it all the same: then it is reported twice, which only ever
+                // makes the fleet admit less).
+                proxy.schedule.adapt(Nanos::new(now - call.sent_at));
+                proxy
+                    .schedule
+                    .record(Nanos::new(call.sent_at), call.answered);
+                proxy.view.sync_interval_ns = proxy.schedule.interval().get();
+                if !call.answered {
+                    proxy.view.fallback = true;
+                    return;
+                }
+                proxy.pending.clear();
+                answer.view.sync_interval_ns = proxy.schedule.interval().get();
+            }
             if let Some(reported) = answer.lost {
                 // As the control service does when a sync fails: fallback shares, and the
                 // usage kept for the next sync.
@@ -245,6 +319,85 @@ impl Fleet {
                 }
             }
         }
+    }
+}
+
+impl Fleet {
+    /// Sends remote proxy `p`'s sync through its replica: its usage stays pending until
+    /// answered, as in the control service.
+    fn send_remote(&mut self, p: usize, now: u64, covers: Nanos, remote: Remote) {
+        let answer_delay = self.answer_delay;
+        let proxy = &mut self.proxies[p];
+        let interval = proxy.schedule.interval().get();
+        // `GlobalSyncer::timeout`: two intervals in force, 500 ms to 5 s.
+        let timeout = (2 * interval).clamp(500 * MS, 5 * S);
+        let reaches_redis = !(remote.cut)(now) && remote.rtt < REDIS_TIMEOUT;
+        let (settle_at, answer_after) = if reaches_redis {
+            let write = (WRITE_ROUND_TRIPS * remote.rtt as f64) as u64;
+            (
+                Some(now + write),
+                BATCH_ROUND_TRIPS * remote.rtt + answer_delay,
+            )
+        } else {
+            // The replica's first Redis call times out, and it answers 503.
+            (None, REDIS_TIMEOUT)
+        };
+        proxy.in_flight = Some(Answer {
+            at: now + answer_after.min(timeout),
+            view: proxy.view,
+            grants: Vec::new(),
+            lost: None,
+            remote: Some(RemoteCall {
+                sent_at: now,
+                settle_at,
+                covers,
+                interval,
+                answered: reaches_redis && answer_after <= timeout,
+            }),
+        });
+    }
+
+    /// Settles remote proxy `p`'s sync at the shared state when its replica's write lands.
+    fn settle_remote(&mut self, p: usize, now: u64) {
+        let fleet_size = self.proxies.len() as u32;
+        let proxy = &mut self.proxies[p];
+        let Some(answer) = proxy.in_flight.as_mut() else {
+            return;
+        };
+        let Some((covers, interval)) = answer
+            .remote
+            .as_ref()
+            .filter(|call| call.settle_at == Some(now))
+            .map(|call| (call.covers, call.interval))
+        else {
+            return;
+        };
+        let settings = Settings {
+            fleet_size,
+            warming_up: self.coordinator.settings.warming_up,
+            ..Settings::for_interval(Nanos::new(interval))
+        };
+        answer.view = FleetView {
+            fleet_size,
+            fallback: settings.warming_up,
+            sync_interval_ns: interval,
+        };
+        answer.grants = proxy
+            .pending
+            .iter()
+            .map(|(bucket, usage)| {
+                let state = self.coordinator.buckets.entry(*bucket).or_default();
+                let grant = settle(
+                    state,
+                    &self.limit,
+                    usage,
+                    covers,
+                    Nanos::new(now),
+                    &settings,
+                );
+                (*bucket, grant)
+            })
+            .collect();
     }
 }
 
@@ -786,19 +939,17 @@ fn a_restarted_coordinator_warms_up_without_double_spending() {
         10,
         &Traffic::steady(2.0 * rate as f64, &SKEW, 1),
     );
-    // The new coordinator's bucket starts full: at most one burst (= one second of the
-    // rate here) more over the first three seconds, none of them starved; every second
-    // after within 10% of the rate.
+    // The new coordinator rebuilds the bucket from the level the proxies last heard
+    // (they report it once its answers say it warms up), instead of starting it full:
+    // every second within 5% of the rate, the first included (1.026, then 0.99 to
+    // 1.006). Started full, the fleet admitted one burst more over the first three
+    // seconds, up to 1.47 of the rate in one.
     let shown =
         format!("admitted per second around the restart, as a share of the rate: {per_second:?}");
-    assert!(per_second[..3].iter().all(|r| *r >= 0.9), "{shown}");
-    assert!(per_second[..3].iter().sum::<f64>() <= 4.0, "{shown}");
     assert!(
-        per_second[3..].iter().all(|r| (0.9..=1.1).contains(r)),
+        per_second.iter().all(|r| (0.95..=1.05).contains(r)),
         "{shown}"
     );
-    let ratio = per_second.iter().sum::<f64>() / 11.0;
-    assert!((0.9..=1.05).contains(&ratio), "{shown}");
 }
 
 /// A coordinator restarted after a 10 s outage (its state lost) under skewed overload:
@@ -878,6 +1029,268 @@ fn restart_and_count_each_second(
             admitted as f64 / rate
         })
         .collect()
+}
+
+/// How a coordinator loses its buckets' state.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `sluice serve` in memory restarts: nothing answers for `down`, then it starts empty.
+    Restart { down: u64 },
+    /// Its Redis is emptied (FLUSHALL) while it keeps answering.
+    Flushed,
+}
+
+/// What the fleet admitted in each sync interval from a loss of state on, beside the
+/// same fleet under the same traffic whose coordinator kept its state.
+struct AroundLoss {
+    lost: Vec<u64>,
+    kept: Vec<u64>,
+    /// Admitted from the first request to the end, with the loss.
+    total: u64,
+}
+
+/// Runs a fleet of three (70/20/10) under `traffic` from `S` to `until`, its coordinator
+/// losing its state at `at` as `loss` says (warming up for one lease TTL from when it
+/// answers again), and a twin whose coordinator keeps it; counts each interval from `at`.
+fn lose_state(limit: Gcra, traffic: &Traffic, loss: Loss, at: u64, until: u64) -> AroundLoss {
+    let ttl = T * sluice_core::global::LEASE_TTL_INTERVALS;
+    let back_at = match loss {
+        Loss::Restart { down } => at + down,
+        Loss::Flushed => at,
+    };
+    let per_interval = |lose: bool| {
+        let mut fleet = Fleet::new(3, limit, T);
+        let mut counts = Vec::new();
+        let mut since = 0;
+        let ran = run(
+            &mut fleet,
+            S,
+            until,
+            traffic,
+            |fleet, now| {
+                if now >= at && (now - at) % T == 0 {
+                    counts.push(fleet.admitted - since);
+                    since = fleet.admitted;
+                }
+                if !lose {
+                    return;
+                }
+                if now == at {
+                    fleet.coordinator.up = matches!(loss, Loss::Flushed);
+                }
+                if now == back_at {
+                    fleet.coordinator.buckets.clear();
+                    fleet.coordinator.settings.warming_up = true;
+                    fleet.coordinator.up = true;
+                }
+                if now == back_at + ttl {
+                    fleet.coordinator.settings.warming_up = false;
+                }
+            },
+            &mut HashMap::new(),
+        );
+        counts.push(fleet.admitted - since);
+        // The first count is the interval before the loss ends at `at`: empty.
+        counts.remove(0);
+        (counts, ran.admitted)
+    };
+    let (lost, total) = per_interval(true);
+    let (kept, _) = per_interval(false);
+    AroundLoss { lost, kept, total }
+}
+
+/// Issue #33: a coordinator that lost its state (restarted in memory after 500 ms down,
+/// or its Redis emptied) under steady, bursty and pausing load at twice the limit.
+/// Proxies on fallback shares report the fleet's level each last heard (`full_in_ms`),
+/// and the coordinator rebuilds each bucket from the emptiest instead of starting it
+/// full. Against a twin fleet whose coordinator kept its state, under the same traffic:
+/// at most one burst more in total over the 10 s from the loss (measured: 25 tokens
+/// more at most, a twentieth of the burst), never more than half a burst ahead or behind
+/// at any interval's end (measured: 158 ahead, 185 behind), never above `2 × burst +
+/// rate × elapsed` from the first request, and under steady load every second from the
+/// second interval on within 5% of the twin's (measured: 0.952 to 1.034). (Phases of
+/// syncs differ from the twin's after the loss, so one interval's count differs by up
+/// to a third either way, in the twin too: bursty and pausing load are judged by the
+/// running lead.) Started full instead, the fleet admitted one burst more.
+#[test]
+fn a_coordinator_that_lost_its_state_rebuilds_it_from_the_proxies() {
+    let (rate, burst) = (500, 500);
+    let shapes = [
+        ("steady", Shape::Steady),
+        ("bursty", Shape::Bursts { extra: 250.0 }),
+        (
+            "pausing",
+            Shape::Pausing {
+                every: 2 * S,
+                pause: 200 * MS,
+            },
+        ),
+    ];
+    let losses = [
+        ("restarted in memory", Loss::Restart { down: 500 * MS }),
+        ("Redis emptied", Loss::Flushed),
+    ];
+    let (at, until) = (6 * S, 16 * S);
+    for (shape_name, shape) in shapes {
+        for (loss_name, loss) in losses {
+            let traffic = Traffic {
+                shape,
+                ..Traffic::steady(2.0 * rate as f64, &SKEW, 1)
+            };
+            let around = lose_state(limit(rate, burst), &traffic, loss, at, until);
+            let extra =
+                around.lost.iter().sum::<u64>() as i64 - around.kept.iter().sum::<u64>() as i64;
+            // The lead over the twin at each interval's end, and each second's ratio to
+            // the twin's from the second interval on.
+            let leads: Vec<i64> = around
+                .lost
+                .iter()
+                .zip(&around.kept)
+                .scan(0i64, |lead, (l, k)| {
+                    *lead += *l as i64 - *k as i64;
+                    Some(*lead)
+                })
+                .collect();
+            let window = (S / T) as usize;
+            let seconds: Vec<f64> = (1..around.lost.len() - window)
+                .map(|i| {
+                    let sum = |v: &[u64]| v[i..i + window].iter().sum::<u64>() as f64;
+                    sum(&around.lost) / sum(&around.kept)
+                })
+                .collect();
+            let range = |v: &[f64]| {
+                v.iter()
+                    .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)))
+            };
+            let lead = range(&leads.iter().map(|l| *l as f64).collect::<Vec<_>>());
+            let second = range(&seconds);
+            let what = format!(
+                "{loss_name}, {shape_name}: {extra} more than the twin over 10 s, lead over \
+                 it {lead:?}, each second from the second interval {second:.3?} of it"
+            );
+            println!("{what}");
+            let bound = 2 * burst + rate * (until - S) / S;
+            assert!(around.total <= bound, "{what}: {} of {bound}", around.total);
+            assert!(extra <= burst as i64, "{what}");
+            assert!(leads.iter().all(|l| l.abs() <= burst as i64 / 2), "{what}");
+            if matches!(shape, Shape::Steady) {
+                assert!(seconds.iter().all(|r| (0.95..=1.05).contains(r)), "{what}");
+            }
+        }
+    }
+}
+
+/// What a run with a remote region admitted: most over `burst + rate × elapsed` at any
+/// moment (tokens; negative: always under it), and per second as a share of the rate.
+struct RegionRun {
+    most_over: i64,
+    per_second: Vec<f64>,
+    total: u64,
+    elapsed: u64,
+}
+
+/// Four proxies, two in the home region (0.4 and 0.2 of the demand) and two behind
+/// `remote`'s link (0.3 and 0.1), at twice the limit, for `seconds`.
+fn run_regions(rate: u64, burst: u64, remote: Remote, seconds: u64) -> RegionRun {
+    const SPLIT: [f64; 4] = [0.4, 0.2, 0.3, 0.1];
+    let mut fleet = Fleet::new(4, limit(rate, burst), T);
+    fleet.remote = Some(remote);
+    let mut most_over = i64::MIN;
+    let mut per_second = Vec::new();
+    let mut since = 0;
+    let until = S + seconds * S;
+    let ran = run(
+        &mut fleet,
+        S,
+        until,
+        &Traffic::steady(2.0 * rate as f64, &SPLIT, 1),
+        |fleet, now| {
+            let bound = burst + rate * (now - S) / S;
+            most_over = most_over.max(fleet.admitted as i64 - bound as i64);
+            if now > S && (now - S) % S == 0 {
+                per_second.push((fleet.admitted - since) as f64 / rate as f64);
+                since = fleet.admitted;
+            }
+        },
+        &mut HashMap::new(),
+    );
+    RegionRun {
+        most_over,
+        per_second,
+        total: ran.admitted,
+        elapsed: seconds * S,
+    }
+}
+
+/// Issue #33, regions: one limit across two regions, the remote one's replica reaching
+/// the shared state (Redis in the home region) over a link of 100 ms, 500 ms and 1 s, and
+/// one of 100 ms cut for 30 s, at twice the limit, the remote region holding 0.4 of the
+/// demand. `docs/global-limits.md` ("Regions") states the bound:
+/// - answers within the remote proxies' sync timeout (100 ms: five round trips a batch,
+///   about 0.5 s, the interval stretched to 1 s, timeout 2 s): coordinated, never above
+///   `burst + rate × elapsed` (leases are pre-debited, whatever the delay);
+/// - otherwise (500 ms: answers after 2.5 s, later than the longest timeout; 1 s: every
+///   Redis call of the remote replica times out; the cut): the remote region is on its
+///   fallback shares while the home region leases the whole bucket, so the fleet admits
+///   at most `(1 + Σ remote fallback shares) × rate` a second and one burst, where a
+///   remote share is at most `min(1, s × σ)` for a true share `σ` and the remote
+///   interval's stretch `s ≤ 4` (their demand is decayed with a time constant of their own
+///   interval in force: shares are biased high, measured 0.70 to 0.83 of the rate for a
+///   region holding 0.4); a second after the cut ends pays back its debt (one burst at
+///   most), then the fleet is at its rate again.
+#[test]
+fn a_remote_region_behind_a_slow_or_cut_link_over_admits_within_the_stated_bound() {
+    let (rate, burst) = (500, 500);
+    let remote_share: f64 = 0.4;
+    let remote_proxies: f64 = 2.0;
+    let links: [(&str, u64, LinkCut, bool); 4] = [
+        ("100 ms", 100 * MS, |_| false, true),
+        ("500 ms", 500 * MS, |_| false, false),
+        ("1 s", 1_000 * MS, |_| false, false),
+        (
+            "100 ms, cut for 30 s",
+            100 * MS,
+            |now| (6 * S..36 * S).contains(&now),
+            false,
+        ),
+    ];
+    let fallback_most = 1.0 + remote_proxies.min(4.0 * remote_share);
+    for (what, rtt, cut, coordinated) in links {
+        let remote = Remote { first: 2, rtt, cut };
+        let ran = run_regions(rate, burst, remote, 45);
+        let ratio = ran.total as f64 / (burst + rate * ran.elapsed / S) as f64;
+        let what = format!(
+            "link {what}: most over the bound {} tokens, {ratio:.4} of it in all, per second {:.2?}",
+            ran.most_over, ran.per_second
+        );
+        println!("{what}");
+        if coordinated {
+            assert!(ran.most_over <= 0, "{what}");
+            assert!(ratio >= 0.98, "{what}");
+        } else {
+            // After the first second (the burst), each second within the fallback bound,
+            // and in all at most one burst more than it.
+            let most = burst as f64 + (fallback_most - 1.0) * (rate * ran.elapsed / S) as f64;
+            assert!((ran.most_over as f64) <= most, "{what}");
+            assert!(
+                ran.per_second[1..].iter().all(|r| *r <= fallback_most),
+                "{what}"
+            );
+        }
+    }
+    // The cut's end: the remote proxies' fallback spending is debited (into a debt of at
+    // most one burst, paid back within a second or so), then one limit again.
+    let cut = Remote {
+        first: 2,
+        rtt: 100 * MS,
+        cut: |now| (6 * S..36 * S).contains(&now),
+    };
+    let ran = run_regions(rate, burst, cut, 45);
+    let after = &ran.per_second[38..];
+    assert!(
+        after.iter().all(|r| (0.85..=1.15).contains(r)),
+        "after the cut: {after:.2?}"
+    );
 }
 
 proptest! {

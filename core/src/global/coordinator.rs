@@ -95,6 +95,12 @@ pub struct Usage {
     /// refill between the client's first request and that sync (up to 150 ms, 750 tokens
     /// at 5,000/s) was lost to the fleet.
     pub first_use_ns: u64,
+    /// How long until the fleet's bucket is full, as this proxy last heard it from the
+    /// coordinator and counted down to the sync (ns); `0` when it knows nothing or did
+    /// not send it. Sent only while the proxy is on fallback shares (its last sync failed,
+    /// or the coordinator warms up): a coordinator that lost its state rebuilds the
+    /// bucket's level from it ([`settle`], step 0) instead of starting the bucket full.
+    pub known_full_in_ns: u64,
 }
 
 impl Usage {
@@ -114,6 +120,8 @@ impl Usage {
         self.unleased = self.unleased.saturating_add(later.unleased);
         self.returned = self.returned.saturating_add(later.returned);
         self.want = later.want;
+        // Counted down to the later collection: the earlier figure is older.
+        self.known_full_in_ns = later.known_full_in_ns;
     }
 
     /// When, at `now`, the spending this usage reports began: its window's start, or the
@@ -207,6 +215,19 @@ pub fn settle(
     now: Nanos,
     settings: &Settings,
 ) -> Grant {
+    // 0. Rebuilt: while warming up (the coordinator lost its state), the bucket is at
+    //    least as empty as any proxy last heard. Every grant before the loss was taken
+    //    from the bucket at once, so the level the latest answer carried counts every
+    //    lease still out; what proxies spent on fallback since is debited in step 2.
+    //    (Started full instead, the fleet admitted one burst more over the two seconds
+    //    after the warm-up.)
+    let rebuilt = settings.warming_up && usage.known_full_in_ns > 0;
+    if rebuilt {
+        let known_ns = usage
+            .known_full_in_ns
+            .min(limit.capacity_ns().saturating_mul(2));
+        state.tat = state.tat.max(now.get().saturating_add(known_ns));
+    }
     // 1. Gave back: never beyond full.
     state.tat = limit
         .refund(Nanos::new(state.tat), now, usage.returned)
@@ -220,6 +241,11 @@ pub fn settle(
         state.born_at = used_since;
         state.demand_at = now;
         state.first_seen = now;
+    }
+    if rebuilt {
+        // A proxy knew its level before the loss: the bucket is not new to the fleet, and
+        // its proxies spend fallback shares, not even ones, so it is never young.
+        state.first_seen = 0;
     }
     // A bucket new to the fleet is *young* for a while: the other proxies that saw it may
     // still be spending their even shares without having reported them.
@@ -469,6 +495,7 @@ mod tests {
             returned: 0,
             // First used 100 ms before they synced.
             first_use_ns: T - 100_000_000,
+            known_full_in_ns: 0,
         };
         for _ in 0..3 {
             let g = settle(
@@ -552,6 +579,7 @@ mod tests {
                 want: 10,
                 returned: 0,
                 first_use_ns: 0,
+                known_full_in_ns: 0,
             },
             Nanos::new(T),
             Nanos::new(now),
@@ -580,6 +608,68 @@ mod tests {
         assert_eq!(
             g.granted, 20,
             "the 5 spent over the half second refilled meanwhile"
+        );
+    }
+
+    #[test]
+    fn a_warming_coordinator_rebuilds_a_bucket_from_the_emptiest_level_reported() {
+        // The coordinator lost its state. The fleet's bucket (10/s, burst 20) was 1.5 s
+        // from full at one proxy's last answer, 0.5 s at another's (an older answer).
+        let l = limit(10, 20);
+        let now = 100 * S;
+        let mut settings = Settings::for_interval(Nanos::new(T));
+        settings.warming_up = true;
+        let knowing = |known_full_in_ns| Usage {
+            attempts: 5,
+            want: 10,
+            known_full_in_ns,
+            ..Usage::default()
+        };
+        let settle_now = |state: &mut BucketState, usage: &Usage, settings: &Settings| {
+            settle(state, &l, usage, Nanos::new(T), Nanos::new(now), settings)
+        };
+        let mut state = BucketState::default();
+        let g = settle_now(&mut state, &knowing(S / 2), &settings);
+        assert_eq!((g.granted, g.full_in_ns, g.young), (0, S / 2, false));
+        let g = settle_now(&mut state, &knowing(3 * S / 2), &settings);
+        assert_eq!(g.full_in_ns, 3 * S / 2, "the emptier level wins");
+        let g = settle_now(&mut state, &knowing(S / 2), &settings);
+        assert_eq!(g.full_in_ns, 3 * S / 2, "never fuller again");
+
+        // Once warmed up, the bucket is not young (it was known before the loss): it
+        // grants the 5 tokens it held and the 10 that refilled in the second since.
+        settings.warming_up = false;
+        let later = Usage {
+            want: 100,
+            ..Usage::default()
+        };
+        let g = settle(
+            &mut state,
+            &l,
+            &later,
+            Nanos::new(T),
+            Nanos::new(now + S),
+            &settings,
+        );
+        assert_eq!((g.granted, g.young), (15, false));
+
+        // A level is bounded by the deepest debt, twice the capacity (4 s here): at it,
+        // taken as it is; beyond it, capped.
+        settings.warming_up = true;
+        for (reported, rebuilt) in [(4 * S, 4 * S), (4 * S + 1, 4 * S), (u64::MAX, 4 * S)] {
+            let mut state = BucketState::default();
+            let g = settle_now(&mut state, &knowing(reported), &settings);
+            assert_eq!(g.full_in_ns, rebuilt, "reported {reported}");
+        }
+
+        // Outside a warm-up the coordinator's own state is the truth: a level is ignored.
+        settings.warming_up = false;
+        let mut state = known();
+        let g = settle_now(&mut state, &knowing(3 * S / 2), &settings);
+        assert_eq!(
+            (g.granted, g.full_in_ns),
+            (10, S),
+            "a full bucket grants the wish"
         );
     }
 
@@ -665,6 +755,7 @@ mod tests {
             returned: 1,
             want: 9,
             first_use_ns: 40,
+            known_full_in_ns: 700,
         };
         pending.merge(&first);
         assert_eq!(pending, first, "into an empty usage: the usage itself");
@@ -674,6 +765,7 @@ mod tests {
             returned: 0,
             want: 5,
             first_use_ns: 90,
+            known_full_in_ns: 500,
         });
         assert_eq!(
             pending,
@@ -683,8 +775,9 @@ mod tests {
                 returned: 1,
                 want: 5,
                 first_use_ns: 40,
+                known_full_in_ns: 500,
             },
-            "counts add up, the latest wish, the earliest first use"
+            "counts add up, the latest wish and level, the earliest first use"
         );
         pending.merge(&want(2));
         assert_eq!(
@@ -708,6 +801,7 @@ mod tests {
             want: 0,
             returned: 0,
             first_use_ns: 150_000_000,
+            known_full_in_ns: 0,
         };
         let mut state = BucketState::default();
         let g = settle(&mut state, &l, &spent, covers, Nanos::new(now), &settings);

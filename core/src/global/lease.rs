@@ -331,12 +331,21 @@ impl LeaseEntry {
         } else {
             0
         };
+        // On fallback shares the coordinator may have lost its state (it restarted, or its
+        // Redis did): the fleet's level as this proxy last heard it lets it rebuild the
+        // bucket instead of starting it full. Coordinated, it is left out (a smaller sync).
+        let known_full_in_ns = if view.fallback {
+            self.answered_full_at.saturating_sub(now).get()
+        } else {
+            0
+        };
         Usage {
             attempts,
             unleased,
             returned,
             want: target.saturating_sub(self.balance),
             first_use_ns,
+            known_full_in_ns,
         }
     }
 
@@ -409,8 +418,17 @@ impl LeaseEntry {
                 smoothed(self.share_ppm, grant.share_ppm)
             };
         }
-        self.full_at = now.saturating_add(Nanos::new(grant.full_in_ns));
-        self.answered_full_at = self.full_at;
+        // A warming coordinator's answer (on fallback shares) may come from a bucket it
+        // has not rebuilt yet, fuller than the fleet's: this proxy keeps the emptier level
+        // it knew, to report it with its next sync (`collect`).
+        let full_at = now.saturating_add(Nanos::new(grant.full_in_ns));
+        if view.fallback {
+            self.full_at = self.full_at.max(full_at);
+            self.answered_full_at = self.answered_full_at.max(full_at);
+        } else {
+            self.full_at = full_at;
+            self.answered_full_at = full_at;
+        }
         // The local GCRA has the fleet bucket's capacity in time, so making it at most as
         // full as the fleet's bucket is now continues the fleet's limit where it stands if
         // the coordinator is lost, instead of handing every proxy a fresh burst. Never

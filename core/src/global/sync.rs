@@ -113,6 +113,14 @@ pub struct BucketUsage {
     #[serde(default, skip_serializing_if = "is_zero")]
     #[cfg_attr(feature = "openapi", schema(maximum = 600_000))]
     pub first_use_ms: u64,
+    /// How long until the fleet's bucket is full, as the proxy last heard it and counted
+    /// down to this sync, rounded up (sent only while the proxy is on fallback shares, and
+    /// only when not 0): a coordinator that lost its state (warming up) rebuilds the
+    /// bucket's level from the emptiest one reported instead of starting it full. At most
+    /// twice the bucket's capacity (`burst × interval_ns`, the deepest debt), in ms.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 9_223_372_036_855_u64))]
+    pub full_in_ms: u64,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -132,6 +140,8 @@ impl BucketUsage {
             // Rounded up: the coordinator reads `covers_ms` rounded down, so the first use
             // it sees is never earlier than the real one, and no refill is counted twice.
             first_use_ms: usage.first_use_ns.div_ceil(NANOS_PER_MILLI),
+            // Rounded up too: the bucket is rebuilt at most a millisecond emptier.
+            full_in_ms: usage.known_full_in_ns.div_ceil(NANOS_PER_MILLI),
         }
     }
 
@@ -142,6 +152,7 @@ impl BucketUsage {
             returned: self.returned,
             want: self.want,
             first_use_ns: self.first_use_ms.saturating_mul(NANOS_PER_MILLI),
+            known_full_in_ns: self.full_in_ms.saturating_mul(NANOS_PER_MILLI),
         }
     }
 }
@@ -197,6 +208,7 @@ mod tests {
                     returned: 0,
                     want: 18,
                     first_use_ns: 30_500_000,
+                    known_full_in_ns: 0,
                 },
             )],
             next_sync_ms: 0,
@@ -280,6 +292,25 @@ mod tests {
             serde_json::json!({"bucket": "0000000000000001", "interval_ns": 10_000_000, "burst": 100})
         );
         assert_eq!(serde_json::from_value::<BucketUsage>(json).unwrap(), idle);
+    }
+
+    /// The fleet's level a proxy knew goes only where it is not 0 (on fallback shares),
+    /// rounded up to a whole millisecond, and reads back as nanoseconds.
+    #[test]
+    fn a_known_level_is_sent_in_whole_milliseconds_rounded_up() {
+        let usage = Usage {
+            attempts: 4,
+            known_full_in_ns: 1_200_000_001,
+            ..Usage::default()
+        };
+        let bucket = BucketUsage::new(7, 10_000_000, 100, &usage);
+        let json = serde_json::to_value(bucket).unwrap();
+        assert_eq!(json["full_in_ms"], 1_201);
+        let read = serde_json::from_value::<BucketUsage>(json).unwrap();
+        assert_eq!(read.usage().known_full_in_ns, 1_201_000_000);
+        let coordinated = BucketUsage::new(7, 10_000_000, 100, &Usage::default());
+        let json = serde_json::to_value(coordinated).unwrap();
+        assert!(json.get("full_in_ms").is_none(), "{json}");
     }
 
     #[test]

@@ -230,7 +230,12 @@ impl LeaseTable {
             };
             // An idle entry (no attempts, nothing unleased, nothing held) has nothing to
             // say; a bucket waiting for its first answer always has an attempt.
-            let reportable = entry.attempts > 0 || entry.unleased > 0 || entry.balance > 0;
+            // On fallback shares, an entry whose fleet bucket was not full at the last answer
+            // has its level to say: a coordinator that lost its state rebuilds it from that.
+            let reportable = entry.attempts > 0
+                || entry.unleased > 0
+                || entry.balance > 0
+                || (view.fallback && entry.answered_full_at > now);
             if !reportable {
                 // Not on fallback shares: the entry's known share is what the proxy
                 // spends by until the coordinator answers again (see `LeaseEntry::collect`).

@@ -405,6 +405,7 @@ fn sync(proxy: usize, proxies: usize, round: u64) -> SyncRequest {
         returned: 0,
         want: attempts,
         first_use_ns: 0,
+        known_full_in_ns: 0,
     };
     // Spread ids over the whole range, as hashes are.
     let id = |b: u64| (b + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);

@@ -1020,6 +1020,7 @@ fn sync_request(proxy: usize, round: u64, sync_interval: Duration) -> SyncReques
                     returned: 0,
                     want: attempts,
                     first_use_ns: 0,
+                    known_full_in_ns: 0,
                 };
                 // Spread ids over the whole range, as hashes are.
                 let bucket = (b + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);

@@ -71,6 +71,7 @@ impl<'a> Arbitrary<'a> for Settlement {
             returned: count()?,
             want: count()?,
             first_use_ns: u.int_in_range(0..=u64::MAX)?,
+            known_full_in_ns: u.int_in_range(0..=u64::MAX)?,
         };
         let interval_ms = u.int_in_range(50..=10_000u64)?;
         let mut settings = Settings::for_interval(Nanos::new(interval_ms * MS));

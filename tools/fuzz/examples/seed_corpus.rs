@@ -130,6 +130,7 @@ fn main() {
         returned: 0,
         want: 18,
         first_use_ns: 0,
+        known_full_in_ns: 0,
     };
     let sync = SyncRequest {
         proxy: "envoy-1".into(),

@@ -152,7 +152,7 @@ impl KeyDraft {
                 draft.parts = parts
                     .iter()
                     .map(|p| match p {
-                        KeySpec::Composite(_) => KeyDraft::default(),
+                        KeySpec::Composite(_) => KeyDraft::from_spec(&KeySpec::Global),
                         other => KeyDraft::from_spec(other),
                     })
                     .collect();

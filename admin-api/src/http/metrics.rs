@@ -292,7 +292,7 @@ impl RlsMetrics {
         );
         registry.register(
             "sluice_rls_handshake_failures",
-            HANDSHAKE_FAILURES_HELP,
+            "RLS connections closed before any call, by reason (client_certificate: none presented, or one --rls-client-ca did not sign; tls: any other handshake failure; timeout: no handshake, or without TLS no first bytes, within --tls-handshake-timeout)",
             self.connections.handshake_failures.clone(),
         );
         registry.register(
@@ -333,12 +333,6 @@ pub struct ConnectionMetrics {
     /// reason.
     pub(crate) handshake_failures: Family<ReasonLabel, Counter>,
 }
-
-/// The help text of both listeners' `*_handshake_failures_total`.
-const HANDSHAKE_FAILURES_HELP: &str = "Connections closed before they were served: their TLS \
-    handshake failed, by reason (client_certificate: none presented, or one the client CA did \
-    not sign; tls: any other handshake failure, such as a client not speaking TLS; timeout: \
-    no handshake, or without TLS no first bytes, within --tls-handshake-timeout)";
 
 impl ConnectionMetrics {
     /// Counts a connection that ended before it was served: its TLS handshake failed with
@@ -394,7 +388,7 @@ impl Metrics {
         );
         registry.register(
             "sluice_admin_handshake_failures",
-            HANDSHAKE_FAILURES_HELP,
+            "TLS connections closed before any request, by reason (client_certificate: none presented, or one the client CA did not sign; tls: any other handshake failure, such as plain HTTP; timeout: no handshake within --tls-handshake-timeout)",
             connections.handshake_failures.clone(),
         );
         registry.register(

@@ -35,7 +35,7 @@ const PATTERN: [(&str, [u64; 6]); 4] = [
 fn rule(requests: u64, burst: u64) -> Value {
     json!({
         "name": "dry-run", "key": {"header": "x-api-key"},
-        "match": {"path": {"prefix": "/dry"}},
+        "match": {"path_prefix": "/dry"},
         "limits": [{"requests": requests, "period": "second", "burst": burst}]
     })
 }
@@ -109,7 +109,7 @@ fn a_dry_run_estimates_within_ten_percent_what_the_same_traffic_then_gets_thrott
     // A rule nobody has sent traffic under: said plainly, nothing estimated.
     let elsewhere = json!({
         "name": "elsewhere", "key": {"header": "x-api-key"},
-        "match": {"path": {"prefix": "/nobody"}},
+        "match": {"path_prefix": "/nobody"},
         "limits": [{"requests": 1, "period": "second"}]
     });
     let none = estimate(&admin, &elsewhere);

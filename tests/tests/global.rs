@@ -331,15 +331,21 @@ fn when_redis_fails_each_envoy_keeps_its_global_share_and_the_api_says_so() {
 /// and one burst more (the bound `docs/global-limits.md` states), and at least 0.7 of the
 /// refill.
 fn check_a_loss_of_state_costs_at_most_one_burst(counts: &[Tally], outer: Duration, what: &str) {
-    check_only_200_and_429(counts);
-    let admitted = admitted_by_all(counts);
     let exact = one_limit(outer);
-    let ceiling = exact + BURST;
-    let floor = floor_over(counts, 0.7);
+    let admitted = check_fleet_admitted(counts, outer, exact + BURST, what);
     eprintln!(
-        "{what}: {admitted} admitted in {outer:?}, {:.3} of burst + rate × elapsed ({exact}); bounds [{floor}, {ceiling}]",
+        "{what}: {:.3} of burst + rate × elapsed ({exact})",
         admitted as f64 / exact as f64
     );
+}
+
+/// Only 200s and 429s at the Envoys, and the fleet's admissions over `outer` between 0.7
+/// of the refill and `ceiling`; answers the admissions.
+fn check_fleet_admitted(counts: &[Tally], outer: Duration, ceiling: u64, what: &str) -> u64 {
+    check_only_200_and_429(counts);
+    let admitted = admitted_by_all(counts);
+    let floor = floor_over(counts, 0.7);
+    eprintln!("{what}: {admitted} admitted in {outer:?}, bounds [{floor}, {ceiling}]");
     assert!(
         admitted <= ceiling,
         "{what}: fleet-wide {admitted} admitted, at most {ceiling} in {outer:?}: {counts:?}"
@@ -348,6 +354,7 @@ fn check_a_loss_of_state_costs_at_most_one_burst(counts: &[Tally], outer: Durati
         admitted >= floor,
         "{what}: fleet-wide {admitted} admitted, at least {floor} expected: {counts:?}"
     );
+    admitted
 }
 
 #[test]
@@ -621,19 +628,7 @@ fn under_load_while<T>(
 /// slot has no master hands its Envoy's share of it to fallback shares that add up to at
 /// least 0.8 of the rate); nothing fails at the Envoys.
 fn check_within_fallback_bound(counts: &[Tally], outer: Duration, lost: u64, what: &str) {
-    check_only_200_and_429(counts);
-    let admitted = admitted_by_all(counts);
-    let ceiling = fallback_ceiling(outer) + lost;
-    let floor = floor_over(counts, 0.7);
-    eprintln!("{what}: {admitted} admitted in {outer:?}, bounds [{floor}, {ceiling}]");
-    assert!(
-        admitted <= ceiling,
-        "{what}: fleet-wide {admitted} admitted, at most {ceiling} in {outer:?}: {counts:?}"
-    );
-    assert!(
-        admitted >= floor,
-        "{what}: fleet-wide {admitted} admitted, at least {floor} expected: {counts:?}"
-    );
+    check_fleet_admitted(counts, outer, fallback_ceiling(outer) + lost, what);
 }
 
 /// The master holding the fleet's bucket is killed under load, and its replica takes

@@ -26,6 +26,8 @@ pub enum FilterChain {
     NativeLocalRateLimit,
     /// The pass-through wasm filter (same runtime and settings as Sluice's).
     Passthrough,
+    /// The Sluice filter as built at `--baseline REV`, with today's configuration.
+    Baseline,
     /// The host-call probe (`bench/hostcall-filter`) making `call` `k` times per request.
     Hostcall { call: &'static str, k: u32 },
 }
@@ -38,6 +40,8 @@ pub struct Generator {
     pub passthrough_wasm: PathBuf,
     /// The host-call probe, when this run prices host calls.
     pub hostcall_wasm: Option<PathBuf>,
+    /// The filter built at `--baseline REV`, when this run compares against one.
+    pub baseline_wasm: Option<PathBuf>,
     /// Where rules files and bootstraps are written.
     pub dir: PathBuf,
 }
@@ -212,6 +216,18 @@ impl Generator {
                     None,
                 )?;
             }
+            FilterChain::Baseline => {
+                let module = self
+                    .baseline_wasm
+                    .as_deref()
+                    .context("this run has no baseline filter (`--baseline REV`)")?;
+                // The same plugin configuration, in a VM of its own.
+                load_module(
+                    &mut filters[at]["typed_config"]["config"],
+                    "baseline",
+                    module,
+                );
+            }
             FilterChain::Hostcall { call, k } => {
                 let module = self
                     .hostcall_wasm
@@ -258,10 +274,16 @@ fn replace_module(
     }
     map.insert("name".into(), json!(name));
     map.insert("root_id".into(), json!(name));
-    let vm = &mut wasm["vm_config"];
-    vm["vm_id"] = json!(name);
-    vm["code"] = json!({ "local": { "filename": module.to_string_lossy() } });
+    load_module(wasm, name, module);
     Ok(())
+}
+
+/// Has the wasm filter's `config` load `module` in a VM named `vm_id` (a VM per module:
+/// Envoy shares a VM between filters that name the same one).
+fn load_module(config: &mut Value, vm_id: &str, module: &Path) {
+    let vm = &mut config["vm_config"];
+    vm["vm_id"] = json!(vm_id);
+    vm["code"] = json!({ "local": { "filename": module.to_string_lossy() } });
 }
 
 /// Envoy's own token bucket, as close to Sluice's "one rule, never denies" as it gets: one

@@ -42,8 +42,31 @@ pub enum VariantClients {
     Many(u64),
 }
 
-/// The variants, in the order of every round.
-pub fn variants() -> Vec<Variant> {
+/// The variants, in the order of every round; with `baseline`, (d), (e) and (f) again with
+/// the filter built at `--baseline REV` as (db), (eb) and (fb).
+pub fn variants(baseline: bool) -> Vec<Variant> {
+    let today = today_variants();
+    let again: Vec<Variant> = [
+        ("d", "db", "as (d), the baseline filter"),
+        ("e", "eb", "as (e), the baseline filter"),
+        ("f", "fb", "as (f), the baseline filter"),
+    ]
+    .into_iter()
+    .filter(|_| baseline)
+    .filter_map(|(id, baseline_id, label)| {
+        let v = today.iter().find(|v| v.id == id)?;
+        Some(Variant {
+            id: baseline_id,
+            label,
+            chain: FilterChain::Baseline,
+            ..v.clone()
+        })
+    })
+    .collect();
+    today.into_iter().chain(again).collect()
+}
+
+fn today_variants() -> Vec<Variant> {
     let one_rule = json!([{
         "name": "per-key", "key": {"header": "x-api-key"},
         "limits": [{"requests": HUGE, "period": "second"}],
@@ -278,7 +301,8 @@ fn wrk_load<'a>(bench: &'a Bench, v: &Variant, url: &'a str, duration: Duration)
 
 /// Runs the request-path comparison.
 pub fn run(bench: &Bench) -> Result<PathResults> {
-    run_variants(bench, "request path", "path", variants())
+    let baseline = bench.settings.baseline.is_some();
+    run_variants(bench, "request path", "path", variants(baseline))
 }
 
 /// Measures `variants` in interleaved rounds: one Envoy each (its files named

@@ -359,6 +359,14 @@ impl Report<'_> {
              show what those cost; (h) as (d) with the limit's `scope: global`: no coordinator, \
              the worker enforces it from the lease table alone.\n\n",
         );
+        if let Some(rev) = &s.baseline {
+            let _ = writeln!(
+                md,
+                "(db), (eb) and (fb) are (d), (e) and (f) with the filter built at \
+                 `--baseline {rev}` instead of this tree's, in the same rounds, with the same \
+                 configuration.\n"
+            );
+        }
         md.push_str(
             "Differences in Envoy CPU per request, within each round (median, min–max, µs):\n\n",
         );
@@ -373,6 +381,21 @@ impl Report<'_> {
             ("denying (429 + body) instead of allowing", "g", "d"),
             ("rate-limit response headers", "d", "d0"),
             ("a global-scope limit instead of a proxy one", "h", "d"),
+            (
+                "this tree against the baseline (one rule, one client)",
+                "d",
+                "db",
+            ),
+            (
+                "this tree against the baseline (3 rules × 2 tiers)",
+                "e",
+                "eb",
+            ),
+            (
+                "this tree against the baseline (100,000 clients)",
+                "f",
+                "fb",
+            ),
         ] {
             if let (Some(i), Some(j)) = (p.index(x), p.index(y)) {
                 let diff = p.paired(i, j, |a, b| a.cpu_per_request_us() - b.cpu_per_request_us());
@@ -464,6 +487,25 @@ impl Report<'_> {
                     f.median,
                     4
                 ));
+            }
+            if let Some(rev) = &self.bench.settings.baseline {
+                let against: Vec<String> = [("d", "db"), ("e", "eb"), ("f", "fb")]
+                    .into_iter()
+                    .filter_map(|(x, y)| {
+                        let d = diff(x, y)?;
+                        Some(format!(
+                            "({x}) {:+.2} µs ({:+.2} to {:+.2})",
+                            d.median, d.min, d.max
+                        ))
+                    })
+                    .collect();
+                if !against.is_empty() {
+                    out.push(format!(
+                        "This tree's filter against the one built at `{rev}`, Envoy CPU per \
+                         request in the same rounds (median, min to max): {}.",
+                        against.join(", ")
+                    ));
+                }
             }
             if let Some(g) = diff("g", "d") {
                 out.push(format!(

@@ -18,6 +18,10 @@
 //!    (`sluice envoy-config --rls`), both in front of one echo upstream: requests a second
 //!    and p50/p99 as the client sees them.
 //!
+//! A third server, with no token asked and called on a domain no rule names, gives the
+//! floor: what tonic, HTTP/2 and the kernel cost a call here whatever Sluice does, so the
+//! report can say how much of a call is Sluice's own decision.
+//!
 //! Written beside the main report as `<date>-rls.md`. Absolute figures depend on a
 //! shared machine; the sections run back to back in one run, so they compare.
 
@@ -49,6 +53,9 @@ use crate::wrk::{Clients, Load, Measured};
 const KEYS: u64 = 1_000;
 /// The descriptor domain of the bench's rule.
 const DOMAIN: &str = "bench";
+/// The floor server's domain: no rule names it, so a call is converted, planned over no
+/// rule and answered `OK` without charging anything.
+const FLOOR_DOMAIN: &str = "bench-floor";
 /// HTTP/2 connections of the gRPC client.
 const CHANNELS: usize = 4;
 /// Calls in flight in the saturating run.
@@ -106,6 +113,8 @@ impl Grpc {
 /// One `sluice serve` of the comparison.
 struct Server {
     store: &'static str,
+    /// The floor: no token checked, no rule matched, no Envoy in front.
+    floor: bool,
     api: AdminApi,
     /// The proxy token every call sends (`--rls-auth token`), as Envoy's would.
     token: String,
@@ -126,7 +135,13 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let redis = RedisServer::try_start()?;
     let mut servers = Vec::new();
-    for (store, redis_url) in [("memory", None), ("redis", Some(redis.url()))] {
+    let floor_store = "none (the floor: no rule, no token)";
+    for (store, redis_url) in [
+        ("memory", None),
+        ("redis", Some(redis.url())),
+        (floor_store, None),
+    ] {
+        let floor = store == floor_store;
         let mut serve = Serve::new(
             bench.generator.sluice_bin.clone(),
             format!("sqlite://{}/rls-{store}.db", dir.display()),
@@ -139,13 +154,14 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
             "--rls-listen".into(),
             "127.0.0.1:0".into(),
             "--rls-auth".into(),
-            "token".into(),
+            if floor { "none" } else { "token" }.into(),
         ];
         let api = AdminApi::start(&serve)?;
         api.create_rule(&rls_rule())?;
         let token = api.proxy_token("bench-rls")?;
         servers.push(Server {
             store,
+            floor,
             api,
             token,
             saturating: Vec::new(),
@@ -172,7 +188,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
         &dir,
         "rls-wasm",
     )?;
-    for server in &servers {
+    for server in servers.iter().filter(|s| !s.floor) {
         let rls = server.api.rls().context("started with --rls-listen")?.addr;
         let native = bench.generator.write_rls(
             &format!("rls-native-{}", server.store),
@@ -209,7 +225,8 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
         note(format!("rls: round {}", round + 1));
         for server in &mut servers {
             let addr = server.api.rls().context("started with --rls-listen")?.addr;
-            let channels = runtime.block_on(connect(addr, &server.token))?;
+            let domain = if server.floor { FLOOR_DOMAIN } else { DOMAIN };
+            let channels = runtime.block_on(connect(addr, &server.token, domain))?;
             let ticks = server.api.cpu_ticks()?;
             let mut saturating = runtime.block_on(saturate(&channels, settings.round))?;
             saturating.server_cpu_ms = (server.api.cpu_ticks()? - ticks) as f64 * 10.0;
@@ -220,7 +237,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
             server.paced.push(paced);
         }
         wasm_runs.push(http(bench, &wasm_envoy.url("/"), settings.round)?);
-        for (server, envoy) in servers.iter_mut().zip(&envoys) {
+        for (server, envoy) in servers.iter_mut().filter(|s| !s.floor).zip(&envoys) {
             server
                 .through_envoy
                 .push(http(bench, &envoy.url("/"), settings.round)?);
@@ -233,14 +250,20 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A connection to the service and the `authorization` metadata its calls carry.
+/// A connection to the service, the `authorization` metadata its calls carry and the
+/// domain they name.
 #[derive(Clone)]
 struct Caller {
     channel: Channel,
     authorization: AsciiMetadataValue,
+    domain: &'static str,
 }
 
-async fn connect(addr: std::net::SocketAddr, token: &str) -> Result<Vec<Caller>> {
+async fn connect(
+    addr: std::net::SocketAddr,
+    token: &str,
+    domain: &'static str,
+) -> Result<Vec<Caller>> {
     let authorization: AsciiMetadataValue = format!("Bearer {token}")
         .parse()
         .context("the proxy token as metadata")?;
@@ -253,15 +276,16 @@ async fn connect(addr: std::net::SocketAddr, token: &str) -> Result<Vec<Caller>>
         channels.push(Caller {
             channel,
             authorization: authorization.clone(),
+            domain,
         });
     }
     Ok(channels)
 }
 
-/// The call for the `n`th request: one descriptor, its API key one of [`KEYS`].
-fn request(n: u64) -> RateLimitRequest {
+/// The call for the `n`th request in `domain`: one descriptor, its API key one of [`KEYS`].
+fn request(domain: &str, n: u64) -> RateLimitRequest {
     RateLimitRequest {
-        domain: DOMAIN.into(),
+        domain: domain.into(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![Entry {
                 key: "api_key".into(),
@@ -276,7 +300,7 @@ fn request(n: u64) -> RateLimitRequest {
 /// One call: its latency, or `None` when it failed; and whether it was over the limit.
 async fn call(caller: Caller, n: u64) -> (Option<f64>, bool) {
     let started = Instant::now();
-    let mut call = tonic::Request::new(request(n));
+    let mut call = tonic::Request::new(request(caller.domain, n));
     call.metadata_mut()
         .insert("authorization", caller.authorization);
     let answer = RateLimitServiceClient::new(caller.channel)
@@ -439,6 +463,39 @@ fn row_http(out: &mut String, what: &str, runs: &[Measured]) {
     ));
 }
 
+/// CPU microseconds one saturating call costs `server`, over every round.
+fn cpu_us_per_call(server: &Server) -> f64 {
+    let calls: u64 = server.saturating.iter().map(|r| r.calls).sum();
+    let cpu_ms: f64 = server.saturating.iter().map(|r| r.server_cpu_ms).sum();
+    cpu_ms * 1e3 / calls.max(1) as f64
+}
+
+/// The saturating calls' CPU per call beside the floor's: what of a call is Sluice's.
+fn own_cost(servers: &[Server]) -> String {
+    let Some(floor) = servers.iter().find(|s| s.floor) else {
+        return String::new();
+    };
+    let floor_us = cpu_us_per_call(floor);
+    let mut out = format!(
+        "\nThe floor (`--rls-auth none`, calls on a domain no rule names: converted, planned \
+         over no rule, answered `OK`) is what tonic, HTTP/2 and the kernel's loopback TCP \
+         cost a call on this machine whatever Sluice does: **{floor_us:.1} µs** of server CPU \
+         per saturating call. On loopback the sender's `send` also runs the receiver's TCP \
+         receive path, so part of it is the client's. Above the floor, per saturating call:\n\n"
+    );
+    for s in servers.iter().filter(|s| !s.floor) {
+        let us = cpu_us_per_call(s);
+        out.push_str(&format!(
+            "- {}: {us:.1} µs, of which Sluice's own (token, plan, charge, answer, counts) \
+             {:.1} µs, {:.0}% of the call\n",
+            s.store,
+            us - floor_us,
+            100.0 * (us - floor_us) / us.max(1e-9)
+        ));
+    }
+    out
+}
+
 fn markdown(
     servers: &[Server],
     wasm: &[Measured],
@@ -459,8 +516,9 @@ fn markdown(
         "# Sluice as Envoy's rate limit service: what a decision costs\n\n\
          Produced by `cargo xtask bench --only rls`. The same traffic everywhere: requests \
          spread over {KEYS} API keys, each under a limit far above the load (every decision \
-         charges a bucket, none denies). Two `sluice serve --rls-listen` on loopback, buckets \
-         in memory and in Redis (one throwaway `redis-server`). {} rounds of {:?} per run, \
+         charges a bucket, none denies). `sluice serve --rls-listen` on loopback with its \
+         buckets in memory, another with them in Redis (one throwaway `redis-server`), and \
+         a third for the floor (below). {} rounds of {:?} per run, \
          the runs back to back in each round.\n\n",
         settings.rounds, settings.round
     );
@@ -487,6 +545,7 @@ fn markdown(
     for s in servers {
         row_grpc(&mut out, &format!("paced at {rate}/s"), s.store, &s.paced);
     }
+    out.push_str(&own_cost(servers));
     out.push_str(&format!(
         "\n## The same traffic through Envoy\n\nwrk, {} connections, against Envoy ({WORKERS} \
          workers, in front of one echo upstream) with the wasm filter deciding inside Envoy, and with \
@@ -498,7 +557,7 @@ fn markdown(
         settings.connections
     ));
     row_http(&mut out, "the wasm filter", wasm);
-    for s in servers {
+    for s in servers.iter().filter(|s| !s.floor) {
         row_http(
             &mut out,
             &format!("the native ratelimit filter → Sluice ({})", s.store),
@@ -520,9 +579,13 @@ mod tests {
     #[test]
     fn every_call_names_one_of_the_keys_under_the_rules_domain() {
         let keys: std::collections::BTreeSet<String> = (0..3 * KEYS)
-            .map(|n| request(n).descriptors[0].entries[0].value.clone())
+            .map(|n| request(DOMAIN, n).descriptors[0].entries[0].value.clone())
             .collect();
         assert_eq!(keys.len() as u64, KEYS);
-        assert_eq!(request(7).domain, rls_rule()["descriptor"]["domain"]);
+        assert_eq!(
+            request(DOMAIN, 7).domain,
+            rls_rule()["descriptor"]["domain"]
+        );
+        assert_ne!(FLOOR_DOMAIN, DOMAIN, "the floor's calls match no rule");
     }
 }

@@ -30,6 +30,9 @@ pub struct Artefacts {
     /// The host-call probe (`bench/hostcall-filter`), for the host-call section.
     #[arg(long, value_name = "PATH")]
     pub hostcall_wasm: Option<PathBuf>,
+    /// The filter built at `--baseline REV`, for the request-path section.
+    #[arg(long, value_name = "PATH")]
+    pub baseline_wasm: Option<PathBuf>,
     /// How the wasm32 filters were compiled, for the report.
     #[arg(long, required = true, value_name = "ROUTE")]
     pub wasm_route: Option<String>,
@@ -39,6 +42,8 @@ pub struct Artefacts {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub quick: bool,
+    /// `--baseline REV`: the revision whose filter the request-path section measures too.
+    pub baseline: Option<String>,
     pub rounds: u32,
     pub round: Duration,
     pub warmup: Duration,
@@ -58,6 +63,7 @@ impl Settings {
         let pick = |q: u64, f: u64| if quick { q } else { f };
         Settings {
             quick,
+            baseline: args.baseline.clone(),
             rounds: args.rounds.unwrap_or(if quick { 3 } else { 5 }),
             round: Duration::from_secs(args.duration.unwrap_or(pick(5, 15))),
             warmup: Duration::from_secs(pick(2, 5)),
@@ -127,6 +133,10 @@ impl Bench {
         } else {
             None
         };
+        let baseline_wasm = match &settings.baseline {
+            Some(_) => Some(keep(&given(&artefacts.baseline_wasm, "baseline-wasm")?)?),
+            None => None,
+        };
         let wrk = wrk::Wrk::ensure(&run_dir)?;
         let machine = machine::Machine::inspect(&envoy, &route, &wrk.version);
         let (envoy_cpus, load_cpus) = if machine.taskset && machine.cores >= 2 {
@@ -147,6 +157,7 @@ impl Bench {
                 filter_wasm,
                 passthrough_wasm,
                 hostcall_wasm,
+                baseline_wasm,
                 dir: run_dir.clone(),
             },
             wrk,

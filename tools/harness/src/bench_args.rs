@@ -27,6 +27,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=240))]
     pub soak_minutes: u64,
 
+    /// Also measure the filter built from this git revision (a commit, tag or branch) in
+    /// the request-path section: variants (d), (e) and (f) again with that module, in the
+    /// same interleaved rounds, so a change's cost is a difference within one run. The
+    /// revision's filter must accept the configuration today's `sluice envoy-config`
+    /// writes.
+    #[arg(long, value_name = "REV")]
+    pub baseline: Option<String>,
+
     /// Leave README.md alone (a full run of every section otherwise points its generated
     /// benchmark headline at the new report, for `cargo xtask docs` to copy).
     #[arg(long)]
@@ -114,6 +122,10 @@ impl BenchArgs {
             flags.push("--soak-minutes".to_string());
             flags.push(self.soak_minutes.to_string());
         }
+        if let Some(rev) = &self.baseline {
+            flags.push("--baseline".to_string());
+            flags.push(rev.clone());
+        }
         if self.no_readme {
             flags.push("--no-readme".to_string());
         }
@@ -127,7 +139,7 @@ impl BenchArgs {
         while let Some(flag) = flags.next() {
             // A flag and its value are one part: `--only path,accuracy`.
             match flag.as_str() {
-                "--only" | "--rounds" | "--duration" | "--soak-minutes" => {
+                "--only" | "--rounds" | "--duration" | "--soak-minutes" | "--baseline" => {
                     parts.push(format!("{flag} {}", flags.next().unwrap_or_default()));
                 }
                 _ => parts.push(flag),
@@ -162,6 +174,8 @@ mod tests {
             "soak,path",
             "--rounds",
             "2",
+            "--baseline",
+            "HEAD~1",
             "--no-readme",
         ]);
         let again = parse(&args.flags().iter().map(String::as_str).collect::<Vec<_>>());
@@ -169,7 +183,8 @@ mod tests {
         assert_eq!(again.only, [Section::Soak, Section::Path]);
         assert_eq!(
             args.invocation(),
-            "cargo xtask bench --quick --only soak,path --rounds 2 --soak-minutes 30 --no-readme"
+            "cargo xtask bench --quick --only soak,path --rounds 2 --soak-minutes 30 --baseline HEAD~1 \
+             --no-readme"
         );
     }
 

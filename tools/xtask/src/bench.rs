@@ -3,6 +3,7 @@
 //! PostgreSQL), then runs the benchmark itself, `sluice-bench` (`bench/`), with the same
 //! flags. The measuring lives there, so xtask stays a quick-to-build task runner.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -43,6 +44,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         Some(hostcall_wasm)
     } else {
         None
+    };
+    let baseline_wasm = match &args.baseline {
+        Some(rev) => Some(baseline_filter(route, rev)?),
+        None => None,
     };
     let envoy = envoy::ensure_envoy().context("step `provision Envoy` failed")?;
     // The fleet-wide sections run two admin API replicas on one PostgreSQL and one Redis,
@@ -88,6 +93,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .arg("--wasm-route")
         .arg(route.to_string())
         .current_dir(cmd::project_root());
+    if let Some(baseline_wasm) = &baseline_wasm {
+        run.arg("--baseline-wasm").arg(baseline_wasm);
+    }
     if let Some(hostcall_wasm) = &hostcall_wasm {
         run.arg("--hostcall-wasm").arg(hostcall_wasm);
     }
@@ -98,4 +106,54 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         run.envs(redis::env(redis_server));
     }
     cmd::run(&mut run)
+}
+
+/// Builds the filter as it was at git revision `rev`, for `--baseline`: in a worktree of
+/// its own under `target/bench-baseline/` with a target directory of its own (so today's
+/// build is left as it is, and a second run at the same revision is incremental), and
+/// copies the module to `target/dist/`. Returns its path.
+fn baseline_filter(route: WasmRoute, rev: &str) -> Result<PathBuf> {
+    let root = cmd::project_root();
+    let git = |dir: &std::path::Path| {
+        let mut git = Command::new("git");
+        git.current_dir(dir);
+        git
+    };
+    let commit = cmd::output(
+        git(&root)
+            .args(["rev-parse", "--verify", "--quiet"])
+            .arg(format!("{rev}^{{commit}}")),
+    )
+    .with_context(|| format!("--baseline {rev}: not a commit of this repository"))?;
+    let commit = commit.trim();
+    let dir = root.join("target").join("bench-baseline");
+    let src = dir.join("src");
+    step(format!(
+        "building {} at {rev} ({commit}) for the baseline, in {}",
+        dist::FILTER_PACKAGE,
+        src.display()
+    ));
+    // A worktree whose directory was deleted (a wiped target/) is forgotten first.
+    cmd::run(git(&root).args(["worktree", "prune"]))?;
+    if src.join(".git").exists() {
+        cmd::run(git(&src).args(["checkout", "--quiet", "--detach", "--force", commit]))?;
+    } else {
+        cmd::run(
+            git(&root)
+                .args(["worktree", "add", "--quiet", "--detach", "--force"])
+                .arg(&src)
+                .arg(commit),
+        )?;
+    }
+    let mut build = route.cargo("build");
+    build
+        .current_dir(&src)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .args(["--release", "--package", dist::FILTER_PACKAGE]);
+    let built = cmd::cargo_build_artefact(&mut build, dist::FILTER_ARTEFACT)
+        .with_context(|| format!("building {} at {rev}", dist::FILTER_PACKAGE))?;
+    let short: String = commit.chars().take(12).collect();
+    let module = dist::dist_dir().join(format!("sluice_filter-{short}.wasm"));
+    cmd::copy_file(&built, &module)?;
+    Ok(module)
 }

@@ -9,8 +9,8 @@ use sluice_harness::cmd::{self, step};
 use crate::dashboard;
 use crate::toolchain::WasmRoute;
 
-const FILTER_PACKAGE: &str = "sluice-filter";
-const FILTER_ARTEFACT: &str = "sluice_filter.wasm";
+pub const FILTER_PACKAGE: &str = "sluice-filter";
+pub const FILTER_ARTEFACT: &str = "sluice_filter.wasm";
 pub const SLUICE_PACKAGE: &str = "sluice-cli";
 pub const SLUICE_BINARY: &str = "sluice";
 

@@ -7,8 +7,9 @@
 //!
 //! Each iteration does what `filter/src/http.rs` does around the host calls: builds an
 //! `HttpRequest` from header pairs shaped like the ones Envoy hands the filter, runs
-//! `Ruleset::decide` against a `MemoryStore` (the host's shared data, in memory), and
-//! renders the rate-limit headers (or, for a denial, the problem body). Timing runs the
+//! `Ruleset::decide_observed` against a `MemoryStore` (the host's shared data, in memory),
+//! counting into the worker's statistics (`report::Aggregate`, taken every second of
+//! requests as the filter's root flushes it), and renders the rate-limit headers (or, for a denial, the problem body). Timing runs the
 //! loop three times, each doing one stage more, and prints the stages' costs; `whole`
 //! runs the whole work once, for profilers. Scenarios match
 //! `cargo xtask bench`'s variants: `d` one rule and one client, `e` three rules × two
@@ -24,6 +25,7 @@ use std::time::Instant;
 
 use sluice_core::config::FilterConfig;
 use sluice_core::global::lease::FleetView;
+use sluice_core::report::Aggregate;
 use sluice_core::request::HttpRequest;
 use sluice_core::response;
 use sluice_core::ruleset::{DecisionContext, GlobalBuckets, Outcome};
@@ -34,6 +36,9 @@ const HUGE: u64 = 1_000_000_000;
 const MANY_CLIENTS: usize = 100_000;
 /// Time between two requests: 25 µs, i.e. 40,000 requests per second.
 const STEP_NS: u64 = 25_000;
+/// The statistics are taken after this many requests: one second of them, as the filter's
+/// root flushes its workers' statistics once a second.
+const FLUSH_EVERY_REQUESTS: u64 = 1_000_000_000 / STEP_NS;
 
 struct Scenario {
     id: &'static str,
@@ -110,7 +115,7 @@ fn header_pairs(client: usize) -> Vec<(String, String)> {
 enum Stage {
     /// Header pairs to `HttpRequest`.
     Request,
-    /// ... then `Ruleset::decide`.
+    /// ... then `Ruleset::decide_observed`, counting into the statistics.
     Decide,
     /// ... then the response headers or the denial body.
     Respond,
@@ -131,6 +136,7 @@ fn time(
     let mut now: u64 = 1_800_000_000_000_000_000;
     let mut allowed = 0u64;
     let mut sink = 0usize;
+    let mut statistics = Aggregate::default();
     let started = Instant::now();
     for i in 0..iterations {
         now += STEP_NS;
@@ -157,7 +163,12 @@ fn time(
             default_failure: config.failure_mode,
             queue: None,
         };
-        let decision = config.ruleset.decide(&request, &cx);
+        let decision = config
+            .ruleset
+            .decide_observed(&request, &cx, &mut statistics);
+        if (i + 1) % FLUSH_EVERY_REQUESTS == 0 {
+            sink += black_box(statistics.take()).rules.len();
+        }
         if decision.is_allowed() {
             allowed += 1;
         }

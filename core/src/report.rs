@@ -179,12 +179,13 @@ impl TopClients {
         // bounds memory.
         if let Some(min) = self.entries.iter_mut().min_by_key(|e| e.throttled) {
             let inherited = min.throttled;
-            *min = ClientCount {
-                client: client.to_string(),
-                throttled: inherited.saturating_add(added.requests),
-                error: inherited.saturating_add(added.error),
-                tokens: min.tokens.saturating_add(added.tokens),
-            };
+            // The evicted client's string is reused: with many distinct clients every
+            // request can be a newcomer, and this runs on the filter's request path.
+            min.client.clear();
+            min.client.push_str(client);
+            min.throttled = inherited.saturating_add(added.requests);
+            min.error = inherited.saturating_add(added.error);
+            min.tokens = min.tokens.saturating_add(added.tokens);
         }
     }
 

@@ -47,7 +47,7 @@ pub struct NewToken {
 /// The stored form of a token: lowercase hex SHA-256.
 pub fn hash_token(secret: &str) -> String {
     // One formatting pass into one string: every authenticated call (a proxy's sync, each
-    // rate limit service call) hashes its token, and a `format!` per byte was a tenth
+    // rate limit service call) hashes its token, and a `format!` per byte was a fifth
     // of a `ShouldRateLimit` call's own work.
     format!("{:x}", Sha256::digest(secret.as_bytes()))
 }

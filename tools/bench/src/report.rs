@@ -806,8 +806,8 @@ fn profile_section(p: &ProfileResults) -> String {
     let mut md = String::new();
     md.push_str(
         "`core/examples/hot_path.rs` repeats what the filter does per request outside the host \
-         calls: header pairs to `HttpRequest`, `Ruleset::decide` against `MemoryStore`, the \
-         rate-limit headers (or the denial body). Native, on the host CPU, timed in three \
+         calls: header pairs to `HttpRequest`, `Ruleset::decide_observed` against `MemoryStore` \
+         counting into the worker's statistics (`report::Aggregate`), the rate-limit headers (or the denial body). Native, on the host CPU, timed in three \
          loops that each do one stage more, so each stage's cost is a difference of loops:\n\n```\n",
     );
     for line in &p.timing {

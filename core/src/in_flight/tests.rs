@@ -144,7 +144,9 @@ fn contention_and_host_failures_are_reported_not_hidden() {
 }
 
 /// Several "workers" taking and letting go of places on one client at once: never more
-/// than the limit held, and nothing held once they are done.
+/// than the limit held, and nothing held once they are done but the places whose release
+/// met more conflicts than a write retries (threads on a busy machine can; the filter
+/// counts it as a failure and the place lapses), until they lapse.
 #[test]
 fn racing_workers_never_exceed_the_limit_and_leave_nothing_held() {
     const LIMIT: u32 = 4;
@@ -156,23 +158,32 @@ fn racing_workers_never_exceed_the_limit_and_leave_nothing_held() {
             std::thread::spawn(move || {
                 let mut counters = InFlightCounters::default();
                 let mut ids = HolderIds::new(w);
-                let mut peak = 0;
+                let (mut peak, mut left_to_lapse) = (0, 0);
                 for _ in 0..500 {
                     match table.acquire(&*store, 9, max(LIMIT), ids.next_id(), T0, &mut counters) {
                         Ok(Admission::Held(hold)) => {
                             peak = peak.max(table.in_flight(&*store, 9, T0).unwrap());
-                            assert_eq!(table.release(&*store, &hold, T0, &mut counters), Ok(true));
+                            match table.release(&*store, &hold, T0, &mut counters) {
+                                Ok(released) => assert!(released, "nothing lapses at T0"),
+                                Err(InFlightFailure::Contention) => left_to_lapse += 1,
+                                Err(e) => panic!("{e:?}"),
+                            }
                         }
                         Ok(Admission::Full) | Err(InFlightFailure::Contention) => {}
                         Err(e) => panic!("{e:?}"),
                     }
                 }
-                peak
+                (peak, left_to_lapse)
             })
         })
         .collect();
+    let mut left_to_lapse = 0;
     for worker in workers {
-        assert!(worker.join().unwrap() <= LIMIT as usize);
+        let (peak, left) = worker.join().unwrap();
+        assert!(peak <= LIMIT as usize);
+        left_to_lapse += left;
     }
-    assert_eq!(table.in_flight(&*store, 9, T0), Ok(0));
+    assert_eq!(table.in_flight(&*store, 9, T0), Ok(left_to_lapse));
+    let lapsed = T0.saturating_add(HOLD_TTL).saturating_add(Nanos::new(1));
+    assert_eq!(table.in_flight(&*store, 9, lapsed), Ok(0));
 }

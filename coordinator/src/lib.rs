@@ -702,14 +702,15 @@ mod tests {
         assert_eq!(answer.grants[0].granted, 30);
         // The second proxy gets what the first left, plus the refill since: never a
         // second burst; one interval's refill (5) stays for the proxies' demand shares,
-        // and b reported no demand.
+        // and b reported no demand: below the limit it is entitled to a tenth of an even
+        // split of that refill all the same, rounded up to a token.
         let other = validate(request("b", vec![usage(7, 100)])).unwrap();
         let answer = coordinator.sync(&other, grown + young, 0).await.unwrap();
         assert_eq!(answer.fleet_size, 2);
         assert_eq!(
             answer.grants[0].granted,
-            70 + 8 - 5,
-            "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill"
+            70 + 8 - 5 + 1,
+            "pre-debited: 100 − 30, + 0.8 s at 10/s, less one interval's refill but a token"
         );
 
         // a's last sync was at `grown`: it counts for 24 intervals (12 s at 500 ms), longer

@@ -3,7 +3,7 @@
 //! states. Real Envoys are exercised by `tests/`; this covers the arithmetic exhaustively
 //! and deterministically, including outages, in milliseconds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use sluice_core::gcra::Gcra;
@@ -89,7 +89,11 @@ struct Coordinator {
 struct Fleet {
     proxies: Vec<Proxy>,
     coordinator: Coordinator,
+    /// The limit every bucket enforces, unless `bands` names another.
     limit: Gcra,
+    /// Buckets from an id on enforce another limit: `(first bucket, limit)`, ascending;
+    /// the last band that starts at or below a bucket applies. Empty unless a test says.
+    bands: Vec<(u64, Gcra)>,
     /// How long an answer takes to come back (5 ms unless a test says otherwise, as on
     /// loopback under load). Workers keep spending meanwhile, as in Envoy.
     answer_delay: u64,
@@ -102,6 +106,14 @@ struct Fleet {
     syncs: u64,
     /// Requests admitted so far, all proxies and buckets.
     admitted: u64,
+    /// Requests refused at a proxy that had had a lease for the bucket: what a limit the
+    /// traffic stays under must never do (`docs/global-limits.md`, "Below the limit").
+    refused_leased: u64,
+    /// Which proxies have had a lease for which buckets: `(proxy, bucket)`.
+    leased: HashSet<(usize, u64)>,
+    /// When each bucket saw its first request, fleet-wide: its `burst + rate × elapsed`
+    /// counts from then.
+    first_request: HashMap<u64, u64>,
     /// A second region behind a slow link (none unless a test says so).
     remote: Option<Remote>,
 }
@@ -151,27 +163,34 @@ impl Fleet {
                 up: true,
             },
             limit,
+            bands: Vec::new(),
             answer_delay: 5 * MS,
             lose_answer: |_| false,
             cut_off: |_, _| false,
             syncs: 0,
             admitted: 0,
+            refused_leased: 0,
+            leased: HashSet::new(),
+            first_request: HashMap::new(),
             remote: None,
         }
     }
 
     /// One request of one token for `bucket` at proxy `p`; true when admitted.
     fn request(&mut self, p: usize, bucket: u64, now: u64) -> bool {
-        let limit = self.limit;
+        let limit = limit_of(self.limit, &self.bands, bucket);
         let proxy = &mut self.proxies[p];
         let view = proxy.view;
-        let admitted = proxy
-            .entries
-            .entry(bucket)
-            .or_insert_with(|| LeaseEntry::new(bucket, &limit, Nanos::new(now)))
-            .spend(1, Nanos::new(now), &view)
-            .admitted();
+        let first_request = &mut self.first_request;
+        let entry = proxy.entries.entry(bucket).or_insert_with(|| {
+            first_request.entry(bucket).or_insert(now);
+            LeaseEntry::new(bucket, &limit, Nanos::new(now))
+        });
+        let admitted = entry.spend(1, Nanos::new(now), &view).admitted();
         self.admitted += u64::from(admitted);
+        if !admitted && self.leased.contains(&(p, bucket)) {
+            self.refused_leased += 1;
+        }
         admitted
     }
 
@@ -243,11 +262,11 @@ impl Fleet {
             .pending
             .drain()
             .map(|(bucket, usage)| {
+                let limit = limit_of(self.limit, &self.bands, bucket);
                 let state = self.coordinator.buckets.entry(bucket).or_default();
-
                 let grant = settle(
                     state,
-                    &self.limit,
+                    &limit,
                     &usage,
                     covers,
                     Nanos::new(now),
@@ -316,6 +335,9 @@ impl Fleet {
             for (bucket, grant) in answer.grants {
                 if let Some(entry) = proxy.entries.get_mut(&bucket) {
                     entry.apply(&grant, Nanos::new(now), &proxy.view);
+                    if grant.granted > 0 {
+                        self.leased.insert((p, bucket));
+                    }
                 }
             }
         }
@@ -386,15 +408,9 @@ impl Fleet {
             .pending
             .iter()
             .map(|(bucket, usage)| {
+                let limit = limit_of(self.limit, &self.bands, *bucket);
                 let state = self.coordinator.buckets.entry(*bucket).or_default();
-                let grant = settle(
-                    state,
-                    &self.limit,
-                    usage,
-                    covers,
-                    Nanos::new(now),
-                    &settings,
-                );
+                let grant = settle(state, &limit, usage, covers, Nanos::new(now), &settings);
                 (*bucket, grant)
             })
             .collect();
@@ -405,13 +421,26 @@ fn limit(per_second: u64, burst: u64) -> Gcra {
     Gcra::per_second(per_second, burst).unwrap()
 }
 
+/// The limit `bucket` enforces in a fleet whose buckets enforce `limit` but where
+/// `bands` says otherwise ([`Fleet::bands`]).
+fn limit_of(limit: Gcra, bands: &[(u64, Gcra)], bucket: u64) -> Gcra {
+    bands
+        .iter()
+        .rev()
+        .find(|(first, _)| *first <= bucket)
+        .map_or(limit, |(_, band)| *band)
+}
+
 /// Deterministic arrivals: each proxy sends `demand × split[p]` requests per second, spread
-/// evenly and shaped over time by `shape`, to the buckets `0..clients` in turn.
+/// evenly and shaped over time by `shape`, to the buckets `first_client..first_client +
+/// clients` it sees (`audience`) in turn.
 struct Traffic<'a> {
     demand_per_second: f64,
     split: &'a [f64],
     clients: u64,
     shape: Shape,
+    first_client: u64,
+    audience: Audience,
 }
 
 impl<'a> Traffic<'a> {
@@ -421,8 +450,37 @@ impl<'a> Traffic<'a> {
             split,
             clients,
             shape: Shape::Steady,
+            first_client: 0,
+            audience: Audience::Everyone,
         }
     }
+
+    /// The `n`th request of proxy `p` goes to this client.
+    fn client(&self, p: usize, n: u64) -> u64 {
+        let relative = match self.audience {
+            Audience::Everyone => n % self.clients,
+            Audience::Few { seen_by } => {
+                // Client `c` is seen by proxies `c mod N` to `c mod N + seen_by − 1`
+                // (mod N), so proxy `p` sees, for each `j < seen_by`, the clients
+                // `≡ p − j (mod N)`.
+                let proxies = self.split.len() as u64;
+                let (j, round) = (n % seen_by, n / seen_by % (self.clients / proxies));
+                (p as u64 + proxies - j) % proxies + round * proxies
+            }
+        };
+        self.first_client + relative
+    }
+}
+
+/// Which clients each proxy sends to.
+#[derive(Debug, Clone, Copy)]
+enum Audience {
+    /// Every proxy sends to every client.
+    Everyone,
+    /// Each client reaches `seen_by` proxies only, as the fleet-scale bench's tail
+    /// (`tools/bench/src/fleet_scale.rs`): client `c` the proxies from `c mod N` on, for
+    /// a fleet of `N` (`clients` is a multiple of `N`).
+    Few { seen_by: u64 },
 }
 
 /// How the offered rate moves over a run (times from the run's start).
@@ -446,15 +504,14 @@ enum Shape {
 }
 
 impl Shape {
-    /// The requests a proxy whose steady part is `per_step` sends in the step at `since`.
-    fn requests(self, per_step: f64, since: u64) -> f64 {
+    /// In the step at `since` a proxy sends `factor × its steady part + extra` requests:
+    /// `(factor, extra)`, the same for every proxy (so worked out once a step).
+    fn at(self, since: u64) -> (f64, f64) {
         match self {
-            Shape::Steady => per_step,
-            Shape::Pausing { every, pause } if since % every >= every - pause => 0.0,
-            Shape::Pausing { .. } => per_step,
-            Shape::Ramp { over } => per_step * (since as f64 / over as f64).min(1.0),
-            Shape::Bursts { extra } if since % S == 0 => per_step + extra,
-            Shape::Bursts { .. } => per_step,
+            Shape::Pausing { every, pause } if since % every >= every - pause => (0.0, 0.0),
+            Shape::Ramp { over } => ((since as f64 / over as f64).min(1.0), 0.0),
+            Shape::Bursts { extra } if since % S == 0 => (1.0, extra),
+            Shape::Steady | Shape::Pausing { .. } | Shape::Bursts { .. } => (1.0, 0.0),
         }
     }
 }
@@ -464,6 +521,8 @@ impl Shape {
 struct Ran {
     offered: u64,
     admitted: u64,
+    /// Refused at a proxy that had had a lease for it ([`Fleet::refused_leased`]).
+    refused_leased: u64,
 }
 
 /// Runs the fleet from `from` to `until` in 1 ms steps.
@@ -472,37 +531,70 @@ fn run(
     from: u64,
     until: u64,
     traffic: &Traffic,
-    mut each_step: impl FnMut(&mut Fleet, u64),
+    each_step: impl FnMut(&mut Fleet, u64),
     admitted_per_client: &mut HashMap<u64, u64>,
 ) -> Ran {
-    let Traffic {
-        demand_per_second,
-        split,
-        clients,
-        shape,
-    } = *traffic;
+    run_all(
+        fleet,
+        from,
+        until,
+        std::slice::from_ref(traffic),
+        each_step,
+        admitted_per_client,
+    )[0]
+}
+
+/// Runs the fleet from `from` to `until` in 1 ms steps under several traffics at once
+/// (each its own clients); what each offered and admitted.
+fn run_all(
+    fleet: &mut Fleet,
+    from: u64,
+    until: u64,
+    traffics: &[Traffic],
+    mut each_step: impl FnMut(&mut Fleet, u64),
+    admitted_per_client: &mut HashMap<u64, u64>,
+) -> Vec<Ran> {
     let step = MS;
-    let mut carry = vec![0.0_f64; split.len()];
-    let mut next_client = vec![0u64; split.len()];
-    let mut ran = Ran {
-        offered: 0,
-        admitted: 0,
-    };
+    // Each proxy's steady requests a step, for each traffic.
+    let per_step: Vec<Vec<f64>> = traffics
+        .iter()
+        .map(|t| {
+            t.split
+                .iter()
+                .map(|part| t.demand_per_second * part * (step as f64 / S as f64))
+                .collect()
+        })
+        .collect();
+    let mut carry: Vec<Vec<f64>> = traffics.iter().map(|t| vec![0.0; t.split.len()]).collect();
+    let mut next_client: Vec<Vec<u64>> = traffics.iter().map(|t| vec![0; t.split.len()]).collect();
+    let mut ran = vec![
+        Ran {
+            offered: 0,
+            admitted: 0,
+            refused_leased: 0,
+        };
+        traffics.len()
+    ];
     let mut now = from;
     while now < until {
         each_step(fleet, now);
         fleet.sync_due(now);
-        for (p, part) in split.iter().enumerate() {
-            let per_step = demand_per_second * part * (step as f64 / S as f64);
-            carry[p] += shape.requests(per_step, now - from);
-            while carry[p] >= 1.0 {
-                carry[p] -= 1.0;
-                let client = next_client[p] % clients;
-                next_client[p] += 1;
-                ran.offered += 1;
-                if fleet.request(p, client, now) {
-                    ran.admitted += 1;
-                    *admitted_per_client.entry(client).or_default() += 1;
+        for (t, traffic) in traffics.iter().enumerate() {
+            let (carry, next_client, ran) = (&mut carry[t], &mut next_client[t], &mut ran[t]);
+            let (factor, extra) = traffic.shape.at(now - from);
+            for p in 0..carry.len() {
+                carry[p] += per_step[t][p] * factor + extra;
+                while carry[p] >= 1.0 {
+                    carry[p] -= 1.0;
+                    let client = traffic.client(p, next_client[p]);
+                    next_client[p] += 1;
+                    ran.offered += 1;
+                    let refused_leased = fleet.refused_leased;
+                    if fleet.request(p, client, now) {
+                        ran.admitted += 1;
+                        *admitted_per_client.entry(client).or_default() += 1;
+                    }
+                    ran.refused_leased += fleet.refused_leased - refused_leased;
                 }
             }
         }
@@ -622,10 +714,8 @@ fn a_limit_the_traffic_stays_under_never_refuses_anyone() {
             for shape in load_shapes(burst) {
                 let mut fleet = Fleet::new(split.len(), limit(rate, burst), T);
                 let traffic = Traffic {
-                    demand_per_second: offered,
-                    split,
-                    clients: 1,
                     shape,
+                    ..Traffic::steady(offered, split, 1)
                 };
                 let ran = run(
                     &mut fleet,
@@ -739,6 +829,192 @@ fn a_thousand_clients_each_get_their_own_global_limit() {
     }
 }
 
+/// Issue #33's mesh: a fleet of this many proxies.
+const MESH: usize = 1_000;
+
+/// Each hot client's requests a second, fleet-wide: 20 a second at each proxy on average,
+/// skewed ([`mesh_split`]): 7 to 59. The fleet-scale bench's hot clients send 20 to 29 an
+/// interval at every proxy; fewer here, to keep the run short.
+const MESH_HOT_OFFERED: f64 = 20_000.0;
+
+/// The mesh's tail: this many clients (buckets from [`MESH_TAIL_FIRST`] on), each reaching
+/// [`MESH_TAIL_SEEN_BY`] proxies, as the bench's tail.
+const MESH_TAIL: u64 = 2_000;
+const MESH_TAIL_FIRST: u64 = 1_000;
+const MESH_TAIL_SEEN_BY: u64 = 3;
+
+/// A skewed split of the hot clients' traffic over `proxies`: proxy `p` sees in
+/// proportion to `1 / (1 + p mod 8)`, so the busiest proxies see eight times what the
+/// quietest see (and three times the average).
+fn mesh_split(proxies: usize) -> Vec<f64> {
+    let weights: Vec<f64> = (0..proxies).map(|p| 1.0 / (1 + p % 8) as f64).collect();
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| w / total).collect()
+}
+
+/// The mesh's limits and load: each hot client `(rate, burst)` offered
+/// [`MESH_HOT_OFFERED`], and the tail's clients' `(rate, burst)` each offered
+/// `tail_offered` a second, spread evenly over its proxies.
+struct Mesh<'a> {
+    hot: &'a [(u64, u64)],
+    tail: (u64, u64),
+    tail_offered: f64,
+    shape: Shape,
+}
+
+/// What one mesh run admitted, against `burst + rate × elapsed` from each client's first
+/// request.
+struct MeshRun {
+    /// Each hot client: admitted over its bound.
+    hot: Vec<f64>,
+    /// The hot clients' refused requests, all and at a proxy that had had a lease.
+    hot_refused: (u64, u64),
+    /// The tail: admitted over the sum of its clients' bounds, how far below its bound a
+    /// client ended on average, how far the one furthest below it ended, and how far
+    /// above it the one furthest above ended (tokens; negative: below).
+    tail: f64,
+    tail_mean_lag: f64,
+    tail_most_under: i64,
+    tail_most_over: i64,
+    /// Tail requests offered and refused.
+    tail_offered: u64,
+    tail_refused: u64,
+    /// Tail requests refused at a proxy that had had a lease for the client.
+    refused_leased: u64,
+}
+
+/// [`MESH`] proxies under `mesh`, from `S` for `elapsed`.
+fn run_mesh(mesh: &Mesh, elapsed: u64) -> MeshRun {
+    let (tail_rate, tail_burst) = mesh.tail;
+    let mut fleet = Fleet::new(MESH, limit(tail_rate, tail_burst), T);
+    fleet.bands = (0..)
+        .zip(mesh.hot)
+        .map(|(h, (rate, burst))| (h, limit(*rate, *burst)))
+        .chain([(MESH_TAIL_FIRST, limit(tail_rate, tail_burst))])
+        .collect();
+    let hot_clients = mesh.hot.len() as u64;
+    let skewed = mesh_split(MESH);
+    let even = vec![1.0 / MESH as f64; MESH];
+    let traffics = [
+        Traffic {
+            shape: mesh.shape,
+            ..Traffic::steady(MESH_HOT_OFFERED * hot_clients as f64, &skewed, hot_clients)
+        },
+        Traffic {
+            shape: mesh.shape,
+            first_client: MESH_TAIL_FIRST,
+            audience: Audience::Few {
+                seen_by: MESH_TAIL_SEEN_BY,
+            },
+            ..Traffic::steady(mesh.tail_offered * MESH_TAIL as f64, &even, MESH_TAIL)
+        },
+    ];
+    let until = S + elapsed;
+    let mut admitted = HashMap::new();
+    let ran = run_all(&mut fleet, S, until, &traffics, |_, _| {}, &mut admitted);
+    let bound = |bucket: u64| {
+        let limit = limit_of(fleet.limit, &fleet.bands, bucket);
+        let first = fleet.first_request[&bucket];
+        limit.burst() + (until - first) / limit.interval_ns()
+    };
+    let got = |bucket: u64| admitted.get(&bucket).copied().unwrap_or(0);
+    let tail_buckets = MESH_TAIL_FIRST..MESH_TAIL_FIRST + MESH_TAIL;
+    let tail_bound: u64 = tail_buckets.clone().map(bound).sum();
+    let tail_got: u64 = tail_buckets.clone().map(got).sum();
+    let over: Vec<i64> = tail_buckets
+        .map(|b| got(b) as i64 - bound(b) as i64)
+        .collect();
+    let (hot_ran, tail_ran) = (ran[0], ran[1]);
+    MeshRun {
+        hot: (0..hot_clients)
+            .map(|h| got(h) as f64 / bound(h) as f64)
+            .collect(),
+        hot_refused: (hot_ran.offered - hot_ran.admitted, hot_ran.refused_leased),
+        tail: tail_got as f64 / tail_bound as f64,
+        tail_mean_lag: (tail_bound as f64 - tail_got as f64) / MESH_TAIL as f64,
+        tail_most_under: -over.iter().copied().min().unwrap_or(0),
+        tail_most_over: over.iter().copied().max().unwrap_or(0),
+        tail_offered: tail_ran.offered,
+        tail_refused: tail_ran.offered - tail_ran.admitted,
+        refused_leased: tail_ran.refused_leased,
+    }
+}
+
+/// Issue #33: the simulation at 1,000 proxies with the fleet-scale bench's skew, under
+/// steady, bursty (a request more at every proxy each second, for the hot clients and for
+/// the tail) and pausing load (200 ms every 2 s), on both sides of the limits.
+///
+/// Over the limits, 10 s: three hot clients at 20,000 requests a second each, skewed over
+/// every proxy ([`mesh_split`]), limited to 100/s (the bench's limit: its burst is a tenth
+/// of a token per proxy), 1,000/s and 5,000/s; and 2,000 tail clients, each reaching three
+/// proxies, at twice their 8/s (burst 8). Each hot client within [0.97, 1.01] of `burst +
+/// rate × elapsed` (the issue's bar); the tail never above it, and behind it by at most
+/// the sparse-key lag `docs/global-limits.md` states (`k + 2 r T` tokens a client on
+/// average for `k` proxies, plus the refill of a pause the run ends in).
+///
+/// Under them, 8 s: the same hot traffic under 40,000/s each (twice it), never refused;
+/// and the bench's own tail (100/s, each client 2.4 requests a second over its three
+/// proxies), never above its bound. Its refusals are printed, not bounded: sparse clients
+/// far below their limit are still refused at 1,000 proxies (open, `docs/global-limits.md`,
+/// "Below the limit").
+#[test]
+fn a_mesh_of_a_thousand_proxies_holds_hot_and_tail_limits() {
+    let shapes = [
+        ("steady", Shape::Steady, 0),
+        ("bursty", Shape::Bursts { extra: 1.0 }, 0),
+        (
+            "pausing",
+            Shape::Pausing {
+                every: 2 * S,
+                pause: 200 * MS,
+            },
+            // The runs end in a pause: its refill is not asked for.
+            200 * MS,
+        ),
+    ];
+    let elapsed = 10 * S;
+    for (name, shape, ends_paused) in shapes {
+        let over = Mesh {
+            hot: &[(100, 100), (1_000, 1_000), (5_000, 5_000)],
+            tail: (8, 8),
+            tail_offered: 16.0,
+            shape,
+        };
+        let ran = run_mesh(&over, elapsed);
+        let (rate, _) = over.tail;
+        let lag = ran.tail_mean_lag;
+        let most_lag = MESH_TAIL_SEEN_BY as f64
+            + 2.0 * (rate * T) as f64 / S as f64
+            + (rate * ends_paused) as f64 / S as f64;
+        let what = format!(
+            "{MESH} proxies over the limits, {name}: hot clients {:.4?} of their bounds; tail \
+             {:.4} ({lag:.1} tokens behind a client on average, at most {most_lag:.1}; the \
+             furthest behind {}, the furthest ahead {})",
+            ran.hot, ran.tail, ran.tail_most_under, ran.tail_most_over,
+        );
+        println!("{what}");
+        assert!(ran.hot.iter().all(|r| (0.97..=1.01).contains(r)), "{what}");
+        assert!(ran.tail_most_over <= 0, "{what}");
+        assert!(lag <= most_lag, "{what}");
+
+        let under = Mesh {
+            hot: &[(40_000, 40_000); 3],
+            tail: (100, 100),
+            tail_offered: 2.4,
+            shape,
+        };
+        let ran = run_mesh(&under, 8 * S);
+        let what = format!(
+            "{MESH} proxies under the limits, {name}: the hot clients refused {:?} (all, after \
+             a lease); the bench's tail refused {} of {}, {} after a lease",
+            ran.hot_refused, ran.tail_refused, ran.tail_offered, ran.refused_leased,
+        );
+        println!("{what}");
+        assert_eq!(ran.hot_refused, (0, 0), "{what}");
+        assert!(ran.tail_most_over <= 0, "{what}");
+    }
+}
+
 #[test]
 fn a_client_new_to_the_fleet_bursting_at_every_proxy_gets_at_most_its_burst() {
     let burst = 30;
@@ -820,12 +1096,7 @@ fn a_new_client_reaching_one_proxy_late_still_gets_at_most_its_burst() {
                 fleet,
                 from,
                 until,
-                &Traffic {
-                    demand_per_second: 3_000.0,
-                    split,
-                    clients: 1,
-                    shape: Shape::Steady,
-                },
+                &Traffic::steady(3_000.0, split, 1),
                 |_, _| {},
                 &mut per_client,
             )
@@ -1325,15 +1596,13 @@ proptest! {
             S,
             S + elapsed,
             &Traffic {
-                demand_per_second: overload * rate as f64,
-                split: &split,
-                clients: 1,
                 // Steady, pausing, ramping and bursty (half a burst at once, every second).
                 shape: load_shapes(burst)
                     .map(|s| match s {
                         Shape::Bursts { .. } => Shape::Bursts { extra: burst as f64 / 2.0 },
                         other => other,
                     })[shape],
+                ..Traffic::steady(overload * rate as f64, &split, 1)
             },
             |_, _| {},
             &mut HashMap::new(),

@@ -10,72 +10,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::MIN_SHARE_OF_EVEN;
+pub use super::state::{BucketState, STATE_FORMAT, STATE_LEN};
 use crate::gcra::Gcra;
 use crate::time::{NANOS_PER_MILLI, Nanos};
-
-/// The state the coordinator keeps per global bucket (in memory, or in Redis as the bytes
-/// of [`BucketState::encode`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BucketState {
-    /// GCRA theoretical arrival time, ns on the coordinator's clock. `0` is a full bucket.
-    pub tat: u64,
-    /// Tokens attempted fleet-wide, decayed with time constant `demand_tau_ns`.
-    pub demand: f64,
-    /// When `demand` was last decayed.
-    pub demand_at: u64,
-    /// When the bucket's recorded demand begins (its first usage's start): a young
-    /// bucket's decayed sum has not yet reached its steady level, and the shares correct
-    /// for that.
-    pub born_at: u64,
-    /// When the coordinator first settled the bucket.
-    pub first_seen: u64,
-}
-
-/// The first byte of an encoded [`BucketState`]; bumped whenever the layout changes, so a
-/// coordinator never misreads another layout (it treats the bucket as full and quiet).
-pub const STATE_FORMAT: u8 = 1;
-
-/// Bytes of an encoded [`BucketState`]: the format byte and five little-endian words
-/// (`tat`, the bits of `demand`, `demand_at`, `born_at`, `first_seen`).
-pub const STATE_LEN: usize = 1 + 5 * 8;
-
-impl BucketState {
-    /// The state's bytes as the Redis coordinator stores them: a third of its JSON, and no
-    /// text to parse for each of a batch's thousands of buckets.
-    pub fn encode(&self) -> [u8; STATE_LEN] {
-        let mut out = [0u8; STATE_LEN];
-        let words = [
-            self.tat,
-            self.demand.to_bits(),
-            self.demand_at,
-            self.born_at,
-            self.first_seen,
-        ];
-        let (format, body) = out.split_at_mut(1);
-        format.fill(STATE_FORMAT);
-        super::put_words(body, &words);
-        out
-    }
-
-    /// Reads a state's bytes; `None` for any other length or format, or a demand that is
-    /// not a finite, non-negative number.
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
-        let (&format, body) = bytes.split_first()?;
-        if format != STATE_FORMAT || bytes.len() != STATE_LEN {
-            return None;
-        }
-        let mut words = super::words(body);
-        let mut next = || words.next();
-        let state = Self {
-            tat: next()?,
-            demand: f64::from_bits(next()?),
-            demand_at: next()?,
-            born_at: next()?,
-            first_seen: next()?,
-        };
-        (state.demand.is_finite() && state.demand >= 0.0).then_some(state)
-    }
-}
 
 /// One proxy's usage of one bucket since its previous successful sync.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -279,7 +217,7 @@ pub fn settle(
 
     // 3. Demand: decay to now, add this proxy's attempts.
     let active_ns = now - used_since;
-    let share_ppm = record_demand(state, usage.attempts, active_ns, now, settings);
+    let (share_ppm, fleet_rate) = record_demand(state, usage.attempts, active_ns, now, settings);
 
     // 4. Grant what the bucket holds now, up to the wish, and take it at once. Nothing
     //    while warming up, nor while the bucket is young: the proxies keep to their even
@@ -288,13 +226,23 @@ pub fn settle(
     //    already spent. (Young grants were once limited to the proxy's even part of the
     //    bucket less the whole backlog; the backlog held the other proxies' grants too,
     //    so the second and third of three proxies at half the limit got nothing, and were
-    //    refused.)
-    let granted = if settings.warming_up || young {
+    //    refused.) Except what no even share can have spent yet: where the burst is
+    //    smaller than the fleet, an even share is a fraction of a token that takes a
+    //    while to grow whole ([`even_shares_spent_at_most`]), and meanwhile the bucket
+    //    would sit full and lose its refill (at 1,000 proxies and 100/s, no grant for the
+    //    first 550 ms lost 55 tokens of the first second's 200).
+    let even_shares = if young {
+        even_shares_spent_at_most(state, limit, now, settings)
+    } else {
+        0
+    };
+    let granted = if settings.warming_up || (young && even_shares >= limit.burst()) {
         0
     } else {
         let capacity = limit.capacity_ns();
         let backlog = state.tat.max(now) - now;
-        let available_ns = capacity - backlog.min(capacity);
+        let held_ns = even_shares.saturating_mul(limit.interval_ns());
+        let available_ns = (capacity - backlog.min(capacity)).saturating_sub(held_ns);
         // Shares follow demand: a proxy may take its share of one interval's refill, and
         //    whatever the bucket holds beyond that (a burst nobody needs yet). Without
         //    this cap each proxy takes all that refilled since the previous sync of any
@@ -309,12 +257,24 @@ pub fn settle(
         //    (its lease ran out, so it hurries: `schedule.rs`) is entitled to its share of
         //    the refill over its own gap only, or syncing often would be a way to take
         //    more than its share (a 70/20/10 demand split admitted 44/32/24 at 500/s).
+        //    Below the limit (the fleet's demand under its rate), its share is taken as at
+        //    least a tenth of an even split, as the fallback takes it
+        //    (`MIN_SHARE_OF_EVEN`): a proxy whose window held no attempt (a quiet one of
+        //    1,000, syncing every 100 ms) is still entitled to a token of the refill,
+        //    rather than refused far below the limit while the busier proxies' leases
+        //    hold the rest of the bucket. Where the limit binds the floor would spread the
+        //    refill over proxies that do not spend it (at 1,000 proxies, 0.987 of the
+        //    bound instead of 0.994), so it is not applied there.
         let entitled = if settings.fleet_size <= 1 {
             u64::MAX
         } else {
             let reserve_ns = settings.sync_interval_ns.min(covers.get()).min(capacity);
+            let binding = fleet_rate * limit.interval_ns() as f64 >= 1.0;
+            let least = if binding { 0.0 } else { MIN_SHARE_OF_EVEN };
+            let least_ppm = f64::from(PPM) * least / f64::from(settings.fleet_size);
+            let entitled_ppm = share_ppm.max(least_ppm as u32);
             let own_part_ns =
-                (u128::from(reserve_ns) * u128::from(share_ppm) / u128::from(PPM)) as u64;
+                (u128::from(reserve_ns) * u128::from(entitled_ppm) / u128::from(PPM)) as u64;
             own_part_ns
                 .saturating_add(available_ns.saturating_sub(reserve_ns))
                 .div_ceil(limit.interval_ns())
@@ -345,15 +305,38 @@ pub fn settle(
     }
 }
 
+/// The most the fleet's even shares of a young bucket can have admitted by `now`, in
+/// tokens: each of `N` proxies holds `burst / N` when it first uses the bucket and gains
+/// `rate / N` a second, and admits only whole tokens, so together at most `N ×
+/// floor((burst + rate × age) / N)`. The age is counted from the earliest first use
+/// reported, plus the young period: a proxy that has not reported yet may have used the
+/// bucket that much earlier. Where the burst is at least the fleet (three proxies) this
+/// is about the whole bucket and nothing is granted while young, as before.
+fn even_shares_spent_at_most(
+    state: &BucketState,
+    limit: &Gcra,
+    now: u64,
+    settings: &Settings,
+) -> u64 {
+    let fleet = u64::from(settings.fleet_size.max(1));
+    let age_ns = now
+        .saturating_sub(state.born_at)
+        .saturating_add(settings.young_ns());
+    let accrued = limit
+        .burst()
+        .saturating_add(age_ns / limit.interval_ns().max(1));
+    (accrued / fleet).saturating_mul(fleet)
+}
+
 /// Decays the bucket's demand to `now`, adds `attempts`, and returns this proxy's share of
-/// the fleet's demand rate in parts per million.
+/// the fleet's demand rate in parts per million, and that rate (tokens a nanosecond).
 fn record_demand(
     state: &mut BucketState,
     attempts: u64,
     covers_ns: u64,
     now: u64,
     settings: &Settings,
-) -> u32 {
+) -> (u32, f64) {
     let tau = settings.demand_tau_ns.max(1) as f64;
     let interval = settings.sync_interval_ns.max(1) as f64;
     // Not capped: attempts spread over a long window (after an outage) weigh `τ/c` each,
@@ -378,10 +361,10 @@ fn record_demand(
     let fleet_rate =
         ((state.demand - own_rate * interval / 2.0) / (weight - interval / 2.0)).max(own_rate);
     if fleet_rate <= 0.0 {
-        return 0;
+        return (0, 0.0);
     }
     let share = (own_rate / fleet_rate).clamp(0.0, 1.0);
-    (share * f64::from(PPM)).round() as u32
+    ((share * f64::from(PPM)).round() as u32, fleet_rate)
 }
 
 #[cfg(test)]
@@ -539,6 +522,73 @@ mod tests {
             (12, true),
             "{grants:?}"
         );
+    }
+
+    /// Settles `usage` of `l` at `now`, covering one interval, in a fleet of `fleet_size`.
+    fn settle_in_fleet(
+        state: &mut BucketState,
+        l: &Gcra,
+        usage: &Usage,
+        now: u64,
+        fleet_size: u32,
+    ) -> Grant {
+        let settings = Settings {
+            fleet_size,
+            ..Settings::for_interval(Nanos::new(T))
+        };
+        settle(state, l, usage, Nanos::new(T), Nanos::new(now), &settings)
+    }
+
+    #[test]
+    fn a_young_bucket_grants_what_no_even_share_can_have_spent() {
+        // 100/s, burst 100, first used 50 ms before its first sync. Across 1,000 proxies
+        // an even share is a tenth of a token, and none can have grown whole yet (0.1 +
+        // 0.1/s × about a second): the first sync is granted its wish while the bucket is
+        // still young. Across 3 proxies the even shares may hold the whole bucket, and
+        // across 60 (1.67 + 1.67/s tokens each, spent whole) every token of it: nothing is
+        // granted until it is no longer young.
+        let l = limit(100, 100);
+        let first = Usage {
+            attempts: 1,
+            want: 10,
+            first_use_ns: T - 50_000_000,
+            ..Usage::default()
+        };
+        for (fleet_size, granted) in [(1_000, 10), (3, 0), (60, 0)] {
+            let mut state = BucketState::default();
+            let g = settle_in_fleet(&mut state, &l, &first, 100 * S, fleet_size);
+            assert_eq!(
+                (g.granted, g.young, g.share_ppm),
+                (granted, true, 0),
+                "{fleet_size}"
+            );
+        }
+    }
+
+    #[test]
+    fn below_the_limit_a_quiet_proxy_is_entitled_to_a_token_of_the_refill() {
+        // 1,000 proxies; the bucket (100/s, burst 100) holds 10 tokens, less than one
+        // interval's refill (50), the rest leased to the busier proxies. A proxy whose
+        // window held no attempt (share 0) asks for 5.
+        let l = limit(100, 100);
+        let now = 100 * S;
+        let quiet = Usage {
+            want: 5,
+            ..Usage::default()
+        };
+        let drained = |demand: f64| BucketState {
+            tat: now + 90 * l.interval_ns(),
+            demand,
+            demand_at: now,
+            ..known()
+        };
+        // The fleet asks 10/s of its 100/s: a tenth of an even split of the refill,
+        // rounded up to a whole token.
+        let g = settle_in_fleet(&mut drained(20.0), &l, &quiet, now, 1_000);
+        assert_eq!(g.granted, 1, "below the limit");
+        // The fleet asks 500/s: the refill goes by demand, and this proxy had none.
+        let g = settle_in_fleet(&mut drained(1_000.0), &l, &quiet, now, 1_000);
+        assert_eq!(g.granted, 0, "where the limit binds");
     }
 
     #[test]
@@ -709,41 +759,6 @@ mod tests {
                 "proxy {p}: share {share}, part {part}"
             );
         }
-    }
-
-    #[test]
-    fn a_states_bytes_are_pinned_and_round_trip() {
-        let state = BucketState {
-            tat: 0x0102_0304_0506_0708,
-            demand: 1.5,
-            demand_at: 9,
-            born_at: 10,
-            first_seen: 11,
-        };
-        let bytes = state.encode();
-        let mut expected = vec![STATE_FORMAT, 8, 7, 6, 5, 4, 3, 2, 1];
-        expected.extend(1.5f64.to_bits().to_le_bytes());
-        for word in [9u64, 10, 11] {
-            expected.extend(word.to_le_bytes());
-        }
-        assert_eq!(bytes.as_slice(), expected.as_slice());
-        assert_eq!(BucketState::decode(&bytes), Some(state));
-
-        assert_eq!(BucketState::decode(&bytes[..STATE_LEN - 1]), None, "short");
-        assert_eq!(BucketState::decode(&[]), None);
-        let mut other_format = bytes;
-        other_format[0] = STATE_FORMAT + 1;
-        assert_eq!(BucketState::decode(&other_format), None);
-        let nan = BucketState {
-            demand: f64::NAN,
-            ..state
-        };
-        assert_eq!(BucketState::decode(&nan.encode()), None);
-        assert_eq!(
-            BucketState::decode(br#"{"tat":0,"demand":0.0,"demand_at":0}"#),
-            None,
-            "the JSON an older coordinator wrote"
-        );
     }
 
     #[test]

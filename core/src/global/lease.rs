@@ -19,9 +19,9 @@
 
 use std::num::NonZeroU64;
 
-use super::WANT_HORIZON_INTERVALS;
 use super::coordinator::{Grant, PPM, Usage};
 pub use super::view::FleetView;
+use super::{MIN_SHARE_OF_EVEN, WANT_HORIZON_INTERVALS};
 use crate::gcra::{Gcra, MAX_CAPACITY_NS};
 use crate::time::Nanos;
 
@@ -86,11 +86,6 @@ pub struct LeaseEntry {
     pub born_at: Nanos,
 }
 
-/// A fleet's fallback share never drops below this fraction of an even split, so a proxy
-/// whose traffic for a bucket was zero still admits a little during an outage. It bounds
-/// the fleet's fallback admission at `(1 + MIN_SHARE_OF_EVEN) × rate`.
-pub const MIN_SHARE_OF_EVEN: f64 = 0.1;
-
 /// How long an entry with no attempts keeps its lease, in sync intervals (a second at the
 /// default): a client pausing for less finds its lease where it left it.
 pub const IDLE_RETURN_INTERVALS: f64 = super::DEMAND_TAU_INTERVALS;
@@ -144,6 +139,9 @@ impl LeaseEntry {
                 retry_after_ns: view.sync_interval_ns,
             };
         };
+        if self.local_tat == Nanos::ZERO {
+            self.local_tat = now.saturating_add(self.fresh_shortfall(&local, view));
+        }
         let verdict = local.check(self.local_tat, now, cost);
         if !verdict.allowed {
             return Spend::Denied {
@@ -238,6 +236,21 @@ impl LeaseEntry {
         if self.share_ppm == 0 { even } else { known }
             .max(even * MIN_SHARE_OF_EVEN)
             .min(1.0)
+    }
+
+    /// How much emptier than full a fresh local share (`local`) starts: where the proxy's
+    /// part of the burst is under a token (`burst × share < 1`, a burst smaller than the
+    /// fleet), it holds just that part, and its first token comes once the local refill
+    /// makes it whole. Started full, 1,000 proxies new to a bucket of burst 100 admitted a
+    /// token each before the first answers (1.70 of `burst + rate × elapsed` over 10 s in
+    /// the fleet simulation); so, even shares together stay within it whatever the burst.
+    fn fresh_shortfall(&self, local: &Gcra, view: &FleetView) -> Nanos {
+        let part = self.burst as f64 * self.share(view);
+        if part >= 1.0 {
+            return Nanos::ZERO;
+        }
+        // `as` saturates; a part of a token held from the start, in local refill time.
+        Nanos::new(((1.0 - part) * local.interval_ns() as f64) as u64)
     }
 
     /// This proxy's local share of the limit: its known share of the fleet's demand, or an
@@ -588,21 +601,37 @@ mod tests {
 
     #[test]
     fn sparse_keys_get_whole_tokens_only_where_demand_is() {
-        // 5 per minute across 20 proxies: an even share of the burst is a quarter token,
-        // rounded up to one, refilled at 1/20 of the rate (one per 4 minutes).
+        // 5 per 5 minutes across 20 proxies: an even share is a quarter token, refilled at
+        // a token per 20 minutes. A fresh entry holds that quarter, not a whole token (20
+        // of a burst of 5 fleet-wide): its first comes 15 minutes on, a lease before.
         let l = Gcra::new(
             NonZeroU64::new(5).unwrap(),
-            NonZeroU64::new(60 * S).unwrap(),
+            NonZeroU64::new(300 * S).unwrap(),
             NonZeroU64::new(5).unwrap(),
         )
         .unwrap();
         let view = leasing(20);
-        let mut entry = LeaseEntry::new(1, &l, Nanos::new(0));
-        assert_eq!(entry.spend(1, Nanos::new(0), &view), Spend::NewBucket);
-        assert!(!entry.spend(1, Nanos::new(0), &view).admitted());
-        let usage = entry.collect(Nanos::new(0), Nanos::new(T), &view);
-        assert_eq!(usage.attempts, 2);
-        assert!(usage.want >= 2, "the denied attempt still asks for a lease");
+        let start = 7 * S;
+        let mut entry = LeaseEntry::new(1, &l, Nanos::new(start));
+        assert_eq!(
+            entry.spend(1, Nanos::new(start), &view),
+            Spend::Denied {
+                retry_after_ns: 900 * S
+            }
+        );
+        let usage = entry.collect(Nanos::new(start), Nanos::new(T), &view);
+        assert_eq!(usage.attempts, 1);
+        assert!(usage.want >= 1, "the denied attempt asks for a lease");
+        let whole = start + 900 * S;
+        assert!(!entry.spend(1, Nanos::new(whole - 1), &view).admitted());
+        assert_eq!(entry.spend(1, Nanos::new(whole), &view), Spend::NewBucket);
+
+        // A burst of at least one token a proxy: the even share starts full, as before.
+        let mut entry = LeaseEntry::new(1, &l, Nanos::new(start));
+        assert_eq!(
+            entry.spend(1, Nanos::new(start), &leasing(5)),
+            Spend::NewBucket
+        );
     }
 
     #[test]

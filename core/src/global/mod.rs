@@ -21,6 +21,7 @@
 pub mod coordinator;
 pub mod lease;
 pub mod schedule;
+mod state;
 pub mod sync;
 pub mod table;
 mod token_debt;
@@ -44,6 +45,13 @@ pub const LEASE_TTL_INTERVALS: u64 = 3;
 /// How far ahead a proxy asks for tokens, in sync intervals: enough to last until the next
 /// answer arrives even when that sync is late by half an interval.
 pub const WANT_HORIZON_INTERVALS: f64 = 1.5;
+
+/// A proxy's share of a bucket never counts as less than this fraction of an even split:
+/// its fallback share, so a proxy whose traffic for a bucket was zero still admits a
+/// little during an outage (it bounds the fleet's fallback admission at `(1 +
+/// MIN_SHARE_OF_EVEN) × rate`), and, below the limit, its part of the refill a grant may
+/// take.
+pub const MIN_SHARE_OF_EVEN: f64 = 0.1;
 
 /// The coordinator's demand memory, in sync intervals: long enough to smooth one proxy's
 /// jitter, short enough to follow a shift of traffic within a couple of seconds.

@@ -17,6 +17,7 @@
 //!   [`Sequences`]), so a sync sent again cannot debit its buckets again.
 
 use std::collections::HashSet;
+use std::ops::RangeInclusive;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -69,6 +70,28 @@ pub fn most_held(limit: &Gcra, covers_ms: u64, interval_ms: u64) -> u64 {
 /// and would starve the bucket it names while a coordinator warms up.
 pub fn deepest_level_ms(limit: &Gcra) -> u64 {
     limit.capacity_ns().saturating_mul(2).div_ceil(1_000_000)
+}
+
+/// The interval a sync's demand is read against, which a stretched proxy names in each
+/// bucket (`demand_interval_ms`, 0 where not named): within `allowed` (50 ms to the
+/// sync's interval in force), and the same in every bucket that names it; `None` where
+/// none does. Otherwise the first offending bucket's index and why. Out of bounds it could
+/// only be made up: a short one makes a proxy's share read high.
+pub fn demand_interval_ms(
+    allowed: RangeInclusive<u64>,
+    named: impl IntoIterator<Item = u64>,
+) -> Result<Option<u64>, (usize, String)> {
+    let mut found = None;
+    for (i, ms) in named.into_iter().enumerate().filter(|(_, ms)| *ms != 0) {
+        if !allowed.contains(&ms) {
+            let (least, most) = allowed.clone().into_inner();
+            return Err((i, format!("must be 0 or {least} to {most} (`interval_ms`)")));
+        }
+        if *found.get_or_insert(ms) != ms {
+            return Err((i, "must be the same in every bucket that names it".into()));
+        }
+    }
+    Ok(found)
 }
 
 /// A limit as a sync carries it.
@@ -198,6 +221,19 @@ impl Sequences {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_interval_is_within_bounds_and_the_same_in_every_bucket() {
+        let named = |ms: &[u64]| demand_interval_ms(50..=500, ms.iter().copied());
+        assert_eq!(named(&[]), Ok(None));
+        assert_eq!(named(&[0, 0]), Ok(None));
+        assert_eq!(named(&[0, 250, 250]), Ok(Some(250)));
+        assert_eq!(named(&[50]), Ok(Some(50)));
+        assert_eq!(named(&[500]), Ok(Some(500)));
+        for (ms, at) in [(&[49][..], 0), (&[250, 501], 1), (&[250, 0, 100], 2)] {
+            assert_eq!(named(ms).map_err(|(i, _)| i), Err(at), "{ms:?}");
+        }
+    }
 
     #[test]
     fn each_sync_is_accepted_once_and_in_order() {

@@ -64,6 +64,9 @@ pub struct ValidSync {
     /// The sync's place in its proxy's sequence (0: a proxy from before sequences).
     pub seq: u64,
     pub interval_ns: u64,
+    /// The interval demand is read against: the proxy's configured one, where its buckets
+    /// name it (its interval in force is stretched), else `interval_ns`.
+    pub demand_interval_ns: u64,
     pub covers_ns: u64,
     /// When the proxy syncs next at the latest, where later than one interval (0: one
     /// interval).
@@ -111,6 +114,13 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
         );
     }
     let mut buckets = Vec::with_capacity(request.buckets.len().min(MAX_SYNC_BUCKETS));
+    let named = request.buckets.iter().map(|b| b.demand_interval_ms);
+    let allowed = MIN_INTERVAL_MS..=request.interval_ms.min(MAX_INTERVAL_MS);
+    let demand_interval_ms = guard::demand_interval_ms(allowed, named.take(MAX_SYNC_BUCKETS))
+        .unwrap_or_else(|(i, message)| {
+            problem(format!("buckets[{i}].demand_interval_ms"), message);
+            None
+        });
     for (i, b) in request.buckets.iter().enumerate().take(MAX_SYNC_BUCKETS) {
         // Each of `interval_ns` and `burst` is checked against the document's bounds; their
         // product, which JSON Schema cannot bound, is not: a burst that would take longer
@@ -183,6 +193,7 @@ pub fn validate(request: SyncRequest) -> Result<ValidSync, ValidationErrors> {
         proxy: request.proxy,
         seq: request.seq,
         interval_ns: request.interval_ms * 1_000_000,
+        demand_interval_ns: demand_interval_ms.unwrap_or(request.interval_ms) * 1_000_000,
         covers_ns: request.covers_ms.max(1) * 1_000_000,
         next_sync_ms: request.next_sync_ms,
         buckets,
@@ -485,7 +496,10 @@ impl Coordinator {
     async fn settle(&self, sync: &ValidSync, now: Instant) -> Result<SyncResponse, Unavailable> {
         let lease_ttl_ns = sync.interval_ns * LEASE_TTL_INTERVALS;
         let fleet_memory_ns = sync.interval_ns * FLEET_MEMORY_INTERVALS;
-        let settings = Settings::for_interval(Nanos::new(sync.interval_ns));
+        let settings = Settings::for_intervals(
+            Nanos::new(sync.interval_ns),
+            Nanos::new(sync.demand_interval_ns),
+        );
         let answer = match &self.state {
             State::Memory {
                 buckets,
@@ -672,6 +686,25 @@ mod tests {
             problems[0].message.contains("at most 20000"),
             "{problems:?}"
         );
+    }
+
+    /// A stretched proxy's configured interval (`guard::demand_interval_ms`): read from
+    /// its buckets, refused by field out of bounds; absent, the interval in force.
+    #[test]
+    fn a_configured_interval_is_read_and_refused_by_field() {
+        let mut sync = request("a", vec![usage(1, 1), usage(2, 1)]);
+        assert_eq!(
+            validate(sync.clone()).unwrap().demand_interval_ns,
+            500_000_000
+        );
+        sync.buckets[1].demand_interval_ms = 250;
+        assert_eq!(
+            validate(sync.clone()).unwrap().demand_interval_ns,
+            250_000_000
+        );
+        sync.buckets[1].demand_interval_ms = 501;
+        let problems = validate(sync).unwrap_err().0;
+        assert_eq!(problems[0].field, "buckets[1].demand_interval_ms");
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 //! and deterministically, including outages, in milliseconds.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 use proptest::prelude::*;
 use sluice_core::gcra::Gcra;
@@ -383,6 +384,7 @@ impl Fleet {
     fn settle_remote(&mut self, p: usize, now: u64) {
         let fleet_size = self.proxies.len() as u32;
         let proxy = &mut self.proxies[p];
+        let configured = proxy.schedule.configured();
         let Some(answer) = proxy.in_flight.as_mut() else {
             return;
         };
@@ -394,10 +396,12 @@ impl Fleet {
         else {
             return;
         };
+        // As the coordinator does: demand read against the configured interval, which
+        // a stretched proxy names (`BucketUsage::stretched_from`).
         let settings = Settings {
             fleet_size,
             warming_up: self.coordinator.settings.warming_up,
-            ..Settings::for_interval(Nanos::new(interval))
+            ..Settings::for_intervals(Nanos::new(interval), configured)
         };
         answer.view = FleetView {
             fleet_size,
@@ -1504,29 +1508,36 @@ fn run_regions(rate: u64, burst: u64, remote: Remote, seconds: u64) -> RegionRun
 ///   Redis call of the remote replica times out; the cut): the remote region is on its
 ///   fallback shares while the home region leases the whole bucket, so the fleet admits
 ///   at most `(1 + Σ remote fallback shares) × rate` a second and one burst, where a
-///   remote share is at most `min(1, s × σ)` for a true share `σ` and the remote
-///   interval's stretch `s ≤ 4` (their demand is decayed with a time constant of their own
-///   interval in force: shares are biased high, measured 0.70 to 0.83 of the rate for a
-///   region holding 0.4); a second after the cut ends pays back its debt (one burst at
-///   most), then the fleet is at its rate again.
+///   remote share is its smoothed share of the demand `σ` (within a fifth of it), or an
+///   even split if it was never told one; measured 0.40 to 0.42 of the rate for a region
+///   holding 0.4 while cut. (Its demand was once read against its own stretched interval,
+///   a time constant four times as long: 0.70 to 0.83.) A second after the cut ends pays
+///   back its debt (one burst at most), then the fleet is at its rate again.
 #[test]
 fn a_remote_region_behind_a_slow_or_cut_link_over_admits_within_the_stated_bound() {
     let (rate, burst) = (500, 500);
     let remote_share: f64 = 0.4;
     let remote_proxies: f64 = 2.0;
-    let links: [(&str, u64, LinkCut, bool); 4] = [
-        ("100 ms", 100 * MS, |_| false, true),
-        ("500 ms", 500 * MS, |_| false, false),
-        ("1 s", 1_000 * MS, |_| false, false),
+    // The seconds (counted from the run's first) judged one by one: once the burst is
+    // spent (the local shares' parts of it as well, over the first five seconds), and,
+    // for the cut, once the leases out when it began are; the bound has one burst for
+    // those in all, not per second.
+    let links: [(&str, u64, LinkCut, bool, Range<usize>); 4] = [
+        ("100 ms", 100 * MS, |_| false, true, 0..0),
+        ("500 ms", 500 * MS, |_| false, false, 5..44),
+        ("1 s", 1_000 * MS, |_| false, false, 5..44),
         (
             "100 ms, cut for 30 s",
             100 * MS,
             |now| (6 * S..36 * S).contains(&now),
             false,
+            7..35,
         ),
     ];
-    let fallback_most = 1.0 + remote_proxies.min(4.0 * remote_share);
-    for (what, rtt, cut, coordinated) in links {
+    // A remote proxy's fallback share is its smoothed share of the demand, within a
+    // fifth of it, or, never having been told one, an even split of the fleet.
+    let fallback_most = 1.0 + (1.2 * remote_share).max(remote_proxies / 4.0);
+    for (what, rtt, cut, coordinated, judged) in links {
         let remote = Remote { first: 2, rtt, cut };
         let ran = run_regions(rate, burst, remote, 45);
         let ratio = ran.total as f64 / (burst + rate * ran.elapsed / S) as f64;
@@ -1539,18 +1550,20 @@ fn a_remote_region_behind_a_slow_or_cut_link_over_admits_within_the_stated_bound
             assert!(ran.most_over <= 0, "{what}");
             assert!(ratio >= 0.98, "{what}");
         } else {
-            // After the first second (the burst), each second within the fallback bound,
-            // and in all at most one burst more than it.
+            // Each second judged within the fallback bound, and in all at most one burst
+            // more than it.
             let most = burst as f64 + (fallback_most - 1.0) * (rate * ran.elapsed / S) as f64;
             assert!((ran.most_over as f64) <= most, "{what}");
             assert!(
-                ran.per_second[1..].iter().all(|r| *r <= fallback_most),
-                "{what}"
+                ran.per_second[judged].iter().all(|r| *r <= fallback_most),
+                "{what}: each second at most {fallback_most:.2}"
             );
         }
     }
     // The cut's end: the remote proxies' fallback spending is debited (into a debt of at
-    // most one burst, paid back within a second or so), then one limit again.
+    // most one burst, paid back within a second or so), then one limit again: each second
+    // as spread as the coordinated region's own (its proxies sync once a second; 0.83 to
+    // 1.16 with the 100 ms link), and on average the rate.
     let cut = Remote {
         first: 2,
         rtt: 100 * MS,
@@ -1558,9 +1571,10 @@ fn a_remote_region_behind_a_slow_or_cut_link_over_admits_within_the_stated_bound
     };
     let ran = run_regions(rate, burst, cut, 45);
     let after = &ran.per_second[38..];
+    let mean = after.iter().sum::<f64>() / after.len() as f64;
     assert!(
-        after.iter().all(|r| (0.85..=1.15).contains(r)),
-        "after the cut: {after:.2?}"
+        after.iter().all(|r| (0.8..=1.2).contains(r)) && (0.97..=1.03).contains(&mean),
+        "after the cut: {after:.2?}, {mean:.3} on average"
     );
 }
 

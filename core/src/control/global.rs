@@ -237,16 +237,21 @@ impl GlobalSyncer {
         // again) still goes on from where its id left off; never less than one more than
         // the last, so that a clock stepping back does not get this proxy's syncs refused.
         self.last_seq = (now.get() / 1_000_000).max(self.last_seq.saturating_add(1));
+        let (in_force_ms, configured_ms) = (
+            self.schedule.interval().as_millis(),
+            self.schedule.configured().as_millis(),
+        );
         let request = SyncRequest {
             seq: self.last_seq,
             proxy: proxy_id.to_string(),
-            interval_ms: self.schedule.interval().as_millis(),
+            interval_ms: in_force_ms,
             covers_ms: covers.as_millis(),
             buckets: self
                 .pending
                 .iter()
                 .map(|(bucket, (c, usage))| {
                     BucketUsage::new(*bucket, c.interval_ns, c.burst, usage)
+                        .stretched_from(configured_ms, in_force_ms)
                 })
                 .collect(),
             // Without a global limit, or with nothing to say, the next sync may be an idle
@@ -837,6 +842,7 @@ mod tests {
         let sent = START + T;
         let request = sync_at(&mut proxy, sent, T / 2 + 1);
         assert_eq!(request.interval_ms, T / 1_000_000);
+        assert_eq!(request.buckets[0].demand_interval_ms, 0, "not stretched");
         assert_eq!(proxy.syncer.view().sync_interval_ns, 2 * T);
         assert!(
             proxy.start(sent + 2 * T - 1, 1).is_none(),
@@ -848,6 +854,11 @@ mod tests {
             request.interval_ms,
             2 * T / 1_000_000,
             "the coordinator is told"
+        );
+        assert_eq!(
+            request.buckets[0].demand_interval_ms,
+            T / 1_000_000,
+            "and the configured interval, which it reads demand against"
         );
         let timeout = proxy.syncer.timeout().get();
         proxy

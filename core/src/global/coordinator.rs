@@ -98,9 +98,14 @@ pub const PPM: u32 = 1_000_000;
 /// The coordinator's settings that every settlement uses.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settings {
-    /// The proxies' sync interval: one proxy's attempts cover this much time.
+    /// The syncing proxy's interval in force: its own gap between syncs.
     pub sync_interval_ns: u64,
-    /// Time constant of the decayed demand.
+    /// The interval the proxies' configuration asks for, before any stretch: every
+    /// proxy's demand is read against it, whatever its own stretch, so that all the
+    /// settlements of a bucket decay and weigh its demand alike.
+    pub demand_interval_ns: u64,
+    /// Time constant of the decayed demand ([`super::DEMAND_TAU_INTERVALS`] demand
+    /// intervals).
     pub demand_tau_ns: u64,
     /// While true no tokens are granted: leases granted before a restart that lost the
     /// coordinator's state may still be spent, so the buckets are not known to be full.
@@ -128,12 +133,23 @@ impl Settings {
         YOUNG_NS.saturating_add(self.sync_interval_ns)
     }
 
-    /// The defaults for a sync interval (see the constants in [`super`]).
+    /// The defaults for a sync interval not stretched (see the constants in [`super`]).
     pub fn for_interval(sync_interval: Nanos) -> Self {
-        let sync_interval_ns = sync_interval.get();
+        Self::for_intervals(sync_interval, sync_interval)
+    }
+
+    /// The defaults for a proxy whose interval in force is `in_force`, stretched from the
+    /// `configured` one. Demand is read against the configured interval: read against
+    /// its own stretched one (a time constant four times as long, and half of its
+    /// interval as the traffic the others have not reported yet), a proxy stretched to
+    /// 1 s among proxies at 250 ms was told 0.56 and 0.16 of the demand for 0.3 and 0.1
+    /// (the fleet simulation's remote region), and its fallback admitted that much.
+    pub fn for_intervals(in_force: Nanos, configured: Nanos) -> Self {
+        let demand_interval_ns = configured.get().min(in_force.get());
         Self {
-            sync_interval_ns,
-            demand_tau_ns: (sync_interval_ns as f64 * super::DEMAND_TAU_INTERVALS) as u64,
+            sync_interval_ns: in_force.get(),
+            demand_interval_ns,
+            demand_tau_ns: (demand_interval_ns as f64 * super::DEMAND_TAU_INTERVALS) as u64,
             warming_up: false,
             fleet_size: 1,
         }
@@ -338,7 +354,7 @@ fn record_demand(
     settings: &Settings,
 ) -> (u32, f64) {
     let tau = settings.demand_tau_ns.max(1) as f64;
-    let interval = settings.sync_interval_ns.max(1) as f64;
+    let interval = settings.demand_interval_ns.max(1) as f64;
     // Not capped: attempts spread over a long window (after an outage) weigh `τ/c` each,
     // so they add the window's rate once, not a burst of it.
     let covers = covers_ns.max(1) as f64;
@@ -351,8 +367,8 @@ fn record_demand(
     state.demand_at = now.max(state.demand_at);
     // A steady fleet rate R makes the sum `w × R` with `w = τ × (1 − e^(−age/τ))` (just
     // `τ` once the bucket is a few τ old), except that the other proxies have not reported
-    // their traffic since their own last syncs: on average half an interval of it, with
-    // sync phases spread over the interval. So `sum ≈ w × R − (R − own) × T/2`, solved
+    // their traffic since their own last syncs: on average half an interval of it (the
+    // configured one: most proxies are not stretched), with sync phases spread over it. So `sum ≈ w × R − (R − own) × T/2`, solved
     // for R. (Without the correction a proxy syncing just after the busiest one would see
     // its share over-estimated by a tenth or more.)
     let age = now.saturating_sub(state.born_at) as f64;
@@ -589,6 +605,26 @@ mod tests {
         // The fleet asks 500/s: the refill goes by demand, and this proxy had none.
         let g = settle_in_fleet(&mut drained(1_000.0), &l, &quiet, now, 1_000);
         assert_eq!(g.granted, 0, "where the limit binds");
+    }
+
+    #[test]
+    fn a_stretched_proxys_demand_is_read_against_the_configured_interval() {
+        let second = Nanos::new(S);
+        let stretched = Settings::for_intervals(second, Nanos::new(S / 4));
+        assert_eq!(
+            (
+                stretched.sync_interval_ns,
+                stretched.demand_interval_ns,
+                stretched.demand_tau_ns
+            ),
+            (S, S / 4, S),
+            "its own gap stays its interval in force"
+        );
+        assert_eq!(
+            Settings::for_intervals(second, Nanos::new(4 * S)),
+            Settings::for_interval(second),
+            "a configured interval never longer than the one in force"
+        );
     }
 
     #[test]

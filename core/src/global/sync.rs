@@ -121,6 +121,15 @@ pub struct BucketUsage {
     #[serde(default, skip_serializing_if = "is_zero")]
     #[cfg_attr(feature = "openapi", schema(maximum = 9_223_372_036_855_u64))]
     pub full_in_ms: u64,
+    /// The sync interval the proxy's configuration asks for, in ms, sent only while its
+    /// interval in force (`interval_ms`) is stretched (the coordinator's answers were
+    /// slow): the coordinator reads every proxy's demand against the configured interval,
+    /// so a stretched proxy's share is not inflated. 0, or absent: `interval_ms`.
+    /// Otherwise 50 to `interval_ms`, and the same in every bucket of a sync. (Per bucket,
+    /// not per sync, so that code building syncs field by field stays as it is.)
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 10_000))]
+    pub demand_interval_ms: u64,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -142,6 +151,21 @@ impl BucketUsage {
             first_use_ms: usage.first_use_ns.div_ceil(NANOS_PER_MILLI),
             // Rounded up too: the bucket is rebuilt at most a millisecond emptier.
             full_in_ms: usage.known_full_in_ns.div_ceil(NANOS_PER_MILLI),
+            demand_interval_ms: 0,
+        }
+    }
+
+    /// The same, from a proxy whose interval in force is stretched from `configured`
+    /// (ms): says so ([`Self::demand_interval_ms`]); a proxy at its configured interval
+    /// sends nothing more.
+    pub fn stretched_from(self, configured_ms: u64, in_force_ms: u64) -> Self {
+        Self {
+            demand_interval_ms: if configured_ms < in_force_ms {
+                configured_ms
+            } else {
+                0
+            },
+            ..self
         }
     }
 
@@ -311,6 +335,30 @@ mod tests {
         let coordinated = BucketUsage::new(7, 10_000_000, 100, &Usage::default());
         let json = serde_json::to_value(coordinated).unwrap();
         assert!(json.get("full_in_ms").is_none(), "{json}");
+    }
+
+    /// A stretched proxy names its configured interval in each bucket; one at its
+    /// configured interval sends nothing more, and a body without it reads as 0 (as from
+    /// proxies before it).
+    #[test]
+    fn a_stretched_proxy_names_its_configured_interval() {
+        let bucket = BucketUsage::new(7, 10_000_000, 100, &Usage::default());
+        let stretched = bucket.stretched_from(250, 1_000);
+        let json = serde_json::to_value(stretched).unwrap();
+        assert_eq!(json["demand_interval_ms"], 250);
+        assert_eq!(
+            serde_json::from_value::<BucketUsage>(json).unwrap(),
+            stretched
+        );
+        let at_pace = bucket.stretched_from(250, 250);
+        let json = serde_json::to_value(at_pace).unwrap();
+        assert!(json.get("demand_interval_ms").is_none(), "{json}");
+        assert_eq!(
+            serde_json::from_value::<BucketUsage>(json)
+                .unwrap()
+                .demand_interval_ms,
+            0
+        );
     }
 
     #[test]

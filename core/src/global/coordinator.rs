@@ -327,7 +327,8 @@ pub fn settle(
 /// floor((burst + rate × age) / N)`. The age is counted from the earliest first use
 /// reported, plus the young period: a proxy that has not reported yet may have used the
 /// bucket that much earlier. Where the burst is at least the fleet (three proxies) this
-/// is about the whole bucket and nothing is granted while young, as before.
+/// is about the whole bucket: what rounding to whole tokens leaves, a token or two, at
+/// most is granted while young.
 fn even_shares_spent_at_most(
     state: &BucketState,
     limit: &Gcra,

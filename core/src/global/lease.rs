@@ -139,8 +139,13 @@ impl LeaseEntry {
                 retry_after_ns: view.sync_interval_ns,
             };
         };
-        if self.local_tat == Nanos::ZERO {
-            self.local_tat = now.saturating_add(self.fresh_shortfall(&local, view));
+        if self.settled && !view.fallback && self.unleased == 0 {
+            // Coordinated, and the fleet's bucket was full at the last answer, which
+            // counted all this proxy spent (nothing unleased since): its local share starts
+            // full, as a new entry's would. Continued from spending under an older share
+            // (an even one: a token a 10 s), a client of 2.4 requests a second over three
+            // of 1,000 proxies was refused after each pause, far below its limit.
+            self.local_tat = Nanos::ZERO;
         }
         let verdict = local.check(self.local_tat, now, cost);
         if !verdict.allowed {
@@ -238,21 +243,6 @@ impl LeaseEntry {
             .min(1.0)
     }
 
-    /// How much emptier than full a fresh local share (`local`) starts: where the proxy's
-    /// part of the burst is under a token (`burst × share < 1`, a burst smaller than the
-    /// fleet), it holds just that part, and its first token comes once the local refill
-    /// makes it whole. Started full, 1,000 proxies new to a bucket of burst 100 admitted a
-    /// token each before the first answers (1.70 of `burst + rate × elapsed` over 10 s in
-    /// the fleet simulation); so, even shares together stay within it whatever the burst.
-    fn fresh_shortfall(&self, local: &Gcra, view: &FleetView) -> Nanos {
-        let part = self.burst as f64 * self.share(view);
-        if part >= 1.0 {
-            return Nanos::ZERO;
-        }
-        // `as` saturates; a part of a token held from the start, in local refill time.
-        Nanos::new(((1.0 - part) * local.interval_ns() as f64) as u64)
-    }
-
     /// This proxy's local share of the limit: its known share of the fleet's demand, or an
     /// even split before it has one, never below [`MIN_SHARE_OF_EVEN`] of an even split.
     /// The share applies to the rate and to the burst (at least one token), so the local
@@ -334,8 +324,14 @@ impl LeaseEntry {
             // pause during an outage left a client on a fresh even share, uncounted as
             // fallback (the real-Envoy test of a Redis outage saw it when the pause
             // between its loads outlasted the bucket's refill).
+            // Its local share starts full, as a new entry's would (the key could as well
+            // have been emptied and taken afresh): continued from its last spending, a
+            // client of 2.4 requests a second over three of 1,000 proxies found it empty
+            // (one token refilled at `rate / N`) after each pause of a second, and was
+            // refused a fifth of its requests far below its limit.
             self.settled = false;
             self.born_at = Nanos::MAX;
+            self.local_tat = Nanos::ZERO;
         }
         // A bucket first used within this window: its spending began then.
         let first_use_ns = if attempts > 0 {
@@ -347,8 +343,18 @@ impl LeaseEntry {
         // On fallback shares the coordinator may have lost its state (it restarted, or its
         // Redis did): the fleet's level as this proxy last heard it lets it rebuild the
         // bucket instead of starting it full. Coordinated, it is left out (a smaller sync).
+        // At most the deepest level a report may carry (`guard::deepest_level_ms`, one
+        // burst of debt): a fleet of many proxies new to the bucket may have left it deeper
+        // (one token a proxy), and a rebuilt bucket forgives that part.
         let known_full_in_ns = if view.fallback {
-            self.answered_full_at.saturating_sub(now).get()
+            let deepest_ns = self
+                .burst
+                .saturating_mul(self.interval_ns)
+                .saturating_mul(2);
+            self.answered_full_at
+                .saturating_sub(now)
+                .get()
+                .min(deepest_ns)
         } else {
             0
         };
@@ -601,37 +607,21 @@ mod tests {
 
     #[test]
     fn sparse_keys_get_whole_tokens_only_where_demand_is() {
-        // 5 per 5 minutes across 20 proxies: an even share is a quarter token, refilled at
-        // a token per 20 minutes. A fresh entry holds that quarter, not a whole token (20
-        // of a burst of 5 fleet-wide): its first comes 15 minutes on, a lease before.
+        // 5 per minute across 20 proxies: an even share of the burst is a quarter token,
+        // rounded up to one, refilled at 1/20 of the rate (one per 4 minutes).
         let l = Gcra::new(
             NonZeroU64::new(5).unwrap(),
-            NonZeroU64::new(300 * S).unwrap(),
+            NonZeroU64::new(60 * S).unwrap(),
             NonZeroU64::new(5).unwrap(),
         )
         .unwrap();
         let view = leasing(20);
-        let start = 7 * S;
-        let mut entry = LeaseEntry::new(1, &l, Nanos::new(start));
-        assert_eq!(
-            entry.spend(1, Nanos::new(start), &view),
-            Spend::Denied {
-                retry_after_ns: 900 * S
-            }
-        );
-        let usage = entry.collect(Nanos::new(start), Nanos::new(T), &view);
-        assert_eq!(usage.attempts, 1);
-        assert!(usage.want >= 1, "the denied attempt asks for a lease");
-        let whole = start + 900 * S;
-        assert!(!entry.spend(1, Nanos::new(whole - 1), &view).admitted());
-        assert_eq!(entry.spend(1, Nanos::new(whole), &view), Spend::NewBucket);
-
-        // A burst of at least one token a proxy: the even share starts full, as before.
-        let mut entry = LeaseEntry::new(1, &l, Nanos::new(start));
-        assert_eq!(
-            entry.spend(1, Nanos::new(start), &leasing(5)),
-            Spend::NewBucket
-        );
+        let mut entry = LeaseEntry::new(1, &l, Nanos::new(0));
+        assert_eq!(entry.spend(1, Nanos::new(0), &view), Spend::NewBucket);
+        assert!(!entry.spend(1, Nanos::new(0), &view).admitted());
+        let usage = entry.collect(Nanos::new(0), Nanos::new(T), &view);
+        assert_eq!(usage.attempts, 2);
+        assert!(usage.want >= 2, "the denied attempt still asks for a lease");
     }
 
     #[test]

@@ -10,7 +10,7 @@ impl LeaseEntry {
     /// came from ([`LeaseEntry::undo`]: the lease, or the local share); extra usage comes
     /// from the live lease first, and the rest is unleased spending, which the
     /// coordinator debits from the fleet's bucket at the next sync (into a debt of at most
-    /// one burst there). While this proxy spends its local share, the extra also goes
+    /// one burst and a token per proxy there). While this proxy spends its local share, the extra also goes
     /// into the share's bucket, as debt of at most one burst. Returns the tokens forgiven
     /// at that bound.
     pub fn settle_tokens(
@@ -38,7 +38,7 @@ impl LeaseEntry {
         }
         // The coordinator refuses a whole sync whose unleased spending for a bucket is
         // more than twice its burst and the refill (`guard::most_held`), and takes at
-        // most one burst of debt anyway: an upstream reporting absurd usage must not
+        // most one burst of debt (and a token per proxy) anyway: an upstream reporting absurd usage must not
         // cost the proxy its syncs. Beyond two bursts a settlement window is forgiven.
         let room = self.burst.saturating_mul(2).saturating_sub(self.unleased);
         let charged = rest.min(room);

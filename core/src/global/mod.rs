@@ -21,6 +21,8 @@
 pub mod coordinator;
 pub mod lease;
 pub mod schedule;
+#[cfg(test)]
+mod sparse_client_tests;
 mod state;
 pub mod sync;
 pub mod table;

@@ -558,17 +558,8 @@ impl LeaseEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::global::test_support::{T, leasing, limit};
+    use crate::global::test_support::{T, grant, leasing, limit};
     use crate::time::NANOS_PER_SECOND as S;
-
-    fn grant(granted: u64, share_ppm: u32, full_in_ns: u64) -> Grant {
-        Grant {
-            granted,
-            share_ppm,
-            full_in_ns,
-            young: false,
-        }
-    }
 
     #[test]
     fn a_new_bucket_spends_an_even_share_then_waits_for_a_lease() {

@@ -89,6 +89,7 @@ fn words(body: &[u8]) -> impl Iterator<Item = u64> + '_ {
 /// What the global module's unit tests share.
 #[cfg(test)]
 mod test_support {
+    use super::coordinator::Grant;
     use super::lease::FleetView;
     use crate::gcra::Gcra;
     use crate::time::NANOS_PER_SECOND;
@@ -98,6 +99,16 @@ mod test_support {
 
     pub fn limit(per_second: u64, burst: u64) -> Gcra {
         Gcra::per_second(per_second, burst).unwrap()
+    }
+
+    /// A coordinator's answer for a bucket that is not young.
+    pub fn grant(granted: u64, share_ppm: u32, full_in_ns: u64) -> Grant {
+        Grant {
+            granted,
+            share_ppm,
+            full_in_ns,
+            young: false,
+        }
     }
 
     /// A fleet of `fleet_size` proxies whose coordinator answers.

@@ -4,20 +4,11 @@
 
 use std::num::NonZeroU64;
 
-use super::coordinator::{Grant, PPM};
+use super::coordinator::PPM;
 use super::lease::{FleetView, IDLE_KEEP_ONE_INTERVALS, IDLE_RETURN_INTERVALS, LeaseEntry, Spend};
-use super::test_support::{T, leasing, limit};
+use super::test_support::{T, grant, leasing, limit};
 use crate::gcra::Gcra;
 use crate::time::{NANOS_PER_SECOND as S, Nanos};
-
-fn grant(granted: u64, share_ppm: u32, full_in_ns: u64) -> Grant {
-    Grant {
-        granted,
-        share_ppm,
-        full_in_ns,
-        young: false,
-    }
-}
 
 #[test]
 fn sparse_keys_get_whole_tokens_only_where_demand_is() {

@@ -78,7 +78,8 @@ pub struct LeaseEntry {
     /// collection: how full the fleet's bucket is, for [`Self::remaining`].
     pub answered_full_at: Nanos,
     /// Since when no attempt was collected (`0`: the last collection had some): an entry
-    /// idle for [`IDLE_RETURN_INTERVALS`] gives its lease back.
+    /// idle for [`IDLE_RETURN_INTERVALS`] gives its lease back but a token (that one after
+    /// [`IDLE_KEEP_ONE_INTERVALS`]).
     pub idle_since: Nanos,
     /// When this proxy first used the bucket (since it was last new to it; `Nanos::MAX`
     /// until the next use): a new bucket's attempts cover only the time since, not a whole
@@ -387,7 +388,8 @@ impl LeaseEntry {
     /// fleet's bucket (grants never exceed what it holds, and where the limit binds, a
     /// proxy's grants stay near its share of the refill whatever it asks), and what a
     /// proxy no longer needs goes back at its next collection. An entry idle for
-    /// [`IDLE_RETURN_INTERVALS`] keeps nothing, so it can be forgotten.
+    /// [`IDLE_RETURN_INTERVALS`] keeps a token at most, and after
+    /// [`IDLE_KEEP_ONE_INTERVALS`] nothing, so it can be forgotten.
     fn target(&self, attempts: u64, now: Nanos, covers: Nanos, view: &FleetView) -> u64 {
         let idle_ns = now.saturating_sub(self.idle_since).get();
         let idle_for_long = self.idle_since != Nanos::ZERO

@@ -34,9 +34,10 @@ fn an_idle_lease_is_kept_for_a_while_then_one_token_and_an_expired_one_is_droppe
     let view = leasing(2);
     let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
     entry.apply(&grant(50, PPM, S), Nanos::new(0), &view);
-    // Idle intervals: the lease stays for IDLE_RETURN_INTERVALS, so a client back from a
-    // pause still finds it; then all but a token goes back, and that token after
-    // IDLE_KEEP_ONE_INTERVALS.
+    // Idle intervals while the other proxy's leases keep the fleet's bucket from
+    // refilling (each answer: full in 10 s): the lease stays for IDLE_RETURN_INTERVALS,
+    // so a client back from a pause still finds it; then all but a token goes back, and
+    // that token after IDLE_KEEP_ONE_INTERVALS.
     let mut held = vec![];
     let mut now = 0;
     while entry.balance > 0 {
@@ -45,7 +46,7 @@ fn an_idle_lease_is_kept_for_a_while_then_one_token_and_an_expired_one_is_droppe
         // Its part of the burst (all of it: the only demand) while it keeps its lease,
         // then nothing more.
         assert_eq!(usage.want, if entry.balance > 1 { 50 } else { 0 });
-        entry.apply(&grant(0, 0, 0), Nanos::new(now), &view);
+        entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), &view);
         held.push(entry.balance);
     }
     let returns = IDLE_RETURN_INTERVALS as usize;
@@ -54,9 +55,11 @@ fn an_idle_lease_is_kept_for_a_while_then_one_token_and_an_expired_one_is_droppe
         held,
         [vec![50; returns], vec![1; keeps_one], vec![0]].concat()
     );
-    assert!(entry.forgettable(Nanos::new(now)));
-    // One attempt, and it is kept again.
-    entry.apply(&grant(50, PPM, 0), Nanos::new(now), &view);
+    // Forgettable once nothing is held and the fleet's bucket is full.
+    assert!(!entry.forgettable(Nanos::new(now)));
+    assert!(entry.forgettable(Nanos::new(now + 10 * S)));
+    // One attempt, and it is kept again (the grant just taken, the bucket not full).
+    entry.apply(&grant(50, PPM, 2 * S), Nanos::new(now), &view);
     entry.spend(1, Nanos::new(now), &view);
     entry.collect(Nanos::new(now + T), Nanos::new(T), &view);
     assert_eq!(entry.balance, 49);
@@ -68,6 +71,44 @@ fn an_idle_lease_is_kept_for_a_while_then_one_token_and_an_expired_one_is_droppe
         "an expired lease is dropped, not returned"
     );
     assert_eq!(entry.balance, 0);
+}
+
+#[test]
+fn a_lease_held_idle_while_the_fleet_refilled_is_dropped_and_its_kept_token_asked_again() {
+    let view = leasing(2);
+    let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
+    entry.apply(&grant(50, PPM, 2 * T), Nanos::new(0), &view);
+    // Idle from the first collection on; the next answer says the fleet's bucket is full.
+    entry.collect(Nanos::new(T), Nanos::new(T), &view);
+    assert_eq!(entry.balance, 50, "kept while idle for a short while");
+    entry.apply(&grant(0, PPM, 0), Nanos::new(T), &view);
+    // The bucket refilled past the 50 tokens held: they are not spent (the fleet would
+    // admit them on top of a full burst); the local share admits, to be debited from
+    // the full bucket.
+    let spent = entry.spend(1, Nanos::new(T + T / 2), &view);
+    assert!(spent.admitted());
+    assert_ne!(spent, Spend::Lease);
+    let usage = entry.collect(Nanos::new(2 * T), Nanos::new(T), &view);
+    assert_eq!(
+        (entry.balance, usage.returned),
+        (0, 0),
+        "dropped, not returned"
+    );
+    assert_eq!(usage.unleased, 1);
+
+    // A token kept over a long pause, the bucket full again: dropped and asked for anew.
+    let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
+    entry.apply(&grant(1, PPM, 10 * S), Nanos::new(0), &view);
+    let mut now = 0;
+    while now < T * IDLE_RETURN_INTERVALS as u64 {
+        now += T;
+        entry.collect(Nanos::new(now), Nanos::new(T), &view);
+        entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), &view);
+    }
+    assert_eq!(entry.balance, 1, "one token kept over the pause");
+    entry.apply(&grant(0, 0, 0), Nanos::new(now), &view);
+    let usage = entry.collect(Nanos::new(now + T), Nanos::new(T), &view);
+    assert_eq!((entry.balance, usage.want), (0, 1));
 }
 
 #[test]

@@ -10,9 +10,11 @@
 //! proxies and used at each in one interval of [`TAIL_ACTIVE_EVERY`] (a sparse client:
 //! a proxy reports only buckets with something to say): [`BUCKETS`] buckets in all,
 //! whatever the fleet's size. The fleet grows through
-//! [`FLEETS`]; the report gives each size's answer times, the admin API's CPU per sync
-//! and Redis's commands and bytes per second, and states the largest fleet whose answers'
-//! p99 stayed under half the interval (the issue's bar) with none refused.
+//! [`FLEETS`]; the report gives each size's answer times, the CPU per sync of the admin
+//! API, of Redis and of the load generator, how many of the machine's cores the three kept
+//! busy (they share it: a fleet whose answers wait for a core says so), Redis's commands
+//! and bytes per second, and states the largest fleet whose answers' p99 stayed under
+//! half the interval (the issue's bar) with none refused.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -59,6 +61,8 @@ struct Point {
     outcome: Outcome,
     /// The admin API processes' CPU over the run, in seconds.
     cpu_s: f64,
+    /// The load generator's (this process's) CPU over the run, in seconds.
+    generator_cpu_s: f64,
     redis: Option<RedisRates>,
 }
 
@@ -66,6 +70,8 @@ struct RedisRates {
     commands_per_s: f64,
     bytes_in_per_s: f64,
     bytes_out_per_s: f64,
+    /// Redis's own CPU over the run (every node of a cluster), in seconds.
+    cpu_s: f64,
 }
 
 impl Point {
@@ -79,6 +85,13 @@ impl Point {
 
     fn p99_ms(&self) -> f64 {
         self.outcome.percentile(0.99).as_secs_f64() * 1e3
+    }
+
+    /// Cores the admin API, Redis and the load generator kept busy together: near the
+    /// machine's cores, answers wait for a core, whatever the coordinator's design.
+    fn cores_busy(&self) -> f64 {
+        let redis = self.redis.as_ref().map_or(0.0, |r| r.cpu_s);
+        (self.cpu_s + self.generator_cpu_s + redis) / self.outcome.elapsed.as_secs_f64()
     }
 
     fn sustained(&self) -> bool {
@@ -107,12 +120,15 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
          {BURST}). Each fleet size runs 2 s before {} s \
          measured. Bar (issue #33): answers' p99 under half the interval, none refused. \
          The admin API's CPU is its processes' user and system time over the measured \
-         seconds, per sync.\n",
+         seconds, per sync; Redis's is its own (`INFO cpu`, every node of a cluster), the \
+         generator's this benchmark's process; *cores busy* adds the three up per second, \
+         against the machine's {} cores.\n",
         if bench.settings.quick { " --quick" } else { "" },
         bench.machine.cores,
         bench.machine.cpu_model,
         INTERVAL.as_millis(),
         measure.as_secs(),
+        bench.machine.cores,
     )?;
     let mut failures = Vec::new();
     for backend in [Backend::Memory, Backend::Replicas, Backend::Cluster] {
@@ -158,6 +174,15 @@ impl BenchRedis {
         }
     }
 
+    /// Redis's CPU so far, user and system, in seconds (a cluster's: every live node's).
+    fn cpu_s(&self) -> Result<f64> {
+        let field = |field: &str| match self {
+            BenchRedis::Server(server) => server.info_field::<f64>("cpu", field),
+            BenchRedis::Cluster(cluster) => cluster.nodes_info_field("cpu", field),
+        };
+        Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
+    }
+
     /// Redis's network bytes in and out so far (a cluster's: its masters', summed).
     fn counters(&self) -> Result<(u64, u64)> {
         let field = |field: &str| match self {
@@ -193,8 +218,8 @@ impl Backend {
         writeln!(
             md,
             "\n## {}\n\n\
-             | proxies | buckets per sync | body KiB | syncs | refused | p50 ms | p99 ms | max ms | syncs/s | admin CPU ms per sync | Redis commands/s | Redis MB/s in / out | |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|",
+             | proxies | buckets per sync | body KiB | syncs | refused | p50 ms | p99 ms | max ms | syncs/s | admin CPU ms per sync | Redis CPU ms per sync | generator CPU ms per sync | cores busy | Redis commands/s | Redis MB/s in / out | |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             self.title()
         )?;
         let mut largest = None;
@@ -291,18 +316,25 @@ impl Backend {
         // syncs create every bucket), then measure.
         drive(&targets, &bodies, proxies, Duration::from_secs(2))?;
         let cpu_before = cpu_ticks(&replicas)?;
-        let redis_before = redis.as_ref().map(BenchRedis::counters).transpose()?;
+        let generator_before = generator_cpu_ticks()?;
+        let redis_before = redis
+            .as_ref()
+            .map(|r| Ok::<_, anyhow::Error>((r.counters()?, r.cpu_s()?)))
+            .transpose()?;
         let commands_before = redis_commands(&replicas)?;
         let outcome = drive(&targets, &bodies, proxies, measure)?;
         let cpu_s = cpu_ticks(&replicas)?.saturating_sub(cpu_before) as f64 / 100.0;
+        let generator_cpu_s =
+            generator_cpu_ticks()?.saturating_sub(generator_before) as f64 / 100.0;
         let seconds = outcome.elapsed.as_secs_f64();
         let redis = match (&redis, redis_before) {
-            (Some(server), Some(before)) => {
+            (Some(server), Some((bytes_before, cpu_before))) => {
                 let after = server.counters()?;
                 Some(RedisRates {
                     commands_per_s: (redis_commands(&replicas)? - commands_before) / seconds,
-                    bytes_in_per_s: after.0.saturating_sub(before.0) as f64 / seconds,
-                    bytes_out_per_s: after.1.saturating_sub(before.1) as f64 / seconds,
+                    bytes_in_per_s: after.0.saturating_sub(bytes_before.0) as f64 / seconds,
+                    bytes_out_per_s: after.1.saturating_sub(bytes_before.1) as f64 / seconds,
+                    cpu_s: server.cpu_s()? - cpu_before,
                 })
             }
             _ => None,
@@ -313,6 +345,7 @@ impl Backend {
             body_kib,
             outcome,
             cpu_s,
+            generator_cpu_s,
             redis,
         })
     }
@@ -322,8 +355,10 @@ impl Backend {
 fn row(point: &Point) -> String {
     let syncs = point.syncs().max(1);
     let seconds = point.outcome.elapsed.as_secs_f64();
-    let (commands, bytes) = match &point.redis {
+    let per_sync_ms = |cpu_s: f64| cpu_s * 1e3 / syncs as f64;
+    let (redis_cpu, commands, bytes) = match &point.redis {
         Some(r) => (
+            format!("{:.2}", per_sync_ms(r.cpu_s)),
             format!("{:.0}", r.commands_per_s),
             format!(
                 "{:.1} / {:.1}",
@@ -331,10 +366,10 @@ fn row(point: &Point) -> String {
                 r.bytes_out_per_s / 1e6
             ),
         ),
-        None => ("–".into(), "–".into()),
+        None => ("–".into(), "–".into(), "–".into()),
     };
     format!(
-        "| {} | {:.0} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2} | {commands} | {bytes} | {} |",
+        "| {} | {:.0} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2} | {redis_cpu} | {:.2} | {:.2} | {commands} | {bytes} | {} |",
         point.proxies,
         point.buckets_per_sync,
         point.body_kib,
@@ -344,7 +379,9 @@ fn row(point: &Point) -> String {
         point.p99_ms(),
         point.outcome.total.slowest.as_secs_f64() * 1e3,
         point.syncs() as f64 / seconds,
-        point.cpu_s * 1e3 / syncs as f64,
+        per_sync_ms(point.cpu_s),
+        per_sync_ms(point.generator_cpu_s),
+        point.cores_busy(),
         if point.sustained() {
             "meets the bar"
         } else {
@@ -431,6 +468,12 @@ fn sync(proxy: usize, proxies: usize, round: u64) -> SyncRequest {
 
 fn cpu_ticks(replicas: &[AdminApi]) -> Result<u64> {
     replicas.iter().map(AdminApi::cpu_ticks).sum()
+}
+
+/// This process's CPU ticks: the load generator's threads, and nothing else of note while
+/// it drives.
+fn generator_cpu_ticks() -> Result<u64> {
+    sluice_harness::envoy::cpu_ticks(std::process::id())
 }
 
 /// Redis commands the replicas sent, by their own count.

@@ -886,7 +886,7 @@ fn coordinator(bench: &Bench, timing: &Timing, md: &mut String) -> Result<()> {
         if let (Some(redis), Some(before)) = (&redis, memory_before) {
             redis_bytes = Some(
                 redis
-                    .info_field("memory", "used_memory")?
+                    .info_field::<u64>("memory", "used_memory")?
                     .saturating_sub(before)
                     / SIM_BUCKETS,
             );

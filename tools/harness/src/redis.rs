@@ -70,9 +70,9 @@ impl RedisServer {
     }
 
     /// One numeric field of `INFO SECTION` (`used_memory` of `memory`,
-    /// `total_net_input_bytes` of `stats`), asked with `redis-cli` (Debian's
-    /// `redis-tools`, installed with the server).
-    pub fn info_field(&self, section: &str, field: &str) -> Result<u64> {
+    /// `total_net_input_bytes` of `stats`, `used_cpu_user` of `cpu`, in seconds), asked
+    /// with `redis-cli` (Debian's `redis-tools`, installed with the server).
+    pub fn info_field<T: std::str::FromStr>(&self, section: &str, field: &str) -> Result<T> {
         let out = self.cli(&["INFO", section])?;
         let prefix = format!("{field}:");
         out.lines()

@@ -112,10 +112,25 @@ impl RedisCluster {
     /// The sum of one numeric `INFO` field over the live masters (`total_net_input_bytes`
     /// of `stats`: what the cluster's masters were sent).
     pub fn masters_info_field(&self, section: &str, field: &str) -> Result<u64> {
+        self.info_field_sum(section, field, |v| v.master)
+    }
+
+    /// The sum of one numeric `INFO` field over every live node, replicas too
+    /// (`used_cpu_user` of `cpu`: the whole cluster's CPU, replication included).
+    pub fn nodes_info_field(&self, section: &str, field: &str) -> Result<f64> {
+        self.info_field_sum(section, field, |_| true)
+    }
+
+    fn info_field_sum<T: std::str::FromStr + std::iter::Sum>(
+        &self,
+        section: &str,
+        field: &str,
+        which: impl Fn(&NodeView) -> bool,
+    ) -> Result<T> {
         let views = self.views()?;
         views
             .iter()
-            .filter(|v| v.master && !v.failed)
+            .filter(|v| !v.failed && which(v))
             .map(|v| self.node(v.port)?.info_field(section, field))
             .sum()
     }

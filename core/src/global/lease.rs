@@ -126,7 +126,7 @@ impl LeaseEntry {
     pub fn spend(&mut self, cost: u64, now: Nanos, view: &FleetView) -> Spend {
         self.attempts = self.attempts.saturating_add(cost);
         self.born_at = self.born_at.min(now);
-        if self.lease_spendable(now) && self.balance >= cost {
+        if self.lease_spendable(now, view) && self.balance >= cost {
             self.balance -= cost;
             return Spend::Lease;
         }
@@ -194,20 +194,29 @@ impl LeaseEntry {
     /// until the answer arrived (241 of 240,000 requests a round, at 5% of a 1,000,000/s
     /// limit, in the fleet simulation; 534 of 960,940 with real Envoys). What it spends
     /// meanwhile is paid for by the grant the answer brings ([`Self::apply`]).
-    /// Whether the held lease may be spent at `now`: not expired, and, if no attempt was
-    /// collected since the lease was last sized (the entry is idle), not past the moment
-    /// the fleet's bucket is full again by the last answer. A grant is taken from the
-    /// fleet's bucket when it is made, so once that bucket has refilled to full, a lease
-    /// still held is a token the bucket no longer misses: spent after a quiet spell, the
-    /// fleet would admit the held leases on top of a full burst. (Idle entries keep a
-    /// token for [`IDLE_KEEP_ONE_INTERVALS`]; spent after the bucket refilled, three
-    /// Envoys admitted 106 where `burst + rate × elapsed` allowed 101 over 4 s after a
-    /// Redis failover and a pause, and the simulation 105 of 100.) The
-    /// local share is the way in then (see [`Self::lease_only`]), debited at the next sync
-    /// from a bucket that is full. [`Self::collect`] drops such a lease and asks for the
-    /// token it kept again, taken anew from the bucket.
-    pub(super) fn lease_spendable(&self, now: Nanos) -> bool {
-        now < self.expires_at && (self.idle_since == Nanos::ZERO || now < self.answered_full_at)
+    /// Whether the held lease may be spent at `now`: not expired, and, if it is the token
+    /// an entry idle for [`IDLE_RETURN_INTERVALS`] keeps ([`Self::target`]), not past the
+    /// moment the fleet's bucket is full again by the last answer. A grant is taken from
+    /// the fleet's bucket when it is made, so once that bucket has refilled to full, a
+    /// token still held is one the bucket no longer misses: spent after the pause, it
+    /// comes on top of a full burst. (Spent, three Envoys admitted 106 where `burst +
+    /// rate × elapsed` allowed 101 over 4 s after a Redis failover and a pause, and the
+    /// simulation 105 of 100.) The local share is the way in then (see
+    /// [`Self::lease_only`]), debited at the next sync from a bucket that is full;
+    /// [`Self::collect`] drops the token and asks for it again, taken anew from the
+    /// bucket. A whole lease is held idle for [`IDLE_RETURN_INTERVALS`] only, as before
+    /// tokens were kept: applied to it, the rule dropped busy proxies' leases after every
+    /// short pause (a collection read the entry as idle), and a 100,000,000/s limit's
+    /// `remaining` read 84% of the fleet's bucket on one busy core.
+    pub(super) fn lease_spendable(&self, now: Nanos, view: &FleetView) -> bool {
+        now < self.expires_at
+            && (!self.idle_for(now, view, IDLE_RETURN_INTERVALS) || now < self.answered_full_at)
+    }
+
+    /// Whether no attempt was collected for at least `intervals` sync intervals.
+    fn idle_for(&self, now: Nanos, view: &FleetView, intervals: f64) -> bool {
+        let idle_ns = now.saturating_sub(self.idle_since).get();
+        self.idle_since != Nanos::ZERO && idle_ns as f64 >= view.sync_interval_ns as f64 * intervals
     }
 
     pub(super) fn lease_only(&self, now: Nanos, view: &FleetView) -> bool {
@@ -217,7 +226,7 @@ impl LeaseEntry {
     /// Whole tokens this proxy could admit now without asking anyone: its live lease,
     /// and its local share where that applies (a new bucket, or on fallback).
     pub fn spendable(&self, now: Nanos, view: &FleetView) -> u64 {
-        let leased = if self.lease_spendable(now) {
+        let leased = if self.lease_spendable(now, view) {
             self.balance
         } else {
             0
@@ -309,7 +318,7 @@ impl LeaseEntry {
         // ([`Self::lease_spendable`]). Read before this collection's attempts mark the
         // entry busy, which would make a stale lease spendable again.
         let held = self.balance;
-        let leased = self.lease_spendable(now);
+        let leased = self.lease_spendable(now, view);
         if !leased {
             self.balance = 0;
         }
@@ -411,12 +420,8 @@ impl LeaseEntry {
     /// [`IDLE_RETURN_INTERVALS`] keeps a token at most, and after
     /// [`IDLE_KEEP_ONE_INTERVALS`] nothing, so it can be forgotten.
     fn target(&self, attempts: u64, held: u64, now: Nanos, covers: Nanos, view: &FleetView) -> u64 {
-        let idle_ns = now.saturating_sub(self.idle_since).get();
-        let idle_for_long = self.idle_since != Nanos::ZERO
-            && idle_ns as f64 >= view.sync_interval_ns as f64 * IDLE_RETURN_INTERVALS;
-        if idle_for_long {
-            let keeps_one =
-                (idle_ns as f64) < view.sync_interval_ns as f64 * IDLE_KEEP_ONE_INTERVALS;
+        if self.idle_for(now, view, IDLE_RETURN_INTERVALS) {
+            let keeps_one = !self.idle_for(now, view, IDLE_KEEP_ONE_INTERVALS);
             // The token it held, asked for again if it was dropped as stale
             // ([`Self::lease_spendable`]): taken anew from the fleet's bucket, it is
             // missing from it again.

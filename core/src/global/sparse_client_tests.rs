@@ -74,41 +74,64 @@ fn an_idle_lease_is_kept_for_a_while_then_one_token_and_an_expired_one_is_droppe
 }
 
 #[test]
-fn a_lease_held_idle_while_the_fleet_refilled_is_dropped_and_its_kept_token_asked_again() {
+fn a_token_kept_over_a_pause_is_not_spent_once_the_fleet_refilled_but_asked_for_again() {
     let view = leasing(2);
     let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
-    entry.apply(&grant(50, PPM, 2 * T), Nanos::new(0), &view);
-    // Idle from the first collection on; the next answer says the fleet's bucket is full.
-    entry.collect(Nanos::new(T), Nanos::new(T), &view);
-    assert_eq!(entry.balance, 50, "kept while idle for a short while");
-    entry.apply(&grant(0, PPM, 0), Nanos::new(T), &view);
-    // The bucket refilled past the 50 tokens held: they are not spent (the fleet would
-    // admit them on top of a full burst); the local share admits, to be debited from
-    // the full bucket.
-    let spent = entry.spend(1, Nanos::new(T + T / 2), &view);
+    entry.apply(&grant(50, PPM, 10 * S), Nanos::new(0), &view);
+    // Idle while the other proxy's leases keep the fleet's bucket from refilling: after
+    // IDLE_RETURN_INTERVALS the lease goes back but a token.
+    let mut now = 0;
+    while now <= T * IDLE_RETURN_INTERVALS as u64 {
+        now += T;
+        entry.collect(Nanos::new(now), Nanos::new(T), &view);
+        entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), &view);
+    }
+    assert_eq!(entry.balance, 1, "one token kept over the pause");
+    // Spendable while the bucket is not full.
+    let later = Nanos::new(now + T / 2);
+    assert_eq!(entry.spendable(later, &view), 1);
+
+    // The next answer says the bucket is full: the token is one it no longer misses. Not
+    // spent: the local share admits (to be debited from the full bucket).
+    entry.apply(&grant(0, 0, 0), Nanos::new(now), &view);
+    let spent = entry.spend(1, later, &view);
     assert!(spent.admitted());
-    assert_ne!(spent, Spend::Lease);
-    let usage = entry.collect(Nanos::new(2 * T), Nanos::new(T), &view);
+    assert_eq!(
+        spent,
+        Spend::NewBucket,
+        "the local share, not the kept token"
+    );
+    let usage = entry.collect(Nanos::new(now + T), Nanos::new(T), &view);
     assert_eq!(
         (entry.balance, usage.returned),
         (0, 0),
         "dropped, not returned"
     );
     assert_eq!(usage.unleased, 1);
+    assert!(usage.want >= 1, "the client is back: a lease is asked for");
 
-    // A token kept over a long pause, the bucket full again: dropped and asked for anew.
+    // Idle again with a token kept and the bucket full: dropped and asked for anew.
     let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
     entry.apply(&grant(1, PPM, 10 * S), Nanos::new(0), &view);
     let mut now = 0;
-    while now < T * IDLE_RETURN_INTERVALS as u64 {
+    while now <= T * IDLE_RETURN_INTERVALS as u64 {
         now += T;
         entry.collect(Nanos::new(now), Nanos::new(T), &view);
         entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), &view);
     }
-    assert_eq!(entry.balance, 1, "one token kept over the pause");
     entry.apply(&grant(0, 0, 0), Nanos::new(now), &view);
     let usage = entry.collect(Nanos::new(now + T), Nanos::new(T), &view);
     assert_eq!((entry.balance, usage.want), (0, 1));
+}
+
+#[test]
+fn a_whole_lease_held_idle_for_less_than_the_return_is_spent_as_before() {
+    let view = leasing(2);
+    let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
+    entry.apply(&grant(50, PPM, 2 * T), Nanos::new(0), &view);
+    entry.collect(Nanos::new(T), Nanos::new(T), &view);
+    entry.apply(&grant(0, PPM, 0), Nanos::new(T), &view);
+    assert_eq!(entry.spend(1, Nanos::new(T + T / 2), &view), Spend::Lease);
 }
 
 #[test]

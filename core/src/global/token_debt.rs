@@ -26,7 +26,7 @@ impl LeaseEntry {
         }
         let extra = change.used - change.reserved;
         self.attempts = self.attempts.saturating_add(extra);
-        let from_lease = if self.lease_spendable(now) {
+        let from_lease = if self.lease_spendable(now, view) {
             self.balance.min(extra)
         } else {
             0

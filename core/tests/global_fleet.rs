@@ -1673,12 +1673,15 @@ fn a_proxy_cut_off_from_the_coordinator_adds_at_most_its_share() {
 
 /// Leases held over a quiet spell never outlast the fleet's refill: a client that pauses
 /// (after heavy load, and after an outage spent on fallback shares) long enough for its
-/// idle proxies to give back their leases but a token, and for the fleet's bucket to
-/// refill, admits at most `burst + rate × elapsed` over the 4 s after the pause, and at
-/// least 0.95 of it. (A kept token spent after the refill is one the bucket no longer
-/// misses: three proxies admitted 101 of 100 allowed after a plain pause and 105 after
-/// one following a 2.6 s outage, the same figure as the real Envoys of
+/// idle proxies to give back their leases but a token (a second), and for the fleet's
+/// bucket to refill, admits at most `burst + rate × elapsed` over the 4 s after the
+/// pause, and at least 0.95 of it. (A kept token spent after the refill is one the bucket
+/// no longer misses: three proxies admitted 101 of 100 allowed after a plain pause and 105
+/// after one following a 2.6 s outage, the same figure as the real Envoys of
 /// `on_a_redis_cluster_the_fleet_limit_holds_while_the_buckets_master_fails_over`.)
+/// Shorter pauses end while whole leases are still held idle, as they always were: the
+/// bucket refills under them, and a window starting then is held to 1.03 of the bound
+/// (measured at most 102 of 100, 1.2 s after an outage; 101 before tokens were kept).
 #[test]
 fn a_pause_never_lets_held_leases_add_to_a_refilled_bucket() {
     let (rate, burst) = (20, 20);
@@ -1686,7 +1689,7 @@ fn a_pause_never_lets_held_leases_add_to_a_refilled_bucket() {
     let quiet = Traffic::steady(0.0, &SKEW, 1);
     let bound = burst + rate * 4;
     for outage_ms in [0, 500, 2_600] {
-        for pause_ms in [1_500, 2_000, 3_000, 5_000] {
+        for pause_ms in [300, 600, 900, 1_200, 1_500, 2_000, 3_000, 5_000] {
             let mut fleet = Fleet::new(3, limit(rate, burst), T);
             let mut per_client = HashMap::new();
             let mut t = S;
@@ -1704,14 +1707,22 @@ fn a_pause_never_lets_held_leases_add_to_a_refilled_bucket() {
             let admitted = phase(&mut fleet, 4 * S, &heavy);
             let what = format!("after a {outage_ms} ms outage and a {pause_ms} ms pause");
             eprintln!("{what}: {admitted} admitted in 4 s, {bound} allowed");
+            let ceiling = if pause_ms >= 1_500 {
+                bound
+            } else {
+                bound * 103 / 100
+            };
             assert!(
-                admitted <= bound,
-                "{what}: {admitted} admitted, at most {bound}"
+                admitted <= ceiling,
+                "{what}: {admitted} admitted, at most {ceiling}"
             );
-            assert!(
-                admitted as f64 >= 0.95 * bound as f64,
-                "{what}: {admitted} admitted of {bound}"
-            );
+            // The bucket refills in a second: after a shorter pause it starts part full.
+            if pause_ms >= 1_500 {
+                assert!(
+                    admitted as f64 >= 0.95 * bound as f64,
+                    "{what}: {admitted} admitted of {bound}"
+                );
+            }
         }
     }
 }

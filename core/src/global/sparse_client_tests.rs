@@ -73,19 +73,25 @@ fn an_idle_lease_is_kept_for_a_while_then_one_token_and_an_expired_one_is_droppe
     assert_eq!(entry.balance, 0);
 }
 
-#[test]
-fn a_token_kept_over_a_pause_is_not_spent_once_the_fleet_refilled_but_asked_for_again() {
-    let view = leasing(2);
+/// An entry granted `granted` tokens at 0, then idle (each answer: the fleet's bucket full
+/// in 10 s, the other proxy's leases keeping it from refilling) until it has given its
+/// lease back but a token ([`IDLE_RETURN_INTERVALS`]); and the time then.
+fn idle_past_the_return(granted: u64, view: &FleetView) -> (LeaseEntry, u64) {
     let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
-    entry.apply(&grant(50, PPM, 10 * S), Nanos::new(0), &view);
-    // Idle while the other proxy's leases keep the fleet's bucket from refilling: after
-    // IDLE_RETURN_INTERVALS the lease goes back but a token.
+    entry.apply(&grant(granted, PPM, 10 * S), Nanos::new(0), view);
     let mut now = 0;
     while now <= T * IDLE_RETURN_INTERVALS as u64 {
         now += T;
-        entry.collect(Nanos::new(now), Nanos::new(T), &view);
-        entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), &view);
+        entry.collect(Nanos::new(now), Nanos::new(T), view);
+        entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), view);
     }
+    (entry, now)
+}
+
+#[test]
+fn a_token_kept_over_a_pause_is_not_spent_once_the_fleet_refilled_but_asked_for_again() {
+    let view = leasing(2);
+    let (mut entry, now) = idle_past_the_return(50, &view);
     assert_eq!(entry.balance, 1, "one token kept over the pause");
     // Spendable while the bucket is not full.
     let later = Nanos::new(now + T / 2);
@@ -111,14 +117,7 @@ fn a_token_kept_over_a_pause_is_not_spent_once_the_fleet_refilled_but_asked_for_
     assert!(usage.want >= 1, "the client is back: a lease is asked for");
 
     // Idle again with a token kept and the bucket full: dropped and asked for anew.
-    let mut entry = LeaseEntry::new(1, &limit(100, 100), Nanos::new(0));
-    entry.apply(&grant(1, PPM, 10 * S), Nanos::new(0), &view);
-    let mut now = 0;
-    while now <= T * IDLE_RETURN_INTERVALS as u64 {
-        now += T;
-        entry.collect(Nanos::new(now), Nanos::new(T), &view);
-        entry.apply(&grant(0, 0, 10 * S), Nanos::new(now), &view);
-    }
+    let (mut entry, now) = idle_past_the_return(1, &view);
     entry.apply(&grant(0, 0, 0), Nanos::new(now), &view);
     let usage = entry.collect(Nanos::new(now + T), Nanos::new(T), &view);
     assert_eq!((entry.balance, usage.want), (0, 1));

@@ -806,7 +806,11 @@ fn each_proxy_admits_about_its_share_of_the_demand() {
 #[test]
 fn a_thousand_clients_each_get_their_own_global_limit() {
     let clients = 1_000;
-    for (rate, overload) in [(20, 2.0), (8, 2.5)] {
+    // The fleet's lag behind the bound is a few whole tokens a client, so it is a larger
+    // part of a smaller bucket: 0.990 at 20/s, 0.983 at 8/s, 0.967 at 4/s with a burst of
+    // 4 (the limit the global bench picked on 2026-11-27 from the load the machine gave,
+    // and measured 0.961 with three real Envoys).
+    for (rate, overload, floor) in [(20, 2.0, 0.975), (8, 2.5, 0.975), (4, 2.3, 0.96)] {
         let mut fleet = Fleet::new(3, limit(rate, rate), T);
         let elapsed = 20 * S;
         let mut per_client = HashMap::new();
@@ -822,7 +826,7 @@ fn a_thousand_clients_each_get_their_own_global_limit() {
         let bound = rate + rate * elapsed / S;
         let ratio = admitted as f64 / (bound * clients) as f64;
         assert!(
-            (0.975..=1.01).contains(&ratio),
+            (floor..=1.01).contains(&ratio),
             "{rate}/s: fleet {ratio:.4}"
         );
         let worst = per_client.values().max().copied().unwrap_or(0);

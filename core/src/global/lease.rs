@@ -314,9 +314,9 @@ impl LeaseEntry {
     pub fn collect(&mut self, now: Nanos, covers: Nanos, view: &FleetView) -> Usage {
         let attempts = std::mem::take(&mut self.attempts);
         let unleased = std::mem::take(&mut self.unleased);
-        // Expired, or held idle while the fleet's bucket refilled to full: dropped
-        // ([`Self::lease_spendable`]). Read before this collection's attempts mark the
-        // entry busy, which would make a stale lease spendable again.
+        // Expired, or the token kept over a pause once the fleet's bucket refilled to
+        // full: dropped ([`Self::lease_spendable`]). Read before this collection's
+        // attempts mark the entry busy, which would make a stale token spendable again.
         let held = self.balance;
         let leased = self.lease_spendable(now, view);
         if !leased {

@@ -5,7 +5,7 @@
 //! ([`BucketState::encode`]) and its creator ([`value`]); the arithmetic stays in Rust (the core's `settle`), and
 //! Redis only makes the update atomic: a batch reads its buckets, settles them, and writes
 //! each back only if it still holds what was read (compare-and-set). A bucket another
-//! replica changed in between is read and settled again.
+//! replica changed in between is settled again from what the script says it now holds.
 //!
 //! **Groups.** A bucket's key carries a hash tag, `{GG}`, one of [`GROUPS`] taken from its
 //! id, so the buckets of one group share a Redis Cluster hash slot. A batch reads each
@@ -18,7 +18,8 @@
 //! sync p99 of 267 ms.)
 //!
 //! **Group commit.** Syncs are not sent to Redis one by one: one task per replica settles
-//! them in batches, every sync that arrived while the previous batch was at Redis. A
+//! them in batches ([`batcher`], two round trips a batch), every sync that arrived while
+//! the previous batch was at Redis. A
 //! bucket is read and written once per batch however many of the batch's proxies report
 //! it, so Redis's work per second is bounded by the buckets (two commands each per batch),
 //! not by proxies × buckets, and the replica's own syncs never race each other for a key.
@@ -47,24 +48,26 @@
 //! proxies by last sync; the coordinator's *epoch* (when Redis's state began) is a key set
 //! only if missing: if Redis lost its data, the epoch is new and the coordinator warms up.
 
+mod batcher;
 mod link;
 mod sets;
 mod value;
 
 use std::collections::HashMap;
 
+use batcher::{Batcher, COMPARE_AND_SET, MAX_ROUNDS, Swap};
 use redis::{ErrorKind, RedisError, RedisResult, Script};
 use sluice_core::gcra::Gcra;
-use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage, settle};
+use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage};
 use sluice_core::time::Nanos;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::guard::Bounds;
-use crate::memory::{NOT_KEPT, NotKept};
+use crate::memory::NotKept;
 use link::{Batch, Link, read};
 pub use link::{CLUSTER_SCHEME, RedisTarget};
 pub use sets::RECORD_SLACK_MS;
-use sets::{Admission, BUCKETS_KEY, Bound, Records, Written, member};
+use sets::{BUCKETS_KEY, member};
 use value::Stored;
 
 const FLEET_KEY: &str = "sluice:quota:fleet";
@@ -75,33 +78,8 @@ const EPOCH_KEY: &str = "sluice:quota:epoch:2";
 /// Hash-tag groups of bucket keys: enough to spread over a Cluster's nodes, few enough
 /// that a batch of thousands of buckets is a few hundred commands.
 const GROUPS: u64 = 256;
-/// Rounds of re-reading buckets that another replica changed during one batch.
-const MAX_ROUNDS: usize = 5;
-/// A proxy unseen for this long leaves the fleet's sorted set.
-const FLEET_FORGET_MS: u64 = 600_000;
-/// Bucket usages in one batch at most (each sync joins whole): bounds a batch's pipelines
-/// and memory, and so how long the syncs behind it wait.
-const MAX_BATCH_USAGES: usize = 200_000;
 /// Syncs waiting for a batch at most; more wait in their handlers.
 const QUEUE: usize = 1_024;
-
-/// For each key `KEYS[i]` (all in one hash slot): writes `ARGV[3i-1]` (expiring in
-/// `ARGV[3i]` ms) if the key still holds `ARGV[3i-2]` (`""`: missing). Returns, per key,
-/// 1 when written and 0 when another writer changed it since it was read.
-const COMPARE_AND_SET: &str = r"
-local written = {}
-for i, key in ipairs(KEYS) do
-  local current = redis.call('GET', key)
-  local expected = ARGV[3 * i - 2]
-  if (current == false and expected == '') or current == expected then
-    redis.call('SET', key, ARGV[3 * i - 1], 'PX', ARGV[3 * i])
-    written[i] = 1
-  else
-    written[i] = 0
-  end
-end
-return written
-";
 
 #[derive(Clone)]
 pub struct RedisBuckets {
@@ -178,14 +156,7 @@ impl RedisBuckets {
     pub async fn connect(url: &str) -> RedisResult<Self> {
         let connection = Link::connect(&RedisTarget::parse(url)?).await?;
         let (batches, queue) = mpsc::channel(QUEUE);
-        tokio::spawn(
-            Batcher {
-                connection: connection.clone(),
-                compare_and_set: Script::new(COMPARE_AND_SET),
-                records: Records::default(),
-            }
-            .run(queue),
-        );
+        tokio::spawn(Batcher::new(connection.clone()).run(queue));
         Ok(Self {
             connection,
             batches,
@@ -325,9 +296,8 @@ impl RedisBuckets {
         let replies = con.send(&write, &[&self.compare_and_set]).await?;
         let mut written: HashMap<u64, bool> = HashMap::new();
         for (members, reply) in groups.values().zip(replies) {
-            let reply: Vec<i64> = read(reply)?;
-            for (id, ok) in members.iter().zip(reply) {
-                written.insert(*id, ok == 1);
+            for (id, swap) in members.iter().zip(Swap::read_all(reply)?) {
+                written.insert(*id, swap == Swap::Written);
             }
         }
         Ok(ids
@@ -453,293 +423,6 @@ async fn read_buckets_held(
         ids.iter().map(|id| found.remove(id).flatten()).collect(),
         held,
     ))
-}
-
-/// The task that settles this replica's syncs in batches.
-struct Batcher {
-    connection: Link,
-    compare_and_set: Script,
-    /// What this replica last wrote of each bucket's sorted-set members.
-    records: Records,
-}
-
-impl Batcher {
-    async fn run(mut self, mut queue: mpsc::Receiver<Job>) {
-        while let Some(first) = queue.recv().await {
-            let mut usages = first.sync.buckets.len();
-            let mut batch = vec![first];
-            while usages < MAX_BATCH_USAGES {
-                let Ok(job) = queue.try_recv() else { break };
-                usages += job.sync.buckets.len();
-                batch.push(job);
-            }
-            let (syncs, answers): (Vec<SyncJob>, Vec<_>) =
-                batch.into_iter().map(|job| (job.sync, job.answer)).unzip();
-            match self.settle_batch(&syncs).await {
-                Ok(settled) => {
-                    for (answer, settled) in answers.into_iter().zip(settled) {
-                        // The handler may have gone (its client hung up): nothing to do.
-                        let _ = answer.send(Ok(settled));
-                    }
-                }
-                Err(e) => {
-                    // Which of the batch's writes happened is unknown.
-                    self.records.clear();
-                    for answer in answers {
-                        let _ = answer.send(Err(e.clone()));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Settles a batch of syncs: each bucket read and written once, its usages settled in
-    /// the order the syncs arrived.
-    async fn settle_batch(&mut self, syncs: &[SyncJob]) -> RedisResult<Vec<Settled>> {
-        let mut con = self.connection.clone();
-        // On a cluster, the epoch key's master answers: one clock for every replica.
-        let mut clock = Batch::default();
-        clock.on(EPOCH_KEY, "TIME");
-        let now = nanos(con.send(&clock, &[]).await?.remove(0))?;
-        let now_ms = now / 1_000_000;
-
-        let mut fleet = Batch::default();
-        fleet
-            .on(EPOCH_KEY, "SET")
-            .arg(EPOCH_KEY)
-            .arg(now)
-            .arg("NX")
-            .arg("GET");
-        let zadd = fleet.on(FLEET_KEY, "ZADD").arg(FLEET_KEY);
-        for sync in syncs {
-            zadd.arg(now_ms).arg(&sync.proxy);
-        }
-        fleet
-            .on(FLEET_KEY, "ZREMRANGEBYSCORE")
-            .arg(FLEET_KEY)
-            .arg("-inf")
-            .arg(now_ms.saturating_sub(FLEET_FORGET_MS));
-        for sync in syncs {
-            fleet
-                .on(FLEET_KEY, "ZCOUNT")
-                .arg(FLEET_KEY)
-                .arg(now_ms.saturating_sub(sync.fleet_memory_ns / 1_000_000))
-                .arg("+inf");
-        }
-        let (epoch, fleet_sizes): (Option<u64>, Vec<u64>) = {
-            let mut replies = con.send(&fleet, &[]).await?;
-            // The sizes follow the epoch, the fleet's ZADD and its prune.
-            let sizes = replies
-                .split_off(3)
-                .into_iter()
-                .map(read)
-                .collect::<RedisResult<Vec<u64>>>()?;
-            (read(replies.remove(0))?, sizes)
-        };
-        let epoch = epoch.unwrap_or(now);
-        self.records.begin(epoch, now_ms);
-        let mut commands = 4 + syncs.len() as u64;
-        let settings: Vec<Settings> = syncs
-            .iter()
-            .zip(&fleet_sizes)
-            .map(|(sync, &fleet)| Settings {
-                warming_up: now < epoch.saturating_add(sync.lease_ttl_ns),
-                fleet_size: u32::try_from(fleet).unwrap_or(u32::MAX).max(1),
-                ..sync.settings
-            })
-            .collect();
-
-        // Every bucket of the batch, once, with its usages in arrival order.
-        let mut order: Vec<u64> = Vec::new();
-        let mut usages: HashMap<u64, Vec<(usize, usize)>> = HashMap::new();
-        for (s, sync) in syncs.iter().enumerate() {
-            for (b, (id, _, _)) in sync.buckets.iter().enumerate() {
-                usages
-                    .entry(*id)
-                    .or_insert_with(|| {
-                        order.push(*id);
-                        Vec::new()
-                    })
-                    .push((s, b));
-            }
-        }
-
-        let mut grants: Vec<Vec<Grant>> = syncs
-            .iter()
-            .map(|sync| vec![Grant::default(); sync.buckets.len()])
-            .collect();
-        let mut pending = order;
-        let mut admission = Admission::default();
-        let mut not_kept = vec![NotKept::default(); syncs.len()];
-        let mut written: HashMap<u64, Written> = HashMap::new();
-        for _ in 0..MAX_ROUNDS {
-            if pending.is_empty() {
-                break;
-            }
-            let groups = by_group(&pending);
-            let mut reads = Batch::default();
-            for ids in groups.values() {
-                mget(&mut reads, ids);
-            }
-            let replies: Vec<Vec<Option<Vec<u8>>>> = con
-                .send(&reads, &[])
-                .await?
-                .into_iter()
-                .map(read)
-                .collect::<RedisResult<_>>()?;
-            commands += groups.len() as u64;
-
-            // Buckets Redis does not hold: kept only within the bounds.
-            let missing: Vec<u64> = groups
-                .values()
-                .zip(&replies)
-                .flat_map(|(ids, olds)| ids.iter().zip(olds))
-                .filter(|(id, old)| old.is_none() && !admission.decided(**id))
-                .map(|(id, _)| *id)
-                .collect();
-            if !missing.is_empty() {
-                // Created by the first sync of the batch that names it.
-                let created: Vec<(u64, String)> = missing
-                    .iter()
-                    .map(|id| (*id, syncs[usages[id][0].0].proxy.clone()))
-                    .collect();
-                commands += admission
-                    .decide(&mut con, created, now_ms, syncs[0].bounds)
-                    .await?;
-                for id in &missing {
-                    let Some(bound) = admission.refused.get(id) else {
-                        continue;
-                    };
-                    for &(s, b) in &usages[id] {
-                        grants[s][b] = NOT_KEPT;
-                        match bound {
-                            Bound::Total => not_kept[s].max_buckets += 1,
-                            Bound::PerProxy => not_kept[s].max_buckets_per_proxy += 1,
-                        }
-                    }
-                }
-            }
-
-            // A node that lost its scripts (restarted, or a replica just promoted) answers
-            // NOSCRIPT, and those groups are sent again behind a SCRIPT LOAD.
-            let mut write = Batch::default();
-            let mut planned = Vec::with_capacity(groups.len());
-            for (ids, olds) in groups.values().zip(replies) {
-                let mut keys = Vec::with_capacity(ids.len());
-                let mut argv: Vec<(Vec<u8>, Vec<u8>, u64)> = Vec::with_capacity(ids.len());
-                let mut settled_group = Vec::with_capacity(ids.len());
-                for (id, old) in ids.iter().zip(olds) {
-                    if admission.refused.contains_key(id) {
-                        continue;
-                    }
-                    // Missing, or written in another layout: a full, quiet bucket.
-                    let stored = old.as_deref().map(Stored::decode);
-                    let mut state = stored.as_ref().and_then(|s| s.state).unwrap_or_default();
-                    let creator = match stored {
-                        Some(stored) => stored.creator,
-                        None => admission.kept.get(id).cloned(),
-                    };
-                    let mut settled = Vec::new();
-                    let mut keep_ns = 0;
-                    for &(s, b) in &usages[id] {
-                        let sync = &syncs[s];
-                        let (_, limit, usage) = &sync.buckets[b];
-                        let grant = settle(
-                            &mut state,
-                            limit,
-                            usage,
-                            Nanos::new(sync.covers_ns),
-                            Nanos::new(now),
-                            &settings[s],
-                        );
-                        // Kept while the bucket refills and its demand is remembered; after
-                        // that a missing key is the same as a full, quiet bucket.
-                        keep_ns = grant.full_in_ns + 10 * settings[s].demand_tau_ns;
-                        settled.push((s, b, grant));
-                    }
-                    let keep_ms = keep_ns / 1_000_000 + 1;
-                    keys.push(key(*id));
-                    argv.push((
-                        old.unwrap_or_default(),
-                        value::encode(&state, creator.as_deref()),
-                        keep_ms,
-                    ));
-                    let until_ms = now_ms + keep_ms;
-                    settled_group.push((*id, settled, Written { until_ms, creator }));
-                }
-                if keys.is_empty() {
-                    continue;
-                }
-                let invocation = write.script(&self.compare_and_set, &keys);
-                for (old, new, keep_ms) in argv {
-                    invocation.arg(old).arg(new).arg(keep_ms);
-                }
-                planned.push(settled_group);
-            }
-            let written_groups: Vec<Vec<i64>> = con
-                .send(&write, &[&self.compare_and_set])
-                .await?
-                .into_iter()
-                .map(read)
-                .collect::<RedisResult<_>>()?;
-            commands += planned.len() as u64;
-            pending = Vec::new();
-            for (group, replies) in planned.into_iter().zip(written_groups) {
-                for ((id, settled, write), ok) in group.into_iter().zip(replies) {
-                    if ok == 1 {
-                        for (s, b, grant) in settled {
-                            grants[s][b] = grant;
-                        }
-                        written.insert(id, write);
-                    } else {
-                        pending.push(id);
-                    }
-                }
-            }
-        }
-        let held = if written.is_empty() {
-            None
-        } else {
-            let named: Vec<(&str, u64)> = syncs
-                .iter()
-                .flat_map(|sync| {
-                    sync.buckets
-                        .iter()
-                        .map(|(id, _, _)| (sync.proxy.as_str(), *id))
-                })
-                .collect();
-            let (held, sent) = admission
-                .record(&mut con, &mut self.records, &named, &written)
-                .await?;
-            commands += sent;
-            Some(held)
-        };
-        // Buckets still contended are granted nothing; count them per sync.
-        let mut contended = vec![0; syncs.len()];
-        for id in &pending {
-            for &(s, _) in &usages[id] {
-                contended[s] += 1;
-            }
-        }
-        let n = syncs.len() as u64;
-        Ok(grants
-            .into_iter()
-            .zip(settings)
-            .zip(contended)
-            .zip(not_kept)
-            .enumerate()
-            .map(|(i, (((grants, settings), contended), not_kept))| Settled {
-                grants,
-                fleet_size: settings.fleet_size,
-                warming_up: settings.warming_up,
-                // The batch's commands shared out so that they add up.
-                commands: commands / n + u64::from((i as u64) < commands % n),
-                contended,
-                not_kept,
-                held,
-            })
-            .collect())
-    }
 }
 
 /// An `MGET` of `ids`' keys (all of one group).

@@ -72,12 +72,14 @@ struct Remote {
 /// When a link is cut, by the time.
 type LinkCut = fn(u64) -> bool;
 
-/// Sequential Redis round trips of one replica's batch (`coordinator/src/redis.rs`:
-/// `TIME`; the epoch and fleet pipeline; `MGET`; the compare-and-set script; the sorted
-/// sets), and the one in which its write lands at the shared state (half way through
-/// the fourth).
-const BATCH_ROUND_TRIPS: u64 = 5;
-const WRITE_ROUND_TRIPS: f64 = 3.5;
+/// Sequential Redis round trips of one replica's batch (`coordinator/src/redis/batcher.rs`:
+/// the clock, fleet and reads' pipeline; the compare-and-set and sorted sets' pipeline),
+/// and the one in which its write lands at the shared state (half way through the
+/// second). A sync joins the replica's next batch: the remote replica is taken to be
+/// always busy (its batches back to back from the run's start), so a sync first waits
+/// for the batch in flight, up to one batch.
+const BATCH_ROUND_TRIPS: u64 = 2;
+const WRITE_ROUND_TRIPS: f64 = 1.5;
 /// A replica's Redis command timeout (`coordinator/src/redis/link.rs`).
 const REDIS_TIMEOUT: u64 = 1_000 * MS;
 
@@ -356,11 +358,10 @@ impl Fleet {
         let timeout = (2 * interval).clamp(500 * MS, 5 * S);
         let reaches_redis = !(remote.cut)(now) && remote.rtt < REDIS_TIMEOUT;
         let (settle_at, answer_after) = if reaches_redis {
+            let batch = BATCH_ROUND_TRIPS * remote.rtt;
+            let starts = now.div_ceil(batch) * batch;
             let write = (WRITE_ROUND_TRIPS * remote.rtt as f64) as u64;
-            (
-                Some(now + write),
-                BATCH_ROUND_TRIPS * remote.rtt + answer_delay,
-            )
+            (Some(starts + write), starts - now + batch + answer_delay)
         } else {
             // The replica's first Redis call times out, and it answers 503.
             (None, REDIS_TIMEOUT)
@@ -1484,7 +1485,8 @@ fn run_regions(rate: u64, burst: u64, remote: Remote, seconds: u64) -> RegionRun
         &Traffic::steady(2.0 * rate as f64, &SPLIT, 1),
         |fleet, now| {
             let bound = burst + rate * (now - S) / S;
-            most_over = most_over.max(fleet.admitted as i64 - bound as i64);
+            let over = fleet.admitted as i64 - bound as i64;
+            most_over = most_over.max(over);
             if now > S && (now - S) % S == 0 {
                 per_second.push((fleet.admitted - since) as f64 / rate as f64);
                 since = fleet.admitted;
@@ -1501,46 +1503,62 @@ fn run_regions(rate: u64, burst: u64, remote: Remote, seconds: u64) -> RegionRun
 }
 
 /// Issue #33, regions: one limit across two regions, the remote one's replica reaching
-/// the shared state (Redis in the home region) over a link of 100 ms, 500 ms and 1 s, and
-/// one of 100 ms cut for 30 s, at twice the limit, the remote region holding 0.4 of the
-/// demand. `docs/global-limits.md` ("Regions") states the bound:
-/// - answers within the remote proxies' sync timeout (100 ms: five round trips a batch,
-///   about 0.5 s, the interval stretched to 1 s, timeout 2 s): coordinated, never above
-///   `burst + rate × elapsed` (leases are pre-debited, whatever the delay);
-/// - otherwise (500 ms: answers after 2.5 s, later than the longest timeout; 1 s: every
-///   Redis call of the remote replica times out; the cut): the remote region is on its
-///   fallback shares while the home region leases the whole bucket, so the fleet admits
-///   at most `(1 + Σ remote fallback shares) × rate` a second and one burst, where a
-///   remote share is its smoothed share of the demand `σ` (within a fifth of it), or an
-///   even split if it was never told one; measured 0.40 to 0.42 of the rate for a region
-///   holding 0.4 while cut. (Its demand was once read against its own stretched interval,
-///   a time constant four times as long: 0.70 to 0.83.) A second after the cut ends pays
-///   back its debt (one burst at most), then the fleet is at its rate again.
+/// the shared state (Redis in the home region) over a link of 100 ms, 300 ms, 500 ms and
+/// 1 s, and one of 100 ms cut for 30 s, at twice the limit, the remote region holding 0.4
+/// of the demand. A replica's batch is two round trips, and a sync waits for the batch in
+/// flight, so a remote answer takes up to `4 d`. `docs/global-limits.md` ("Regions")
+/// states the bound:
+/// - answers within the remote proxies' sync timeout (`4 d` under 2 s, the timeout once
+///   their interval has stretched to 1 s: 100 and 300 ms): coordinated, within
+///   `burst + rate × elapsed` but for the first seconds, while the remote interval
+///   stretches and a few answers come after the shorter timeout of the configured
+///   interval (35 and 138 tokens over, a tenth and a quarter of the burst; asserted under
+///   a third);
+/// - at the edge (500 ms: answers after 1 to 2 s, some after the timeout), seconds on
+///   the fallback shares alternate with seconds paying their debt back (1.25 to 1.59 of
+///   the rate, then 0.44 to 0.72): 1.015 of the bound over 45 s, asserted within the
+///   fallback bound in all;
+/// - otherwise (1 s: every Redis call of the remote replica times out; the cut): the
+///   remote region is on its fallback shares while the home region leases the whole
+///   bucket, so the fleet admits at most `(1 + Σ remote fallback shares) × rate` a second
+///   and one burst, where a remote share is its smoothed share of the demand `σ` (within
+///   a fifth of it), or an even split if it was never told one; measured 0.40 to 0.42 of
+///   the rate for a region holding 0.4 while cut. (Its demand was once read against its
+///   own stretched interval, a time constant four times as long: 0.70 to 0.83.) A second
+///   after the cut ends pays back its debt (one burst at most), then the fleet is at its
+///   rate again.
 #[test]
 fn a_remote_region_behind_a_slow_or_cut_link_over_admits_within_the_stated_bound() {
     let (rate, burst) = (500, 500);
     let remote_share: f64 = 0.4;
     let remote_proxies: f64 = 2.0;
-    // The seconds (counted from the run's first) judged one by one: once the burst is
-    // spent (the local shares' parts of it as well, over the first five seconds), and,
-    // for the cut, once the leases out when it began are; the bound has one burst for
-    // those in all, not per second.
-    let links: [(&str, u64, LinkCut, bool, Range<usize>); 4] = [
-        ("100 ms", 100 * MS, |_| false, true, 0..0),
-        ("500 ms", 500 * MS, |_| false, false, 5..44),
-        ("1 s", 1_000 * MS, |_| false, false, 5..44),
+    /// What a link gives.
+    enum Expect {
+        Coordinated,
+        /// Within the fallback bound in all, not second by second.
+        Edge,
+        /// Within the fallback bound in all and in each of these seconds (counted from
+        /// the run's first): once the burst is spent (the local shares' parts of it as
+        /// well, over the first five seconds), and, for the cut, once the leases out when
+        /// it began are; the bound has one burst for those in all, not per second.
+        Fallback(Range<usize>),
+    }
+    let links: [(&str, u64, LinkCut, Expect); 5] = [
+        ("100 ms", 100 * MS, |_| false, Expect::Coordinated),
+        ("300 ms", 300 * MS, |_| false, Expect::Coordinated),
+        ("500 ms", 500 * MS, |_| false, Expect::Edge),
+        ("1 s", 1_000 * MS, |_| false, Expect::Fallback(5..44)),
         (
             "100 ms, cut for 30 s",
             100 * MS,
             |now| (6 * S..36 * S).contains(&now),
-            false,
-            7..35,
+            Expect::Fallback(7..35),
         ),
     ];
     // A remote proxy's fallback share is its smoothed share of the demand, within a
     // fifth of it, or, never having been told one, an even split of the fleet.
     let fallback_most = 1.0 + (1.2 * remote_share).max(remote_proxies / 4.0);
-    for (what, rtt, cut, coordinated, judged) in links {
+    for (what, rtt, cut, expect) in links {
         let remote = Remote { first: 2, rtt, cut };
         let ran = run_regions(rate, burst, remote, 45);
         let ratio = ran.total as f64 / (burst + rate * ran.elapsed / S) as f64;
@@ -1549,18 +1567,24 @@ fn a_remote_region_behind_a_slow_or_cut_link_over_admits_within_the_stated_bound
             ran.most_over, ran.per_second
         );
         println!("{what}");
-        if coordinated {
-            assert!(ran.most_over <= 0, "{what}");
-            assert!(ratio >= 0.98, "{what}");
-        } else {
-            // Each second judged within the fallback bound, and in all at most one burst
-            // more than it.
-            let most = burst as f64 + (fallback_most - 1.0) * (rate * ran.elapsed / S) as f64;
-            assert!((ran.most_over as f64) <= most, "{what}");
-            assert!(
-                ran.per_second[judged].iter().all(|r| *r <= fallback_most),
-                "{what}: each second at most {fallback_most:.2}"
-            );
+        // The fallback bound in all: at most one burst more than its rate.
+        let fallback_over = burst as f64 + (fallback_most - 1.0) * (rate * ran.elapsed / S) as f64;
+        match expect {
+            Expect::Coordinated => {
+                assert!(ran.most_over <= burst as i64 / 3, "{what}");
+                assert!(ratio >= 0.98, "{what}");
+            }
+            Expect::Edge => {
+                assert!((ran.most_over as f64) <= fallback_over, "{what}");
+                assert!(ratio <= 1.05, "{what}");
+            }
+            Expect::Fallback(judged) => {
+                assert!((ran.most_over as f64) <= fallback_over, "{what}");
+                assert!(
+                    ran.per_second[judged].iter().all(|r| *r <= fallback_most),
+                    "{what}: each second at most {fallback_most:.2}"
+                );
+            }
         }
     }
     // The cut's end: the remote proxies' fallback spending is debited (into a debt of at

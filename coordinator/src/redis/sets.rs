@@ -124,18 +124,18 @@ impl Admission {
         Ok(2 * (1 + creators.len() as u64))
     }
 
-    /// Records the buckets written in the sorted sets where `records` says their members
-    /// no longer cover their keys: in [`BUCKETS_KEY`], and in their creator's set while
-    /// that proxy names them (`named`: each proxy of the batch and a bucket it named).
-    /// Returns the buckets held and the commands sent.
-    pub async fn record(
+    /// Adds to `record` the writes that record `written` (the buckets a batch writes) in
+    /// the sorted sets where `records` says their members no longer cover their keys: in
+    /// [`BUCKETS_KEY`], and in their creator's set while that proxy names them (`named`:
+    /// each proxy of the batch and a bucket it named); then a count of the buckets held,
+    /// the last of `record`'s commands. Returns the commands added.
+    pub fn record(
         &self,
-        con: &mut Link,
+        record: &mut Batch,
         records: &mut Records,
         named: &[(&str, u64)],
-        written: &HashMap<u64, Written>,
-    ) -> RedisResult<(u64, u64)> {
-        let mut record = Batch::default();
+        written: &HashMap<u64, &Written>,
+    ) -> u64 {
         let mut commands = 1;
         let all: Vec<(u64, u64)> = written
             .iter()
@@ -190,12 +190,7 @@ impl Admission {
             }
         }
         record.on(BUCKETS_KEY, "ZCARD").arg(BUCKETS_KEY);
-        // The count is the last reply; the others are the writes'.
-        let held = match con.send(&record, &[]).await?.pop() {
-            Some(reply) => read(reply)?,
-            None => 0,
-        };
-        Ok((held, commands))
+        commands
     }
 }
 

@@ -27,7 +27,7 @@ use sluice_core::global::sync::{BucketUsage, SYNC_PATH, SyncRequest};
 use sluice_harness::cmd::{note, step};
 use sluice_harness::load::{Bytes, Load, Outcome, Req};
 use sluice_harness::serve::{ADMIN_TOKEN, AdminApi, Serve};
-use sluice_harness::{POSTGRES_URL_ENV, RedisCluster, RedisServer};
+use sluice_harness::{CommandStat, CommandStats, POSTGRES_URL_ENV, RedisCluster, RedisServer};
 
 use crate::global::global_rule;
 use crate::setup::Bench;
@@ -72,6 +72,8 @@ struct RedisRates {
     bytes_out_per_s: f64,
     /// Redis's own CPU over the run (every node of a cluster), in seconds.
     cpu_s: f64,
+    /// What Redis ran over the run, by command (every node of a cluster).
+    commands: CommandStats,
 }
 
 impl Point {
@@ -183,6 +185,14 @@ impl BenchRedis {
         Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
     }
 
+    /// What Redis ran so far, by command (a cluster's: every live node's).
+    fn command_stats(&self) -> Result<CommandStats> {
+        match self {
+            BenchRedis::Server(server) => server.command_stats(),
+            BenchRedis::Cluster(cluster) => cluster.nodes_command_stats(),
+        }
+    }
+
     /// Redis's network bytes in and out so far (a cluster's: its masters', summed).
     fn counters(&self) -> Result<(u64, u64)> {
         let field = |field: &str| match self {
@@ -218,8 +228,8 @@ impl Backend {
         writeln!(
             md,
             "\n## {}\n\n\
-             | proxies | buckets per sync | body KiB | syncs | refused | p50 ms | p99 ms | max ms | syncs/s | admin CPU ms per sync | Redis CPU ms per sync | generator CPU ms per sync | cores busy | Redis commands/s | Redis MB/s in / out | |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+             | proxies | buckets per sync | body KiB | syncs | refused | p50 ms | p99 ms | max ms | syncs/s | admin CPU ms per sync | Redis CPU ms per sync | generator CPU ms per sync | cores busy | Redis commands/s | Redis MB/s in / out | Redis µs per sync by command | |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             self.title()
         )?;
         let mut largest = None;
@@ -319,7 +329,7 @@ impl Backend {
         let generator_before = generator_cpu_ticks()?;
         let redis_before = redis
             .as_ref()
-            .map(|r| Ok::<_, anyhow::Error>((r.counters()?, r.cpu_s()?)))
+            .map(|r| Ok::<_, anyhow::Error>((r.counters()?, r.cpu_s()?, r.command_stats()?)))
             .transpose()?;
         let commands_before = redis_commands(&replicas)?;
         let outcome = drive(&targets, &bodies, proxies, measure)?;
@@ -328,13 +338,14 @@ impl Backend {
             generator_cpu_ticks()?.saturating_sub(generator_before) as f64 / 100.0;
         let seconds = outcome.elapsed.as_secs_f64();
         let redis = match (&redis, redis_before) {
-            (Some(server), Some((bytes_before, cpu_before))) => {
+            (Some(server), Some((bytes_before, cpu_before, commands_before_run))) => {
                 let after = server.counters()?;
                 Some(RedisRates {
                     commands_per_s: (redis_commands(&replicas)? - commands_before) / seconds,
                     bytes_in_per_s: after.0.saturating_sub(bytes_before.0) as f64 / seconds,
                     bytes_out_per_s: after.1.saturating_sub(bytes_before.1) as f64 / seconds,
                     cpu_s: server.cpu_s()? - cpu_before,
+                    commands: server.command_stats()?.since(&commands_before_run),
                 })
             }
             _ => None,
@@ -356,7 +367,7 @@ fn row(point: &Point) -> String {
     let syncs = point.syncs().max(1);
     let seconds = point.outcome.elapsed.as_secs_f64();
     let per_sync_ms = |cpu_s: f64| cpu_s * 1e3 / syncs as f64;
-    let (redis_cpu, commands, bytes) = match &point.redis {
+    let (redis_cpu, commands, bytes, by_command) = match &point.redis {
         Some(r) => (
             format!("{:.2}", per_sync_ms(r.cpu_s)),
             format!("{:.0}", r.commands_per_s),
@@ -365,11 +376,12 @@ fn row(point: &Point) -> String {
                 r.bytes_in_per_s / 1e6,
                 r.bytes_out_per_s / 1e6
             ),
+            by_command(&r.commands, syncs),
         ),
-        None => ("–".into(), "–".into(), "–".into()),
+        None => ("–".into(), "–".into(), "–".into(), "–".into()),
     };
     format!(
-        "| {} | {:.0} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2} | {redis_cpu} | {:.2} | {:.2} | {commands} | {bytes} | {} |",
+        "| {} | {:.0} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.2} | {redis_cpu} | {:.2} | {:.2} | {commands} | {bytes} | {by_command} | {} |",
         point.proxies,
         point.buckets_per_sync,
         point.body_kib,
@@ -388,6 +400,19 @@ fn row(point: &Point) -> String {
             "misses the bar"
         },
     )
+}
+
+/// The commands that took most of Redis's time, in µs per sync. A script's own entry
+/// (`evalsha`) includes the commands it calls, which are listed under their own names too.
+fn by_command(stats: &CommandStats, syncs: u64) -> String {
+    let mut commands: Vec<(&String, &CommandStat)> = stats.0.iter().collect();
+    commands.sort_by_key(|(_, stat)| std::cmp::Reverse(stat.usec));
+    commands
+        .iter()
+        .take(5)
+        .map(|(name, stat)| format!("{name} {:.0}", stat.usec as f64 / syncs as f64))
+        .collect::<Vec<_>>()
+        .join(" · ")
 }
 
 /// `proxies` connections split as evenly as possible over `replicas` admin APIs.

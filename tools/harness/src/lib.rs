@@ -43,7 +43,9 @@ pub use postgres::{
     POSTGRES_BIN_ENV, POSTGRES_URL_ENV, PostgresDatabase, PostgresServer, REQUIRE_POSTGRES_ENV,
     postgres_available, server_bin_dir, stop_left_behind, with_database,
 };
-pub use redis::{REDIS_SERVER_ENV, REQUIRE_REDIS_ENV, RedisServer, redis_available};
+pub use redis::{
+    CommandStat, CommandStats, REDIS_SERVER_ENV, REQUIRE_REDIS_ENV, RedisServer, redis_available,
+};
 pub use redis_cluster::RedisCluster;
 
 use std::time::{Duration, Instant};

@@ -80,6 +80,12 @@ impl RedisServer {
             .with_context(|| format!("redis-cli INFO {section} gave no {field}"))
     }
 
+    /// Every command this server ran since it started, with its calls and the
+    /// microseconds it spent in them (`INFO commandstats`), by command name in lower case.
+    pub fn command_stats(&self) -> Result<CommandStats> {
+        Ok(CommandStats::parse(&self.cli(&["INFO", "commandstats"])?))
+    }
+
     /// What `redis-cli` prints for one command sent to this server (raw: one reply
     /// element per line); an error when it cannot run, or prints an error.
     pub fn cli(&self, args: &[&str]) -> Result<String> {
@@ -261,5 +267,113 @@ mod tests {
         server.restart();
         assert_eq!(server.addr(), addr, "the same port after a restart");
         assert!(ping(addr));
+    }
+}
+
+/// Calls and microseconds of CPU per Redis command (`INFO commandstats`); sums over a
+/// cluster's nodes and differences over a run with [`CommandStats::plus`] and
+/// [`CommandStats::since`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommandStats(pub std::collections::BTreeMap<String, CommandStat>);
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommandStat {
+    pub calls: u64,
+    pub usec: u64,
+}
+
+impl CommandStats {
+    /// Reads lines such as `cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,...`;
+    /// other lines are skipped.
+    fn parse(info: &str) -> CommandStats {
+        let mut stats = CommandStats::default();
+        for line in info.lines() {
+            let Some((name, fields)) = line
+                .trim()
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+                    .unwrap_or(0)
+            };
+            stats.0.insert(
+                name.to_string(),
+                CommandStat {
+                    calls: field("calls"),
+                    usec: field("usec"),
+                },
+            );
+        }
+        stats
+    }
+
+    /// These and `other`'s, command by command.
+    pub fn plus(mut self, other: &CommandStats) -> CommandStats {
+        for (name, stat) in &other.0 {
+            let sum = self.0.entry(name.clone()).or_default();
+            sum.calls += stat.calls;
+            sum.usec += stat.usec;
+        }
+        self
+    }
+
+    /// What was run after `before` was read.
+    pub fn since(&self, before: &CommandStats) -> CommandStats {
+        let mut diff = CommandStats::default();
+        for (name, stat) in &self.0 {
+            let was = before.0.get(name).copied().unwrap_or_default();
+            let stat = CommandStat {
+                calls: stat.calls.saturating_sub(was.calls),
+                usec: stat.usec.saturating_sub(was.usec),
+            };
+            if stat.calls > 0 {
+                diff.0.insert(name.clone(), stat);
+            }
+        }
+        diff
+    }
+}
+
+#[cfg(test)]
+mod command_stats_tests {
+    use super::*;
+
+    #[test]
+    fn command_stats_are_read_summed_and_differenced() {
+        let before = CommandStats::parse(
+            "# Commandstats\r\ncmdstat_mget:calls=10,usec=50,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n",
+        );
+        let after = CommandStats::parse(
+            "# Commandstats\r\ncmdstat_mget:calls=30,usec=150,usec_per_call=5.00\r\ncmdstat_evalsha:calls=4,usec=400,usec_per_call=100.00\r\n",
+        );
+        let run = after.since(&before);
+        assert_eq!(
+            run.0["mget"],
+            CommandStat {
+                calls: 20,
+                usec: 100
+            }
+        );
+        assert_eq!(
+            run.0["evalsha"],
+            CommandStat {
+                calls: 4,
+                usec: 400
+            }
+        );
+        let both = run.clone().plus(&run);
+        assert_eq!(
+            both.0["mget"],
+            CommandStat {
+                calls: 40,
+                usec: 200
+            }
+        );
+        assert!(after.since(&after).0.is_empty());
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::RedisServer;
+use crate::{CommandStats, RedisServer};
 
 const MASTERS: usize = 3;
 /// How long a node may be unreachable before the others mark it failed and its replica
@@ -119,6 +119,18 @@ impl RedisCluster {
     /// (`used_cpu_user` of `cpu`: the whole cluster's CPU, replication included).
     pub fn nodes_info_field(&self, section: &str, field: &str) -> Result<f64> {
         self.info_field_sum(section, field, |_| true)
+    }
+
+    /// Every live node's command stats (replicas' too: what replication costs them),
+    /// summed command by command.
+    pub fn nodes_command_stats(&self) -> Result<CommandStats> {
+        let views = self.views()?;
+        views
+            .iter()
+            .filter(|v| !v.failed)
+            .try_fold(CommandStats::default(), |sum, v| {
+                Ok(sum.plus(&self.node(v.port)?.command_stats()?))
+            })
     }
 
     fn info_field_sum<T: std::str::FromStr + std::iter::Sum>(

@@ -101,8 +101,9 @@ impl Point {
     }
 }
 
-/// Runs the section and writes `<out_dir>/<name>-fleet-scale.md`.
-pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
+/// Runs the section and writes `<out_dir>/<name>-fleet-scale.md`, naming the command that
+/// made it (`invocation`).
+pub fn run(bench: &Bench, out_dir: &Path, name: &str, invocation: &str) -> Result<PathBuf> {
     let measure = if bench.settings.quick {
         Duration::from_secs(4)
     } else {
@@ -112,7 +113,7 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
     writeln!(
         md,
         "# Sluice fleet-wide limits at mesh scale\n\n\
-         Produced by `cargo xtask bench --only fleet-scale{}` on a shared {}-core machine \
+         Produced by `{invocation}` on a shared {}-core machine \
          ({}). A load generator speaking the sync protocol stands in for the proxies (one \
          keep-alive connection each, in the benchmark's process, sharing the cores with the \
          admin API): each sends one `POST {SYNC_PATH}` every {} ms, the proxies' clocks spread \
@@ -124,8 +125,11 @@ pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
          The admin API's CPU is its processes' user and system time over the measured \
          seconds, per sync; Redis's is its own (`INFO cpu`, every node of a cluster), the \
          generator's this benchmark's process; *cores busy* adds the three up per second, \
-         against the machine's {} cores.\n",
-        if bench.settings.quick { " --quick" } else { "" },
+         against the machine's {} cores. *Redis µs per sync by command* are Redis's \
+         own figures (`INFO commandstats`), the five largest; a script's (`evalsha`) include \
+         the commands it calls, which are also listed under their names. On a cluster they \
+         add up every node's, replicas replaying their masters' writes included, and a \
+         command's time includes any wait for a core while it ran.\n",
         bench.machine.cores,
         bench.machine.cpu_model,
         INTERVAL.as_millis(),

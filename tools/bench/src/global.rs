@@ -299,22 +299,22 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-/// Runs the section and writes `<out_dir>/<name>-global.md`.
-pub fn run(bench: &Bench, out_dir: &Path, name: &str) -> Result<PathBuf> {
+/// Runs the section and writes `<out_dir>/<name>-global.md`, naming the command that
+/// made it (`invocation`).
+pub fn run(bench: &Bench, out_dir: &Path, name: &str, invocation: &str) -> Result<PathBuf> {
     let timing = Timing::new(bench.settings.quick);
     let mut md = String::new();
     let started = Instant::now();
     writeln!(
         md,
         "# Sluice fleet-wide limits\n\n\
-         Produced by `cargo xtask bench --only global{}` on a shared {}-core machine ({}). \
+         Produced by `{invocation}` on a shared {}-core machine ({}). \
          Three Envoys with {WORKERS} workers each follow the real admin API on loopback; the \
          load generator (closed loop, one request at a time per connection) splits its \
          connections {SPLIT:?} between them (70/20/10) and shares the cores with everything \
          else, so offered load is what the machine gives and is shown. Admission is compared \
          with `burst + rate × elapsed`, elapsed from the first request sent to the last \
          answer. The control service syncs every {} ms.\n",
-        if bench.settings.quick { " --quick" } else { "" },
         bench.machine.cores,
         bench.machine.cpu_model,
         SYNC_INTERVAL.as_millis(),

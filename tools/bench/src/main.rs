@@ -200,12 +200,12 @@ fn bench(args: &BenchArgs, artefacts: &Artefacts) -> Result<()> {
         }
     }
     if sections.contains(&Section::Global) {
-        if let Err(err) = global::run(&bench, &out_dir, &name) {
+        if let Err(err) = global::run(&bench, &out_dir, &name, &invocation) {
             note(format!("section Global failed: {err:#}"));
         }
     }
     if sections.contains(&Section::FleetScale) {
-        if let Err(err) = fleet_scale::run(&bench, &out_dir, &name) {
+        if let Err(err) = fleet_scale::run(&bench, &out_dir, &name, &invocation) {
             note(format!("section FleetScale failed: {err:#}"));
         }
     }

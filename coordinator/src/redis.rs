@@ -7,7 +7,7 @@
 //! each back only if it still holds what was read (compare-and-set). A bucket another
 //! replica changed in between is settled again from what the script says it now holds.
 //!
-//! **Groups.** A bucket's key carries a hash tag, `{GG}`, one of [`GROUPS`] taken from its
+//! **Groups.** A bucket's key carries a hash tag, `{GG}`, one of [`GROUPS`](keys::GROUPS) taken from its
 //! id, so the buckets of one group share a Redis Cluster hash slot. A batch reads each
 //! group's buckets with one `MGET` and writes them with one call of a compare-and-set
 //! script over that group's keys (all pipelined): every command stays within one hash
@@ -25,7 +25,7 @@
 //! not by proxies × buckets, and the replica's own syncs never race each other for a key.
 //! A busier fleet makes batches larger rather than Redis slower.
 //!
-//! **Bounds.** The same bounds as in memory ([`Bounds`]): a bucket new to Redis is kept
+//! **Bounds.** The same bounds as in memory ([`Bounds`](crate::guard::Bounds)): a bucket new to Redis is kept
 //! only while Redis holds fewer than `max_buckets` buckets in all and fewer than
 //! `max_buckets_per_proxy` created by the sync's proxy id; past either it is granted
 //! nothing and not written. Sorted sets count them ([`sets`]): all of them, and those each
@@ -49,35 +49,27 @@
 //! only if missing: if Redis lost its data, the epoch is new and the coordinator warms up.
 
 mod batcher;
+mod keys;
 mod link;
 mod sets;
 mod value;
 
 use std::collections::HashMap;
 
-use batcher::{Batcher, COMPARE_AND_SET, MAX_ROUNDS, Swap};
+use batcher::{Batcher, COMPARE_AND_SET, Job, MAX_ROUNDS, Swap};
+pub use batcher::{Settled, SyncJob};
+use keys::{EPOCH_KEY, FLEET_KEY, by_group, key};
 use redis::{ErrorKind, RedisError, RedisResult, Script};
-use sluice_core::gcra::Gcra;
-use sluice_core::global::coordinator::{BucketState, Grant, Settings, Usage};
+use sluice_core::global::coordinator::BucketState;
 use sluice_core::time::Nanos;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::guard::Bounds;
-use crate::memory::NotKept;
-use link::{Batch, Link, read};
+use link::{Batch, Link, nanos, read};
 pub use link::{CLUSTER_SCHEME, RedisTarget};
 pub use sets::RECORD_SLACK_MS;
 use sets::{BUCKETS_KEY, member};
 use value::Stored;
 
-const FLEET_KEY: &str = "sluice:quota:fleet";
-/// Named after the bucket keys' layout: a Redis holding only an older layout's buckets has
-/// no epoch under this name, so the coordinator warms up as after a loss of state instead
-/// of starting every bucket full while leases granted from the old keys are spent.
-const EPOCH_KEY: &str = "sluice:quota:epoch:2";
-/// Hash-tag groups of bucket keys: enough to spread over a Cluster's nodes, few enough
-/// that a batch of thousands of buckets is a few hundred commands.
-const GROUPS: u64 = 256;
 /// Syncs waiting for a batch at most; more wait in their handlers.
 const QUEUE: usize = 1_024;
 
@@ -110,42 +102,6 @@ pub enum Charged<T> {
     /// The request needs buckets new to Redis and Redis holds its most buckets
     /// (`--quota-max-buckets`); nothing was taken.
     Full,
-}
-
-/// What one sync got from Redis.
-#[derive(Debug)]
-pub struct Settled {
-    pub grants: Vec<Grant>,
-    pub fleet_size: u32,
-    pub warming_up: bool,
-    /// This sync's part of its batch's Redis commands, for the commands-per-second metric.
-    pub commands: u64,
-    /// Buckets given up on after [`MAX_ROUNDS`] lost races (granted nothing).
-    pub contended: u64,
-    /// New buckets of this sync not kept, by the bound they met (granted nothing).
-    pub not_kept: NotKept,
-    /// Buckets Redis held after the batch, when it was counted.
-    pub held: Option<u64>,
-}
-
-/// One proxy's sync, as the batcher settles it.
-#[derive(Debug)]
-pub struct SyncJob {
-    pub proxy: String,
-    pub buckets: Vec<(u64, Gcra, Usage)>,
-    pub covers_ns: u64,
-    /// The settings for its interval; fleet size and warm-up come from Redis.
-    pub settings: Settings,
-    pub lease_ttl_ns: u64,
-    pub fleet_memory_ns: u64,
-    /// How many buckets Redis may hold, in all and created by one proxy id.
-    pub bounds: Bounds,
-}
-
-#[derive(Debug)]
-struct Job {
-    sync: SyncJob,
-    answer: oneshot::Sender<RedisResult<Settled>>,
 }
 
 impl RedisBuckets {
@@ -430,44 +386,5 @@ fn mget(batch: &mut Batch, ids: &[u64]) {
     let keys: Vec<String> = ids.iter().map(|id| key(*id)).collect();
     if let Some(first) = keys.first() {
         batch.on(first, "MGET").arg(&keys);
-    }
-}
-
-/// Redis's `TIME` reply in nanoseconds.
-fn nanos(reply: redis::Value) -> RedisResult<u64> {
-    let (seconds, micros): (u64, u64) = read(reply)?;
-    Ok(seconds * 1_000_000_000 + micros * 1_000)
-}
-
-/// A bucket's key: its group's hash tag, then its id.
-fn key(bucket: u64) -> String {
-    format!("sluice:quota:{{{:02x}}}:b:{bucket:016x}", bucket % GROUPS)
-}
-
-/// Buckets by group, each group's in the order given (so the batch's order is kept within
-/// a group); groups in ascending order, so a batch's commands do not depend on hashing.
-fn by_group(buckets: &[u64]) -> std::collections::BTreeMap<u64, Vec<u64>> {
-    let mut groups = std::collections::BTreeMap::<u64, Vec<u64>>::new();
-    for &id in buckets {
-        groups.entry(id % GROUPS).or_default().push(id);
-    }
-    groups
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bucket_key_carries_its_groups_hash_tag() {
-        assert_eq!(key(0x1234), "sluice:quota:{34}:b:0000000000001234");
-        assert_eq!(key(u64::MAX), "sluice:quota:{ff}:b:ffffffffffffffff");
-    }
-
-    #[test]
-    fn buckets_are_grouped_by_hash_tag_in_the_order_given() {
-        let groups = by_group(&[0x201, 0x101, 0x2, 0x301]);
-        let listed: Vec<(u64, Vec<u64>)> = groups.into_iter().collect();
-        assert_eq!(listed, [(1, vec![0x201, 0x101, 0x301]), (2, vec![0x2])]);
     }
 }

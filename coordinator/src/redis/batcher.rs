@@ -16,14 +16,16 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
-use sluice_core::global::coordinator::{Grant, Settings, settle};
+use sluice_core::gcra::Gcra;
+use sluice_core::global::coordinator::{Grant, Settings, Usage, settle};
 use sluice_core::time::Nanos;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::link::{Batch, Link, read};
+use super::keys::{EPOCH_KEY, FLEET_KEY, by_group, key};
+use super::link::{Batch, Link, nanos, read};
 use super::sets::{Admission, Bound, Records, Written};
 use super::value::{self, Stored};
-use super::{EPOCH_KEY, FLEET_KEY, Job, Settled, SyncJob, by_group, key, nanos};
+use crate::guard::Bounds;
 use crate::memory::{NOT_KEPT, NotKept};
 
 /// Rounds of writing buckets that another replica changed during one batch.
@@ -59,6 +61,42 @@ for i, key in ipairs(KEYS) do
 end
 return answer
 ";
+
+/// What one sync got from Redis.
+#[derive(Debug)]
+pub struct Settled {
+    pub grants: Vec<Grant>,
+    pub fleet_size: u32,
+    pub warming_up: bool,
+    /// This sync's part of its batch's Redis commands, for the commands-per-second metric.
+    pub commands: u64,
+    /// Buckets given up on after [`MAX_ROUNDS`] lost races (granted nothing).
+    pub contended: u64,
+    /// New buckets of this sync not kept, by the bound they met (granted nothing).
+    pub not_kept: NotKept,
+    /// Buckets Redis held after the batch, when it was counted.
+    pub held: Option<u64>,
+}
+
+/// One proxy's sync, as the batcher settles it.
+#[derive(Debug)]
+pub struct SyncJob {
+    pub proxy: String,
+    pub buckets: Vec<(u64, Gcra, Usage)>,
+    pub covers_ns: u64,
+    /// The settings for its interval; fleet size and warm-up come from Redis.
+    pub settings: Settings,
+    pub lease_ttl_ns: u64,
+    pub fleet_memory_ns: u64,
+    /// How many buckets Redis may hold, in all and created by one proxy id.
+    pub bounds: Bounds,
+}
+
+#[derive(Debug)]
+pub(super) struct Job {
+    pub sync: SyncJob,
+    pub answer: oneshot::Sender<RedisResult<Settled>>,
+}
 
 /// What [`COMPARE_AND_SET`] says of one key.
 #[derive(Debug, PartialEq)]
@@ -452,10 +490,12 @@ mod tests {
             return;
         }
         let redis = sluice_harness::RedisServer::start();
-        let target = super::super::RedisTarget::parse(&redis.url()).unwrap();
+        let target = super::super::link::RedisTarget::parse(&redis.url()).unwrap();
         let mut con = Link::connect(&target).await.unwrap();
         // One group: one hash slot, as the batcher sends them.
-        let keys: Vec<String> = (0..4).map(|i| key(7 + i * super::super::GROUPS)).collect();
+        let keys: Vec<String> = (0..4)
+            .map(|i| key(7 + i * super::super::keys::GROUPS))
+            .collect();
         let mut setup = Batch::default();
         setup.on(&keys[0], "SET").arg(&keys[0]).arg("a");
         setup.on(&keys[1], "SET").arg(&keys[1]).arg("b");

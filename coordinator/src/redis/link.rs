@@ -256,6 +256,12 @@ pub(crate) fn read<T: redis::FromRedisValue>(reply: Value) -> RedisResult<T> {
     Ok(redis::from_redis_value(reply)?)
 }
 
+/// Redis's `TIME` reply in nanoseconds.
+pub(crate) fn nanos(reply: Value) -> RedisResult<u64> {
+    let (seconds, micros): (u64, u64) = read(reply)?;
+    Ok(seconds * 1_000_000_000 + micros * 1_000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,7 +58,7 @@ use std::collections::HashMap;
 
 use batcher::{Batcher, COMPARE_AND_SET, Job, MAX_ROUNDS, Swap};
 pub use batcher::{Settled, SyncJob};
-use keys::{EPOCH_KEY, FLEET_KEY, by_group, key};
+use keys::{EPOCH_KEY, FLEET_KEY, by_group, key, mget};
 use redis::{ErrorKind, RedisError, RedisResult, Script};
 use sluice_core::global::coordinator::BucketState;
 use sluice_core::time::Nanos;
@@ -379,12 +379,4 @@ async fn read_buckets_held(
         ids.iter().map(|id| found.remove(id).flatten()).collect(),
         held,
     ))
-}
-
-/// An `MGET` of `ids`' keys (all of one group).
-fn mget(batch: &mut Batch, ids: &[u64]) {
-    let keys: Vec<String> = ids.iter().map(|id| key(*id)).collect();
-    if let Some(first) = keys.first() {
-        batch.on(first, "MGET").arg(&keys);
-    }
 }

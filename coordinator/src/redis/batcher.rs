@@ -21,7 +21,7 @@ use sluice_core::global::coordinator::{Grant, Settings, Usage, settle};
 use sluice_core::time::Nanos;
 use tokio::sync::{mpsc, oneshot};
 
-use super::keys::{EPOCH_KEY, FLEET_KEY, by_group, key};
+use super::keys::{EPOCH_KEY, FLEET_KEY, by_group, key, mget};
 use super::link::{Batch, Link, nanos, read};
 use super::sets::{Admission, Bound, Records, Written};
 use super::value::{self, Stored};
@@ -256,8 +256,7 @@ impl Batcher {
         }
         let groups = by_group(&order);
         for ids in groups.values() {
-            let keys: Vec<String> = ids.iter().map(|id| key(*id)).collect();
-            first.on(&keys[0], "MGET").arg(&keys);
+            mget(&mut first, ids);
         }
         commands += 4 + syncs.len() as u64 + groups.len() as u64;
         let mut replies = con.send(&first, &[]).await?.into_iter();

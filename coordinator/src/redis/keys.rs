@@ -1,6 +1,8 @@
 //! Where the coordinator's state lives in Redis: the bucket keys, grouped by hash tag,
 //! and the keys of the fleet and the epoch.
 
+use super::link::Batch;
+
 pub(crate) const FLEET_KEY: &str = "sluice:quota:fleet";
 /// Named after the bucket keys' layout: a Redis holding only an older layout's buckets has
 /// no epoch under this name, so the coordinator warms up as after a loss of state instead
@@ -12,6 +14,14 @@ pub(crate) const GROUPS: u64 = 256;
 /// A bucket's key: its group's hash tag, then its id.
 pub(crate) fn key(bucket: u64) -> String {
     format!("sluice:quota:{{{:02x}}}:b:{bucket:016x}", bucket % GROUPS)
+}
+
+/// Adds to `batch` an `MGET` of `ids`' keys (all of one group).
+pub(crate) fn mget(batch: &mut Batch, ids: &[u64]) {
+    let keys: Vec<String> = ids.iter().map(|id| key(*id)).collect();
+    if let Some(first) = keys.first() {
+        batch.on(first, "MGET").arg(&keys);
+    }
 }
 
 /// Buckets by group, each group's in the order given (so the batch's order is kept within

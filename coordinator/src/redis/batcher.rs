@@ -43,7 +43,9 @@ const MAX_KEYS_PER_CALL: usize = 256;
 /// `ARGV[3i]` ms) if the key still holds `ARGV[3i-2]` (`""`: missing). Returns, per key,
 /// 1 when written, and otherwise what the key holds now (0: missing), so that a writer
 /// that lost a race settles the bucket again without reading it. One `MGET` reads every
-/// key: a `GET` per key cost as much Redis time as the script's `SET`s.
+/// key; a `GET` per key cost about the same in `cargo xtask bench --only fleet-scale`
+/// (Redis's time here goes to the per-key work, not the calls: docs/global-limits.md,
+/// "Sizing").
 pub(super) const COMPARE_AND_SET: &str = r"
 local current = redis.call('MGET', unpack(KEYS))
 local answer = {}
